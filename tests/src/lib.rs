@@ -1,1 +1,265 @@
+//! The harness of crust's root tests: throwaway network namespaces and temp dirs that
+//! clean up on drop (so also when a test panics), names unique per process and test,
+//! a root check that skips loudly on a developer's laptop but fails in CI, and helpers
+//! to run the built binaries.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A name no other test of any running process uses: `prefix` + pid + counter, short
+/// enough (at most 15 bytes for a 3-byte prefix) to be an interface name.
+pub fn unique(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let pid = std::process::id() % 0x10_0000;
+    format!("{prefix}{pid:x}x{n:x}")
+}
+
+/// True when the test may run. Without root or a needed tool it prints why and returns
+/// false, unless `CI=true`: there a skipped root test is a failure.
+pub fn require_root(tools: &[&str]) -> bool {
+    let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        missing.push("root".to_string());
+    }
+    for t in tools {
+        if which(t).is_none() {
+            missing.push(format!("the `{t}` command"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("root test needs {}", missing.join(", "));
+    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+        panic!("{msg}; CI must run every root test");
+    }
+    eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
+    false
+}
+
+pub fn which(cmd: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.is_file())
+}
+
+/// Where cargo put the workspace's binaries: next to the test executable's `deps/`,
+/// or `CRUST_BIN_DIR` when set.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CRUST_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("exe dir");
+    if deps.file_name().map(|n| n == "deps").unwrap_or(false) {
+        deps.parent().unwrap().to_path_buf()
+    } else {
+        deps.to_path_buf()
+    }
+}
+
+/// A built binary of the workspace; panics with a hint when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(p.is_file(), "{} not built: run `cargo build --workspace --bins` first", p.display());
+    p
+}
+
+/// Runs a command, panicking with its output if it cannot start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"))
+}
+
+/// Runs a command and panics unless it succeeds; returns stdout.
+pub fn sh(args: &[&str]) -> String {
+    let out = run(Command::new(args[0]).args(&args[1..]));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A named network namespace (`/run/netns/NAME`), deleted on drop with every
+/// interface inside it.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> Netns {
+        let name = unique(prefix);
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns { name };
+        ns.sh(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    /// A command to run inside this namespace (via `ip netns exec`, fine for plugins
+    /// and `ip`; see TESTING.md for why daemons use nsenter).
+    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    pub fn sh(&self, args: &[&str]) -> String {
+        let mut full = vec!["ip", "netns", "exec", &self.name];
+        full.extend_from_slice(args);
+        sh(&full)
+    }
+
+    /// Like `sh` but returns whether it succeeded instead of panicking.
+    pub fn ok(&self, args: &[&str]) -> bool {
+        run(self.cmd(args[0]).args(&args[1..])).status.success()
+    }
+
+    /// `ip -j ARGS` parsed.
+    pub fn ip_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = vec!["ip", "-j"];
+        full.extend_from_slice(args);
+        let out = self.sh(&full);
+        if out.trim().is_empty() {
+            return serde_json::Value::Array(vec![]);
+        }
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("ip -j {args:?}: {e}: {out}"))
+    }
+
+    /// Names of the links in this namespace.
+    pub fn links(&self) -> Vec<String> {
+        self.ip_json(&["link", "show"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["ifname"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).stderr(Stdio::null()).status();
+    }
+}
+
+/// A temp dir removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("crust-test-{}", unique(tag)));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a CNI plugin printed and how it exited.
+#[derive(Debug)]
+pub struct CniOut {
+    pub code: i32,
+    pub json: serde_json::Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CniOut {
+    /// Panics unless the plugin succeeded.
+    pub fn ok(self) -> serde_json::Value {
+        assert_eq!(self.code, 0, "plugin failed: {}{}", self.stdout, self.stderr);
+        self.json
+    }
+    /// Panics unless the plugin failed with this CNI error code; returns the error.
+    pub fn err(self, code: u64) -> serde_json::Value {
+        assert_ne!(self.code, 0, "plugin succeeded but should fail with code {code}: {}", self.stdout);
+        assert_eq!(self.json["code"].as_u64(), Some(code), "wrong error: {}{}", self.stdout, self.stderr);
+        assert!(self.json["msg"].as_str().map(|m| !m.is_empty()).unwrap_or(false), "error without msg");
+        self.json
+    }
+}
+
+/// One invocation of a CNI plugin binary.
+pub struct Cni<'a> {
+    pub plugin: PathBuf,
+    /// Run inside this (node) namespace; `None` runs in the test's own.
+    pub node: Option<&'a Netns>,
+    pub env: Vec<(String, String)>,
+}
+
+impl<'a> Cni<'a> {
+    pub fn new(plugin: PathBuf, node: Option<&'a Netns>) -> Self {
+        Cni { plugin, node, env: vec![] }
+    }
+
+    pub fn env(mut self, k: &str, v: impl AsRef<str>) -> Self {
+        self.env.push((k.to_string(), v.as_ref().to_string()));
+        self
+    }
+
+    /// Runs `command` with `conf` on stdin.
+    pub fn call(&self, command: &str, conf: &str) -> CniOut {
+        let mut c = match self.node {
+            Some(ns) => ns.cmd(&self.plugin),
+            None => Command::new(&self.plugin),
+        };
+        c.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        c.env("CNI_COMMAND", command);
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        use std::io::Write;
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", self.plugin.display()));
+        child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let json = if stdout.trim().is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("plugin printed non-JSON ({e}): {stdout}"))
+        };
+        CniOut { code: out.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+    }
+}
+
+/// The standard env of an ADD/DEL/CHECK for one attachment.
+pub fn attachment_env<'a>(cni: Cni<'a>, container_id: &str, netns: &str, ifname: &str, cni_path: &Path) -> Cni<'a> {
+    cni.env("CNI_CONTAINERID", container_id)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_PATH", cni_path.to_string_lossy())
+}
+
+/// Files in a host-local network dir other than `lock`, sorted.
+pub fn ip_files(data_dir: &Path, network: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(data_dir.join(network))
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.retain(|n| n != "lock" && !n.starts_with("last_reserved_ip"));
+    v.sort();
+    v
+}
