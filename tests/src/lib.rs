@@ -43,7 +43,9 @@ pub fn require_root(tools: &[&str]) -> bool {
 
 pub fn which(cmd: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
 }
 
 /// Where cargo put the workspace's binaries: next to the test executable's `deps/`,
@@ -64,7 +66,11 @@ pub fn bin_dir() -> PathBuf {
 /// A built binary of the workspace; panics with a hint when it was not built.
 pub fn bin(name: &str) -> PathBuf {
     let p = bin_dir().join(name);
-    assert!(p.is_file(), "{} not built: run `cargo build --workspace --bins` first", p.display());
+    assert!(
+        p.is_file(),
+        "{} not built: run `cargo build --workspace --bins` first",
+        p.display()
+    );
     p
 }
 
@@ -149,7 +155,10 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -186,14 +195,34 @@ pub struct CniOut {
 impl CniOut {
     /// Panics unless the plugin succeeded.
     pub fn ok(self) -> serde_json::Value {
-        assert_eq!(self.code, 0, "plugin failed: {}{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "plugin failed: {}{}",
+            self.stdout, self.stderr
+        );
         self.json
     }
     /// Panics unless the plugin failed with this CNI error code; returns the error.
     pub fn err(self, code: u64) -> serde_json::Value {
-        assert_ne!(self.code, 0, "plugin succeeded but should fail with code {code}: {}", self.stdout);
-        assert_eq!(self.json["code"].as_u64(), Some(code), "wrong error: {}{}", self.stdout, self.stderr);
-        assert!(self.json["msg"].as_str().map(|m| !m.is_empty()).unwrap_or(false), "error without msg");
+        assert_ne!(
+            self.code, 0,
+            "plugin succeeded but should fail with code {code}: {}",
+            self.stdout
+        );
+        assert_eq!(
+            self.json["code"].as_u64(),
+            Some(code),
+            "wrong error: {}{}",
+            self.stdout,
+            self.stderr
+        );
+        assert!(
+            self.json["msg"]
+                .as_str()
+                .map(|m| !m.is_empty())
+                .unwrap_or(false),
+            "error without msg"
+        );
         self.json
     }
 }
@@ -208,7 +237,11 @@ pub struct Cni<'a> {
 
 impl<'a> Cni<'a> {
     pub fn new(plugin: PathBuf, node: Option<&'a Netns>) -> Self {
-        Cni { plugin, node, env: vec![] }
+        Cni {
+            plugin,
+            node,
+            env: vec![],
+        }
     }
 
     pub fn env(mut self, k: &str, v: impl AsRef<str>) -> Self {
@@ -222,7 +255,8 @@ impl<'a> Cni<'a> {
             Some(ns) => ns.cmd(&self.plugin),
             None => Command::new(&self.plugin),
         };
-        c.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
         c.env("CNI_COMMAND", command);
         for (k, v) in &self.env {
             c.env(k, v);
@@ -234,20 +268,37 @@ impl<'a> Cni<'a> {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("spawning {}: {e}", self.plugin.display()));
-        child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let json = if stdout.trim().is_empty() {
             serde_json::Value::Null
         } else {
-            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("plugin printed non-JSON ({e}): {stdout}"))
+            serde_json::from_str(&stdout)
+                .unwrap_or_else(|e| panic!("plugin printed non-JSON ({e}): {stdout}"))
         };
-        CniOut { code: out.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+        CniOut {
+            code: out.status.code().unwrap_or(-1),
+            json,
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 }
 
 /// The standard env of an ADD/DEL/CHECK for one attachment.
-pub fn attachment_env<'a>(cni: Cni<'a>, container_id: &str, netns: &str, ifname: &str, cni_path: &Path) -> Cni<'a> {
+pub fn attachment_env<'a>(
+    cni: Cni<'a>,
+    container_id: &str,
+    netns: &str,
+    ifname: &str,
+    cni_path: &Path,
+) -> Cni<'a> {
     cni.env("CNI_CONTAINERID", container_id)
         .env("CNI_NETNS", netns)
         .env("CNI_IFNAME", ifname)
@@ -257,9 +308,32 @@ pub fn attachment_env<'a>(cni: Cni<'a>, container_id: &str, netns: &str, ifname:
 /// Files in a host-local network dir other than `lock`, sorted.
 pub fn ip_files(data_dir: &Path, network: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(data_dir.join(network))
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     v.retain(|n| n != "lock" && !n.starts_with("last_reserved_ip"));
     v.sort();
     v
+}
+
+/// A plugin of Debian's `containernetworking-plugins` (`/usr/lib/cni/NAME`), the reference
+/// crust's plugins are compared with. When it is missing this says so loudly and returns
+/// `None`, unless `CI=true`: there a skipped comparison is a failure.
+pub fn reference_plugin(name: &str) -> Option<PathBuf> {
+    let p = Path::new("/usr/lib/cni").join(name);
+    if p.is_file() {
+        return Some(p);
+    }
+    let msg = format!(
+        "test needs the reference plugin {} (apt-get install -y containernetworking-plugins)",
+        p.display()
+    );
+    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+        panic!("{msg}; CI must run every comparison");
+    }
+    eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
+    None
 }

@@ -34,7 +34,11 @@ pub fn last_of(net: IpNetwork) -> IpAddr {
         IpNetwork::V4(n) => IpAddr::V4(n.broadcast()),
         IpNetwork::V6(n) => {
             let bits = 128 - n.prefix() as u32;
-            let mask = if bits == 128 { u128::MAX } else { (1u128 << bits) - 1 };
+            let mask = if bits == 128 {
+                u128::MAX
+            } else {
+                (1u128 << bits) - 1
+            };
             IpAddr::V6(Ipv6Addr::from(u128::from(n.network()) | mask))
         }
     }

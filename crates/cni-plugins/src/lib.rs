@@ -1,4 +1,8 @@
 //! crust's CNI plugins, `bridge` and `host-local`, as a library their thin binaries call.
 
+pub mod bridge;
 pub mod host_local;
 pub mod ip;
+pub mod masq;
+pub mod netlink;
+pub mod netns;

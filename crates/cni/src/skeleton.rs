@@ -248,6 +248,12 @@ fn dispatch_inner(
             ),
         ));
     }
+    if command == Command::Check && Version::parse(&conf.cni_version)? < Version(0, 4, 0) {
+        return Err(CniError::new(
+            code::INCOMPATIBLE_VERSION,
+            format!("config version {} does not allow CHECK", conf.cni_version),
+        ));
+    }
     let args = Args {
         command,
         container_id,
@@ -445,6 +451,23 @@ mod tests {
             run(&p, ADD, r#"{"cniVersion":"1.0.0","type":"t"}"#).1["code"],
             7
         );
+    }
+
+    #[test]
+    fn check_needs_040() {
+        let p = Fake::default();
+        let env = [
+            ("CNI_COMMAND", "CHECK"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_NETNS", "/x"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/b"),
+        ];
+        assert_eq!(
+            run(&p, &env, r#"{"cniVersion":"0.3.1","name":"n","type":"t"}"#).1["code"],
+            1
+        );
+        assert_eq!(run(&p, &env, CONF).0.exit_code, 0);
     }
 
     #[test]

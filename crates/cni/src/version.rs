@@ -26,13 +26,11 @@ impl Version {
             return Err(bad());
         }
         let mut parts = [0u32; 3];
-        let mut n = 0;
-        for p in s.split('.') {
+        for (n, p) in s.split('.').enumerate() {
             if n == 3 || p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(bad());
             }
             parts[n] = p.parse().map_err(|_| bad())?;
-            n += 1;
         }
         Ok(Version(parts[0], parts[1], parts[2]))
     }

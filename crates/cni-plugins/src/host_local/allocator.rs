@@ -29,30 +29,46 @@ fn range_of(set: &RangeSet, a: IpAddr) -> Option<&Range> {
 }
 
 fn describe(set: &RangeSet) -> String {
-    set.iter().map(|r| format!("{}-{}", r.start, r.end)).collect::<Vec<_>>().join(",")
+    set.iter()
+        .map(|r| format!("{}-{}", r.start, r.end))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Every candidate of the set once, starting after `last` (or at the first range's start).
-fn candidates<'a>(set: &'a RangeSet, last: Option<IpAddr>) -> impl Iterator<Item = (&'a Range, IpAddr)> + 'a {
-    let (first_range, first_ip) = match last.and_then(|l| set.iter().position(|r| r.contains(l)).map(|i| (i, l))) {
-        Some((i, l)) if l != set[i].end => (i, ip::next(l)),
-        Some((i, _)) => ((i + 1) % set.len(), set[(i + 1) % set.len()].start),
-        None => (0, set[0].start),
-    };
-    let n = set.len();
-    // Walk ranges first_range.., wrapping, then the first range again up to first_ip.
-    (0..=n).flat_map(move |k| {
-        let r = &set[(first_range + k) % n];
-        let (lo, hi) = if k == 0 {
-            (ip::to_u128(first_ip), ip::to_u128(r.end))
-        } else if k == n {
-            (ip::to_u128(r.start), ip::to_u128(first_ip).wrapping_sub(1))
-        } else {
-            (ip::to_u128(r.start), ip::to_u128(r.end))
+fn candidates<'a>(
+    set: &'a RangeSet,
+    last: Option<IpAddr>,
+) -> impl Iterator<Item = (&'a Range, IpAddr)> + 'a {
+    let (first_range, first_ip) =
+        match last.and_then(|l| set.iter().position(|r| r.contains(l)).map(|i| (i, l))) {
+            Some((i, l)) if l != set[i].end => (i, ip::next(l)),
+            Some((i, _)) => ((i + 1) % set.len(), set[(i + 1) % set.len()].start),
+            None => (0, set[0].start),
         };
-        let like = r.start;
-        let range = if k == n && ip::to_u128(first_ip) == ip::to_u128(r.start) { 1..=0 } else { lo..=hi };
-        range.map(move |v| (r, ip::from_u128(v, like)))
+    let n = set.len();
+    // Segments (range, first, last) to walk: from first_ip to the end of its range, every
+    // other range in order, then the start of the first range up to just before first_ip.
+    let mut segments = vec![(
+        first_range,
+        ip::to_u128(first_ip),
+        ip::to_u128(set[first_range].end),
+    )];
+    for k in 1..n {
+        let i = (first_range + k) % n;
+        segments.push((i, ip::to_u128(set[i].start), ip::to_u128(set[i].end)));
+    }
+    let r0 = &set[first_range];
+    if ip::to_u128(first_ip) > ip::to_u128(r0.start) {
+        segments.push((
+            first_range,
+            ip::to_u128(r0.start),
+            ip::to_u128(first_ip) - 1,
+        ));
+    }
+    segments.into_iter().flat_map(move |(i, lo, hi)| {
+        let r = &set[i];
+        (lo..=hi).map(move |v| (r, ip::from_u128(v, r.start)))
     })
 }
 
@@ -65,11 +81,17 @@ pub fn allocate(
     ifname: &str,
     requested: Option<IpAddr>,
 ) -> CniResult<Allocation> {
-    let mine = store.reservations()?.into_iter().find(|r| r.is_for(id, ifname) && range_of(set, r.ip).is_some());
+    let mine = store
+        .reservations()?
+        .into_iter()
+        .find(|r| r.is_for(id, ifname) && range_of(set, r.ip).is_some());
     if let Some(existing) = mine {
         if requested.is_none() || requested == Some(existing.ip) {
             let r = range_of(set, existing.ip).expect("checked above");
-            return Ok(Allocation { ip: config_for(r, existing.ip), fresh: false });
+            return Ok(Allocation {
+                ip: config_for(r, existing.ip),
+                fresh: false,
+            });
         }
         return Err(CniError::config(format!(
             "{id}/{ifname} already holds {} in range set {}, cannot also take requested {}",
@@ -79,18 +101,31 @@ pub fn allocate(
         )));
     }
     if let Some(want) = requested {
-        let r = range_of(set, want)
-            .ok_or_else(|| CniError::config(format!("requested IP {want} is not in range set {}", describe(set))))?;
+        let r = range_of(set, want).ok_or_else(|| {
+            CniError::config(format!(
+                "requested IP {want} is not in range set {}",
+                describe(set)
+            ))
+        })?;
         if want == r.gateway {
-            return Err(CniError::config(format!("requested IP {want} is the gateway of range set {}", describe(set))));
+            return Err(CniError::config(format!(
+                "requested IP {want} is the gateway of range set {}",
+                describe(set)
+            )));
         }
         if !store.reserve(id, ifname, want, set_idx)? {
             return Err(CniError::new(
                 code::INTERNAL,
-                format!("requested IP address {want} is not available in range set {}", describe(set)),
+                format!(
+                    "requested IP address {want} is not available in range set {}",
+                    describe(set)
+                ),
             ));
         }
-        return Ok(Allocation { ip: config_for(r, want), fresh: true });
+        return Ok(Allocation {
+            ip: config_for(r, want),
+            fresh: true,
+        });
     }
     let last = store.last_reserved(set_idx)?;
     for (r, cand) in candidates(set, last) {
@@ -98,7 +133,10 @@ pub fn allocate(
             continue;
         }
         if store.reserve(id, ifname, cand, set_idx)? {
-            return Ok(Allocation { ip: config_for(r, cand), fresh: true });
+            return Ok(Allocation {
+                ip: config_for(r, cand),
+                fresh: true,
+            });
         }
     }
     Err(CniError::new(
@@ -110,7 +148,8 @@ pub fn allocate(
 /// Whether at least one address of the set is free (for STATUS). Visits at most one
 /// candidate more than there are reservations and gateways.
 pub fn has_free(store: &dyn Store, set: &RangeSet) -> CniResult<bool> {
-    let held: std::collections::HashSet<IpAddr> = store.reservations()?.into_iter().map(|r| r.ip).collect();
+    let held: std::collections::HashSet<IpAddr> =
+        store.reservations()?.into_iter().map(|r| r.ip).collect();
     for (_, cand) in candidates(set, None) {
         if !held.contains(&cand) && !set.iter().any(|g| g.gateway == cand) {
             return Ok(true);
@@ -126,10 +165,13 @@ mod tests {
     use super::*;
 
     fn set(json: &str) -> RangeSet {
-        IpamConfig::parse(format!(r#"{{"name":"n","ipam":{{"ranges":[{json}]}}}}"#).as_bytes(), &[])
-            .unwrap()
-            .range_sets
-            .remove(0)
+        IpamConfig::parse(
+            format!(r#"{{"name":"n","ipam":{{"ranges":[{json}]}}}}"#).as_bytes(),
+            &[],
+        )
+        .unwrap()
+        .range_sets
+        .remove(0)
     }
 
     fn take(s: &mut MemStore, set: &RangeSet, id: &str) -> CniResult<String> {
@@ -140,8 +182,13 @@ mod tests {
     fn round_robin_skips_gateway_and_wraps() {
         let set = set(r#"[{"subnet":"10.0.0.0/29"}]"#);
         let mut s = MemStore::default();
-        let got: Vec<String> = (0..5).map(|i| take(&mut s, &set, &format!("c{i}")).unwrap()).collect();
-        assert_eq!(got, ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"]);
+        let got: Vec<String> = (0..5)
+            .map(|i| take(&mut s, &set, &format!("c{i}")).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"]
+        );
         let e = take(&mut s, &set, "c9").unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN_LATER);
         assert!(!has_free(&s, &set).unwrap());
@@ -155,7 +202,9 @@ mod tests {
 
     #[test]
     fn continues_after_last_reserved_across_ranges() {
-        let set = set(r#"[{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.10","rangeEnd":"10.0.0.11"},{"subnet":"10.0.1.0/24","rangeStart":"10.0.1.5","rangeEnd":"10.0.1.6"}]"#);
+        let set = set(
+            r#"[{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.10","rangeEnd":"10.0.0.11"},{"subnet":"10.0.1.0/24","rangeStart":"10.0.1.5","rangeEnd":"10.0.1.6"}]"#,
+        );
         let mut s = MemStore::default();
         s.last.insert(0, "10.0.0.11".parse().unwrap());
         assert_eq!(take(&mut s, &set, "a").unwrap(), "10.0.1.5");
@@ -185,9 +234,45 @@ mod tests {
         let set = set(r#"[{"subnet":"10.0.0.0/24"}]"#);
         let mut s = MemStore::default();
         let want = Some("10.0.0.50".parse().unwrap());
-        assert_eq!(allocate(&mut s, &set, 0, "a", "eth0", want).unwrap().ip.address.to_string(), "10.0.0.50/24");
-        assert_eq!(allocate(&mut s, &set, 0, "b", "eth0", want).unwrap_err().code, code::INTERNAL);
-        assert_eq!(allocate(&mut s, &set, 0, "b", "eth0", Some("10.9.0.1".parse().unwrap())).unwrap_err().code, 7);
-        assert_eq!(allocate(&mut s, &set, 0, "b", "eth0", Some("10.0.0.1".parse().unwrap())).unwrap_err().code, 7);
+        assert_eq!(
+            allocate(&mut s, &set, 0, "a", "eth0", want)
+                .unwrap()
+                .ip
+                .address
+                .to_string(),
+            "10.0.0.50/24"
+        );
+        assert_eq!(
+            allocate(&mut s, &set, 0, "b", "eth0", want)
+                .unwrap_err()
+                .code,
+            code::INTERNAL
+        );
+        assert_eq!(
+            allocate(
+                &mut s,
+                &set,
+                0,
+                "b",
+                "eth0",
+                Some("10.9.0.1".parse().unwrap())
+            )
+            .unwrap_err()
+            .code,
+            7
+        );
+        assert_eq!(
+            allocate(
+                &mut s,
+                &set,
+                0,
+                "b",
+                "eth0",
+                Some("10.0.0.1".parse().unwrap())
+            )
+            .unwrap_err()
+            .code,
+            7
+        );
     }
 }

@@ -89,7 +89,9 @@ impl Range {
             IpNetwork::V6(n) => (n.prefix() as u32, 128),
         };
         if ones > bits - 2 {
-            return Err(CniError::config(format!("network {subnet} is too small to allocate from")));
+            return Err(CniError::config(format!(
+                "network {subnet} is too small to allocate from"
+            )));
         }
         let first = ip::next(subnet.network());
         let last = match subnet {
@@ -98,7 +100,9 @@ impl Range {
         };
         let inside = |a: IpAddr, what: &str| -> CniResult<IpAddr> {
             if !subnet.contains(a) {
-                return Err(CniError::config(format!("{what} {a} is not in network {subnet}")));
+                return Err(CniError::config(format!(
+                    "{what} {a} is not in network {subnet}"
+                )));
             }
             Ok(a)
         };
@@ -111,19 +115,36 @@ impl Range {
             None => last,
         };
         // The network and broadcast addresses are never handed out, whatever the config says.
-        let start = if ip::to_u128(start) < ip::to_u128(first) { first } else { start };
-        let end = if ip::to_u128(end) > ip::to_u128(last) { last } else { end };
+        let start = if ip::to_u128(start) < ip::to_u128(first) {
+            first
+        } else {
+            start
+        };
+        let end = if ip::to_u128(end) > ip::to_u128(last) {
+            last
+        } else {
+            end
+        };
         if ip::to_u128(start) > ip::to_u128(end) {
-            return Err(CniError::config(format!("rangeStart {start} is after rangeEnd {end} in {subnet}")));
+            return Err(CniError::config(format!(
+                "rangeStart {start} is after rangeEnd {end} in {subnet}"
+            )));
         }
         let gateway = match r.gateway {
             Some(g) if !ip::same_family(g, first) => {
-                return Err(CniError::config(format!("gateway {g} is not of the family of {subnet}")))
+                return Err(CniError::config(format!(
+                    "gateway {g} is not of the family of {subnet}"
+                )))
             }
             Some(g) => g,
             None => first,
         };
-        Ok(Range { subnet, start, end, gateway })
+        Ok(Range {
+            subnet,
+            start,
+            end,
+            gateway,
+        })
     }
 
     pub fn contains(&self, a: IpAddr) -> bool {
@@ -158,25 +179,44 @@ impl IpamConfig {
     /// `CNI_ARGS` pairs.
     pub fn parse(stdin: &[u8], cni_args: &[(String, String)]) -> CniResult<IpamConfig> {
         let raw: RawNetConf = cni::types::decode(stdin, "host-local configuration")?;
-        let ipam = raw.ipam.ok_or_else(|| CniError::config("IPAM config missing 'ipam' key"))?;
+        let ipam = raw
+            .ipam
+            .ok_or_else(|| CniError::config("IPAM config missing 'ipam' key"))?;
         let mut raw_sets = ipam.ranges;
         if let Some(subnet) = ipam.subnet {
             raw_sets.insert(
                 0,
-                vec![RawRange { subnet, range_start: ipam.range_start, range_end: ipam.range_end, gateway: ipam.gateway }],
+                vec![RawRange {
+                    subnet,
+                    range_start: ipam.range_start,
+                    range_end: ipam.range_end,
+                    gateway: ipam.gateway,
+                }],
             );
         }
         if raw_sets.is_empty() {
-            return Err(CniError::config("host-local: no IP ranges specified ('ranges' or 'subnet')"));
+            return Err(CniError::config(
+                "host-local: no IP ranges specified ('ranges' or 'subnet')",
+            ));
         }
         let mut range_sets = Vec::new();
         for (i, set) in raw_sets.into_iter().enumerate() {
             if set.is_empty() {
-                return Err(CniError::config(format!("host-local: range set {i} is empty")));
+                return Err(CniError::config(format!(
+                    "host-local: range set {i} is empty"
+                )));
             }
-            let set: RangeSet = set.into_iter().map(Range::canonical).collect::<CniResult<_>>()?;
-            if set.iter().any(|r| r.subnet.is_ipv4() != set[0].subnet.is_ipv4()) {
-                return Err(CniError::config(format!("host-local: range set {i} mixes address families")));
+            let set: RangeSet = set
+                .into_iter()
+                .map(Range::canonical)
+                .collect::<CniResult<_>>()?;
+            if set
+                .iter()
+                .any(|r| r.subnet.is_ipv4() != set[0].subnet.is_ipv4())
+            {
+                return Err(CniError::config(format!(
+                    "host-local: range set {i} mixes address families"
+                )));
             }
             range_sets.push(set);
         }
@@ -197,9 +237,9 @@ impl IpamConfig {
         let mut requested = Vec::new();
         let mut add_req = |s: &str, from: &str| -> CniResult<()> {
             let a = s.split('/').next().unwrap_or(s);
-            let ip = a
-                .parse::<IpAddr>()
-                .map_err(|_| CniError::config(format!("host-local: invalid requested IP {s:?} in {from}")))?;
+            let ip = a.parse::<IpAddr>().map_err(|_| {
+                CniError::config(format!("host-local: invalid requested IP {s:?} in {from}"))
+            })?;
             if !requested.contains(&ip) {
                 requested.push(ip);
             }
@@ -212,7 +252,12 @@ impl IpamConfig {
                 }
             }
         }
-        for s in raw.args.and_then(|a| a.cni).map(|c| c.ips).unwrap_or_default() {
+        for s in raw
+            .args
+            .and_then(|a| a.cni)
+            .map(|c| c.ips)
+            .unwrap_or_default()
+        {
             add_req(&s, "args.cni.ips")?;
         }
         for s in raw.runtime_config.map(|r| r.ips).unwrap_or_default() {
@@ -221,9 +266,19 @@ impl IpamConfig {
         Ok(IpamConfig {
             name: raw.name,
             range_sets,
-            routes: ipam.routes.into_iter().map(|r| Route::new(r.dst, r.gw)).collect(),
-            data_dir: PathBuf::from(ipam.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.to_string())),
-            resolv_conf: ipam.resolv_conf.filter(|s| !s.is_empty()).map(PathBuf::from),
+            routes: ipam
+                .routes
+                .into_iter()
+                .map(|r| Route::new(r.dst, r.gw))
+                .collect(),
+            data_dir: PathBuf::from(
+                ipam.data_dir
+                    .unwrap_or_else(|| DEFAULT_DATA_DIR.to_string()),
+            ),
+            resolv_conf: ipam
+                .resolv_conf
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
             requested,
         })
     }
@@ -256,7 +311,8 @@ mod tests {
 
     #[test]
     fn defaults_like_the_reference() {
-        let c = parse(r#"{"name":"n","ipam":{"type":"host-local","subnet":"10.1.2.0/24"}}"#).unwrap();
+        let c =
+            parse(r#"{"name":"n","ipam":{"type":"host-local","subnet":"10.1.2.0/24"}}"#).unwrap();
         let r = &c.range_sets[0][0];
         assert_eq!(r.start.to_string(), "10.1.2.1");
         assert_eq!(r.end.to_string(), "10.1.2.254");
@@ -272,10 +328,28 @@ mod tests {
         assert_eq!(code(r#"{"name":"n","ipam":{}}"#), 7);
         assert_eq!(code(r#"{"name":"n"}"#), 7);
         assert_eq!(code(r#"{"name":"n","ipam":{"subnet":"10.0.0.0/31"}}"#), 7);
-        assert_eq!(code(r#"{"name":"n","ipam":{"subnet":"10.0.0.0/24","rangeStart":"10.0.1.1"}}"#), 7);
-        assert_eq!(code(r#"{"name":"n","ipam":{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.9","rangeEnd":"10.0.0.3"}}"#), 7);
-        assert_eq!(code(r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.0.0.128/25"}]]}}"#), 7);
-        assert_eq!(code(r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"fd00::/64"}]]}}"#), 7);
+        assert_eq!(
+            code(r#"{"name":"n","ipam":{"subnet":"10.0.0.0/24","rangeStart":"10.0.1.1"}}"#),
+            7
+        );
+        assert_eq!(
+            code(
+                r#"{"name":"n","ipam":{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.9","rangeEnd":"10.0.0.3"}}"#
+            ),
+            7
+        );
+        assert_eq!(
+            code(
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.0.0.128/25"}]]}}"#
+            ),
+            7
+        );
+        assert_eq!(
+            code(
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"fd00::/64"}]]}}"#
+            ),
+            7
+        );
         assert_eq!(code(r#"{"name":"n","ipam":{"subnet":"not-a-subnet"}}"#), 6);
     }
 

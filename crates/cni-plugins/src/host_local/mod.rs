@@ -22,20 +22,31 @@ impl HostLocal {
 impl Plugin for HostLocal {
     fn add(&self, args: &Args) -> CniResult<AddResult> {
         let conf = Self::config(args)?;
-        let dns = match &conf.resolv_conf {
-            Some(p) => parse_resolv_conf(
-                &std::fs::read_to_string(p).map_err(|e| CniError::io(format!("reading resolvConf {}: {e}", p.display())))?,
-            ),
-            None => cni::Dns::default(),
-        };
+        let dns =
+            match &conf.resolv_conf {
+                Some(p) => parse_resolv_conf(&std::fs::read_to_string(p).map_err(|e| {
+                    CniError::io(format!("reading resolvConf {}: {e}", p.display()))
+                })?),
+                None => cni::Dns::default(),
+            };
         let mut store = DiskStore::open(&conf.data_dir, &conf.name)?;
         let mut requested = conf.requested.clone();
         let mut ips = Vec::new();
         let mut fresh = Vec::new();
         let outcome = (|| -> CniResult<()> {
             for (i, set) in conf.range_sets.iter().enumerate() {
-                let want = requested.iter().position(|a| set.iter().any(|r| r.contains(*a))).map(|p| requested.remove(p));
-                let a = allocator::allocate(&mut store, set, i, &args.container_id, &args.ifname, want)?;
+                let want = requested
+                    .iter()
+                    .position(|a| set.iter().any(|r| r.contains(*a)))
+                    .map(|p| requested.remove(p));
+                let a = allocator::allocate(
+                    &mut store,
+                    set,
+                    i,
+                    &args.container_id,
+                    &args.ifname,
+                    want,
+                )?;
                 if a.fresh {
                     fresh.push(a.ip.address.ip());
                 }
@@ -56,12 +67,20 @@ impl Plugin for HostLocal {
             }
             return Err(e);
         }
-        Ok(AddResult { cni_version: args.conf.cni_version.clone(), interfaces: vec![], ips, routes: conf.routes, dns })
+        Ok(AddResult {
+            cni_version: args.conf.cni_version.clone(),
+            interfaces: vec![],
+            ips,
+            routes: conf.routes,
+            dns,
+        })
     }
 
     fn del(&self, args: &Args) -> CniResult<()> {
         let conf = Self::config(args)?;
-        let Some(mut store) = DiskStore::open_existing(&conf.data_dir, &conf.name)? else { return Ok(()) };
+        let Some(mut store) = DiskStore::open_existing(&conf.data_dir, &conf.name)? else {
+            return Ok(());
+        };
         for r in store.reservations()? {
             if r.is_for(&args.container_id, &args.ifname) {
                 store.release(r.ip)?;
@@ -73,7 +92,11 @@ impl Plugin for HostLocal {
     fn check(&self, args: &Args) -> CniResult<()> {
         let conf = Self::config(args)?;
         let held: Vec<_> = match DiskStore::open_existing(&conf.data_dir, &conf.name)? {
-            Some(s) => s.reservations()?.into_iter().filter(|r| r.is_for(&args.container_id, &args.ifname)).collect(),
+            Some(s) => s
+                .reservations()?
+                .into_iter()
+                .filter(|r| r.is_for(&args.container_id, &args.ifname))
+                .collect(),
             None => vec![],
         };
         for set in &conf.range_sets {
@@ -104,18 +127,35 @@ impl Plugin for HostLocal {
 
     fn status(&self, args: &Args) -> CniResult<()> {
         let conf = Self::config(args)?;
-        let store = DiskStore::open(&conf.data_dir, &conf.name)
-            .map_err(|e| CniError::new(code::PLUGIN_NOT_AVAILABLE, format!("host-local store unusable: {}", e.msg)))?;
-        let probe = conf.data_dir.join(&conf.name).join(format!(".status-probe-{}", std::process::id()));
+        let store = DiskStore::open(&conf.data_dir, &conf.name).map_err(|e| {
+            CniError::new(
+                code::PLUGIN_NOT_AVAILABLE,
+                format!("host-local store unusable: {}", e.msg),
+            )
+        })?;
+        let probe = conf
+            .data_dir
+            .join(&conf.name)
+            .join(format!(".status-probe-{}", std::process::id()));
         std::fs::write(&probe, b"").map_err(|e| {
-            CniError::new(code::PLUGIN_NOT_AVAILABLE, format!("host-local store {} is not writable: {e}", conf.data_dir.display()))
+            CniError::new(
+                code::PLUGIN_NOT_AVAILABLE,
+                format!(
+                    "host-local store {} is not writable: {e}",
+                    conf.data_dir.display()
+                ),
+            )
         })?;
         let _ = std::fs::remove_file(&probe);
         for set in &conf.range_sets {
             if !allocator::has_free(&store, set)? {
                 return Err(CniError::new(
                     code::PLUGIN_NOT_AVAILABLE,
-                    format!("host-local: range set {}-{} is exhausted", set[0].start, set[set.len() - 1].end),
+                    format!(
+                        "host-local: range set {}-{} is exhausted",
+                        set[0].start,
+                        set[set.len() - 1].end
+                    ),
                 ));
             }
         }
@@ -127,10 +167,13 @@ impl Plugin for HostLocal {
         let v: serde_json::Value = cni::types::decode(&args.stdin, "GC configuration")?;
         let valid: Vec<Attachment> = match v.get(VALID_ATTACHMENTS) {
             None | Some(serde_json::Value::Null) => vec![],
-            Some(list) => serde_json::from_value(list.clone())
-                .map_err(|e| CniError::decode(format!("failed to decode {VALID_ATTACHMENTS}: {e}")))?,
+            Some(list) => serde_json::from_value(list.clone()).map_err(|e| {
+                CniError::decode(format!("failed to decode {VALID_ATTACHMENTS}: {e}"))
+            })?,
         };
-        let Some(mut store) = DiskStore::open_existing(&conf.data_dir, &conf.name)? else { return Ok(()) };
+        let Some(mut store) = DiskStore::open_existing(&conf.data_dir, &conf.name)? else {
+            return Ok(());
+        };
         for r in store.reservations()? {
             if !valid.iter().any(|a| r.is_for(&a.container_id, &a.ifname)) {
                 store.release(r.ip)?;

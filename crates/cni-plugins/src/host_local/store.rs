@@ -54,10 +54,13 @@ impl DiskStore {
     /// plugin processes: two concurrent ADDs never see the same free address.
     pub fn open(data_dir: &Path, network: &str) -> CniResult<DiskStore> {
         if network.is_empty() || network.contains('/') || network == "." || network == ".." {
-            return Err(CniError::config(format!("invalid network name {network:?} for host-local")));
+            return Err(CniError::config(format!(
+                "invalid network name {network:?} for host-local"
+            )));
         }
         let dir = data_dir.join(network);
-        std::fs::create_dir_all(&dir).map_err(|e| CniError::io(format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CniError::io(format!("creating {}: {e}", dir.display())))?;
         let lock_path = dir.join("lock");
         let lock = OpenOptions::new()
             .read(true)
@@ -74,7 +77,10 @@ impl DiskStore {
             }
             let err = std::io::Error::last_os_error();
             if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(CniError::io(format!("locking {}: {err}", lock_path.display())));
+                return Err(CniError::io(format!(
+                    "locking {}: {err}",
+                    lock_path.display()
+                )));
             }
         }
         Ok(DiskStore { dir, _lock: lock })
@@ -133,17 +139,26 @@ impl Store for DiskStore {
     }
 
     fn reservations(&self) -> CniResult<Vec<Reservation>> {
-        let rd = std::fs::read_dir(&self.dir).map_err(|e| CniError::io(format!("reading {}: {e}", self.dir.display())))?;
+        let rd = std::fs::read_dir(&self.dir)
+            .map_err(|e| CniError::io(format!("reading {}: {e}", self.dir.display())))?;
         let mut out = Vec::new();
         for entry in rd {
-            let entry = entry.map_err(|e| CniError::io(format!("reading {}: {e}", self.dir.display())))?;
+            let entry =
+                entry.map_err(|e| CniError::io(format!("reading {}: {e}", self.dir.display())))?;
             let name = entry.file_name();
-            let Some(ip) = name.to_str().and_then(|n| n.parse::<IpAddr>().ok()) else { continue };
+            let Some(ip) = name.to_str().and_then(|n| n.parse::<IpAddr>().ok()) else {
+                continue;
+            };
             let text = match std::fs::read_to_string(entry.path()) {
                 Ok(t) => t,
                 // Released by nobody else (we hold the lock), but tolerate a racing manual cleanup.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(CniError::io(format!("reading {}: {e}", entry.path().display()))),
+                Err(e) => {
+                    return Err(CniError::io(format!(
+                        "reading {}: {e}",
+                        entry.path().display()
+                    )))
+                }
             };
             let mut lines = text.split(['\r', '\n']).filter(|l| !l.is_empty());
             let id = lines.next().unwrap_or("").trim().to_string();
@@ -181,7 +196,11 @@ impl Store for MemStore {
         Ok(self
             .held
             .iter()
-            .map(|(ip, (id, ifname))| Reservation { ip: *ip, id: id.clone(), ifname: ifname.clone() })
+            .map(|(ip, (id, ifname))| Reservation {
+                ip: *ip,
+                id: id.clone(),
+                ifname: ifname.clone(),
+            })
             .collect())
     }
 }
@@ -199,13 +218,26 @@ mod tests {
             let ip: IpAddr = "10.0.0.2".parse().unwrap();
             assert!(s.reserve("c1", "eth0", ip, 0).unwrap());
             assert!(!s.reserve("c2", "eth0", ip, 0).unwrap());
-            assert_eq!(std::fs::read_to_string(d.join("net/10.0.0.2")).unwrap(), "c1\r\neth0");
-            assert_eq!(std::fs::read_to_string(d.join("net/last_reserved_ip.0")).unwrap(), "10.0.0.2");
+            assert_eq!(
+                std::fs::read_to_string(d.join("net/10.0.0.2")).unwrap(),
+                "c1\r\neth0"
+            );
+            assert_eq!(
+                std::fs::read_to_string(d.join("net/last_reserved_ip.0")).unwrap(),
+                "10.0.0.2"
+            );
             assert!(d.join("net/lock").exists());
             std::fs::write(d.join("net/10.0.0.3"), "legacy").unwrap();
             let mut r = s.reservations().unwrap();
             r.sort_by_key(|r| r.ip);
-            assert_eq!(r[0], Reservation { ip, id: "c1".into(), ifname: "eth0".into() });
+            assert_eq!(
+                r[0],
+                Reservation {
+                    ip,
+                    id: "c1".into(),
+                    ifname: "eth0".into()
+                }
+            );
             assert!(r[1].is_for("legacy", "anything"));
             assert_eq!(s.last_reserved(0).unwrap(), Some(ip));
             assert_eq!(s.last_reserved(1).unwrap(), None);

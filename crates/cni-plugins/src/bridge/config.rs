@@ -1,0 +1,163 @@
+//! The bridge plugin's configuration, as the reference plugin reads it.
+
+use cni::{CniError, CniResult, Dns};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct BridgeConf {
+    #[serde(default = "default_bridge")]
+    pub bridge: String,
+    #[serde(rename = "isGateway", default)]
+    pub is_gateway: bool,
+    #[serde(rename = "isDefaultGateway", default)]
+    pub is_default_gateway: bool,
+    #[serde(rename = "forceAddress", default)]
+    pub force_address: bool,
+    #[serde(rename = "ipMasq", default)]
+    pub ip_masq: bool,
+    #[serde(rename = "ipMasqBackend", default)]
+    pub ip_masq_backend: Option<String>,
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    #[serde(rename = "hairpinMode", default)]
+    pub hairpin_mode: bool,
+    #[serde(rename = "promiscMode", default)]
+    pub promisc_mode: bool,
+    #[serde(default)]
+    pub vlan: Option<u32>,
+    #[serde(rename = "preserveDefaultVlan", default = "yes")]
+    pub preserve_default_vlan: bool,
+    #[serde(default)]
+    pub macspoofchk: bool,
+    #[serde(default)]
+    pub enabledad: bool,
+    #[serde(default)]
+    pub dns: Option<Dns>,
+    #[serde(rename = "runtimeConfig", default)]
+    pub runtime_config: Option<MacHolder>,
+    #[serde(default)]
+    pub args: Option<ArgsHolder>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct MacHolder {
+    #[serde(default)]
+    pub mac: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ArgsHolder {
+    #[serde(default)]
+    pub cni: Option<MacHolder>,
+}
+
+fn default_bridge() -> String {
+    "cni0".to_string()
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl BridgeConf {
+    pub fn parse(stdin: &[u8]) -> CniResult<BridgeConf> {
+        let mut c: BridgeConf = cni::types::decode(stdin, "bridge configuration")?;
+        if c.is_default_gateway {
+            c.is_gateway = true;
+        }
+        cni::skeleton::validate_ifname(&c.bridge)
+            .map_err(|e| CniError::config(format!("invalid bridge name: {}", e.msg)))?;
+        if let Some(v) = c.vlan {
+            if v > 4094 {
+                return Err(CniError::config(format!(
+                    "invalid VLAN ID {v} (must be between 0 and 4094)"
+                )));
+            }
+        }
+        if c.mtu == Some(0) {
+            c.mtu = None;
+        }
+        if let Some(m) = c.mtu {
+            if !(68..=65535).contains(&m) {
+                return Err(CniError::config(format!("invalid mtu {m}")));
+            }
+        }
+        Ok(c)
+    }
+
+    pub fn vlan(&self) -> Option<u16> {
+        self.vlan.filter(|v| *v != 0).map(|v| v as u16)
+    }
+
+    /// The MAC the runtime asked for: the `mac` capability, then `args.cni.mac`, then `CNI_ARGS` `MAC=`.
+    pub fn requested_mac(&self, cni_args: &[(String, String)]) -> CniResult<Option<Vec<u8>>> {
+        let s = self
+            .runtime_config
+            .as_ref()
+            .and_then(|r| r.mac.clone())
+            .or_else(|| {
+                self.args
+                    .as_ref()
+                    .and_then(|a| a.cni.as_ref())
+                    .and_then(|c| c.mac.clone())
+            })
+            .or_else(|| {
+                cni_args
+                    .iter()
+                    .find(|(k, _)| k == "MAC")
+                    .map(|(_, v)| v.clone())
+            });
+        match s {
+            None => Ok(None),
+            Some(s) => crate::netlink::parse_mac(&s)
+                .map(Some)
+                .ok_or_else(|| CniError::config(format!("invalid MAC address {s:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_validation() {
+        let c = BridgeConf::parse(br#"{"isDefaultGateway":true}"#).unwrap();
+        assert_eq!(c.bridge, "cni0");
+        assert!(c.is_gateway);
+        assert!(c.preserve_default_vlan);
+        assert_eq!(c.vlan(), None);
+        assert_eq!(BridgeConf::parse(br#"{"vlan":5000}"#).unwrap_err().code, 7);
+        assert_eq!(
+            BridgeConf::parse(br#"{"bridge":"a-name-longer-than-15"}"#)
+                .unwrap_err()
+                .code,
+            7
+        );
+        assert_eq!(BridgeConf::parse(br#"{"mtu":"x"}"#).unwrap_err().code, 6);
+        assert_eq!(BridgeConf::parse(br#"{"mtu":10}"#).unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn mac_sources() {
+        let c = BridgeConf::parse(br#"{"runtimeConfig":{"mac":"02:00:00:00:00:01"}}"#).unwrap();
+        assert_eq!(
+            c.requested_mac(&[]).unwrap().unwrap(),
+            vec![2, 0, 0, 0, 0, 1]
+        );
+        let c = BridgeConf::parse(br#"{}"#).unwrap();
+        assert_eq!(
+            c.requested_mac(&[("MAC".into(), "02:00:00:00:00:02".into())])
+                .unwrap()
+                .unwrap()[5],
+            2
+        );
+        assert_eq!(
+            c.requested_mac(&[("MAC".into(), "nope".into())])
+                .unwrap_err()
+                .code,
+            7
+        );
+        assert!(c.requested_mac(&[]).unwrap().is_none());
+    }
+}

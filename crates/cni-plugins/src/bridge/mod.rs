@@ -1,0 +1,536 @@
+//! The `bridge` plugin: a Linux bridge on the node, a veth pair per attachment with
+//! the host end on the bridge and the other end in the pod's namespace, addresses from
+//! the IPAM plugin, optionally the gateway address on the bridge and masquerading.
+//!
+//! ADD, in order, each step undone on a later failure:
+//! ```text
+//! bridge (create or reuse) -> veth pair (peer created inside the netns) -> port setup
+//! (master, hairpin, vlan) -> IPAM ADD -> container side (addresses, up, routes)
+//! -> gateway address on the bridge + forwarding -> ipMasq rules -> result
+//! ```
+
+pub mod config;
+
+use crate::masq::{self, Backend};
+use crate::netlink::{errno, Link, Netlink};
+use crate::netns::{self, NetNs};
+use cni::invoke::{self, InvokeEnv};
+use cni::skeleton::{Args, Plugin};
+use cni::{code, AddResult, CniError, CniResult, Interface, Route};
+use config::BridgeConf;
+use ipnetwork::IpNetwork;
+use std::net::IpAddr;
+use std::path::Path;
+
+pub struct Bridge;
+
+fn block_on<F: std::future::Future>(f: F) -> CniResult<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CniError::internal(format!("failed to start runtime: {e}")))?;
+    Ok(rt.block_on(f))
+}
+
+fn ipam_env(args: &Args) -> InvokeEnv {
+    InvokeEnv {
+        container_id: args.container_id.clone(),
+        netns: args.netns.clone(),
+        ifname: args.ifname.clone(),
+        args: args
+            .args
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(";"),
+        path: args.path.clone(),
+    }
+}
+
+fn ipam_type(args: &Args) -> Option<&str> {
+    args.conf
+        .ipam
+        .as_ref()
+        .map(|i| i.plugin_type.as_str())
+        .filter(|t| !t.is_empty())
+}
+
+fn random_veth_name() -> String {
+    let mut b = [0u8; 4];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    format!("veth{:02x}{:02x}{:02x}{:02x}", b[0], b[1], b[2], b[3])
+}
+
+fn default_net(v4: bool) -> IpNetwork {
+    if v4 {
+        "0.0.0.0/0".parse().unwrap()
+    } else {
+        "::/0".parse().unwrap()
+    }
+}
+
+/// What ADD has done so far, so a failure can undo exactly that.
+#[derive(Default)]
+struct Undo {
+    host_veth: Option<u32>,
+    ipam: bool,
+    masq: Option<Backend>,
+}
+
+impl Plugin for Bridge {
+    fn add(&self, args: &Args) -> CniResult<AddResult> {
+        let conf = BridgeConf::parse(&args.stdin)?;
+        let mac = conf.requested_mac(&args.args)?;
+        let backend = if conf.ip_masq {
+            Some(Backend::choose(conf.ip_masq_backend.as_deref())?)
+        } else {
+            None
+        };
+        let ns = NetNs::open(Path::new(&args.netns))?;
+        std::thread::scope(|s| {
+            // IPAM runs in its own process anyway: start it now, beside the link setup.
+            let mut ipam = ipam_type(args)
+                .map(|t| s.spawn(move || invoke::delegate_add(t, &ipam_env(args), &args.stdin)));
+            block_on(async {
+                let host = Netlink::connect(None)?;
+                let cont = Netlink::connect(Some(&ns))?;
+                let mut undo = Undo::default();
+                let res = add(
+                    args, &conf, mac, backend, &ns, &host, &cont, &mut ipam, &mut undo,
+                )
+                .await;
+                if res.is_err() {
+                    if let Some(h) = ipam.take() {
+                        undo.ipam = matches!(h.join(), Ok(Ok(_)));
+                    }
+                    if let Some(b) = undo.masq {
+                        let _ = masq::teardown(b, &args.conf.name, &args.container_id);
+                    }
+                    if undo.ipam {
+                        if let Some(t) = ipam_type(args) {
+                            let _ = invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin);
+                        }
+                    }
+                    if let Some(idx) = undo.host_veth {
+                        let _ = host.del_link(idx).await;
+                    }
+                }
+                res
+            })?
+        })
+    }
+
+    fn del(&self, args: &Args) -> CniResult<()> {
+        let conf = BridgeConf::parse(&args.stdin)?;
+        let backend = if conf.ip_masq {
+            Some(Backend::choose(conf.ip_masq_backend.as_deref())?)
+        } else {
+            None
+        };
+        // The three parts are independent and each mostly waits on the kernel (RCU
+        // grace periods for the link and the nftables commit), so they run at once.
+        std::thread::scope(|s| {
+            let ipam = ipam_type(args)
+                .map(|t| s.spawn(move || invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin)));
+            let rules = backend
+                .map(|b| s.spawn(move || masq::teardown(b, &args.conf.name, &args.container_id)));
+            let link = del_link(args);
+            let ipam = ipam.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CniError::internal("IPAM DEL panicked")))
+            });
+            let rules = rules.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CniError::internal("ipMasq teardown panicked")))
+            });
+            ipam.unwrap_or(Ok(()))?;
+            rules.unwrap_or(Ok(()))?;
+            link
+        })
+    }
+
+    fn check(&self, args: &Args) -> CniResult<()> {
+        let conf = BridgeConf::parse(&args.stdin)?;
+        let prev = args
+            .conf
+            .prev_result()?
+            .ok_or_else(|| CniError::config("CHECK: required prevResult missing"))?;
+        if let Some(t) = ipam_type(args) {
+            invoke::delegate(t, "CHECK", &ipam_env(args), &args.stdin)?;
+        }
+        let ns = NetNs::open(Path::new(&args.netns))?;
+        block_on(check(args, &conf, &prev, &ns))??;
+        if conf.ip_masq && !prev.ips.is_empty() {
+            let backend = Backend::choose(conf.ip_masq_backend.as_deref())?;
+            if !masq::present(backend, &args.conf.name, &args.container_id)? {
+                return Err(CniError::internal(format!(
+                    "CHECK: masquerade rules of {} on network {} are missing",
+                    args.container_id, args.conf.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn status(&self, args: &Args) -> CniResult<()> {
+        match ipam_type(args) {
+            Some(t) => invoke::delegate(t, "STATUS", &ipam_env(args), &args.stdin).map_err(|e| {
+                if e.code == code::PLUGIN_NOT_AVAILABLE
+                    || e.code == code::PLUGIN_NOT_AVAILABLE_LIMITED
+                {
+                    e
+                } else {
+                    CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg)
+                }
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn gc(&self, args: &Args) -> CniResult<()> {
+        match ipam_type(args) {
+            Some(t) => invoke::delegate(t, "GC", &ipam_env(args), &args.stdin),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Deletes the container end of the veth (the host end goes with it).
+fn del_link(args: &Args) -> CniResult<()> {
+    if args.netns.is_empty() {
+        return Ok(());
+    }
+    let ns = match NetNs::open(Path::new(&args.netns)) {
+        Ok(ns) => ns,
+        // The namespace is gone, and the veth went with it.
+        Err(e) if e.code == code::UNKNOWN_CONTAINER => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    block_on(async {
+        let cont = Netlink::connect(Some(&ns))?;
+        if let Some(l) = cont.link_by_name(&args.ifname).await? {
+            cont.del_link(l.index).await?;
+        }
+        Ok(())
+    })?
+}
+
+type IpamJob<'scope> = Option<std::thread::ScopedJoinHandle<'scope, CniResult<AddResult>>>;
+
+#[allow(clippy::too_many_arguments)]
+async fn add(
+    args: &Args,
+    conf: &BridgeConf,
+    mac: Option<Vec<u8>>,
+    backend: Option<Backend>,
+    ns: &NetNs,
+    host: &Netlink,
+    cont: &Netlink,
+    ipam: &mut IpamJob<'_>,
+    undo: &mut Undo,
+) -> CniResult<AddResult> {
+    let br = host
+        .ensure_bridge(&conf.bridge, conf.mtu, conf.vlan().is_some())
+        .await?;
+    if conf.promisc_mode {
+        host.set_promisc(br.index).await?;
+    }
+    if cont.link_by_name(&args.ifname).await?.is_some() {
+        return Err(CniError::internal(format!(
+            "container interface {:?} already exists in {}",
+            args.ifname, args.netns
+        )));
+    }
+
+    // The veth, its host end named at random; a name clash with a leftover is retried.
+    let mut host_name = String::new();
+    for attempt in 0..10 {
+        host_name = random_veth_name();
+        match host
+            .add_veth(&host_name, &args.ifname, ns, conf.mtu, mac.clone())
+            .await
+        {
+            Ok(()) => break,
+            Err(e) if errno(&e) == Some(libc::EEXIST) && attempt < 9 => continue,
+            Err(e) => {
+                return Err(CniError::io(format!(
+                    "failed to create veth pair for {}: {e}",
+                    args.ifname
+                )))
+            }
+        }
+    }
+    let host_veth = host
+        .link_by_name(&host_name)
+        .await?
+        .ok_or_else(|| CniError::io(format!("veth {host_name} vanished after creation")))?;
+    undo.host_veth = Some(host_veth.index);
+    host.set_controller(host_veth.index, br.index).await?;
+    host.set_up(host_veth.index, true).await?;
+    if conf.hairpin_mode {
+        host.set_hairpin(host_veth.index, true).await?;
+    }
+    if let Some(vid) = conf.vlan() {
+        host.set_port_vlan(host_veth.index, vid, conf.preserve_default_vlan)
+            .await?;
+    }
+
+    // Addresses.
+    let mut result = match (ipam.take(), ipam_type(args)) {
+        (Some(job), Some(t)) => {
+            let r = job
+                .join()
+                .unwrap_or_else(|_| Err(CniError::internal("IPAM ADD panicked")))?;
+            undo.ipam = true;
+            if r.ips.is_empty() {
+                return Err(CniError::internal(format!(
+                    "IPAM plugin {t} returned no IP config"
+                )));
+            }
+            r
+        }
+        _ => AddResult::default(),
+    };
+    for ipc in result.ips.iter_mut() {
+        ipc.interface = Some(2);
+        if ipc.gateway.is_none() && conf.is_gateway {
+            ipc.gateway = Some(crate::ip::next(ipc.address.network()));
+        }
+    }
+    if conf.is_default_gateway {
+        for v4 in [true, false] {
+            let gw = result
+                .ips
+                .iter()
+                .find(|i| i.address.is_ipv4() == v4)
+                .and_then(|i| i.gateway);
+            let Some(gw) = gw else { continue };
+            let dflt = default_net(v4);
+            if !result.routes.iter().any(|r| r.dst == dflt) {
+                result.routes.push(Route::new(dflt, Some(gw)));
+            }
+        }
+    }
+
+    // The container side.
+    let c_link = cont
+        .link_by_name(&args.ifname)
+        .await?
+        .ok_or_else(|| CniError::io(format!("{} vanished from {}", args.ifname, args.netns)))?;
+    configure_container(args, conf, ns, cont, &c_link, &result).await?;
+
+    // The node side: gateway addresses on the bridge and forwarding.
+    if conf.is_gateway {
+        let mut forwarding = (false, false);
+        for ipc in &result.ips {
+            let Some(gw) = ipc.gateway else { continue };
+            let gw_net = IpNetwork::new(gw, ipc.address.prefix())
+                .map_err(|e| CniError::config(format!("gateway {gw}: {e}")))?;
+            if let Some(vid) = conf.vlan() {
+                host.set_port_vlan(br.index, vid, true).await.ok();
+            }
+            ensure_gateway_addr(host, &br, gw_net, conf.force_address).await?;
+            if gw.is_ipv4() {
+                forwarding.0 = true;
+            } else {
+                forwarding.1 = true;
+            }
+        }
+        if forwarding.0 {
+            netns::write_sysctl("net/ipv4/ip_forward", "1")?;
+        }
+        if forwarding.1 {
+            netns::write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
+        }
+    }
+
+    if let Some(b) = backend {
+        let nets: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
+        undo.masq = Some(b);
+        masq::setup(b, &args.conf.name, &args.container_id, &nets)?;
+    }
+
+    // Re-read the bridge: its MAC changes when the first port joins.
+    let br_now = host.link_by_name(&conf.bridge).await?.unwrap_or(br);
+    result.interfaces = vec![
+        Interface {
+            name: br_now.name.clone(),
+            mac: br_now.mac.clone(),
+            ..Default::default()
+        },
+        Interface {
+            name: host_veth.name.clone(),
+            mac: host_veth.mac.clone(),
+            ..Default::default()
+        },
+        Interface {
+            name: c_link.name.clone(),
+            mac: c_link.mac.clone(),
+            sandbox: args.netns.clone(),
+            ..Default::default()
+        },
+    ];
+    result.dns = conf.dns.clone().unwrap_or_default();
+    result.cni_version = args.conf.cni_version.clone();
+    Ok(result)
+}
+
+/// Addresses, link up and routes inside the pod's namespace.
+async fn configure_container(
+    args: &Args,
+    conf: &BridgeConf,
+    ns: &NetNs,
+    cont: &Netlink,
+    link: &Link,
+    result: &AddResult,
+) -> CniResult<()> {
+    if result.ips.iter().any(|i| i.address.is_ipv6()) {
+        let ifname = args.ifname.clone();
+        let dad = conf.enabledad;
+        ns.run(move || -> CniResult<()> {
+            netns::write_sysctl(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "0")?;
+            // DAD delays a fresh address by a second or more and fails under hairpin.
+            if !dad {
+                netns::write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")?;
+            }
+            Ok(())
+        })??;
+    }
+    cont.set_up(link.index, true).await?;
+    for ipc in &result.ips {
+        cont.add_addr(link.index, ipc.address).await?;
+    }
+    for r in &result.routes {
+        let v4 = r.dst.is_ipv4();
+        let gw = r.gw.or_else(|| {
+            result
+                .ips
+                .iter()
+                .find(|i| i.address.is_ipv4() == v4)
+                .and_then(|i| i.gateway)
+        });
+        cont.add_route(link.index, r.dst, gw).await?;
+    }
+    Ok(())
+}
+
+/// Puts `gw` on the bridge. Another address of the same subnet already there is an
+/// error, unless `forceAddress` replaces it.
+async fn ensure_gateway_addr(
+    host: &Netlink,
+    br: &Link,
+    gw: IpNetwork,
+    force: bool,
+) -> CniResult<()> {
+    for a in host.addrs(br.index).await? {
+        if a.is_ipv4() != gw.is_ipv4() {
+            continue;
+        }
+        if a.ip() == gw.ip() && a.prefix() == gw.prefix() {
+            return Ok(());
+        }
+        let same_subnet = a.contains(gw.ip()) || gw.contains(a.ip());
+        if a.ip().is_ipv6()
+            && matches!(a.ip(), IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+        {
+            continue;
+        }
+        if same_subnet {
+            if !force {
+                return Err(CniError::config(format!(
+                    "{:?} already has an IP address different from {gw}: {a}",
+                    br.name
+                )));
+            }
+            host.del_addr(br.index, a).await?;
+        }
+    }
+    if gw.is_ipv6() {
+        // A gateway address stuck in DAD ("tentative") for a second or two would drop
+        // the first packets of every new pod on a fresh bridge.
+        netns::write_sysctl(&format!("net/ipv6/conf/{}/accept_dad", br.name), "0")?;
+    }
+    host.add_addr(br.index, gw).await
+}
+
+async fn check(args: &Args, conf: &BridgeConf, prev: &AddResult, ns: &NetNs) -> CniResult<()> {
+    let host = Netlink::connect(None)?;
+    let cont = Netlink::connect(Some(ns))?;
+    let br = host.link_by_name(&conf.bridge).await?.ok_or_else(|| {
+        CniError::internal(format!("CHECK: bridge {:?} does not exist", conf.bridge))
+    })?;
+    if br.kind != Some(netlink_packet_route::link::InfoKind::Bridge) {
+        return Err(CniError::internal(format!(
+            "CHECK: {:?} is not a bridge",
+            conf.bridge
+        )));
+    }
+    let link = cont.link_by_name(&args.ifname).await?.ok_or_else(|| {
+        CniError::internal(format!(
+            "CHECK: {} not found in {}",
+            args.ifname, args.netns
+        ))
+    })?;
+    if let Some(want) = prev
+        .interfaces
+        .iter()
+        .find(|i| i.name == args.ifname && !i.sandbox.is_empty())
+    {
+        if !want.mac.is_empty() && want.mac != link.mac {
+            return Err(CniError::internal(format!(
+                "CHECK: {} has MAC {}, prevResult says {}",
+                args.ifname, link.mac, want.mac
+            )));
+        }
+    }
+    let peer = link
+        .peer_index
+        .and_then(|p| if p == 0 { None } else { Some(p) });
+    let host_end = match peer {
+        Some(p) => host.link_by_index(p).await?,
+        None => None,
+    };
+    match host_end {
+        Some(h) if h.controller == Some(br.index) => {}
+        Some(h) => {
+            return Err(CniError::internal(format!(
+                "CHECK: host veth {} is not attached to {}",
+                h.name, conf.bridge
+            )))
+        }
+        None => {
+            return Err(CniError::internal(format!(
+                "CHECK: the host end of {} is missing",
+                args.ifname
+            )))
+        }
+    }
+    let have = cont.addrs(link.index).await?;
+    for ipc in &prev.ips {
+        if !have
+            .iter()
+            .any(|a| a.ip() == ipc.address.ip() && a.prefix() == ipc.address.prefix())
+        {
+            return Err(CniError::internal(format!(
+                "CHECK: {} lacks address {}",
+                args.ifname, ipc.address
+            )));
+        }
+    }
+    for r in &prev.routes {
+        let routes = cont.routes(link.index, r.dst.is_ipv6()).await?;
+        if !routes
+            .iter()
+            .any(|(dst, _)| dst.network() == r.dst.network() && dst.prefix() == r.dst.prefix())
+        {
+            return Err(CniError::internal(format!(
+                "CHECK: route to {} missing in {}",
+                r.dst, args.netns
+            )));
+        }
+    }
+    Ok(())
+}
