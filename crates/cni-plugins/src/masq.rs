@@ -113,20 +113,29 @@ pub fn setup(
     let c = comment(network, container_id);
     match backend {
         Backend::Nftables => {
-            let mut script = format!(
-                "add table inet {NFT_TABLE}\n\
-                 add chain inet {NFT_TABLE} {NFT_CHAIN} {{ type nat hook postrouting priority srcnat ; policy accept ; }}\n"
-            );
+            let mut rules = String::new();
             for ip in ips {
                 let fam = if ip.is_ipv4() { "ip" } else { "ip6" };
                 let subnet = crate::ip::network_of(*ip);
-                script.push_str(&format!(
+                rules.push_str(&format!(
                     "add rule inet {NFT_TABLE} {NFT_CHAIN} {fam} saddr {} {fam} daddr != {subnet} {fam} daddr != {} masquerade comment \"{c}\"\n",
                     ip.ip(),
                     multicast(ip)
                 ));
             }
-            run_tool("nft", &["-f", "-"], Some(&script)).map(|_| ())
+            // Re-adding an existing table and chain costs a slow commit on every ADD, so
+            // add just the rules and create the table only when it is missing.
+            match run_tool("nft", &["-f", "-"], Some(&rules)) {
+                Ok(_) => Ok(()),
+                Err(e) if e.msg.contains("No such file or directory") => {
+                    let script = format!(
+                        "add table inet {NFT_TABLE}\n\
+                         add chain inet {NFT_TABLE} {NFT_CHAIN} {{ type nat hook postrouting priority srcnat ; policy accept ; }}\n{rules}"
+                    );
+                    run_tool("nft", &["-f", "-"], Some(&script)).map(|_| ())
+                }
+                Err(e) => Err(e),
+            }
         }
         Backend::Iptables => {
             let chain = iptables_chain(network, container_id);

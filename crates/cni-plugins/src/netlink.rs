@@ -294,18 +294,39 @@ impl Netlink {
             .map_err(|e| nl_err(format_args!("failed to set hairpin on {index}"), e))
     }
 
-    /// Puts the port into `vid` as its untagged PVID, and out of the default VLAN 1
-    /// unless `keep_default`.
-    pub async fn set_port_vlan(&self, index: u32, vid: u16, keep_default: bool) -> CniResult<()> {
+    /// Puts a bridge port (or, with `on_bridge`, the bridge device itself) into `vid`
+    /// as its untagged PVID, and out of the default VLAN 1 unless `keep_default`.
+    pub async fn set_vlan(
+        &self,
+        index: u32,
+        vid: u16,
+        keep_default: bool,
+        on_bridge: bool,
+    ) -> CniResult<()> {
         use netlink_packet_route::link::BridgeVlanInfoFlags;
+        let builder = || {
+            let b = rtnetlink::LinkBridgeVlan::new(index);
+            if on_bridge {
+                b.bridge_self()
+            } else {
+                b
+            }
+        };
         if !keep_default {
-            let msg = rtnetlink::LinkBridgeVlan::new(index)
-                .vlan(1, BridgeVlanInfoFlags::empty())
-                .build();
-            // Deleting VLAN 1 fails harmlessly when it is not there.
-            let _ = self.h.link().del_with_message(msg).execute().await;
+            let msg = builder().vlan(1, BridgeVlanInfoFlags::empty()).build();
+            match self.h.link().del_with_message(msg).execute().await {
+                Ok(()) => {}
+                // Not in VLAN 1 to begin with.
+                Err(e) if errno(&e) == Some(libc::ENOENT) || errno(&e) == Some(libc::EINVAL) => {}
+                Err(e) => {
+                    return Err(nl_err(
+                        format_args!("failed to remove default vlan from {index}"),
+                        e,
+                    ))
+                }
+            }
         }
-        let msg = rtnetlink::LinkBridgeVlan::new(index)
+        let msg = builder()
             .vlan(
                 vid,
                 BridgeVlanInfoFlags::Pvid | BridgeVlanInfoFlags::Untagged,

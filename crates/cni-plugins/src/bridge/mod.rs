@@ -90,6 +90,15 @@ impl Plugin for Bridge {
             None
         };
         let ns = NetNs::open(Path::new(&args.netns))?;
+        // Refuse a second ADD of one attachment before IPAM runs: host-local would hand
+        // back the existing address, and rolling this ADD back would then release it.
+        let ifname = args.ifname.clone();
+        if ns.run(move || nix::net::if_::if_nametoindex(ifname.as_str()).is_ok())? {
+            return Err(CniError::internal(format!(
+                "container interface {:?} already exists in {}",
+                args.ifname, args.netns
+            )));
+        }
         std::thread::scope(|s| {
             // IPAM runs in its own process anyway: start it now, beside the link setup.
             let mut ipam = ipam_type(args)
@@ -238,13 +247,6 @@ async fn add(
     if conf.promisc_mode {
         host.set_promisc(br.index).await?;
     }
-    if cont.link_by_name(&args.ifname).await?.is_some() {
-        return Err(CniError::internal(format!(
-            "container interface {:?} already exists in {}",
-            args.ifname, args.netns
-        )));
-    }
-
     // The veth, its host end named at random; a name clash with a leftover is retried.
     let mut host_name = String::new();
     for attempt in 0..10 {
@@ -274,7 +276,7 @@ async fn add(
         host.set_hairpin(host_veth.index, true).await?;
     }
     if let Some(vid) = conf.vlan() {
-        host.set_port_vlan(host_veth.index, vid, conf.preserve_default_vlan)
+        host.set_vlan(host_veth.index, vid, conf.preserve_default_vlan, false)
             .await?;
     }
 
@@ -315,43 +317,20 @@ async fn add(
         }
     }
 
-    // The container side.
-    let c_link = cont
-        .link_by_name(&args.ifname)
-        .await?
-        .ok_or_else(|| CniError::io(format!("{} vanished from {}", args.ifname, args.netns)))?;
-    configure_container(args, conf, ns, cont, &c_link, &result).await?;
-
-    // The node side: gateway addresses on the bridge and forwarding.
-    if conf.is_gateway {
-        let mut forwarding = (false, false);
-        for ipc in &result.ips {
-            let Some(gw) = ipc.gateway else { continue };
-            let gw_net = IpNetwork::new(gw, ipc.address.prefix())
-                .map_err(|e| CniError::config(format!("gateway {gw}: {e}")))?;
-            if let Some(vid) = conf.vlan() {
-                host.set_port_vlan(br.index, vid, true).await.ok();
-            }
-            ensure_gateway_addr(host, &br, gw_net, conf.force_address).await?;
-            if gw.is_ipv4() {
-                forwarding.0 = true;
-            } else {
-                forwarding.1 = true;
-            }
-        }
-        if forwarding.0 {
-            netns::write_sysctl("net/ipv4/ip_forward", "1")?;
-        }
-        if forwarding.1 {
-            netns::write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
-        }
-    }
-
-    if let Some(b) = backend {
-        let nets: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
+    // The masquerade rules need only the addresses: install them while the container
+    // and the bridge get configured.
+    let masq_job = backend.map(|b| {
         undo.masq = Some(b);
-        masq::setup(b, &args.conf.name, &args.container_id, &nets)?;
+        let nets: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
+        let (name, id) = (args.conf.name.clone(), args.container_id.clone());
+        std::thread::spawn(move || masq::setup(b, &name, &id, &nets))
+    });
+    let configured = configure(args, conf, ns, host, cont, &br, &result).await;
+    if let Some(job) = masq_job {
+        job.join()
+            .unwrap_or_else(|_| Err(CniError::internal("ipMasq setup panicked")))?;
     }
+    let c_link = configured?;
 
     // Re-read the bridge: its MAC changes when the first port joins.
     let br_now = host.link_by_name(&conf.bridge).await?.unwrap_or(br);
@@ -376,6 +355,51 @@ async fn add(
     result.dns = conf.dns.clone().unwrap_or_default();
     result.cni_version = args.conf.cni_version.clone();
     Ok(result)
+}
+
+/// The pod's side (addresses, link, routes) and the node's (gateway address on the
+/// bridge, forwarding). Returns the container's link.
+async fn configure(
+    args: &Args,
+    conf: &BridgeConf,
+    ns: &NetNs,
+    host: &Netlink,
+    cont: &Netlink,
+    br: &Link,
+    result: &AddResult,
+) -> CniResult<Link> {
+    let c_link = cont
+        .link_by_name(&args.ifname)
+        .await?
+        .ok_or_else(|| CniError::io(format!("{} vanished from {}", args.ifname, args.netns)))?;
+    configure_container(args, conf, ns, cont, &c_link, result).await?;
+
+    // The node side: gateway addresses on the bridge and forwarding.
+    if conf.is_gateway {
+        let mut forwarding = (false, false);
+        for ipc in &result.ips {
+            let Some(gw) = ipc.gateway else { continue };
+            let gw_net = IpNetwork::new(gw, ipc.address.prefix())
+                .map_err(|e| CniError::config(format!("gateway {gw}: {e}")))?;
+            if let Some(vid) = conf.vlan() {
+                // The gateway lives on the bridge device, so the bridge itself joins the VLAN.
+                host.set_vlan(br.index, vid, true, true).await?;
+            }
+            ensure_gateway_addr(host, br, gw_net, conf.force_address).await?;
+            if gw.is_ipv4() {
+                forwarding.0 = true;
+            } else {
+                forwarding.1 = true;
+            }
+        }
+        if forwarding.0 {
+            netns::write_sysctl("net/ipv4/ip_forward", "1")?;
+        }
+        if forwarding.1 {
+            netns::write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
+        }
+    }
+    Ok(c_link)
 }
 
 /// Addresses, link up and routes inside the pod's namespace.
