@@ -53,9 +53,14 @@ impl Backend {
     }
 }
 
-/// The comment that marks an attachment's rules.
-pub fn comment(network: &str, container_id: &str) -> String {
-    format!("name: {network} id: {container_id}")
+/// The comment that marks an attachment's rules. iptables gets the reference plugin's
+/// exact text (`name: "net" id: "cid"`); nftables' parser takes no quotes inside a
+/// comment, so there they are left out.
+pub fn comment(backend: Backend, network: &str, container_id: &str) -> String {
+    match backend {
+        Backend::Iptables => format!("name: {network:?} id: {container_id:?}"),
+        Backend::Nftables => format!("name: {network} id: {container_id}"),
+    }
 }
 
 fn run_tool(tool: &str, args: &[&str], stdin: Option<&str>) -> CniResult<String> {
@@ -110,7 +115,7 @@ pub fn setup(
     if ips.is_empty() {
         return Ok(());
     }
-    let c = comment(network, container_id);
+    let c = comment(backend, network, container_id);
     match backend {
         Backend::Nftables => {
             let mut rules = String::new();
@@ -246,7 +251,7 @@ fn nft_handles(c: &str) -> CniResult<Vec<u64>> {
 
 /// Removes every masquerade rule of the attachment; nothing installed is not an error.
 pub fn teardown(backend: Backend, network: &str, container_id: &str) -> CniResult<()> {
-    let c = comment(network, container_id);
+    let c = comment(backend, network, container_id);
     match backend {
         Backend::Nftables => {
             if find_tool("nft").is_none() {
@@ -288,7 +293,7 @@ pub fn teardown(backend: Backend, network: &str, container_id: &str) -> CniResul
 
 /// Whether the attachment's masquerade rules are installed (for CHECK).
 pub fn present(backend: Backend, network: &str, container_id: &str) -> CniResult<bool> {
-    let c = comment(network, container_id);
+    let c = comment(backend, network, container_id);
     match backend {
         Backend::Nftables => Ok(!nft_handles(&c)?.is_empty()),
         Backend::Iptables => {
@@ -301,18 +306,14 @@ pub fn present(backend: Backend, network: &str, container_id: &str) -> CniResult
     }
 }
 
-/// `CNI-` and 24 hex digits from the network name and container id, as the reference
-/// names its per-attachment chains (the hash differs; the shape and length match).
+/// The reference plugin's per-attachment chain name: `CNI-` and the first 24 hex
+/// digits of SHA-512 over the network name and container id, so a node that switches
+/// plugins finds (and DEL removes) the chains the other one made.
 pub fn iptables_chain(network: &str, container_id: &str) -> String {
-    let fnv = |seed: u64| {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-        for b in network.bytes().chain([0]).chain(container_id.bytes()) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h
-    };
-    format!("CNI-{:016x}{:08x}", fnv(0), fnv(0x9e37_79b9) as u32)
+    use sha2::{Digest, Sha512};
+    let digest = Sha512::digest(format!("{network}{container_id}").as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("CNI-{}", &hex[..24])
 }
 
 /// Splits an `iptables -S` line into arguments, honouring double quotes.
@@ -353,13 +354,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn chain_names_match_the_reference() {
+        // sha512("mynet" + "abc123"), as the reference plugin names the chain.
+        assert_eq!(
+            iptables_chain("mynet", "abc123"),
+            "CNI-70a29d9dc18bc4d652ea5d59"
+        );
+        assert_eq!(
+            comment(Backend::Iptables, "mynet", "abc123"),
+            r#"name: "mynet" id: "abc123""#
+        );
+    }
+
+    #[test]
     fn chain_names_are_stable_and_distinct() {
         let a = iptables_chain("net", "c1");
         assert_eq!(a.len(), 28);
         assert!(a.starts_with("CNI-"));
         assert_eq!(a, iptables_chain("net", "c1"));
         assert_ne!(a, iptables_chain("net", "c2"));
-        assert_ne!(iptables_chain("ne", "tc1"), iptables_chain("net", "c1"));
     }
 
     #[test]

@@ -100,16 +100,29 @@ impl Plugin for Bridge {
             )));
         }
         std::thread::scope(|s| {
-            // IPAM runs in its own process anyway: start it now, beside the link setup.
-            let mut ipam = ipam_type(args)
-                .map(|t| s.spawn(move || invoke::delegate_add(t, &ipam_env(args), &args.stdin)));
             block_on(async {
                 let host = Netlink::connect(None)?;
                 let cont = Netlink::connect(Some(&ns))?;
                 let mut undo = Undo::default();
-                let res = add(
-                    args, &conf, mac, backend, &ns, &host, &cont, &mut ipam, &mut undo,
-                )
+                let mut ipam: IpamJob = None;
+                let res = async {
+                    let br = host
+                        .ensure_bridge(&conf.bridge, conf.mtu, conf.vlan().is_some())
+                        .await?;
+                    if conf.promisc_mode {
+                        host.set_promisc(br.index).await?;
+                    }
+                    // IPAM runs in its own process anyway: start it now, beside the veth
+                    // setup, but only once the bridge is known good, so a bad bridge
+                    // config fails before any address is touched.
+                    ipam = ipam_type(args).map(|t| {
+                        s.spawn(move || invoke::delegate_add(t, &ipam_env(args), &args.stdin))
+                    });
+                    add(
+                        args, &conf, mac, backend, &ns, &host, &cont, &br, &mut ipam, &mut undo,
+                    )
+                    .await
+                }
                 .await;
                 if res.is_err() {
                     if let Some(h) = ipam.take() {
@@ -238,15 +251,10 @@ async fn add(
     ns: &NetNs,
     host: &Netlink,
     cont: &Netlink,
+    br: &Link,
     ipam: &mut IpamJob<'_>,
     undo: &mut Undo,
 ) -> CniResult<AddResult> {
-    let br = host
-        .ensure_bridge(&conf.bridge, conf.mtu, conf.vlan().is_some())
-        .await?;
-    if conf.promisc_mode {
-        host.set_promisc(br.index).await?;
-    }
     // The veth, its host end named at random; a name clash with a leftover is retried.
     let mut host_name = String::new();
     for attempt in 0..10 {
@@ -325,7 +333,7 @@ async fn add(
         let (name, id) = (args.conf.name.clone(), args.container_id.clone());
         std::thread::spawn(move || masq::setup(b, &name, &id, &nets))
     });
-    let configured = configure(args, conf, ns, host, cont, &br, &result).await;
+    let configured = configure(args, conf, ns, host, cont, br, &result).await;
     if let Some(job) = masq_job {
         job.join()
             .unwrap_or_else(|_| Err(CniError::internal("ipMasq setup panicked")))?;
@@ -333,7 +341,10 @@ async fn add(
     let c_link = configured?;
 
     // Re-read the bridge: its MAC changes when the first port joins.
-    let br_now = host.link_by_name(&conf.bridge).await?.unwrap_or(br);
+    let br_now = host
+        .link_by_name(&conf.bridge)
+        .await?
+        .unwrap_or_else(|| br.clone());
     result.interfaces = vec![
         Interface {
             name: br_now.name.clone(),
