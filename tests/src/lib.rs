@@ -365,3 +365,23 @@ pub fn reference_plugin(name: &str) -> Option<PathBuf> {
     eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
     None
 }
+
+/// The cgroup path of process `pid` (`"self"` for this one) for `controller` as
+/// `/proc/PID/cgroup` lists it: the v1 line naming the controller, else the unified
+/// `0::` line; `controller == ""` asks for the `0::` line. Parsed here, independently of
+/// the `cgroups` crate, so tests can check it.
+pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mut unified = None;
+    for line in text.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        if ctrls.is_empty() {
+            unified = Some(path.to_string());
+        } else if !controller.is_empty() && ctrls.split(',').any(|c| c == controller) {
+            return Some(path.to_string());
+        }
+    }
+    unified
+}
+pub mod crustd;

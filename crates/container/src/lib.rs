@@ -1,1 +1,13 @@
-//! placeholder
+//! `container`: from an OCI spec to a process — namespaces, mounts, and (so far) the
+//! pod sandbox's pause process and the bind mounts that pin its namespaces.
+//!
+//! `crustd` makes no namespace or mount syscalls itself (see DESIGN.md); it calls this
+//! crate. The crate knows nothing of CRI.
+
+pub mod error;
+pub mod ns;
+pub mod pause;
+
+pub use error::{Error, Result};
+pub use ns::NsKind;
+pub use pause::{Pause, PauseSpec};

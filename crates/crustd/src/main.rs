@@ -1,1 +1,113 @@
-fn main() {}
+//! `crustd`: the CRI v1 runtime server. See the README for flags and configuration.
+
+mod config;
+mod daemon;
+mod error;
+mod network;
+mod pod_files;
+mod podns;
+mod recovery;
+mod runtime_info;
+mod sandbox_run;
+mod sandbox_status;
+mod sandbox_stop;
+mod server;
+mod service;
+mod store;
+mod util;
+mod validate;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "crustd", version, about = "crust's CRI v1 runtime server")]
+struct Cli {
+    /// Configuration file.
+    #[arg(long, default_value = config::DEFAULT_CONFIG)]
+    config: PathBuf,
+    /// Persistent state (sandbox records, pod files).
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Volatile state (socket, lock, namespace pins).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// The CRI socket (default: <state>/crust.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Folder of CNI network configurations.
+    #[arg(long)]
+    cni_conf_dir: Option<PathBuf>,
+    /// Folder of CNI plugins; repeat for several.
+    #[arg(long)]
+    cni_bin_dir: Vec<PathBuf>,
+    /// Prefix for pod cgroups.
+    #[arg(long)]
+    cgroup_root: Option<String>,
+    /// Make pod cgroups relative to crustd's own cgroup.
+    #[arg(long)]
+    cgroup_nested: bool,
+    /// Log level or tracing filter.
+    #[arg(long)]
+    log_level: Option<String>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Configuration helpers.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// Print every key with its default value.
+    Default,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Some(Cmd::Config {
+        what: ConfigCmd::Default,
+    }) = cli.command
+    {
+        print!("{}", config::Config::default_toml());
+        return std::process::ExitCode::SUCCESS;
+    }
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("crustd: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let explicit = cli.config.as_os_str() != config::DEFAULT_CONFIG;
+    let mut cfg = config::Config::load(&cli.config, explicit)?;
+    cfg.apply(config::Overrides {
+        root: cli.root,
+        state: cli.state,
+        socket: cli.socket,
+        cni_conf_dir: cli.cni_conf_dir,
+        cni_bin_dirs: cli.cni_bin_dir,
+        cgroup_root: cli.cgroup_root,
+        cgroup_nested: cli.cgroup_nested,
+        log_level: cli.log_level,
+    })?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log_level))
+        .with_writer(std::io::stderr)
+        .init();
+    let _lock = server::lock(&cfg.state)?;
+    let crust = daemon::Crust::new(cfg)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(server::serve(crust))
+}

@@ -1,0 +1,321 @@
+//! cgroup v1: one hierarchy per controller (or per co-mounted group such as
+//! `cpu,cpuacct`), each with its own directory tree. A cgroup path is created in every
+//! hierarchy and a process is written to every hierarchy's `cgroup.procs`. On a hybrid
+//! host the cgroup2 mount (`/sys/fs/cgroup/unified`) is joined as well, as runc does, so
+//! `/proc/PID/cgroup`'s `0::` line shows the pod too; no controller is enabled there.
+
+use crate::error::{Error, Result};
+use crate::kill::{kill_loop, Freezer};
+use crate::path::CgroupPath;
+use crate::{fs, CgroupManager, Version};
+use std::path::{Path, PathBuf};
+
+/// The v1 controllers a pod's cgroup is made in, when the host mounts them.
+pub const CONTROLLERS: &[&str] = &[
+    "cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer", "hugetlb",
+];
+
+/// One mounted hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    /// The controllers mounted together here (`["cpu", "cpuacct"]`); empty for the
+    /// hybrid cgroup2 mount.
+    pub controllers: Vec<String>,
+    /// The directory that cgroup path `/` maps to.
+    pub dir: PathBuf,
+    /// Which cgroup `dir` is, as `/proc/PID/cgroup` names it (the mount's root, or the
+    /// process's own cgroup after [`crate::Hierarchy::nested_in`]).
+    pub base: CgroupPath,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manager {
+    roots: Vec<Root>,
+    hybrid: Option<Root>,
+}
+
+impl Manager {
+    pub fn new(roots: Vec<Root>, hybrid: Option<Root>) -> Manager {
+        Manager { roots, hybrid }
+    }
+
+    /// The controller hierarchies.
+    pub fn roots(&self) -> &[Root] {
+        &self.roots
+    }
+
+    /// The hybrid cgroup2 mount, if the host has one.
+    pub fn hybrid(&self) -> Option<&Root> {
+        self.hybrid.as_ref()
+    }
+
+    fn all_roots(&self) -> impl Iterator<Item = &Root> {
+        self.roots.iter().chain(self.hybrid.iter())
+    }
+
+    fn root_of(&self, controller: &str) -> Option<&Root> {
+        if controller.is_empty() {
+            return self.hybrid.as_ref();
+        }
+        self.roots
+            .iter()
+            .find(|r| r.controllers.iter().any(|c| c == controller))
+    }
+
+    pub(crate) fn map_roots(&self, f: impl Fn(&Root) -> Result<Root>) -> Result<Manager> {
+        Ok(Manager {
+            roots: self.roots.iter().map(&f).collect::<Result<_>>()?,
+            hybrid: self.hybrid.as_ref().map(&f).transpose()?,
+        })
+    }
+}
+
+impl CgroupManager for Manager {
+    fn version(&self) -> Version {
+        Version::V1
+    }
+
+    fn dirs(&self, path: &CgroupPath) -> Vec<PathBuf> {
+        self.all_roots().map(|r| path.dir_under(&r.dir)).collect()
+    }
+
+    fn dir(&self, controller: &str, path: &CgroupPath) -> Option<PathBuf> {
+        self.root_of(controller).map(|r| path.dir_under(&r.dir))
+    }
+
+    /// `mkdir -p` in every hierarchy; in `cpuset`, every level whose `cpuset.cpus` or
+    /// `cpuset.mems` is empty gets its parent's (a cgroup with an empty cpuset cannot
+    /// take tasks).
+    fn create(&self, path: &CgroupPath) -> Result<()> {
+        for root in self.all_roots() {
+            let cpuset = root.controllers.iter().any(|c| c == "cpuset");
+            let dirs = path.dirs_from_root(&root.dir);
+            for pair in dirs.windows(2) {
+                fs::mkdir(&pair[1])?;
+                if cpuset {
+                    copy_cpuset(&pair[0], &pair[1])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()> {
+        fs::add_process(&self.dirs(path), pid)
+    }
+
+    fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
+        fs::union_procs(&self.dirs(path))
+    }
+
+    fn exists(&self, path: &CgroupPath) -> bool {
+        self.dirs(path).iter().any(|d| d.is_dir())
+    }
+
+    fn kill_all(&self, path: &CgroupPath) -> Result<()> {
+        if path.is_root() {
+            return Err(Error::RootCgroup { op: "kill all" });
+        }
+        let dirs = self.dirs(path);
+        let freezer = self.dir("freezer", path);
+        let name = freezer.clone().or_else(|| dirs.first().cloned());
+        let Some(name) = name else { return Ok(()) };
+        kill_loop(&name, &dirs, freezer.map(Freezer::V1))
+    }
+
+    fn remove(&self, path: &CgroupPath) -> Result<()> {
+        if path.is_root() {
+            return Err(Error::RootCgroup { op: "remove" });
+        }
+        fs::rmdir_all(&self.dirs(path))
+    }
+}
+
+/// Fills an empty `cpuset.cpus` / `cpuset.mems` of `dir` from `parent`.
+fn copy_cpuset(parent: &Path, dir: &Path) -> Result<()> {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let own = fs::read_opt(&dir.join(file))?.unwrap_or_default();
+        if !own.trim().is_empty() {
+            continue;
+        }
+        let from = fs::read_opt(&parent.join(file))?.unwrap_or_default();
+        let from = from.trim();
+        if !from.is_empty() {
+            fs::write(&dir.join(file), from)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::testutil::{p, Tree};
+    use crate::{Hierarchy, Roots};
+
+    /// A fake v1 host: `cpu,cpuacct` co-mounted, plus cpuset, memory, pids, freezer and
+    /// a hybrid cgroup2 mount.
+    fn host(t: &Tree) -> Hierarchy {
+        t.write("cpuset/cpuset.cpus", "0-3\n");
+        t.write("cpuset/cpuset.mems", "0\n");
+        for c in ["cpu,cpuacct", "memory", "pids", "freezer", "unified"] {
+            t.mkdir(c);
+        }
+        Hierarchy::with_roots(Roots::V1 {
+            hierarchies: ["cpu,cpuacct", "cpuset", "memory", "pids", "freezer"]
+                .iter()
+                .map(|c| (c.to_string(), t.path(c)))
+                .collect(),
+            hybrid: Some(t.path("unified")),
+        })
+    }
+
+    #[test]
+    fn path_mapping() {
+        let t = Tree::new();
+        let h = host(&t);
+        let pod = p("/kubepods/burstable/pod123/sb1");
+        let sub = "kubepods/burstable/pod123/sb1";
+        assert_eq!(
+            h.dir("cpu", &pod),
+            Some(t.path(&format!("cpu,cpuacct/{sub}")))
+        );
+        assert_eq!(h.dir("cpuacct", &pod), h.dir("cpu", &pod));
+        assert_eq!(
+            h.dir("memory", &pod),
+            Some(t.path(&format!("memory/{sub}")))
+        );
+        assert_eq!(h.dir("", &pod), Some(t.path(&format!("unified/{sub}"))));
+        assert_eq!(h.dir("blkio", &pod), None);
+        // One directory per hierarchy: the co-mounted pair once.
+        assert_eq!(h.dirs(&pod).len(), 6);
+    }
+
+    #[test]
+    fn separate_cpu_and_cpuacct() {
+        let t = Tree::new();
+        t.mkdir("cpu");
+        t.mkdir("cpuacct");
+        let h = Hierarchy::with_roots(Roots::V1 {
+            hierarchies: vec![
+                ("cpu".into(), t.path("cpu")),
+                ("cpuacct".into(), t.path("cpuacct")),
+            ],
+            hybrid: None,
+        });
+        let pod = p("/a");
+        h.create(&pod).unwrap();
+        assert!(t.exists("cpu/a") && t.exists("cpuacct/a"));
+        h.add_process(&pod, 42).unwrap();
+        assert_eq!(t.read("cpu/a/cgroup.procs"), "42");
+        assert_eq!(t.read("cpuacct/a/cgroup.procs"), "42");
+    }
+
+    #[test]
+    fn create_copies_cpuset_down() {
+        let t = Tree::new();
+        let h = host(&t);
+        // A pre-existing level with its own (smaller) set: its children copy that.
+        t.write("cpuset/kubepods/cpuset.cpus", "1\n");
+        t.write("cpuset/kubepods/cpuset.mems", "0\n");
+        // A pre-existing empty level gets filled too.
+        t.write("cpuset/kubepods/burstable/cpuset.cpus", "\n");
+        let pod = p("/kubepods/burstable/pod123/sb1");
+        h.create(&pod).unwrap();
+        assert_eq!(t.read("cpuset/kubepods/cpuset.cpus"), "1\n");
+        for lvl in [
+            "kubepods/burstable",
+            "kubepods/burstable/pod123",
+            "kubepods/burstable/pod123/sb1",
+        ] {
+            assert_eq!(t.read(&format!("cpuset/{lvl}/cpuset.cpus")), "1", "{lvl}");
+            assert_eq!(t.read(&format!("cpuset/{lvl}/cpuset.mems")), "0", "{lvl}");
+        }
+        for c in ["cpu,cpuacct", "memory", "pids", "freezer", "unified"] {
+            assert!(
+                t.path(c).join("kubepods/burstable/pod123/sb1").is_dir(),
+                "{c}"
+            );
+            // Only cpuset gets cpuset files.
+            assert!(!t.path(c).join("kubepods/cpuset.cpus").exists(), "{c}");
+        }
+        assert!(h.exists(&pod));
+    }
+
+    #[test]
+    fn create_is_idempotent() {
+        let t = Tree::new();
+        let h = host(&t);
+        let pod = p("/pod/sb");
+        h.create(&pod).unwrap();
+        // A value set later (by a limit) is kept by a second create.
+        t.write("cpuset/pod/sb/cpuset.cpus", "2");
+        h.create(&pod).unwrap();
+        assert_eq!(t.read("cpuset/pod/sb/cpuset.cpus"), "2");
+        assert_eq!(t.read("cpuset/pod/cpuset.cpus"), "0-3");
+    }
+
+    #[test]
+    fn add_procs_kill_remove() {
+        let t = Tree::new();
+        let h = host(&t);
+        let pod = p("/pod");
+        assert!(!h.exists(&pod));
+        assert_eq!(h.procs(&pod).unwrap(), Vec::<i32>::new());
+        h.kill_all(&pod).unwrap();
+        h.create(&pod).unwrap();
+        h.add_process(&pod, 4242).unwrap();
+        for c in [
+            "cpu,cpuacct",
+            "cpuset",
+            "memory",
+            "pids",
+            "freezer",
+            "unified",
+        ] {
+            assert_eq!(t.read(&format!("{c}/pod/cgroup.procs")), "4242", "{c}");
+        }
+        assert_eq!(h.procs(&pod).unwrap(), vec![4242]);
+        for c in [
+            "cpu,cpuacct",
+            "cpuset",
+            "memory",
+            "pids",
+            "freezer",
+            "unified",
+        ] {
+            t.write(&format!("{c}/pod/cgroup.procs"), "");
+        }
+        h.kill_all(&pod).unwrap();
+        assert_eq!(t.read("freezer/pod/freezer.state"), "THAWED");
+
+        // Fake dirs are not cgroupfs: emulate the kernel dropping the control files.
+        let leaf = p("/pod2/leaf");
+        for d in h.dirs(&leaf) {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        h.remove(&leaf).unwrap();
+        assert!(!h.exists(&leaf));
+        assert!(h.exists(&p("/pod2")), "ancestors are left alone");
+        h.remove(&leaf).unwrap();
+    }
+
+    #[test]
+    fn refuses_root_and_names_paths() {
+        let t = Tree::new();
+        let h = host(&t);
+        assert!(matches!(
+            h.remove(&CgroupPath::root()),
+            Err(Error::RootCgroup { .. })
+        ));
+        assert!(matches!(
+            h.kill_all(&CgroupPath::root()),
+            Err(Error::RootCgroup { .. })
+        ));
+        // Writing to a cgroup that was never created fails naming the file.
+        t.write("memory/x", "not a dir");
+        let e = h.create(&p("/x/y")).unwrap_err();
+        assert!(e.to_string().starts_with("mkdir "), "{e}");
+        assert!(e.to_string().contains("x/y"), "{e}");
+    }
+}

@@ -1,0 +1,653 @@
+//! The pod sandbox's pause process: the process whose namespaces a pod's containers
+//! join. The binary is `crates/pause` (`no_std`, static, about 12 KiB resident),
+//! embedded here by `build.rs` and written to disk by [`install`].
+//!
+//! [`spawn`] runs `crust-pause fork` after unsharing the pod's namespaces in the forked
+//! child (`pre_exec`). The launcher forks the real pause, prints its pid and exits; so
+//! the pause is nobody's child here (no zombie for `crustd` to reap, and it survives
+//! `crustd` restarts) and, with a new PID namespace, it is that namespace's PID 1 and
+//! reaps the pod's orphans.
+//!
+//! A pid alone does not name a process for long: [`Pause`] carries the start time the
+//! kernel recorded (field 22 of `/proc/PID/stat`), and [`alive`] and [`stop`] treat a
+//! pid with another start time as gone, so a record reloaded after a restart never
+//! signals a stranger who got the pid.
+//!
+//! ```text
+//!   crustd ──fork──▶ child: unshare(flags), sethostname, setsid, exec `crust-pause fork`
+//!                       └─clone──▶ pause (PID 1 of the pod's PID namespace if new)
+//!   crustd ◀── "PID\n" ── launcher exits 0
+//! ```
+
+use std::fs::{self, OpenOptions, Permissions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use nix::fcntl::OFlag;
+
+use crate::error::{Error, Result};
+use crate::ns::NsKind;
+
+/// The pause binary built from `crates/pause`.
+pub const BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/crust-pause"));
+
+/// The name [`install`] gives it.
+pub const FILE_NAME: &str = "crust-pause";
+
+/// How long [`stop`] waits for the pause to go after SIGKILL before giving up.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Linux's limit on a hostname (`HOST_NAME_MAX`).
+const HOST_NAME_MAX: usize = 64;
+
+static TMP_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Writes the embedded pause binary to `dir/crust-pause` (mode 0755), creating `dir`,
+/// unless an identical file with that mode is already there; returns its path.
+///
+/// The write goes to a temp file in `dir` that is then renamed over the old one: a
+/// pause running from the old file keeps its inode (writing in place would fail with
+/// ETXTBSY), and a crash never leaves a half-written binary at the final path.
+pub fn install(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join(FILE_NAME);
+    if is_installed(&path) {
+        return Ok(path);
+    }
+    let err = |source| Error::InstallPause {
+        path: path.clone(),
+        source,
+    };
+    fs::create_dir_all(dir).map_err(err)?;
+    let tmp = dir.join(format!(
+        ".{FILE_NAME}.tmp.{}.{}",
+        std::process::id(),
+        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let write = || -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .open(&tmp)?;
+        f.write_all(BINARY)?;
+        // The umask may have taken bits off the mode asked for at open.
+        f.set_permissions(Permissions::from_mode(0o755))?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)
+    };
+    if let Err(e) = write() {
+        let _ = fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    tracing::debug!(path = %path.display(), bytes = BINARY.len(), "pause binary installed");
+    Ok(path)
+}
+
+fn is_installed(path: &Path) -> bool {
+    match fs::metadata(path) {
+        Ok(m)
+            if m.is_file()
+                && m.len() == BINARY.len() as u64
+                && m.permissions().mode() & 0o7777 == 0o755 =>
+        {
+            fs::read(path).map(|b| b == BINARY).unwrap_or(false)
+        }
+        _ => false,
+    }
+}
+
+/// What [`spawn`] starts: which binary, and which namespaces the pause gets new.
+/// Namespaces not asked for are the caller's (the host's, for `hostNetwork` pods...).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PauseSpec {
+    /// The pause binary, usually what [`install`] returned.
+    pub binary: PathBuf,
+    /// Set in the new UTS namespace. Ignored without `new_uts`: a pod on the host's
+    /// UTS namespace must not rename the node (the kubelet sends a hostname anyway).
+    pub hostname: Option<String>,
+    pub new_net: bool,
+    pub new_ipc: bool,
+    pub new_uts: bool,
+    pub new_pid: bool,
+}
+
+impl PauseSpec {
+    /// The namespaces this spec makes new.
+    pub fn new_namespaces(&self) -> Vec<NsKind> {
+        [
+            (self.new_net, NsKind::Net),
+            (self.new_ipc, NsKind::Ipc),
+            (self.new_uts, NsKind::Uts),
+            (self.new_pid, NsKind::Pid),
+        ]
+        .into_iter()
+        .filter_map(|(on, k)| on.then_some(k))
+        .collect()
+    }
+
+    fn unshare_flags(&self) -> libc::c_int {
+        self.new_namespaces()
+            .into_iter()
+            .fold(0, |f, k| f | k.clone_flag())
+    }
+}
+
+/// A running pause: its pid in the caller's PID namespace and its start time (clock
+/// ticks after boot, field 22 of `/proc/PID/stat`), which together name one process
+/// even after the pid is reused. Both are worth persisting in the sandbox record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pause {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl Pause {
+    pub fn alive(&self) -> bool {
+        alive(self.pid, self.start_time)
+    }
+
+    pub fn stop(&self, timeout: Duration) -> Result<()> {
+        stop(self.pid, self.start_time, timeout)
+    }
+}
+
+// What failed in the forked child, sent to the parent as one byte over a pipe (std's
+// own error pipe carries only the errno).
+const STEP_UNSHARE: u8 = 1;
+const STEP_SETHOSTNAME: u8 = 2;
+const STEP_SETSID: u8 = 3;
+
+fn step_name(code: Option<u8>) -> &'static str {
+    match code {
+        Some(STEP_UNSHARE) => "unshare",
+        Some(STEP_SETHOSTNAME) => "sethostname",
+        Some(STEP_SETSID) => "setsid",
+        _ => "exec",
+    }
+}
+
+fn check_hostname(hostname: &str) -> Result<Vec<u8>> {
+    let reason = if hostname.is_empty() {
+        Some("empty")
+    } else if hostname.len() > HOST_NAME_MAX {
+        Some("longer than 64 bytes")
+    } else if hostname.contains('\0') {
+        Some("contains a NUL byte")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidHostname {
+            hostname: hostname.to_string(),
+            reason,
+        }),
+        None => Ok(hostname.as_bytes().to_vec()),
+    }
+}
+
+/// Starts a pause as [`PauseSpec`] says and returns it once it runs.
+///
+/// Steps, each named in its error: `unshare`, `sethostname` and `setsid` in the forked
+/// child before exec (`SpawnPause`), the launcher's exit status and pid line
+/// (`PauseLauncher`), the pause's presence in `/proc` (`PauseVanished`).
+///
+/// Safe to call from a multi-threaded program (a tokio runtime): the code between fork
+/// and exec makes only async-signal-safe syscalls on data prepared before the fork.
+pub fn spawn(spec: &PauseSpec) -> Result<Pause> {
+    let binary = spec.binary.clone();
+    let flags = spec.unshare_flags();
+    let hostname = match (&spec.hostname, spec.new_uts) {
+        (Some(h), true) => Some(check_hostname(h)?),
+        _ => None,
+    };
+    let (step_r, step_w) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| {
+            Error::SpawnPause {
+                binary: binary.clone(),
+                step: "pipe",
+                source: e.into(),
+            }
+        })?;
+    let step_fd = step_w.as_raw_fd();
+
+    let mut cmd = Command::new(&binary);
+    cmd.arg("fork")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        // The pause must not hold a mount busy through its working directory.
+        .current_dir("/");
+    // SAFETY: the closure runs between fork and exec. It only calls unshare,
+    // sethostname, setsid and write (all async-signal-safe), reads errno, and touches
+    // `flags`, `hostname` and `step_fd`, which were prepared before the fork; it
+    // allocates nothing and takes no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fail = |step: u8| {
+                let e = io::Error::last_os_error();
+                libc::write(step_fd, (&step as *const u8).cast(), 1);
+                e
+            };
+            if flags != 0 && libc::unshare(flags) != 0 {
+                return Err(fail(STEP_UNSHARE));
+            }
+            if let Some(h) = &hostname {
+                if libc::sethostname(h.as_ptr().cast(), h.len()) != 0 {
+                    return Err(fail(STEP_SETHOSTNAME));
+                }
+            }
+            if libc::setsid() < 0 {
+                return Err(fail(STEP_SETSID));
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    drop(step_w);
+    let mut launcher = match spawned {
+        Ok(c) => c,
+        Err(source) => {
+            let mut b = [0u8; 1];
+            let code = matches!(nix::unistd::read(&step_r, &mut b), Ok(1)).then_some(b[0]);
+            return Err(Error::SpawnPause {
+                binary,
+                step: step_name(code),
+                source,
+            });
+        }
+    };
+    drop(step_r);
+
+    let launcher_err = |reason: String| Error::PauseLauncher {
+        binary: binary.clone(),
+        reason,
+    };
+    let mut line = String::new();
+    let read = {
+        let stdout = launcher.stdout.take().expect("stdout is piped");
+        BufReader::new(stdout.take(32)).read_line(&mut line)
+    };
+    let status = launcher
+        .wait()
+        .map_err(|e| launcher_err(format!("wait: {e}")))?;
+    if !status.success() {
+        return Err(launcher_err(format!("exited with {status}")));
+    }
+    read.map_err(|e| launcher_err(format!("read pid: {e}")))?;
+    let pid = line
+        .strip_suffix('\n')
+        .and_then(|s| s.parse::<i32>().ok())
+        .filter(|&p| p > 0)
+        .ok_or_else(|| launcher_err(format!("printed {line:?} instead of a pid")))?;
+
+    let stat = read_stat(pid)
+        .filter(|s| !s.is_dead())
+        .ok_or(Error::PauseVanished { pid })?;
+    tracing::debug!(
+        pid,
+        start_time = stat.start_time,
+        namespaces = ?spec.new_namespaces(),
+        "pause started"
+    );
+    Ok(Pause {
+        pid,
+        start_time: stat.start_time,
+    })
+}
+
+/// The parts of `/proc/PID/stat` this module needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    state: char,
+    start_time: u64,
+}
+
+impl Stat {
+    /// A zombie (or a task being torn down) is gone for our purposes: it runs nothing
+    /// and holds no namespace; only its parent's wait is missing.
+    fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses `/proc/PID/stat`. The command name (field 2) is in parentheses and may hold
+/// spaces and parentheses itself, so fields are counted from the last `)`.
+fn parse_stat(s: &str) -> Option<Stat> {
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    // Fields 3 (state) to 22 (starttime).
+    let state = fields.next()?.chars().next()?;
+    let start_time = fields.nth(22 - 4)?.parse().ok()?;
+    Some(Stat { state, start_time })
+}
+
+fn read_stat(pid: i32) -> Option<Stat> {
+    if pid <= 0 {
+        return None;
+    }
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// True when process `pid` exists, started at `start_time`, and is not a zombie.
+/// A pid of 0 or below is never alive (so it can never reach `kill`).
+pub fn alive(pid: i32, start_time: u64) -> bool {
+    read_stat(pid).is_some_and(|s| s.start_time == start_time && !s.is_dead())
+}
+
+/// Stops the pause: SIGTERM, wait up to `timeout` for it to go, then SIGKILL. A pause
+/// that is already gone (no such pid, a zombie, or another process on the pid) is
+/// fine, so this is idempotent.
+pub fn stop(pid: i32, start_time: u64, timeout: Duration) -> Result<()> {
+    let Some(target) =
+        Target::open(pid, start_time).map_err(|source| Error::SignalPause { pid, source })?
+    else {
+        return Ok(());
+    };
+    let signal = |sig| {
+        target
+            .signal(sig)
+            .map_err(|source| Error::SignalPause { pid, source })
+    };
+    if !signal(libc::SIGTERM)? || wait_gone(pid, start_time, timeout) {
+        tracing::debug!(pid, "pause stopped");
+        return Ok(());
+    }
+    tracing::warn!(pid, ?timeout, "pause outlived SIGTERM, sending SIGKILL");
+    if !signal(libc::SIGKILL)? || wait_gone(pid, start_time, KILL_WAIT) {
+        return Ok(());
+    }
+    Err(Error::PauseUnkillable {
+        pid,
+        waited: KILL_WAIT,
+    })
+}
+
+/// Polls until the process is gone or `timeout` passed; true when gone.
+fn wait_gone(pid: i32, start_time: u64, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut nap = Duration::from_millis(1);
+    loop {
+        if !alive(pid, start_time) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep(nap.min(deadline - now));
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// One exact process to signal: through a pidfd when the kernel has them (5.3+), so
+/// the pid cannot be reused between the start-time check and the signal; else by pid.
+struct Target {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+}
+
+impl Target {
+    /// `None` when the process is already gone.
+    fn open(pid: i32, start_time: u64) -> io::Result<Option<Target>> {
+        if pid <= 0 {
+            return Ok(None);
+        }
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let pidfd = if fd >= 0 {
+            // SAFETY: the kernel just gave us this fd; nobody else owns it.
+            Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        } else {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // No such process, or a thread's id rather than a process's.
+                Some(libc::ESRCH) | Some(libc::EINVAL) => return Ok(None),
+                Some(libc::ENOSYS) => None,
+                _ => return Err(e),
+            }
+        };
+        // Checked after pidfd_open: if the pid has our start time now, the pidfd is
+        // our process for good.
+        if !alive(pid, start_time) {
+            return Ok(None);
+        }
+        Ok(Some(Target { pid, pidfd }))
+    }
+
+    /// Sends `sig`; false when the process was gone already.
+    fn signal(&self, sig: libc::c_int) -> io::Result<bool> {
+        // SAFETY: plain syscalls on an fd we own or on a positive pid.
+        let rc = unsafe {
+            match &self.pidfd {
+                Some(fd) => libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                ) as libc::c_int,
+                None => libc::kill(self.pid, sig),
+            }
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("crust-pause-unit-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// The point of the no_std build: the embedded pause stays a few KiB.
+    #[test]
+    fn embedded_binary_is_a_small_static_elf() {
+        assert_eq!(&BINARY[..4], b"\x7fELF");
+        assert!(BINARY.len() < 16 * 1024, "{} bytes", BINARY.len());
+    }
+
+    #[test]
+    fn parse_stat_counts_fields_after_the_last_paren() {
+        let line = "4242 (we ird) (name) S 1 4242 4242 0 -1 4194560 95 0 0 0 0 0 0 0 \
+                    20 0 1 0 987654 1585152 3 18446744073709551615 1 1 0 0 0 0 \
+                    4294967295 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                state: 'S',
+                start_time: 987654
+            })
+        );
+        assert_eq!(parse_stat("12 (x) Z 1"), None);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn alive_checks_start_time_and_refuses_non_positive_pids() {
+        let me = std::process::id() as i32;
+        let st = read_stat(me).unwrap();
+        assert!(alive(me, st.start_time));
+        assert!(
+            !alive(me, st.start_time + 1),
+            "another start time is another process"
+        );
+        assert!(!alive(0, 0));
+        assert!(!alive(-1, st.start_time));
+        assert!(!alive(1 << 23, 0));
+    }
+
+    #[test]
+    fn install_writes_once_and_replaces_a_different_file() {
+        let d = temp("install");
+        let p = install(&d.join("bin")).unwrap();
+        assert_eq!(p, d.join("bin").join(FILE_NAME));
+        assert_eq!(fs::read(&p).unwrap(), BINARY);
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o755);
+
+        // Identical: left alone (same inode).
+        let ino = std::os::unix::fs::MetadataExt::ino(&m);
+        install(&d.join("bin")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&fs::metadata(&p).unwrap()),
+            ino
+        );
+
+        // Different content or mode: replaced.
+        fs::write(&p, b"old").unwrap();
+        install(&d.join("bin")).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), BINARY);
+        fs::set_permissions(&p, Permissions::from_mode(0o644)).unwrap();
+        install(&d.join("bin")).unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o7777,
+            0o755
+        );
+
+        // No temp files left behind.
+        let names: Vec<_> = fs::read_dir(d.join("bin"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [FILE_NAME]);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn install_into_a_file_names_the_path() {
+        let d = temp("installerr");
+        let file = d.join("file");
+        fs::write(&file, b"").unwrap();
+        let msg = install(&file).unwrap_err().to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "install pause binary at {}",
+                file.join(FILE_NAME).display()
+            )),
+            "{msg}"
+        );
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn spec_flags() {
+        let spec = PauseSpec {
+            new_net: true,
+            new_pid: true,
+            ..Default::default()
+        };
+        assert_eq!(spec.new_namespaces(), [NsKind::Net, NsKind::Pid]);
+        assert_eq!(
+            spec.unshare_flags(),
+            libc::CLONE_NEWNET | libc::CLONE_NEWPID
+        );
+        assert_eq!(PauseSpec::default().unshare_flags(), 0);
+    }
+
+    #[test]
+    fn bad_hostnames_are_refused_before_forking() {
+        let spec = |h: &str| PauseSpec {
+            binary: "/nonexistent".into(),
+            hostname: Some(h.to_string()),
+            new_uts: true,
+            ..Default::default()
+        };
+        for h in ["", &"a".repeat(65), "a\0b"] {
+            let e = spawn(&spec(h)).unwrap_err();
+            assert!(matches!(e, Error::InvalidHostname { .. }), "{e}");
+        }
+    }
+
+    #[test]
+    fn spawn_of_missing_binary_names_it() {
+        let spec = PauseSpec {
+            binary: "/nonexistent/crust-pause".into(),
+            ..Default::default()
+        };
+        let msg = spawn(&spec).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("spawn pause /nonexistent/crust-pause: exec: "),
+            "{msg}"
+        );
+    }
+
+    /// Without new namespaces no privilege is needed, so the launcher protocol,
+    /// start-time bookkeeping and stop are tested here for every user.
+    #[test]
+    fn spawn_and_stop_in_the_callers_namespaces() {
+        let d = temp("spawn");
+        let binary = install(&d).unwrap();
+        let pause = spawn(&PauseSpec {
+            binary,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(pause.alive());
+        let status = fs::read_to_string(format!("/proc/{}/status", pause.pid)).unwrap();
+        let ppid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .unwrap()
+            .trim();
+        assert_ne!(
+            ppid,
+            std::process::id().to_string(),
+            "the launcher must let go"
+        );
+        let sid = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(pause.pid))).unwrap();
+        assert_ne!(sid, nix::unistd::getsid(None).unwrap(), "own session");
+
+        pause.stop(Duration::from_secs(5)).unwrap();
+        assert!(!pause.alive());
+        pause.stop(Duration::from_secs(5)).unwrap();
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The failing step travels from the forked child as one byte. Only a user who
+    /// may not create namespaces sees unshare fail, so as root this checks less.
+    #[test]
+    fn a_refused_unshare_is_named() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            return;
+        }
+        let d = temp("refused");
+        let spec = PauseSpec {
+            binary: install(&d).unwrap(),
+            new_net: true,
+            ..Default::default()
+        };
+        let msg = spawn(&spec).unwrap_err().to_string();
+        assert!(msg.contains(": unshare: "), "{msg}");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn step_names() {
+        assert_eq!(step_name(Some(STEP_UNSHARE)), "unshare");
+        assert_eq!(step_name(Some(STEP_SETHOSTNAME)), "sethostname");
+        assert_eq!(step_name(Some(STEP_SETSID)), "setsid");
+        assert_eq!(step_name(None), "exec");
+    }
+}

@@ -1,0 +1,275 @@
+//! `crustd`'s configuration: `/etc/crust/config.toml`, every key with a default, flags
+//! on top. Unknown keys and bad values stop the daemon at start, naming the key, so a
+//! typo never silently falls back to a default.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG: &str = "/etc/crust/config.toml";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Persistent state: sandbox records, pod files, the CNI result cache.
+    pub root: PathBuf,
+    /// Volatile state: the socket, the lock, namespace pins.
+    pub state: PathBuf,
+    /// The CRI socket; empty means `<state>/crust.sock`.
+    pub socket: PathBuf,
+    /// `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter.
+    pub log_level: String,
+    /// Where the pause binary is installed; empty means `<state>/bin`.
+    pub pause_dir: PathBuf,
+    /// Seconds StopPodSandbox waits for the pause process before SIGKILL.
+    pub stop_timeout_seconds: u64,
+    pub cgroup: CgroupConfig,
+    pub cni: CniConfig,
+    /// Runtime handlers RunPodSandbox accepts besides the default ("" and "crust").
+    pub runtime_handlers: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CgroupConfig {
+    /// Only `cgroupfs` for now; reported to the kubelet by the RuntimeConfig RPC.
+    pub driver: String,
+    /// Prefix for every pod cgroup (`<root>/<cgroup_parent>/<sandbox id>`).
+    pub root: String,
+    /// Take `root` relative to crustd's own cgroup (per controller on v1) instead of
+    /// the hierarchy's root: for crustd inside a container, and for tests, which must
+    /// keep their cgroups under their own.
+    pub nested: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CniConfig {
+    /// The first configuration in lexical order here is the pod network.
+    pub conf_dir: PathBuf,
+    /// Plugin folders (`CNI_PATH`).
+    pub bin_dirs: Vec<PathBuf>,
+    /// A conflist template rendered when the kubelet sends the pod CIDR through
+    /// UpdateRuntimeConfig (`{{.PodCIDR}}`, `{{.PodCIDRRanges}}`, `{{.Routes}}`, as in
+    /// containerd). Empty: UpdateRuntimeConfig writes nothing.
+    pub conf_template: PathBuf,
+    /// Interface name inside pods.
+    pub ifname: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: PathBuf::from("/var/lib/crust"),
+            state: PathBuf::from("/run/crust"),
+            socket: PathBuf::new(),
+            log_level: "info".into(),
+            pause_dir: PathBuf::new(),
+            stop_timeout_seconds: 10,
+            cgroup: CgroupConfig::default(),
+            cni: CniConfig::default(),
+            runtime_handlers: vec![],
+        }
+    }
+}
+
+impl Default for CgroupConfig {
+    fn default() -> Self {
+        CgroupConfig {
+            driver: "cgroupfs".into(),
+            root: "/".into(),
+            nested: false,
+        }
+    }
+}
+
+impl Default for CniConfig {
+    fn default() -> Self {
+        CniConfig {
+            conf_dir: PathBuf::from("/etc/cni/net.d"),
+            bin_dirs: vec![PathBuf::from("/opt/cni/bin")],
+            conf_template: PathBuf::new(),
+            ifname: "eth0".into(),
+        }
+    }
+}
+
+/// Overrides from the command line; `None` keeps the file's value.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub root: Option<PathBuf>,
+    pub state: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub cni_conf_dir: Option<PathBuf>,
+    pub cni_bin_dirs: Vec<PathBuf>,
+    pub cgroup_root: Option<String>,
+    pub cgroup_nested: bool,
+    pub log_level: Option<String>,
+}
+
+impl Config {
+    /// Reads `path`; a missing file is fine only when it is the default path.
+    pub fn load(path: &Path, explicit: bool) -> anyhow::Result<Config> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(e) => Err(anyhow::anyhow!("reading config {}: {e}", path.display())),
+        }
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        let c: Config =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn apply(&mut self, o: Overrides) -> anyhow::Result<()> {
+        if let Some(v) = o.root {
+            self.root = v;
+        }
+        if let Some(v) = o.state {
+            self.state = v;
+        }
+        if let Some(v) = o.socket {
+            self.socket = v;
+        }
+        if let Some(v) = o.cni_conf_dir {
+            self.cni.conf_dir = v;
+        }
+        if !o.cni_bin_dirs.is_empty() {
+            self.cni.bin_dirs = o.cni_bin_dirs;
+        }
+        if let Some(v) = o.cgroup_root {
+            self.cgroup.root = v;
+        }
+        if o.cgroup_nested {
+            self.cgroup.nested = true;
+        }
+        if let Some(v) = o.log_level {
+            self.log_level = v;
+        }
+        self.validate()
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        let abs = |key: &str, p: &Path, may_be_empty: bool| -> anyhow::Result<()> {
+            if (p.as_os_str().is_empty() && may_be_empty) || p.is_absolute() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!(
+                    "{key}: must be an absolute path, got {:?}",
+                    p.display().to_string()
+                ))
+            }
+        };
+        abs("root", &self.root, false)?;
+        abs("state", &self.state, false)?;
+        abs("socket", &self.socket, true)?;
+        abs("pause_dir", &self.pause_dir, true)?;
+        abs("cni.conf_dir", &self.cni.conf_dir, false)?;
+        abs("cni.conf_template", &self.cni.conf_template, true)?;
+        for d in &self.cni.bin_dirs {
+            abs("cni.bin_dirs", d, false)?;
+        }
+        if self.cgroup.driver != "cgroupfs" {
+            anyhow::bail!(
+                "cgroup.driver: {:?} is not supported (only \"cgroupfs\")",
+                self.cgroup.driver
+            );
+        }
+        if !self.cgroup.root.starts_with('/') {
+            anyhow::bail!(
+                "cgroup.root: must start with '/', got {:?}",
+                self.cgroup.root
+            );
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
+            anyhow::bail!("log_level: {:?} is not a level or filter", self.log_level);
+        }
+        cni_plugins_ifname_ok(&self.cni.ifname).map_err(|e| anyhow::anyhow!("cni.ifname: {e}"))?;
+        Ok(())
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        if self.socket.as_os_str().is_empty() {
+            self.state.join("crust.sock")
+        } else {
+            self.socket.clone()
+        }
+    }
+
+    pub fn pause_dir(&self) -> PathBuf {
+        if self.pause_dir.as_os_str().is_empty() {
+            self.state.join("bin")
+        } else {
+            self.pause_dir.clone()
+        }
+    }
+
+    /// Every key with its default, as `crustd config default` prints it.
+    pub fn default_toml() -> String {
+        let body = toml::to_string_pretty(&Config::default()).expect("defaults serialize");
+        format!("# crustd configuration: every key with its default value.\n{body}")
+    }
+}
+
+fn cni_plugins_ifname_ok(name: &str) -> Result<(), String> {
+    cni::skeleton::validate_ifname(name).map_err(|e| e.msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_round_trip() {
+        let text = Config::default_toml();
+        assert!(text.contains("conf_dir = \"/etc/cni/net.d\""), "{text}");
+        assert_eq!(Config::parse(&text).unwrap(), Config::default());
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let e = Config::parse("roots = \"/x\"").unwrap_err().to_string();
+        assert!(e.contains("roots"), "{e}");
+        let e = Config::parse("[cni]\nconfdir = \"/x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("confdir"), "{e}");
+        let e = Config::parse("root = \"relative\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("root"), "{e}");
+        let e = Config::parse("stop_timeout_seconds = \"ten\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stop_timeout_seconds"), "{e}");
+        let e = Config::parse("[cgroup]\ndriver = \"systemd\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cgroup.driver"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let mut c = Config::parse("root = \"/a\"\n[cni]\nbin_dirs = [\"/b\"]").unwrap();
+        c.apply(Overrides {
+            root: Some("/c".into()),
+            cni_bin_dirs: vec!["/d".into(), "/e".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(c.root, PathBuf::from("/c"));
+        assert_eq!(c.cni.bin_dirs.len(), 2);
+        assert_eq!(c.socket_path(), PathBuf::from("/run/crust/crust.sock"));
+        assert!(c
+            .apply(Overrides {
+                state: Some("rel".into()),
+                ..Default::default()
+            })
+            .is_err());
+    }
+}

@@ -1,0 +1,82 @@
+//! The daemon's shared state: configuration, the sandbox store, the network, cgroups,
+//! and the pause binary. Every RPC handler works on one `Crust`.
+
+use crate::config::Config;
+use crate::network::Network;
+use crate::store::Store;
+use cni::runtime::CniRuntime;
+use std::path::PathBuf;
+
+pub struct Crust {
+    pub cfg: Config,
+    pub store: Store,
+    pub network: Network,
+    pub cgroups: cgroups::Hierarchy,
+    pub pause_bin: PathBuf,
+    /// Runtime handlers RunPodSandbox accepts.
+    pub handlers: Vec<String>,
+}
+
+impl Crust {
+    pub fn new(cfg: Config) -> anyhow::Result<Crust> {
+        for d in [&cfg.root, &cfg.state] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| anyhow::anyhow!("creating {}: {e}", d.display()))?;
+        }
+        let pause_bin = container::pause::install(&cfg.pause_dir()).map_err(|e| {
+            anyhow::anyhow!(
+                "installing the pause binary in {}: {e}",
+                cfg.pause_dir().display()
+            )
+        })?;
+        let mut cgroups =
+            cgroups::Hierarchy::detect().map_err(|e| anyhow::anyhow!("detecting cgroups: {e}"))?;
+        if cfg.cgroup.nested {
+            cgroups = cgroups
+                .nested_in_own_cgroup()
+                .map_err(|e| anyhow::anyhow!("finding crustd's own cgroup: {e}"))?;
+        }
+        let network = Network {
+            conf_dir: cfg.cni.conf_dir.clone(),
+            runtime: CniRuntime::new(cfg.cni.bin_dirs.clone(), cfg.root.join("cni")),
+            ifname: cfg.cni.ifname.clone(),
+        };
+        let mut handlers = vec![String::new(), "crust".to_string()];
+        handlers.extend(cfg.runtime_handlers.iter().cloned());
+        Ok(Crust {
+            store: Store::new(cfg.root.join("sandboxes")),
+            network,
+            cgroups,
+            pause_bin,
+            handlers,
+            cfg,
+        })
+    }
+
+    /// Where a sandbox's namespace pins live (volatile: they die with the node).
+    pub fn pin_dir(&self, id: &str) -> PathBuf {
+        self.cfg.state.join("sandboxes").join(id)
+    }
+
+    /// The pod cgroup: `<cgroup root>/<cgroup_parent>/<sandbox id>`.
+    pub fn pod_cgroup(&self, parent: &str, id: &str) -> crate::error::Result<cgroups::CgroupPath> {
+        let s = self.pod_cgroup_str(parent, id);
+        cgroups::CgroupPath::new(&s).map_err(|e| {
+            crate::error::Error::InvalidArgument(format!("cgroup_parent {parent:?}: {e}"))
+        })
+    }
+
+    fn pod_cgroup_str(&self, parent: &str, id: &str) -> String {
+        let mut p = self.cfg.cgroup.root.trim_end_matches('/').to_string();
+        let parent = parent.trim_matches('/');
+        if !parent.is_empty() {
+            p.push('/');
+            p.push_str(parent);
+        } else {
+            p.push_str("/crust");
+        }
+        p.push('/');
+        p.push_str(id);
+        p
+    }
+}

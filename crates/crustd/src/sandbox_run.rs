@@ -1,0 +1,290 @@
+//! RunPodSandbox: validate → record `creating` on disk → pause process in new
+//! namespaces → namespaces pinned → oom score → pod cgroup → sysctls → loopback and
+//! CNI ADD → hostname, hosts and resolv.conf → record `ready`.
+//!
+//! Every step that made something registers its undo first; any failure runs the undo
+//! list in reverse and removes the record, so a failed call leaves nothing behind.
+//! A crash in the middle leaves a `creating` record, which start-up recovery rolls back
+//! the same way (`teardown`).
+
+use crate::daemon::Crust;
+use crate::error::{Error, Result};
+use crate::store::{name_key, PauseRef, SandboxRecord, SandboxState, RECORD_VERSION};
+use crate::{network, pod_files, podns, util, validate};
+use cgroups::CgroupManager;
+use cri_api::{NamespaceMode, PodSandboxConfig, RunPodSandboxRequest};
+use prost::Message;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The pause's oom_score_adj as the kubelet asks for it; clamped to what we may set.
+const PAUSE_OOM_SCORE_ADJ: i32 = -998;
+
+pub fn run(crust: &Crust, req: RunPodSandboxRequest) -> Result<String> {
+    let cfg = req
+        .config
+        .ok_or_else(|| Error::InvalidArgument("sandbox config is required".into()))?;
+    let md = cfg
+        .metadata
+        .clone()
+        .ok_or_else(|| Error::InvalidArgument("sandbox config metadata is required".into()))?;
+    if md.name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "sandbox metadata.name is empty".into(),
+        ));
+    }
+    if md.namespace.is_empty() {
+        return Err(Error::InvalidArgument(
+            "sandbox metadata.namespace is empty".into(),
+        ));
+    }
+    if md.uid.is_empty() {
+        return Err(Error::InvalidArgument(
+            "sandbox metadata.uid is empty".into(),
+        ));
+    }
+    validate::labels("label", cfg.labels.keys())?;
+    validate::labels("annotation", cfg.annotations.keys())?;
+    if !crust.handlers.contains(&req.runtime_handler) {
+        return Err(Error::InvalidArgument(format!(
+            "unknown runtime handler {:?}: this node knows {:?}",
+            req.runtime_handler,
+            crust
+                .handlers
+                .iter()
+                .filter(|h| !h.is_empty())
+                .collect::<Vec<_>>()
+        )));
+    }
+    let linux = cfg.linux.clone().unwrap_or_default();
+    let ns = linux
+        .security_context
+        .as_ref()
+        .and_then(|s| s.namespace_options.clone())
+        .unwrap_or_default();
+    let host_network = ns.network == NamespaceMode::Node as i32;
+    let host_pid = ns.pid == NamespaceMode::Node as i32;
+    let host_ipc = ns.ipc == NamespaceMode::Node as i32;
+    let sysctls: BTreeMap<String, String> = linux.sysctls.clone().into_iter().collect();
+    podns::validate_sysctls(&sysctls, host_network, host_ipc)?;
+    if !host_network {
+        // Fail before making anything when there is no network to join.
+        crust.network.current().map_err(Error::FailedPrecondition)?;
+    }
+
+    let id = util::new_id();
+    let key = name_key(&md.name, &md.namespace, &md.uid, md.attempt);
+    crust.store.reserve_name(&key, &id)?;
+    let mut rec = SandboxRecord {
+        version: RECORD_VERSION,
+        id: id.clone(),
+        state: SandboxState::Creating,
+        name: md.name.clone(),
+        namespace: md.namespace.clone(),
+        uid: md.uid.clone(),
+        attempt: md.attempt,
+        labels: cfg.labels.clone().into_iter().collect(),
+        annotations: cfg.annotations.clone().into_iter().collect(),
+        runtime_handler: req.runtime_handler.clone(),
+        created_at: util::now_ns(),
+        config_pb: util::hex(&cfg.encode_to_vec()),
+        host_network,
+        host_pid,
+        host_ipc,
+        pause: None,
+        pins: BTreeMap::new(),
+        network: None,
+        ips: vec![],
+        cgroup: None,
+    };
+    let res = create(crust, &cfg, &sysctls, &mut rec);
+    match res {
+        Ok(()) => {
+            crust.store.insert(rec);
+            Ok(id)
+        }
+        Err(e) => {
+            if let Err(undo) = teardown(crust, &mut rec) {
+                tracing::error!(sandbox = %id, error = %undo, "rolling back a failed RunPodSandbox left something behind");
+            }
+            crust.store.release_name(&key, &id);
+            Err(e)
+        }
+    }
+}
+
+fn create(
+    crust: &Crust,
+    cfg: &PodSandboxConfig,
+    sysctls: &BTreeMap<String, String>,
+    rec: &mut SandboxRecord,
+) -> Result<()> {
+    let id = rec.id.clone();
+    crust.store.save(rec)?;
+
+    // The pause process and its namespaces.
+    let spec = container::pause::PauseSpec {
+        binary: crust.pause_bin.clone(),
+        hostname: (!rec.host_network && !cfg.hostname.is_empty()).then(|| cfg.hostname.clone()),
+        new_net: !rec.host_network,
+        new_ipc: !rec.host_ipc,
+        new_uts: !rec.host_network,
+        new_pid: !rec.host_pid,
+    };
+    let pause = container::pause::spawn(&spec)
+        .map_err(|e| Error::Internal(format!("starting the pause process: {e}")))?;
+    rec.pause = Some(PauseRef {
+        pid: pause.pid,
+        start_time: pause.start_time,
+    });
+    crust.store.save(rec)?;
+
+    let pin_dir = crust.pin_dir(&id);
+    let kinds = [
+        (container::ns::NsKind::Net, "net", !rec.host_network),
+        (container::ns::NsKind::Ipc, "ipc", !rec.host_ipc),
+        (container::ns::NsKind::Uts, "uts", !rec.host_network),
+        (container::ns::NsKind::Pid, "pid", !rec.host_pid),
+    ];
+    for (kind, name, own) in kinds {
+        if !own {
+            continue;
+        }
+        let target = pin_dir.join(name);
+        rec.pins.insert(name.to_string(), target.clone());
+        crust.store.save(rec)?;
+        container::ns::pin(pause.pid, kind, &target)
+            .map_err(|e| Error::Internal(format!("pinning the pod's {name} namespace: {e}")))?;
+    }
+
+    set_oom_score_adj(pause.pid, PAUSE_OOM_SCORE_ADJ);
+
+    let cgroup = crust.pod_cgroup(
+        &cfg.linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default(),
+        &id,
+    )?;
+    rec.cgroup = Some(cgroup.to_string());
+    crust.store.save(rec)?;
+    crust
+        .cgroups
+        .create(&cgroup)
+        .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))?;
+    crust
+        .cgroups
+        .add_process(&cgroup, pause.pid)
+        .map_err(|e| Error::Internal(format!("moving the pause process into {cgroup}: {e}")))?;
+
+    podns::apply_sysctls(sysctls, &rec.pins)?;
+
+    if let Some(netns) = rec.netns().map(|p| p.to_path_buf()) {
+        podns::loopback_up(&netns)?;
+        // Recorded before ADD: CNI may allocate even when it fails, and DEL must follow.
+        rec.network = Some(crust.network.attachment(&id, cfg)?);
+        crust.store.save(rec)?;
+        let result = crust
+            .network
+            .add(rec.network.as_ref().unwrap(), &id, &netns)?;
+        rec.ips = network::pod_ips(&result);
+        if let Some(n) = rec.network.as_mut() {
+            n.result = result
+                .to_value(&result.cni_version.clone())
+                .ok()
+                .or_else(|| serde_json::to_value(&result).ok());
+        }
+    }
+
+    let files = pod_files::PodFiles::in_dir(&crust.store.sandbox_dir(&id));
+    let hostname = if rec.host_network || cfg.hostname.is_empty() {
+        nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        cfg.hostname.clone()
+    };
+    let hosts = if rec.host_network {
+        std::fs::read_to_string("/etc/hosts").unwrap_or_else(|_| pod_files::hosts(&hostname, None))
+    } else {
+        pod_files::hosts(&hostname, rec.ips.first().map(String::as_str))
+    };
+    let resolv = pod_files::resolv_conf(
+        cfg.dns_config.as_ref(),
+        std::path::Path::new("/etc/resolv.conf"),
+    )?;
+    pod_files::write(&files, &hostname, &hosts, &resolv)?;
+
+    rec.state = SandboxState::Ready;
+    crust.store.save(rec)
+}
+
+/// The kubelet asks -998 for the pause; without CAP_SYS_RESOURCE a value below our own
+/// is refused, so clamp to ours as containerd's `restrict_oom_score_adj` does.
+fn set_oom_score_adj(pid: i32, want: i32) {
+    let own: i32 = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let path = format!("/proc/{pid}/oom_score_adj");
+    if std::fs::write(&path, want.to_string()).is_err() {
+        let v = want.max(own);
+        if let Err(e) = std::fs::write(&path, v.to_string()) {
+            tracing::warn!(pid, error = %e, "could not set the pause's oom_score_adj");
+        }
+    }
+}
+
+/// Undoes whatever a sandbox has: CNI DEL, the pause, the pins, the cgroup, its files
+/// and record. Used by failed runs, recovery and RemovePodSandbox. Each part that is
+/// done is marked in the record, so a retry after an error continues where it stopped.
+pub fn teardown(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
+    stop(crust, rec)?;
+    if let Some(cg) = rec.cgroup.clone() {
+        let cg = cgroups::CgroupPath::new(&cg)
+            .map_err(|e| Error::Internal(format!("recorded cgroup {cg:?}: {e}")))?;
+        crust
+            .cgroups
+            .kill_all(&cg)
+            .map_err(|e| Error::Internal(format!("killing what is left in {cg}: {e}")))?;
+        crust
+            .cgroups
+            .remove(&cg)
+            .map_err(|e| Error::Internal(format!("removing cgroup {cg}: {e}")))?;
+        rec.cgroup = None;
+    }
+    let pin_dir = crust.pin_dir(&rec.id);
+    let _ = std::fs::remove_dir(&pin_dir);
+    crust.store.delete_files(&rec.id)?;
+    Ok(())
+}
+
+/// StopPodSandbox's work: the pause ends, the network is torn down, the namespaces
+/// are unpinned. The record says what is left when an error stops it half way.
+pub fn stop(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
+    if let Some(p) = rec.pause {
+        container::pause::stop(
+            p.pid,
+            p.start_time,
+            Duration::from_secs(crust.cfg.stop_timeout_seconds),
+        )
+        .map_err(|e| Error::Internal(format!("stopping the pause process {}: {e}", p.pid)))?;
+    }
+    if let Some(net) = rec.network.clone() {
+        if !net.torn_down {
+            crust.network.del(&net, &rec.id, rec.netns())?;
+            if let Some(n) = rec.network.as_mut() {
+                n.torn_down = true;
+            }
+        }
+    }
+    for (name, pin) in rec.pins.clone() {
+        container::ns::unpin(&pin)
+            .map_err(|e| Error::Internal(format!("unpinning the pod's {name} namespace: {e}")))?;
+        rec.pins.remove(&name);
+    }
+    if rec.state != SandboxState::Creating {
+        rec.state = SandboxState::NotReady;
+    }
+    Ok(())
+}

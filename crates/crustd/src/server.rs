@@ -1,0 +1,85 @@
+//! Start-up and serving: the lock that keeps a second daemon off the same state, the
+//! socket, recovery before the first RPC, and a clean stop on SIGTERM/SIGINT (pods and
+//! their pause processes keep running).
+
+use crate::daemon::Crust;
+use crate::service::Service;
+use anyhow::Context;
+use cri_api::{ImageServiceServer, RuntimeServiceServer};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::sync::Arc;
+
+/// Holds `<state>/crustd.lock` for the daemon's lifetime.
+pub struct Lock(#[allow(dead_code)] std::fs::File);
+
+pub fn lock(state: &std::path::Path) -> anyhow::Result<Lock> {
+    std::fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
+    let path = state.join("crustd.lock");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        anyhow::bail!(
+            "another crustd is already running with state dir {} (pid {}); stop it or use another --state",
+            state.display(),
+            holder.trim()
+        );
+    }
+    f.set_len(0).ok();
+    std::fs::write(&path, format!("{}\n", std::process::id())).ok();
+    Ok(Lock(f))
+}
+
+pub async fn serve(crust: Crust) -> anyhow::Result<()> {
+    let crust = Arc::new(crust);
+    {
+        let c = crust.clone();
+        tokio::task::spawn_blocking(move || crate::recovery::recover(&c)).await?;
+    }
+    let socket = crust.cfg.socket_path();
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // We hold the lock, so a socket file left here is from a daemon that died.
+    match std::fs::remove_file(&socket) {
+        Ok(()) => tracing::info!(socket = %socket.display(), "replaced a stale socket"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("removing stale socket {}", socket.display()))
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660))?;
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let svc = Service {
+        crust: crust.clone(),
+    };
+    tracing::info!(socket = %socket.display(), "crustd serving CRI v1");
+    tonic::transport::Server::builder()
+        .add_service(RuntimeServiceServer::new(svc.clone()))
+        .add_service(ImageServiceServer::new(svc))
+        .serve_with_incoming_shutdown(incoming, shutdown())
+        .await
+        .context("serving")?;
+    let _ = std::fs::remove_file(&socket);
+    tracing::info!("crustd stopped; pods keep running");
+    Ok(())
+}
+
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

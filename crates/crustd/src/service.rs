@@ -1,0 +1,357 @@
+//! The CRI services. Each RPC is logged with its sandbox or container id and its
+//! duration at debug level, and its errors become gRPC codes in `error.rs` only.
+
+use crate::daemon::Crust;
+use crate::error::{Error, Result};
+use crate::{runtime_info, sandbox_run, sandbox_status, sandbox_stop};
+use cri_api::*;
+use std::sync::Arc;
+use std::time::Instant;
+use tonic::{Request, Response, Status};
+
+#[derive(Clone)]
+pub struct Service {
+    pub crust: Arc<Crust>,
+}
+
+/// Logs one finished RPC and converts its result.
+fn done<T>(
+    rpc: &str,
+    id: &str,
+    start: Instant,
+    r: Result<T>,
+) -> std::result::Result<Response<T>, Status> {
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    match r {
+        Ok(v) => {
+            tracing::debug!(rpc, id, ms, "ok");
+            Ok(Response::new(v))
+        }
+        Err(e) => {
+            tracing::debug!(rpc, id, ms, error = %e, "failed");
+            if matches!(e, Error::Internal(_)) {
+                tracing::warn!(rpc, id, error = %e, "RPC failed");
+            }
+            Err(e.into())
+        }
+    }
+}
+
+fn later<T>(what: &str) -> std::result::Result<Response<T>, Status> {
+    Err(Error::Unimplemented(format!("{what} is not implemented in crust yet")).into())
+}
+
+#[tonic::async_trait]
+impl RuntimeService for Service {
+    async fn version(
+        &self,
+        _r: Request<VersionRequest>,
+    ) -> std::result::Result<Response<VersionResponse>, Status> {
+        Ok(Response::new(runtime_info::version()))
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        r: Request<RunPodSandboxRequest>,
+    ) -> std::result::Result<Response<RunPodSandboxResponse>, Status> {
+        let t = Instant::now();
+        let req = r.into_inner();
+        let name = req
+            .config
+            .as_ref()
+            .and_then(|c| c.metadata.as_ref())
+            .map(|m| format!("{}/{}", m.namespace, m.name))
+            .unwrap_or_default();
+        let crust = self.crust.clone();
+        let res = tokio::task::spawn_blocking(move || sandbox_run::run(&crust, req))
+            .await
+            .map_err(Error::internal)
+            .and_then(|r| r)
+            .map(|id| RunPodSandboxResponse { pod_sandbox_id: id });
+        let id = res
+            .as_ref()
+            .map(|r| r.pod_sandbox_id.clone())
+            .unwrap_or(name);
+        done("RunPodSandbox", &id, t, res)
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        r: Request<StopPodSandboxRequest>,
+    ) -> std::result::Result<Response<StopPodSandboxResponse>, Status> {
+        let t = Instant::now();
+        let id = r.into_inner().pod_sandbox_id;
+        let res = sandbox_stop::stop(self.crust.clone(), &id)
+            .await
+            .map(|_| StopPodSandboxResponse {});
+        done("StopPodSandbox", &id, t, res)
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        r: Request<RemovePodSandboxRequest>,
+    ) -> std::result::Result<Response<RemovePodSandboxResponse>, Status> {
+        let t = Instant::now();
+        let id = r.into_inner().pod_sandbox_id;
+        let res = sandbox_stop::remove(self.crust.clone(), &id)
+            .await
+            .map(|_| RemovePodSandboxResponse {});
+        done("RemovePodSandbox", &id, t, res)
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        r: Request<PodSandboxStatusRequest>,
+    ) -> std::result::Result<Response<PodSandboxStatusResponse>, Status> {
+        let t = Instant::now();
+        let req = r.into_inner();
+        let res = sandbox_status::status(self.crust.clone(), &req.pod_sandbox_id, req.verbose)
+            .await
+            .map(|(s, info)| PodSandboxStatusResponse {
+                status: Some(s),
+                info,
+                containers_statuses: vec![],
+                timestamp: crate::util::now_ns(),
+            });
+        done("PodSandboxStatus", &req.pod_sandbox_id, t, res)
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        r: Request<ListPodSandboxRequest>,
+    ) -> std::result::Result<Response<ListPodSandboxResponse>, Status> {
+        let t = Instant::now();
+        let res = sandbox_status::list(self.crust.clone(), r.into_inner().filter)
+            .await
+            .map(|items| ListPodSandboxResponse { items });
+        done("ListPodSandbox", "", t, res)
+    }
+
+    async fn create_container(
+        &self,
+        _r: Request<CreateContainerRequest>,
+    ) -> std::result::Result<Response<CreateContainerResponse>, Status> {
+        later("CreateContainer")
+    }
+
+    async fn start_container(
+        &self,
+        _r: Request<StartContainerRequest>,
+    ) -> std::result::Result<Response<StartContainerResponse>, Status> {
+        later("StartContainer")
+    }
+
+    async fn stop_container(
+        &self,
+        _r: Request<StopContainerRequest>,
+    ) -> std::result::Result<Response<StopContainerResponse>, Status> {
+        later("StopContainer")
+    }
+
+    async fn remove_container(
+        &self,
+        _r: Request<RemoveContainerRequest>,
+    ) -> std::result::Result<Response<RemoveContainerResponse>, Status> {
+        later("RemoveContainer")
+    }
+
+    async fn list_containers(
+        &self,
+        _r: Request<ListContainersRequest>,
+    ) -> std::result::Result<Response<ListContainersResponse>, Status> {
+        // No containers exist yet: an empty list is the true answer, and the kubelet
+        // and crictl poll this constantly.
+        Ok(Response::new(ListContainersResponse { containers: vec![] }))
+    }
+
+    async fn container_status(
+        &self,
+        r: Request<ContainerStatusRequest>,
+    ) -> std::result::Result<Response<ContainerStatusResponse>, Status> {
+        Err(Error::NotFound(format!(
+            "container {:?} not found",
+            r.into_inner().container_id
+        ))
+        .into())
+    }
+
+    async fn update_container_resources(
+        &self,
+        _r: Request<UpdateContainerResourcesRequest>,
+    ) -> std::result::Result<Response<UpdateContainerResourcesResponse>, Status> {
+        later("UpdateContainerResources")
+    }
+
+    async fn reopen_container_log(
+        &self,
+        _r: Request<ReopenContainerLogRequest>,
+    ) -> std::result::Result<Response<ReopenContainerLogResponse>, Status> {
+        later("ReopenContainerLog")
+    }
+
+    async fn exec_sync(
+        &self,
+        _r: Request<ExecSyncRequest>,
+    ) -> std::result::Result<Response<ExecSyncResponse>, Status> {
+        later("ExecSync")
+    }
+
+    async fn exec(
+        &self,
+        _r: Request<ExecRequest>,
+    ) -> std::result::Result<Response<ExecResponse>, Status> {
+        later("Exec")
+    }
+
+    async fn attach(
+        &self,
+        _r: Request<AttachRequest>,
+    ) -> std::result::Result<Response<AttachResponse>, Status> {
+        later("Attach")
+    }
+
+    async fn port_forward(
+        &self,
+        _r: Request<PortForwardRequest>,
+    ) -> std::result::Result<Response<PortForwardResponse>, Status> {
+        later("PortForward")
+    }
+
+    async fn container_stats(
+        &self,
+        _r: Request<ContainerStatsRequest>,
+    ) -> std::result::Result<Response<ContainerStatsResponse>, Status> {
+        later("ContainerStats")
+    }
+
+    async fn list_container_stats(
+        &self,
+        _r: Request<ListContainerStatsRequest>,
+    ) -> std::result::Result<Response<ListContainerStatsResponse>, Status> {
+        Ok(Response::new(ListContainerStatsResponse { stats: vec![] }))
+    }
+
+    async fn pod_sandbox_stats(
+        &self,
+        _r: Request<PodSandboxStatsRequest>,
+    ) -> std::result::Result<Response<PodSandboxStatsResponse>, Status> {
+        later("PodSandboxStats")
+    }
+
+    async fn list_pod_sandbox_stats(
+        &self,
+        _r: Request<ListPodSandboxStatsRequest>,
+    ) -> std::result::Result<Response<ListPodSandboxStatsResponse>, Status> {
+        later("ListPodSandboxStats")
+    }
+
+    async fn update_runtime_config(
+        &self,
+        r: Request<UpdateRuntimeConfigRequest>,
+    ) -> std::result::Result<Response<UpdateRuntimeConfigResponse>, Status> {
+        let t = Instant::now();
+        let res = runtime_info::update_runtime_config(&self.crust, r.into_inner())
+            .map(|_| UpdateRuntimeConfigResponse {});
+        done("UpdateRuntimeConfig", "", t, res)
+    }
+
+    async fn status(
+        &self,
+        r: Request<StatusRequest>,
+    ) -> std::result::Result<Response<StatusResponse>, Status> {
+        Ok(Response::new(runtime_info::status(
+            &self.crust,
+            r.into_inner().verbose,
+        )))
+    }
+
+    async fn checkpoint_container(
+        &self,
+        _r: Request<CheckpointContainerRequest>,
+    ) -> std::result::Result<Response<CheckpointContainerResponse>, Status> {
+        later("CheckpointContainer")
+    }
+
+    type GetContainerEventsStream = std::pin::Pin<
+        Box<
+            dyn tokio_stream::Stream<Item = std::result::Result<ContainerEventResponse, Status>>
+                + Send,
+        >,
+    >;
+
+    async fn get_container_events(
+        &self,
+        _r: Request<GetEventsRequest>,
+    ) -> std::result::Result<Response<Self::GetContainerEventsStream>, Status> {
+        later("GetContainerEvents")
+    }
+
+    async fn list_metric_descriptors(
+        &self,
+        _r: Request<ListMetricDescriptorsRequest>,
+    ) -> std::result::Result<Response<ListMetricDescriptorsResponse>, Status> {
+        Ok(Response::new(ListMetricDescriptorsResponse {
+            descriptors: vec![],
+        }))
+    }
+
+    async fn list_pod_sandbox_metrics(
+        &self,
+        _r: Request<ListPodSandboxMetricsRequest>,
+    ) -> std::result::Result<Response<ListPodSandboxMetricsResponse>, Status> {
+        Ok(Response::new(ListPodSandboxMetricsResponse {
+            pod_metrics: vec![],
+        }))
+    }
+
+    async fn runtime_config(
+        &self,
+        _r: Request<RuntimeConfigRequest>,
+    ) -> std::result::Result<Response<RuntimeConfigResponse>, Status> {
+        Ok(Response::new(runtime_info::runtime_config()))
+    }
+}
+
+#[tonic::async_trait]
+impl ImageService for Service {
+    async fn list_images(
+        &self,
+        _r: Request<ListImagesRequest>,
+    ) -> std::result::Result<Response<ListImagesResponse>, Status> {
+        // No image store yet: no images is the true answer.
+        Ok(Response::new(ListImagesResponse { images: vec![] }))
+    }
+
+    async fn image_status(
+        &self,
+        _r: Request<ImageStatusRequest>,
+    ) -> std::result::Result<Response<ImageStatusResponse>, Status> {
+        // The CRI reports an absent image as an empty status, not an error.
+        Ok(Response::new(ImageStatusResponse {
+            image: None,
+            info: Default::default(),
+        }))
+    }
+
+    async fn pull_image(
+        &self,
+        _r: Request<PullImageRequest>,
+    ) -> std::result::Result<Response<PullImageResponse>, Status> {
+        later("PullImage")
+    }
+
+    async fn remove_image(
+        &self,
+        _r: Request<RemoveImageRequest>,
+    ) -> std::result::Result<Response<RemoveImageResponse>, Status> {
+        // Removing an image that is not there succeeds, as the CRI asks.
+        Ok(Response::new(RemoveImageResponse {}))
+    }
+
+    async fn image_fs_info(
+        &self,
+        _r: Request<ImageFsInfoRequest>,
+    ) -> std::result::Result<Response<ImageFsInfoResponse>, Status> {
+        later("ImageFsInfo")
+    }
+}

@@ -1,0 +1,374 @@
+//! A `crustd` for one test: its own node network namespace with a CNI config for
+//! crust's bridge, temp root and state dirs, a socket, and pod cgroups nested under the
+//! test's own cgroup. Dropping it removes every pod through CRI, kills the daemon, and
+//! then clears by force whatever is still there (mounts under its state dir, pause
+//! processes, cgroups), so a failing test leaves nothing behind.
+
+use crate::{bin, bin_dir, enter_netns, unique, Netns, TempDir};
+use cgroups::{CgroupManager, CgroupPath, Hierarchy};
+use cri_api::{ImageServiceClient, RuntimeServiceClient};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+pub struct Options {
+    /// Write a CNI config list into the conf dir before starting.
+    pub cni_conf: bool,
+    /// Third octet of the pod subnet `10.<n>.0.0/24` (and `fd00:<n>::/64`).
+    pub subnet: u8,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cni_conf: true,
+            subnet: 66,
+            extra_args: vec![],
+        }
+    }
+}
+
+pub struct Crustd {
+    pub node: Netns,
+    pub root: TempDir,
+    pub state: TempDir,
+    pub conf_dir: TempDir,
+    pub ipam_data: TempDir,
+    pub socket: PathBuf,
+    pub bridge: String,
+    pub cgroup_root: String,
+    pub log: PathBuf,
+    pub opts: Options,
+    child: Option<Child>,
+}
+
+impl Crustd {
+    pub fn start() -> Crustd {
+        Self::start_with(Options::default())
+    }
+
+    pub fn start_with(opts: Options) -> Crustd {
+        let root = TempDir::new("cr");
+        let log = root.path().join("crustd.log");
+        let state = TempDir::new("cs");
+        let mut d = Crustd {
+            node: Netns::new("cn"),
+            socket: state.path().join("crust.sock"),
+            root,
+            state,
+            conf_dir: TempDir::new("cc"),
+            ipam_data: TempDir::new("ci"),
+            bridge: unique("cb"),
+            cgroup_root: format!("/{}", unique("crust-e2e-")),
+            log,
+            opts,
+            child: None,
+        };
+        if d.opts.cni_conf {
+            d.write_cni_conf();
+        }
+        d.spawn();
+        d
+    }
+
+    pub fn cni_conf(&self) -> serde_json::Value {
+        let n = self.opts.subnet;
+        serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": "crust-e2e",
+            "plugins": [{
+                "type": "bridge",
+                "bridge": self.bridge,
+                "isGateway": true,
+                "ipMasq": true,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": self.ipam_data.path(),
+                    "ranges": [[{"subnet": format!("10.{n}.0.0/24")}], [{"subnet": format!("fd00:{n}::/64")}]],
+                    "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]
+                }
+            }]
+        })
+    }
+
+    pub fn write_cni_conf(&self) {
+        std::fs::write(
+            self.conf_dir.path().join("10-e2e.conflist"),
+            self.cni_conf().to_string(),
+        )
+        .unwrap();
+    }
+
+    /// Starts the daemon inside the node namespace (from a thread that entered it, as
+    /// TESTING.md asks: `ip netns exec` would hide /sys/fs/cgroup) and waits for its socket.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "crustd already running");
+        let mut cmd = Command::new(bin("crustd"));
+        cmd.arg("--config")
+            .arg(self.root.path().join("no-config.toml"))
+            .arg("--root")
+            .arg(self.root.path())
+            .arg("--state")
+            .arg(self.state.path())
+            .arg("--cni-conf-dir")
+            .arg(self.conf_dir.path())
+            .arg("--cni-bin-dir")
+            .arg(bin_dir())
+            .arg("--cgroup-root")
+            .arg(&self.cgroup_root)
+            .arg("--cgroup-nested")
+            .arg("--log-level")
+            .arg("debug")
+            .args(&self.opts.extra_args);
+        // An explicit --config must exist: give it an empty one.
+        std::fs::write(self.root.path().join("no-config.toml"), "").unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let node = self.node.path();
+        let child = std::thread::scope(|s| {
+            s.spawn(|| {
+                enter_netns(&node);
+                cmd.spawn().expect("spawning crustd")
+            })
+            .join()
+            .unwrap()
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    self.child = None;
+                    panic!(
+                        "crustd exited with {st} before serving:\n{}",
+                        self.log_text()
+                    );
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "crustd did not serve within 20 s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGKILL, as a crash: nothing of crustd's shutdown runs.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait, as an operator's restart does.
+    pub fn terminate(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait().map(|s| s.is_none()).unwrap_or(false),
+            None => false,
+        }
+    }
+
+    pub async fn client(&self) -> RuntimeServiceClient<Channel> {
+        RuntimeServiceClient::new(
+            cri_api::connect_unix(&self.socket)
+                .await
+                .expect("connecting to crustd"),
+        )
+    }
+
+    pub async fn images(&self) -> ImageServiceClient<Channel> {
+        ImageServiceClient::new(
+            cri_api::connect_unix(&self.socket)
+                .await
+                .expect("connecting to crustd"),
+        )
+    }
+
+    /// The pinned namespace of a sandbox, e.g. `pin(id, "net")`.
+    pub fn pin(&self, id: &str, kind: &str) -> PathBuf {
+        self.state.path().join("sandboxes").join(id).join(kind)
+    }
+
+    /// The pod files (hostname, hosts, resolv.conf) of a sandbox.
+    pub fn pod_file(&self, id: &str, name: &str) -> PathBuf {
+        self.root.path().join("sandboxes").join(id).join(name)
+    }
+
+    /// The cgroup hierarchy the daemon's pods live in (nested in the test's own).
+    pub fn cgroups(&self) -> Hierarchy {
+        Hierarchy::detect().unwrap().nested_in_own_cgroup().unwrap()
+    }
+
+    /// Every cgroup directory under the daemon's cgroup root, in every hierarchy.
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        let h = self.cgroups();
+        let root = CgroupPath::new(&self.cgroup_root).unwrap();
+        let mut out = Vec::new();
+        for d in h.dirs(&root) {
+            walk_dirs(&d, &mut out);
+        }
+        out
+    }
+
+    /// Mount points under the state dir (namespace pins).
+    pub fn mounts(&self) -> Vec<String> {
+        mounts_under(self.state.path())
+    }
+
+    fn cleanup_through_cri(&mut self) {
+        if !self.running() {
+            self.kill9();
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.spawn())).is_err() {
+                return;
+            }
+        }
+        let socket = self.socket.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let Ok(ch) = cri_api::connect_unix(&socket).await else {
+                    return;
+                };
+                let mut c = RuntimeServiceClient::new(ch);
+                let Ok(list) = c
+                    .list_pod_sandbox(cri_api::ListPodSandboxRequest::default())
+                    .await
+                else {
+                    return;
+                };
+                for sb in list.into_inner().items {
+                    let _ = c
+                        .stop_pod_sandbox(cri_api::StopPodSandboxRequest {
+                            pod_sandbox_id: sb.id.clone(),
+                        })
+                        .await;
+                    let _ = c
+                        .remove_pod_sandbox(cri_api::RemovePodSandboxRequest {
+                            pod_sandbox_id: sb.id,
+                        })
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
+
+    fn cleanup_by_force(&self) {
+        // Pause processes named in records.
+        if let Ok(rd) = std::fs::read_dir(self.root.path().join("sandboxes")) {
+            for e in rd.flatten() {
+                let Ok(b) = std::fs::read(e.path().join("record.json")) else {
+                    continue;
+                };
+                let Ok(v) = serde_json::from_slice::<serde_json::Value>(&b) else {
+                    continue;
+                };
+                if let Some(pid) = v["pause"]["pid"].as_i64() {
+                    let start = v["pause"]["start_time"].as_u64().unwrap_or(0);
+                    if container_alive(pid as i32, start) {
+                        // SAFETY: killing a pause process this test's daemon started.
+                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    }
+                }
+            }
+        }
+        for m in self.mounts().iter().rev() {
+            let c = std::ffi::CString::new(m.as_str()).unwrap();
+            // SAFETY: lazy unmount of a pin under our own temp dir.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        let h = self.cgroups();
+        let mut dirs = self.cgroup_dirs();
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for d in &dirs {
+            if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
+                for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    // SAFETY: killing what is left in a cgroup this test created.
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
+            }
+        }
+        let root = CgroupPath::new(&self.cgroup_root).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while h.exists(&root) && Instant::now() < deadline {
+            for d in &dirs {
+                let _ = std::fs::remove_dir(d);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn container_alive(pid: i32, start_time: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f.first() != Some(&"Z") && f.get(19).and_then(|s| s.parse::<u64>().ok()) == Some(start_time)
+}
+
+fn walk_dirs(d: &Path, out: &mut Vec<PathBuf>) {
+    if !d.is_dir() {
+        return;
+    }
+    out.push(d.to_path_buf());
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                walk_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+/// Mount points at or below `dir`, from /proc/self/mountinfo.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
+        .filter(|m| m.starts_with(&prefix))
+        .collect()
+}
+
+impl Drop for Crustd {
+    fn drop(&mut self) {
+        self.cleanup_through_cri();
+        self.kill9();
+        self.cleanup_by_force();
+    }
+}
