@@ -10,10 +10,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
-/// Holds `<state>/crustd.lock` for the daemon's lifetime.
+/// Holds `crustd.lock` in a state folder for the daemon's lifetime.
 pub struct Lock(#[allow(dead_code)] std::fs::File);
 
-pub fn lock(state: &std::path::Path) -> anyhow::Result<Lock> {
+/// Locks `dir` (the persistent root and the volatile state each get one), so two
+/// daemons never share records or pins.
+pub fn lock(dir: &std::path::Path, what: &str) -> anyhow::Result<Lock> {
+    let state = dir;
     std::fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
     let path = state.join("crustd.lock");
     let f = std::fs::OpenOptions::new()
@@ -27,7 +30,7 @@ pub fn lock(state: &std::path::Path) -> anyhow::Result<Lock> {
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let holder = std::fs::read_to_string(&path).unwrap_or_default();
         anyhow::bail!(
-            "another crustd is already running with state dir {} (pid {}); stop it or use another --state",
+            "another crustd is already running with {what} dir {} (pid {}); stop it or use another --{what}",
             state.display(),
             holder.trim()
         );

@@ -1,0 +1,301 @@
+//! `crustctl`: a small CRI client for operators and the demo, shaped after `crictl`
+//! (`version`, `info`, `runp`, `pods`, `inspectp`, `stopp`, `rmp`). It talks to any CRI
+//! runtime's unix socket, not only crustd's.
+
+use clap::{Parser, Subcommand};
+use cri_api::*;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "crustctl", version, about = "A small CRI client (crictl-style)")]
+struct Cli {
+    /// The runtime's socket: a path or `unix:///path`.
+    #[arg(short = 'r', long, default_value = "unix:///run/crust/crust.sock", global = true)]
+    runtime_endpoint: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runtime name and versions.
+    Version,
+    /// Runtime and network readiness, with the runtime's verbose info.
+    Info,
+    /// Run a pod sandbox from a crictl-style JSON pod config; prints its id.
+    Runp {
+        file: PathBuf,
+        #[arg(long, default_value = "")]
+        runtime: String,
+    },
+    /// List pod sandboxes.
+    Pods {
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        namespace: Option<String>,
+        /// `ready` or `notready`.
+        #[arg(long)]
+        state: Option<String>,
+        /// `key=value`, repeatable.
+        #[arg(long)]
+        label: Vec<String>,
+        /// Ids only.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// A pod sandbox's status and verbose info, as JSON.
+    Inspectp { id: String },
+    /// Stop pod sandboxes.
+    Stopp { ids: Vec<String> },
+    /// Remove pod sandboxes.
+    Rmp { ids: Vec<String> },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("crustctl: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+type R<T> = Result<T, String>;
+
+fn status_err(what: &str) -> impl Fn(tonic::Status) -> String + '_ {
+    move |s| format!("{what}: {} ({:?})", s.message(), s.code())
+}
+
+async fn run(cli: Cli) -> R<()> {
+    let path = cli.runtime_endpoint.trim_start_matches("unix://").to_string();
+    let ch = connect_unix(&path).await.map_err(|e| format!("connecting to {path}: {e}"))?;
+    let mut c = RuntimeServiceClient::new(ch);
+    match cli.cmd {
+        Cmd::Version => {
+            let v = c.version(VersionRequest::default()).await.map_err(status_err("Version"))?.into_inner();
+            println!("Version:  {}", v.version);
+            println!("RuntimeName:  {}", v.runtime_name);
+            println!("RuntimeVersion:  {}", v.runtime_version);
+            println!("RuntimeApiVersion:  {}", v.runtime_api_version);
+        }
+        Cmd::Info => {
+            let s = c.status(StatusRequest { verbose: true }).await.map_err(status_err("Status"))?.into_inner();
+            let conds: Vec<Value> = s
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .map(|c| json!({"type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message}))
+                .collect();
+            let info: HashMap<String, Value> =
+                s.info.into_iter().map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v)))).collect();
+            println!("{}", serde_json::to_string_pretty(&json!({"status": {"conditions": conds}, "info": info})).unwrap());
+        }
+        Cmd::Runp { file, runtime } => {
+            let text = std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+            let cfg = pod_config(&v)?;
+            let id = c
+                .run_pod_sandbox(RunPodSandboxRequest { config: Some(cfg), runtime_handler: runtime })
+                .await
+                .map_err(status_err("RunPodSandbox"))?
+                .into_inner()
+                .pod_sandbox_id;
+            println!("{id}");
+        }
+        Cmd::Pods { id, name, namespace, state, label, quiet } => {
+            let state = match state.as_deref() {
+                None => None,
+                Some("ready") => Some(PodSandboxState::SandboxReady),
+                Some("notready") => Some(PodSandboxState::SandboxNotready),
+                Some(s) => return Err(format!("--state: {s:?} is not ready or notready")),
+            };
+            let mut selector = HashMap::new();
+            for l in label {
+                let (k, v) = l.split_once('=').ok_or_else(|| format!("--label {l:?}: expected key=value"))?;
+                selector.insert(k.to_string(), v.to_string());
+            }
+            let filter = PodSandboxFilter {
+                id: id.unwrap_or_default(),
+                state: state.map(|s| PodSandboxStateValue { state: s as i32 }),
+                label_selector: selector,
+            };
+            let items = c
+                .list_pod_sandbox(ListPodSandboxRequest { filter: Some(filter) })
+                .await
+                .map_err(status_err("ListPodSandbox"))?
+                .into_inner()
+                .items;
+            if !quiet {
+                println!("{:<13} {:<20} {:<10} {:<25} {:<16} {}", "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "ATTEMPT");
+            }
+            for p in items {
+                let md = p.metadata.unwrap_or_default();
+                if name.as_ref().is_some_and(|n| !md.name.contains(n.as_str()))
+                    || namespace.as_ref().is_some_and(|n| &md.namespace != n)
+                {
+                    continue;
+                }
+                if quiet {
+                    println!("{}", p.id);
+                    continue;
+                }
+                let st = if p.state == PodSandboxState::SandboxReady as i32 { "Ready" } else { "NotReady" };
+                println!(
+                    "{:<13} {:<20} {:<10} {:<25} {:<16} {}",
+                    &p.id[..p.id.len().min(13)],
+                    p.created_at / 1_000_000_000,
+                    st,
+                    md.name,
+                    md.namespace,
+                    md.attempt
+                );
+            }
+        }
+        Cmd::Inspectp { id } => {
+            let r = c
+                .pod_sandbox_status(PodSandboxStatusRequest { pod_sandbox_id: id, verbose: true })
+                .await
+                .map_err(status_err("PodSandboxStatus"))?
+                .into_inner();
+            let s = r.status.unwrap_or_default();
+            let md = s.metadata.unwrap_or_default();
+            let net = s.network.unwrap_or_default();
+            let status = json!({
+                "id": s.id,
+                "metadata": {"name": md.name, "uid": md.uid, "namespace": md.namespace, "attempt": md.attempt},
+                "state": PodSandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?"),
+                "createdAt": s.created_at,
+                "network": {"ip": net.ip, "additionalIps": net.additional_ips.iter().map(|i| json!({"ip": i.ip})).collect::<Vec<_>>()},
+                "labels": s.labels,
+                "annotations": s.annotations,
+                "runtimeHandler": s.runtime_handler,
+            });
+            let mut out = json!({"status": status});
+            for (k, v) in r.info {
+                out[k] = serde_json::from_str(&v).unwrap_or(Value::String(v));
+            }
+            println!("{}", serde_json::to_string_pretty(&out).unwrap());
+        }
+        Cmd::Stopp { ids } => {
+            for id in ids {
+                c.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: id.clone() })
+                    .await
+                    .map_err(status_err("StopPodSandbox"))?;
+                println!("Stopped sandbox {id}");
+            }
+        }
+        Cmd::Rmp { ids } => {
+            for id in ids {
+                c.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id.clone() })
+                    .await
+                    .map_err(status_err("RemovePodSandbox"))?;
+                println!("Removed sandbox {id}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A key in snake_case or the camelCase protobuf JSON uses.
+fn get<'a>(v: &'a Value, snake: &str) -> Option<&'a Value> {
+    v.get(snake).or_else(|| {
+        let mut camel = String::new();
+        let mut up = false;
+        for ch in snake.chars() {
+            if ch == '_' {
+                up = true;
+            } else if up {
+                camel.extend(ch.to_uppercase());
+                up = false;
+            } else {
+                camel.push(ch);
+            }
+        }
+        v.get(&camel)
+    })
+}
+
+fn s(v: &Value, k: &str) -> String {
+    get(v, k).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+fn strings(v: &Value, k: &str) -> Vec<String> {
+    get(v, k).and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default()
+}
+
+fn map(v: &Value, k: &str) -> HashMap<String, String> {
+    get(v, k)
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+/// An enum given as its number or its name.
+fn enum_val(v: Option<&Value>, from_name: impl Fn(&str) -> Option<i32>) -> R<i32> {
+    match v {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::Number(n)) => n.as_i64().map(|n| n as i32).ok_or_else(|| format!("bad enum value {n}")),
+        Some(Value::String(s)) => from_name(s).ok_or_else(|| format!("unknown enum value {s:?}")),
+        Some(other) => Err(format!("bad enum value {other}")),
+    }
+}
+
+/// A crictl-style pod config (protobuf JSON names, snake or camel case).
+fn pod_config(v: &Value) -> R<PodSandboxConfig> {
+    let md = get(v, "metadata").cloned().unwrap_or(Value::Null);
+    let mut cfg = PodSandboxConfig {
+        metadata: (!md.is_null()).then(|| PodSandboxMetadata {
+            name: s(&md, "name"),
+            uid: s(&md, "uid"),
+            namespace: s(&md, "namespace"),
+            attempt: get(&md, "attempt").and_then(Value::as_u64).unwrap_or(0) as u32,
+        }),
+        hostname: s(v, "hostname"),
+        log_directory: s(v, "log_directory"),
+        labels: map(v, "labels"),
+        annotations: map(v, "annotations"),
+        ..Default::default()
+    };
+    if let Some(d) = get(v, "dns_config") {
+        cfg.dns_config = Some(DnsConfig { servers: strings(d, "servers"), searches: strings(d, "searches"), options: strings(d, "options") });
+    }
+    if let Some(ports) = get(v, "port_mappings").and_then(Value::as_array) {
+        for p in ports {
+            cfg.port_mappings.push(PortMapping {
+                protocol: enum_val(get(p, "protocol"), |n| Protocol::from_str_name(n).map(|p| p as i32))?,
+                container_port: get(p, "container_port").and_then(Value::as_i64).unwrap_or(0) as i32,
+                host_port: get(p, "host_port").and_then(Value::as_i64).unwrap_or(0) as i32,
+                host_ip: s(p, "host_ip"),
+            });
+        }
+    }
+    if let Some(l) = get(v, "linux") {
+        let mut linux = LinuxPodSandboxConfig { cgroup_parent: s(l, "cgroup_parent"), sysctls: map(l, "sysctls"), ..Default::default() };
+        if let Some(sc) = get(l, "security_context") {
+            let mut ctx = LinuxSandboxSecurityContext::default();
+            if let Some(ns) = get(sc, "namespace_options") {
+                let mode = |k: &str| enum_val(get(ns, k), |n| NamespaceMode::from_str_name(n).map(|m| m as i32));
+                ctx.namespace_options = Some(NamespaceOption {
+                    network: mode("network")?,
+                    pid: mode("pid")?,
+                    ipc: mode("ipc")?,
+                    target_id: s(ns, "target_id"),
+                    userns_options: None,
+                });
+            }
+            ctx.privileged = get(sc, "privileged").and_then(Value::as_bool).unwrap_or(false);
+            linux.security_context = Some(ctx);
+        }
+        cfg.linux = Some(linux);
+    }
+    Ok(cfg)
+}
