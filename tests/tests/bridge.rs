@@ -1606,3 +1606,61 @@ fn our_del_removes_what_the_reference_add_made() {
     assert!(me.reservations().is_empty(), "{:?}", me.reservations());
     assert!(me.veths().is_empty(), "{:?}", me.veths());
 }
+
+/// macspoofchk: frames from the pod's veth with a source MAC other than the pod's are
+/// dropped at the bridge (the pod can no longer reach its neighbour after changing its
+/// MAC, and can again once it changes back); CHECK sees the rule; DEL removes it and
+/// leaves the other pod's.
+#[test]
+fn macspoofchk_drops_foreign_source_macs() {
+    if !root() {
+        return;
+    }
+    let node = Node::ours();
+    let (a, b) = (Netns::new("bp"), Netns::new("bp"));
+    let c = node.conf(
+        "1.0.0",
+        json!({"isGateway": true, "macspoofchk": true}),
+        dual(222),
+    );
+    let ra = node.add(&c, "spoof-a", &a);
+    let rb = node.add(&c, "spoof-b", &b);
+    let ip_b = result_ips(&rb)[0].clone();
+    let mac_a = ra["interfaces"][2]["mac"].as_str().unwrap().to_string();
+    let veth_a = ra["interfaces"][1]["name"].as_str().unwrap().to_string();
+    let rules = node
+        .ns
+        .sh(&["nft", "list", "chain", "bridge", "crust_cni", "macspoof"]);
+    let mine: Vec<&str> = rules
+        .lines()
+        .filter(|l| l.contains("id: spoof-a"))
+        .collect();
+    assert_eq!(mine.len(), 1, "{rules}");
+    assert!(
+        mine[0].contains(&veth_a) && mine[0].contains(&mac_a),
+        "{rules}"
+    );
+    ping(&a, &ip_b);
+
+    let mut check = c.clone();
+    check["prevResult"] = ra.clone();
+    node.call("CHECK", &check, "spoof-a", &a).ok();
+
+    a.sh(&["ip", "link", "set", "eth0", "address", "02:00:00:00:00:99"]);
+    a.sh(&["ip", "neigh", "flush", "all"]);
+    b.sh(&["ip", "neigh", "flush", "all"]);
+    assert!(
+        !ping_once(&a, &ip_b),
+        "a spoofed source MAC got through the bridge"
+    );
+    a.sh(&["ip", "link", "set", "eth0", "address", &mac_a]);
+    ping(&a, &ip_b);
+
+    node.del(&c, "spoof-a", &a);
+    let rules = node
+        .ns
+        .sh(&["nft", "list", "chain", "bridge", "crust_cni", "macspoof"]);
+    assert!(!rules.contains("id: spoof-a"), "{rules}");
+    assert!(rules.contains("id: spoof-b"), "{rules}");
+    node.del(&c, "spoof-b", &b);
+}

@@ -5,6 +5,10 @@
 //! plugin (which keeps no state). nftables is used when `nft` is on the node; iptables
 //! (the reference plugin's only backend) otherwise, or when `ipMasqBackend` asks for it.
 //!
+//! `macspoofchk` lives beside it: a rule in `table bridge crust_cni`, chain
+//! `macspoof`, drops frames entering the bridge from the pod's veth with any source MAC
+//! but the pod's; it carries the same comment, so the same DEL removes it.
+//!
 //! nftables layout, one table for every network on the node:
 //! ```text
 //! table inet crust_cni {
@@ -22,6 +26,7 @@ use std::process::{Command, Stdio};
 
 pub const NFT_TABLE: &str = "crust_cni";
 pub const NFT_CHAIN: &str = "postrouting";
+pub const NFT_SPOOF_CHAIN: &str = "macspoof";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -105,135 +110,124 @@ fn multicast(net: &IpNetwork) -> &'static str {
     }
 }
 
-/// Installs masquerading for each address (given with its subnet's prefix).
+/// Installs masquerading for each address (given with its subnet's prefix) through
+/// `backend`, and, with `spoof` = (host veth, pod MAC), the MAC spoofing check.
 pub fn setup(
-    backend: Backend,
+    backend: Option<Backend>,
     network: &str,
     container_id: &str,
     ips: &[IpNetwork],
+    spoof: Option<(&str, &str)>,
 ) -> CniResult<()> {
-    if ips.is_empty() {
-        return Ok(());
-    }
-    let c = comment(backend, network, container_id);
-    match backend {
-        Backend::Nftables => {
-            let mut rules = String::new();
-            for ip in ips {
-                let fam = if ip.is_ipv4() { "ip" } else { "ip6" };
-                let subnet = crate::ip::network_of(*ip);
-                rules.push_str(&format!(
-                    "add rule inet {NFT_TABLE} {NFT_CHAIN} {fam} saddr {} {fam} daddr != {subnet} {fam} daddr != {} masquerade comment \"{c}\"\n",
-                    ip.ip(),
-                    multicast(ip)
-                ));
-            }
-            // Re-adding an existing table and chain costs a slow commit on every ADD, so
-            // add just the rules and create the table only when it is missing.
-            match run_tool("nft", &["-f", "-"], Some(&rules)) {
-                Ok(_) => Ok(()),
-                Err(e) if e.msg.contains("No such file or directory") => {
-                    let script = format!(
-                        "add table inet {NFT_TABLE}\n\
-                         add chain inet {NFT_TABLE} {NFT_CHAIN} {{ type nat hook postrouting priority srcnat ; policy accept ; }}\n{rules}"
-                    );
-                    run_tool("nft", &["-f", "-"], Some(&script)).map(|_| ())
-                }
-                Err(e) => Err(e),
-            }
-        }
-        Backend::Iptables => {
-            let chain = iptables_chain(network, container_id);
-            for ip in ips {
-                let tool = if ip.is_ipv4() {
-                    "iptables"
-                } else {
-                    "ip6tables"
-                };
-                let subnet = crate::ip::network_of(*ip).to_string();
-                let host = format!("{}/{}", ip.ip(), if ip.is_ipv4() { 32 } else { 128 });
-                // -N fails if the chain exists (a second address of the same family): fine.
-                let _ = run_tool(tool, &["-w", "-t", "nat", "-N", &chain], None);
-                run_tool(
-                    tool,
-                    &[
-                        "-w",
-                        "-t",
-                        "nat",
-                        "-A",
-                        &chain,
-                        "-d",
-                        &subnet,
-                        "-m",
-                        "comment",
-                        "--comment",
-                        &c,
-                        "-j",
-                        "ACCEPT",
-                    ],
-                    None,
-                )?;
-                run_tool(
-                    tool,
-                    &[
-                        "-w",
-                        "-t",
-                        "nat",
-                        "-A",
-                        &chain,
-                        "!",
-                        "-d",
-                        multicast(ip),
-                        "-m",
-                        "comment",
-                        "--comment",
-                        &c,
-                        "-j",
-                        "MASQUERADE",
-                    ],
-                    None,
-                )?;
-                run_tool(
-                    tool,
-                    &[
-                        "-w",
-                        "-t",
-                        "nat",
-                        "-A",
-                        "POSTROUTING",
-                        "-s",
-                        &host,
-                        "-m",
-                        "comment",
-                        "--comment",
-                        &c,
-                        "-j",
-                        &chain,
-                    ],
-                    None,
-                )?;
-            }
-            Ok(())
+    let c = comment(Backend::Nftables, network, container_id);
+    let mut tables = String::new();
+    let mut rules = String::new();
+    if backend == Some(Backend::Nftables) && !ips.is_empty() {
+        tables.push_str(&format!(
+            "add table inet {NFT_TABLE}\n\
+             add chain inet {NFT_TABLE} {NFT_CHAIN} {{ type nat hook postrouting priority srcnat ; policy accept ; }}\n"
+        ));
+        for ip in ips {
+            let fam = if ip.is_ipv4() { "ip" } else { "ip6" };
+            let subnet = crate::ip::network_of(*ip);
+            rules.push_str(&format!(
+                "add rule inet {NFT_TABLE} {NFT_CHAIN} {fam} saddr {} {fam} daddr != {subnet} {fam} daddr != {} masquerade comment \"{c}\"\n",
+                ip.ip(),
+                multicast(ip)
+            ));
         }
     }
+    if let Some((veth, mac)) = spoof {
+        tables.push_str(&format!(
+            "add table bridge {NFT_TABLE}\n\
+             add chain bridge {NFT_TABLE} {NFT_SPOOF_CHAIN} {{ type filter hook prerouting priority -300 ; policy accept ; }}\n"
+        ));
+        rules.push_str(&format!(
+            "add rule bridge {NFT_TABLE} {NFT_SPOOF_CHAIN} iifname \"{veth}\" ether saddr != {mac} drop comment \"{c}\"\n"
+        ));
+    }
+    if !rules.is_empty() {
+        // Re-adding an existing table and chain costs a slow commit on every ADD, so add
+        // just the rules, and the tables too only when one is missing.
+        match run_tool("nft", &["-f", "-"], Some(&rules)) {
+            Ok(_) => {}
+            Err(e) if e.msg.contains("No such file or directory") => {
+                run_tool("nft", &["-f", "-"], Some(&format!("{tables}{rules}")))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if backend == Some(Backend::Iptables) {
+        iptables_setup(network, container_id, ips)?;
+    }
+    Ok(())
 }
 
-/// Handles of the nftables rules carrying `comment`.
-fn nft_handles(c: &str) -> CniResult<Vec<u64>> {
-    let listing = match run_tool(
-        "nft",
-        &["-j", "-a", "list", "chain", "inet", NFT_TABLE, NFT_CHAIN],
-        None,
-    ) {
-        Ok(s) => s,
-        // No table or chain: nothing of ours is installed.
-        Err(e)
-            if e.msg.contains("No such file or directory") || e.msg.contains("does not exist") =>
-        {
-            return Ok(vec![])
-        }
-        Err(e) => return Err(e),
-    };
+/// The reference plugin's rules: a per-attachment chain accepting the subnet and
+/// masquerading the rest (not multicast), jumped to from `nat POSTROUTING` for the
+/// pod's address.
+fn iptables_setup(network: &str, container_id: &str, ips: &[IpNetwork]) -> CniResult<()> {
+    let c = comment(Backend::Iptables, network, container_id);
+    let chain = iptables_chain(network, container_id);
+    for ip in ips {
+        let tool = if ip.is_ipv4() {
+            "iptables"
+        } else {
+            "ip6tables"
+        };
+        let subnet = crate::ip::network_of(*ip).to_string();
+        let host = format!("{}/{}", ip.ip(), if ip.is_ipv4() { 32 } else { 128 });
+        let nat = |args: &[&str]| {
+            let mut full = vec!["-w", "-t", "nat"];
+            full.extend_from_slice(args);
+            run_tool(tool, &full, None)
+        };
+        // -N fails if the chain exists (a second address of the same family): fine.
+        let _ = nat(&["-N", &chain]);
+        nat(&[
+            "-A",
+            &chain,
+            "-d",
+            &subnet,
+            "-m",
+            "comment",
+            "--comment",
+            &c,
+            "-j",
+            "ACCEPT",
+        ])?;
+        nat(&[
+            "-A",
+            &chain,
+            "!",
+            "-d",
+            multicast(ip),
+            "-m",
+            "comment",
+            "--comment",
+            &c,
+            "-j",
+            "MASQUERADE",
+        ])?;
+        nat(&[
+            "-A",
+            "POSTROUTING",
+            "-s",
+            &host,
+            "-m",
+            "comment",
+            "--comment",
+            &c,
+            "-j",
+            &chain,
+        ])?;
+    }
+    Ok(())
+}
+
+/// (family, chain, handle) of every rule in crust's nftables tables carrying `c`.
+fn nft_rules(c: &str) -> CniResult<Vec<(String, String, u64)>> {
+    let listing = run_tool("nft", &["-j", "-a", "list", "ruleset"], None)?;
     let v: serde_json::Value = serde_json::from_str(&listing)
         .map_err(|e| CniError::io(format!("failed to parse nft listing: {e}")))?;
     Ok(v["nftables"]
@@ -242,60 +236,66 @@ fn nft_handles(c: &str) -> CniResult<Vec<u64>> {
             items
                 .iter()
                 .filter_map(|i| i.get("rule"))
-                .filter(|r| r["comment"].as_str() == Some(c))
-                .filter_map(|r| r["handle"].as_u64())
+                .filter(|r| {
+                    r["table"].as_str() == Some(NFT_TABLE) && r["comment"].as_str() == Some(c)
+                })
+                .filter_map(|r| {
+                    Some((
+                        r["family"].as_str()?.to_string(),
+                        r["chain"].as_str()?.to_string(),
+                        r["handle"].as_u64()?,
+                    ))
+                })
                 .collect()
         })
         .unwrap_or_default())
 }
 
-/// Removes every masquerade rule of the attachment; nothing installed is not an error.
-pub fn teardown(backend: Backend, network: &str, container_id: &str) -> CniResult<()> {
-    let c = comment(backend, network, container_id);
-    match backend {
-        Backend::Nftables => {
-            if find_tool("nft").is_none() {
-                return Ok(());
-            }
-            let handles = nft_handles(&c)?;
-            if handles.is_empty() {
-                return Ok(());
-            }
-            let script: String = handles
+/// Removes every rule of the attachment: its nftables rules (masquerade and MAC spoof
+/// check) and, with `iptables`, its iptables chains. Nothing installed is not an error.
+pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<()> {
+    if find_tool("nft").is_some() {
+        let rules = nft_rules(&comment(Backend::Nftables, network, container_id))?;
+        if !rules.is_empty() {
+            let script: String = rules
                 .iter()
-                .map(|h| format!("delete rule inet {NFT_TABLE} {NFT_CHAIN} handle {h}\n"))
+                .map(|(fam, chain, h)| {
+                    format!("delete rule {fam} {NFT_TABLE} {chain} handle {h}\n")
+                })
                 .collect();
-            run_tool("nft", &["-f", "-"], Some(&script)).map(|_| ())
-        }
-        Backend::Iptables => {
-            let chain = iptables_chain(network, container_id);
-            for tool in ["iptables", "ip6tables"] {
-                if find_tool(tool).is_none() {
-                    continue;
-                }
-                let rules = run_tool(tool, &["-w", "-t", "nat", "-S", "POSTROUTING"], None)?;
-                for line in rules
-                    .lines()
-                    .filter(|l| l.ends_with(&format!("-j {chain}")))
-                {
-                    let spec: Vec<String> = shell_words(line.trim_start_matches("-A POSTROUTING"));
-                    let mut args = vec!["-w", "-t", "nat", "-D", "POSTROUTING"];
-                    args.extend(spec.iter().map(String::as_str));
-                    run_tool(tool, &args, None)?;
-                }
-                let _ = run_tool(tool, &["-w", "-t", "nat", "-F", &chain], None);
-                let _ = run_tool(tool, &["-w", "-t", "nat", "-X", &chain], None);
-            }
-            Ok(())
+            run_tool("nft", &["-f", "-"], Some(&script))?;
         }
     }
+    if iptables {
+        let chain = iptables_chain(network, container_id);
+        for tool in ["iptables", "ip6tables"] {
+            if find_tool(tool).is_none() {
+                continue;
+            }
+            let rules = run_tool(tool, &["-w", "-t", "nat", "-S", "POSTROUTING"], None)?;
+            for line in rules
+                .lines()
+                .filter(|l| l.ends_with(&format!("-j {chain}")))
+            {
+                let spec: Vec<String> = shell_words(line.trim_start_matches("-A POSTROUTING"));
+                let mut args = vec!["-w", "-t", "nat", "-D", "POSTROUTING"];
+                args.extend(spec.iter().map(String::as_str));
+                run_tool(tool, &args, None)?;
+            }
+            let _ = run_tool(tool, &["-w", "-t", "nat", "-F", &chain], None);
+            let _ = run_tool(tool, &["-w", "-t", "nat", "-X", &chain], None);
+        }
+    }
+    Ok(())
 }
 
 /// Whether the attachment's masquerade rules are installed (for CHECK).
-pub fn present(backend: Backend, network: &str, container_id: &str) -> CniResult<bool> {
-    let c = comment(backend, network, container_id);
+pub fn masq_present(backend: Backend, network: &str, container_id: &str) -> CniResult<bool> {
     match backend {
-        Backend::Nftables => Ok(!nft_handles(&c)?.is_empty()),
+        Backend::Nftables => {
+            let rules = nft_rules(&comment(backend, network, container_id))?;
+            Ok(rules.iter().any(|(fam, _, _)| fam == "inet"))
+        }
         Backend::Iptables => {
             let chain = iptables_chain(network, container_id);
             let rules = run_tool("iptables", &["-w", "-t", "nat", "-S", "POSTROUTING"], None)?
@@ -304,6 +304,12 @@ pub fn present(backend: Backend, network: &str, container_id: &str) -> CniResult
             Ok(rules.lines().any(|l| l.ends_with(&format!("-j {chain}"))))
         }
     }
+}
+
+/// Whether the attachment's MAC spoof check is installed (for CHECK).
+pub fn spoof_present(network: &str, container_id: &str) -> CniResult<bool> {
+    let rules = nft_rules(&comment(Backend::Nftables, network, container_id))?;
+    Ok(rules.iter().any(|(fam, _, _)| fam == "bridge"))
 }
 
 /// The reference plugin's per-attachment chain name: `CNI-` and the first 24 hex

@@ -352,6 +352,19 @@ impl ImageService for Service {
         &self,
         _r: Request<ImageFsInfoRequest>,
     ) -> std::result::Result<Response<ImageFsInfoResponse>, Status> {
-        later("ImageFsInfo")
+        // The kubelet's eviction manager asks this at start. Images and writable layers
+        // will live under the root dir; until the image store exists they hold nothing.
+        let usage = FilesystemUsage {
+            timestamp: crate::util::now_ns(),
+            fs_id: Some(FilesystemIdentifier {
+                mountpoint: self.crust.cfg.root.display().to_string(),
+            }),
+            used_bytes: Some(UInt64Value { value: 0 }),
+            inodes_used: Some(UInt64Value { value: 0 }),
+        };
+        Ok(Response::new(ImageFsInfoResponse {
+            image_filesystems: vec![usage.clone()],
+            container_filesystems: vec![usage],
+        }))
     }
 }

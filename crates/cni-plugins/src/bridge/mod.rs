@@ -77,7 +77,8 @@ fn default_net(v4: bool) -> IpNetwork {
 struct Undo {
     host_veth: Option<u32>,
     ipam: bool,
-    masq: Option<Backend>,
+    /// nftables/iptables rules were (maybe partly) installed; `true` = iptables too.
+    rules: Option<bool>,
 }
 
 impl Plugin for Bridge {
@@ -128,8 +129,8 @@ impl Plugin for Bridge {
                     if let Some(h) = ipam.take() {
                         undo.ipam = matches!(h.join(), Ok(Ok(_)));
                     }
-                    if let Some(b) = undo.masq {
-                        let _ = masq::teardown(b, &args.conf.name, &args.container_id);
+                    if let Some(iptables) = undo.rules {
+                        let _ = masq::teardown(&args.conf.name, &args.container_id, iptables);
                     }
                     if undo.ipam {
                         if let Some(t) = ipam_type(args) {
@@ -157,8 +158,10 @@ impl Plugin for Bridge {
         std::thread::scope(|s| {
             let ipam = ipam_type(args)
                 .map(|t| s.spawn(move || invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin)));
-            let rules = backend
-                .map(|b| s.spawn(move || masq::teardown(b, &args.conf.name, &args.container_id)));
+            let rules = (backend.is_some() || conf.macspoofchk).then(|| {
+                let iptables = backend == Some(Backend::Iptables);
+                s.spawn(move || masq::teardown(&args.conf.name, &args.container_id, iptables))
+            });
             let link = del_link(args);
             let ipam = ipam.map(|h| {
                 h.join()
@@ -187,12 +190,18 @@ impl Plugin for Bridge {
         block_on(check(args, &conf, &prev, &ns))??;
         if conf.ip_masq && !prev.ips.is_empty() {
             let backend = Backend::choose(conf.ip_masq_backend.as_deref())?;
-            if !masq::present(backend, &args.conf.name, &args.container_id)? {
+            if !masq::masq_present(backend, &args.conf.name, &args.container_id)? {
                 return Err(CniError::internal(format!(
                     "CHECK: masquerade rules of {} on network {} are missing",
                     args.container_id, args.conf.name
                 )));
             }
+        }
+        if conf.macspoofchk && !masq::spoof_present(&args.conf.name, &args.container_id)? {
+            return Err(CniError::internal(format!(
+                "CHECK: the MAC spoof check of {} on network {} is missing",
+                args.container_id, args.conf.name
+            )));
         }
         Ok(())
     }
@@ -325,20 +334,40 @@ async fn add(
         }
     }
 
-    // The masquerade rules need only the addresses: install them while the container
-    // and the bridge get configured.
-    let masq_job = backend.map(|b| {
-        undo.masq = Some(b);
-        let nets: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
+    // The container's MAC (for the spoof check) is known now that the veth exists.
+    let c_link = cont
+        .link_by_name(&args.ifname)
+        .await?
+        .ok_or_else(|| CniError::io(format!("{} vanished from {}", args.ifname, args.netns)))?;
+    // The rules need only the addresses and the two ends of the veth: install them
+    // while the container and the bridge get configured.
+    let rules_job = (backend.is_some() || conf.macspoofchk).then(|| {
+        undo.rules = Some(backend == Some(Backend::Iptables));
+        let nets: Vec<IpNetwork> = if backend.is_some() {
+            result.ips.iter().map(|i| i.address).collect()
+        } else {
+            vec![]
+        };
+        let spoof = conf
+            .macspoofchk
+            .then(|| (host_veth.name.clone(), c_link.mac.clone()));
         let (name, id) = (args.conf.name.clone(), args.container_id.clone());
-        std::thread::spawn(move || masq::setup(b, &name, &id, &nets))
+        std::thread::spawn(move || {
+            masq::setup(
+                backend,
+                &name,
+                &id,
+                &nets,
+                spoof.as_ref().map(|(v, m)| (v.as_str(), m.as_str())),
+            )
+        })
     });
-    let configured = configure(args, conf, ns, host, cont, br, &result).await;
-    if let Some(job) = masq_job {
+    let configured = configure(args, conf, ns, host, cont, br, &c_link, &result).await;
+    if let Some(job) = rules_job {
         job.join()
-            .unwrap_or_else(|_| Err(CniError::internal("ipMasq setup panicked")))?;
+            .unwrap_or_else(|_| Err(CniError::internal("ipMasq/macspoofchk setup panicked")))?;
     }
-    let c_link = configured?;
+    configured?;
 
     // Re-read the bridge: its MAC changes when the first port joins.
     let br_now = host
@@ -369,7 +398,7 @@ async fn add(
 }
 
 /// The pod's side (addresses, link, routes) and the node's (gateway address on the
-/// bridge, forwarding). Returns the container's link.
+/// bridge, forwarding).
 async fn configure(
     args: &Args,
     conf: &BridgeConf,
@@ -377,13 +406,10 @@ async fn configure(
     host: &Netlink,
     cont: &Netlink,
     br: &Link,
+    c_link: &Link,
     result: &AddResult,
-) -> CniResult<Link> {
-    let c_link = cont
-        .link_by_name(&args.ifname)
-        .await?
-        .ok_or_else(|| CniError::io(format!("{} vanished from {}", args.ifname, args.netns)))?;
-    configure_container(args, conf, ns, cont, &c_link, result).await?;
+) -> CniResult<()> {
+    configure_container(args, conf, ns, cont, c_link, result).await?;
 
     // The node side: gateway addresses on the bridge and forwarding.
     if conf.is_gateway {
@@ -410,7 +436,7 @@ async fn configure(
             netns::write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
         }
     }
-    Ok(c_link)
+    Ok(())
 }
 
 /// Addresses, link up and routes inside the pod's namespace.
