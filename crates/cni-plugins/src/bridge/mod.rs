@@ -399,6 +399,7 @@ async fn add(
 
 /// The pod's side (addresses, link, routes) and the node's (gateway address on the
 /// bridge, forwarding).
+#[allow(clippy::too_many_arguments)]
 async fn configure(
     args: &Args,
     conf: &BridgeConf,
