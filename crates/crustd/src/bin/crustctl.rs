@@ -9,10 +9,19 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "crustctl", version, about = "A small CRI client (crictl-style)")]
+#[command(
+    name = "crustctl",
+    version,
+    about = "A small CRI client (crictl-style)"
+)]
 struct Cli {
     /// The runtime's socket: a path or `unix:///path`.
-    #[arg(short = 'r', long, default_value = "unix:///run/crust/crust.sock", global = true)]
+    #[arg(
+        short = 'r',
+        long,
+        default_value = "unix:///run/crust/crust.sock",
+        global = true
+    )]
     runtime_endpoint: String,
     #[command(subcommand)]
     cmd: Cmd,
@@ -58,7 +67,10 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     match rt.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -75,19 +87,32 @@ fn status_err(what: &str) -> impl Fn(tonic::Status) -> String + '_ {
 }
 
 async fn run(cli: Cli) -> R<()> {
-    let path = cli.runtime_endpoint.trim_start_matches("unix://").to_string();
-    let ch = connect_unix(&path).await.map_err(|e| format!("connecting to {path}: {e}"))?;
+    let path = cli
+        .runtime_endpoint
+        .trim_start_matches("unix://")
+        .to_string();
+    let ch = connect_unix(&path)
+        .await
+        .map_err(|e| format!("connecting to {path}: {e}"))?;
     let mut c = RuntimeServiceClient::new(ch);
     match cli.cmd {
         Cmd::Version => {
-            let v = c.version(VersionRequest::default()).await.map_err(status_err("Version"))?.into_inner();
+            let v = c
+                .version(VersionRequest::default())
+                .await
+                .map_err(status_err("Version"))?
+                .into_inner();
             println!("Version:  {}", v.version);
             println!("RuntimeName:  {}", v.runtime_name);
             println!("RuntimeVersion:  {}", v.runtime_version);
             println!("RuntimeApiVersion:  {}", v.runtime_api_version);
         }
         Cmd::Info => {
-            let s = c.status(StatusRequest { verbose: true }).await.map_err(status_err("Status"))?.into_inner();
+            let s = c
+                .status(StatusRequest { verbose: true })
+                .await
+                .map_err(status_err("Status"))?
+                .into_inner();
             let conds: Vec<Value> = s
                 .status
                 .unwrap_or_default()
@@ -95,23 +120,44 @@ async fn run(cli: Cli) -> R<()> {
                 .into_iter()
                 .map(|c| json!({"type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message}))
                 .collect();
-            let info: HashMap<String, Value> =
-                s.info.into_iter().map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v)))).collect();
-            println!("{}", serde_json::to_string_pretty(&json!({"status": {"conditions": conds}, "info": info})).unwrap());
+            let info: HashMap<String, Value> = s
+                .info
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v))))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &json!({"status": {"conditions": conds}, "info": info})
+                )
+                .unwrap()
+            );
         }
         Cmd::Runp { file, runtime } => {
-            let text = std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
-            let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| format!("reading {}: {e}", file.display()))?;
+            let v: Value =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
             let cfg = pod_config(&v)?;
             let id = c
-                .run_pod_sandbox(RunPodSandboxRequest { config: Some(cfg), runtime_handler: runtime })
+                .run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(cfg),
+                    runtime_handler: runtime,
+                })
                 .await
                 .map_err(status_err("RunPodSandbox"))?
                 .into_inner()
                 .pod_sandbox_id;
             println!("{id}");
         }
-        Cmd::Pods { id, name, namespace, state, label, quiet } => {
+        Cmd::Pods {
+            id,
+            name,
+            namespace,
+            state,
+            label,
+            quiet,
+        } => {
             let state = match state.as_deref() {
                 None => None,
                 Some("ready") => Some(PodSandboxState::SandboxReady),
@@ -120,7 +166,9 @@ async fn run(cli: Cli) -> R<()> {
             };
             let mut selector = HashMap::new();
             for l in label {
-                let (k, v) = l.split_once('=').ok_or_else(|| format!("--label {l:?}: expected key=value"))?;
+                let (k, v) = l
+                    .split_once('=')
+                    .ok_or_else(|| format!("--label {l:?}: expected key=value"))?;
                 selector.insert(k.to_string(), v.to_string());
             }
             let filter = PodSandboxFilter {
@@ -129,13 +177,18 @@ async fn run(cli: Cli) -> R<()> {
                 label_selector: selector,
             };
             let items = c
-                .list_pod_sandbox(ListPodSandboxRequest { filter: Some(filter) })
+                .list_pod_sandbox(ListPodSandboxRequest {
+                    filter: Some(filter),
+                })
                 .await
                 .map_err(status_err("ListPodSandbox"))?
                 .into_inner()
                 .items;
             if !quiet {
-                println!("{:<13} {:<20} {:<10} {:<25} {:<16} {}", "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "ATTEMPT");
+                println!(
+                    "{:<13} {:<20} {:<10} {:<25} {:<16} ATTEMPT",
+                    "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE"
+                );
             }
             for p in items {
                 let md = p.metadata.unwrap_or_default();
@@ -148,7 +201,11 @@ async fn run(cli: Cli) -> R<()> {
                     println!("{}", p.id);
                     continue;
                 }
-                let st = if p.state == PodSandboxState::SandboxReady as i32 { "Ready" } else { "NotReady" };
+                let st = if p.state == PodSandboxState::SandboxReady as i32 {
+                    "Ready"
+                } else {
+                    "NotReady"
+                };
                 println!(
                     "{:<13} {:<20} {:<10} {:<25} {:<16} {}",
                     &p.id[..p.id.len().min(13)],
@@ -162,7 +219,10 @@ async fn run(cli: Cli) -> R<()> {
         }
         Cmd::Inspectp { id } => {
             let r = c
-                .pod_sandbox_status(PodSandboxStatusRequest { pod_sandbox_id: id, verbose: true })
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: id,
+                    verbose: true,
+                })
                 .await
                 .map_err(status_err("PodSandboxStatus"))?
                 .into_inner();
@@ -187,17 +247,21 @@ async fn run(cli: Cli) -> R<()> {
         }
         Cmd::Stopp { ids } => {
             for id in ids {
-                c.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: id.clone() })
-                    .await
-                    .map_err(status_err("StopPodSandbox"))?;
+                c.stop_pod_sandbox(StopPodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                })
+                .await
+                .map_err(status_err("StopPodSandbox"))?;
                 println!("Stopped sandbox {id}");
             }
         }
         Cmd::Rmp { ids } => {
             for id in ids {
-                c.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id.clone() })
-                    .await
-                    .map_err(status_err("RemovePodSandbox"))?;
+                c.remove_pod_sandbox(RemovePodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                })
+                .await
+                .map_err(status_err("RemovePodSandbox"))?;
                 println!("Removed sandbox {id}");
             }
         }
@@ -229,13 +293,31 @@ fn s(v: &Value, k: &str) -> String {
 }
 
 fn strings(v: &Value, k: &str) -> Vec<String> {
-    get(v, k).and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default()
+    get(v, k)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn map(v: &Value, k: &str) -> HashMap<String, String> {
     get(v, k)
         .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))).collect())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str()
+                            .map(String::from)
+                            .unwrap_or_else(|| v.to_string()),
+                    )
+                })
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -243,7 +325,10 @@ fn map(v: &Value, k: &str) -> HashMap<String, String> {
 fn enum_val(v: Option<&Value>, from_name: impl Fn(&str) -> Option<i32>) -> R<i32> {
     match v {
         None | Some(Value::Null) => Ok(0),
-        Some(Value::Number(n)) => n.as_i64().map(|n| n as i32).ok_or_else(|| format!("bad enum value {n}")),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .map(|n| n as i32)
+            .ok_or_else(|| format!("bad enum value {n}")),
         Some(Value::String(s)) => from_name(s).ok_or_else(|| format!("unknown enum value {s:?}")),
         Some(other) => Err(format!("bad enum value {other}")),
     }
@@ -266,24 +351,40 @@ fn pod_config(v: &Value) -> R<PodSandboxConfig> {
         ..Default::default()
     };
     if let Some(d) = get(v, "dns_config") {
-        cfg.dns_config = Some(DnsConfig { servers: strings(d, "servers"), searches: strings(d, "searches"), options: strings(d, "options") });
+        cfg.dns_config = Some(DnsConfig {
+            servers: strings(d, "servers"),
+            searches: strings(d, "searches"),
+            options: strings(d, "options"),
+        });
     }
     if let Some(ports) = get(v, "port_mappings").and_then(Value::as_array) {
         for p in ports {
             cfg.port_mappings.push(PortMapping {
-                protocol: enum_val(get(p, "protocol"), |n| Protocol::from_str_name(n).map(|p| p as i32))?,
-                container_port: get(p, "container_port").and_then(Value::as_i64).unwrap_or(0) as i32,
+                protocol: enum_val(get(p, "protocol"), |n| {
+                    Protocol::from_str_name(n).map(|p| p as i32)
+                })?,
+                container_port: get(p, "container_port")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0) as i32,
                 host_port: get(p, "host_port").and_then(Value::as_i64).unwrap_or(0) as i32,
                 host_ip: s(p, "host_ip"),
             });
         }
     }
     if let Some(l) = get(v, "linux") {
-        let mut linux = LinuxPodSandboxConfig { cgroup_parent: s(l, "cgroup_parent"), sysctls: map(l, "sysctls"), ..Default::default() };
+        let mut linux = LinuxPodSandboxConfig {
+            cgroup_parent: s(l, "cgroup_parent"),
+            sysctls: map(l, "sysctls"),
+            ..Default::default()
+        };
         if let Some(sc) = get(l, "security_context") {
             let mut ctx = LinuxSandboxSecurityContext::default();
             if let Some(ns) = get(sc, "namespace_options") {
-                let mode = |k: &str| enum_val(get(ns, k), |n| NamespaceMode::from_str_name(n).map(|m| m as i32));
+                let mode = |k: &str| {
+                    enum_val(get(ns, k), |n| {
+                        NamespaceMode::from_str_name(n).map(|m| m as i32)
+                    })
+                };
                 ctx.namespace_options = Some(NamespaceOption {
                     network: mode("network")?,
                     pid: mode("pid")?,
@@ -292,7 +393,9 @@ fn pod_config(v: &Value) -> R<PodSandboxConfig> {
                     userns_options: None,
                 });
             }
-            ctx.privileged = get(sc, "privileged").and_then(Value::as_bool).unwrap_or(false);
+            ctx.privileged = get(sc, "privileged")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             linux.security_context = Some(ctx);
         }
         cfg.linux = Some(linux);
