@@ -120,36 +120,30 @@ impl Netlink {
     }
 
     pub async fn link_by_name(&self, name: &str) -> CniResult<Option<Link>> {
-        match self
-            .h
-            .link()
-            .get()
-            .match_name(name)
-            .execute()
-            .try_next()
-            .await
-        {
-            Ok(Some(m)) => Ok(Some(Link::from_msg(&m))),
-            Ok(None) => Ok(None),
-            Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
-            Err(e) => Err(nl_err(format_args!("failed to look up link {name:?}"), e)),
-        }
+        Self::one_link(
+            self.h.link().get().match_name(name),
+            format_args!("{name:?}"),
+        )
+        .await
     }
 
     pub async fn link_by_index(&self, index: u32) -> CniResult<Option<Link>> {
-        match self
-            .h
-            .link()
-            .get()
-            .match_index(index)
-            .execute()
-            .try_next()
-            .await
-        {
-            Ok(Some(m)) => Ok(Some(Link::from_msg(&m))),
-            Ok(None) => Ok(None),
+        Self::one_link(
+            self.h.link().get().match_index(index),
+            format_args!("{index}"),
+        )
+        .await
+    }
+
+    /// Runs a single-link query; "no such device" is `None`, not an error.
+    async fn one_link(
+        req: rtnetlink::LinkGetRequest,
+        what: std::fmt::Arguments<'_>,
+    ) -> CniResult<Option<Link>> {
+        match req.execute().try_next().await {
+            Ok(m) => Ok(m.as_ref().map(Link::from_msg)),
             Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
-            Err(e) => Err(nl_err(format_args!("failed to look up link {index}"), e)),
+            Err(e) => Err(nl_err(format_args!("failed to look up link {what}"), e)),
         }
     }
 

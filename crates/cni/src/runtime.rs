@@ -211,12 +211,7 @@ impl CniRuntime {
             container_id: rt.container_id.clone(),
             netns: rt.netns.clone(),
             ifname: rt.ifname.clone(),
-            args: rt
-                .args
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(";"),
+            args: crate::skeleton::format_cni_args(&rt.args),
             path: self.plugin_dirs.clone(),
         }
     }

@@ -104,6 +104,15 @@ pub fn parse_cni_args(s: &str) -> CniResult<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// The inverse of [`parse_cni_args`]: pairs back into a `CNI_ARGS` value.
+pub fn format_cni_args(pairs: &[(String, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
 /// Container ids are restricted as in libcni so they are safe in file names.
 pub fn validate_container_id(id: &str) -> CniResult<()> {
     let ok = !id.is_empty()
@@ -502,5 +511,7 @@ mod tests {
         );
         assert_eq!(parse_cni_args("novalue").unwrap_err().code, 4);
         assert!(parse_cni_args("").unwrap().is_empty());
+        let pairs = parse_cni_args("A=1;B=x=y").unwrap();
+        assert_eq!(format_cni_args(&pairs), "A=1;B=x=y");
     }
 }

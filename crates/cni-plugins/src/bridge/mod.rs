@@ -37,12 +37,7 @@ fn ipam_env(args: &Args) -> InvokeEnv {
         container_id: args.container_id.clone(),
         netns: args.netns.clone(),
         ifname: args.ifname.clone(),
-        args: args
-            .args
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(";"),
+        args: cni::skeleton::format_cni_args(&args.args),
         path: args.path.clone(),
     }
 }
