@@ -4,7 +4,7 @@
 //! then clears by force whatever is still there (mounts under its state dir, pause
 //! processes, cgroups), so a failing test leaves nothing behind.
 
-use crate::{bin, bin_dir, enter_netns, unique, Netns, TempDir};
+use crate::{bin, bin_dir, enter_netns, run, unique, Netns, TempDir};
 use cgroups::{CgroupManager, CgroupPath, Hierarchy};
 use cri_api::{ImageServiceClient, RuntimeServiceClient};
 use std::path::{Path, PathBuf};
@@ -41,6 +41,8 @@ pub struct Crustd {
     pub cgroup_root: String,
     pub log: PathBuf,
     pub opts: Options,
+    /// What `spawn` writes to the file it passes as `--config` (empty: every default).
+    pub config_toml: String,
     child: Option<Child>,
 }
 
@@ -50,10 +52,25 @@ impl Crustd {
     }
 
     pub fn start_with(opts: Options) -> Crustd {
+        let mut d = Self::prepare(opts);
+        d.spawn();
+        d
+    }
+
+    /// Starts crustd with `toml` as its config file (flags still override it).
+    pub fn start_with_config(opts: Options, toml: &str) -> Crustd {
+        let mut d = Self::prepare(opts);
+        d.config_toml = toml.to_string();
+        d.spawn();
+        d
+    }
+
+    /// Everything `start_with` makes, without starting the daemon.
+    fn prepare(opts: Options) -> Crustd {
         let root = TempDir::new("cr");
         let log = root.path().join("crustd.log");
         let state = TempDir::new("cs");
-        let mut d = Crustd {
+        let d = Crustd {
             node: Netns::new("cn"),
             socket: state.path().join("crust.sock"),
             root,
@@ -64,12 +81,12 @@ impl Crustd {
             cgroup_root: format!("/{}", unique("crust-e2e-")),
             log,
             opts,
+            config_toml: String::new(),
             child: None,
         };
         if d.opts.cni_conf {
             d.write_cni_conf();
         }
-        d.spawn();
         d
     }
 
@@ -122,8 +139,8 @@ impl Crustd {
             .arg("--log-level")
             .arg("debug")
             .args(&self.opts.extra_args);
-        // An explicit --config must exist: give it an empty one.
-        std::fs::write(self.root.path().join("no-config.toml"), "").unwrap();
+        // An explicit --config must exist: give it an empty one unless asked otherwise.
+        std::fs::write(self.root.path().join("no-config.toml"), &self.config_toml).unwrap();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -354,14 +371,16 @@ fn walk_dirs(d: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Mount points at or below `dir`, from /proc/self/mountinfo.
+/// Mount points at or below `dir`, from /proc/self/mountinfo. (Matched by path
+/// component: `/tmp/x1` must not take `/tmp/x17`'s mounts.)
 pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.to_string_lossy().to_string();
+    let dir = dir.to_string_lossy().to_string();
+    let prefix = format!("{}/", dir.trim_end_matches('/'));
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|m| m.starts_with(&prefix))
+        .filter(|m| *m == dir || m.starts_with(&prefix))
         .collect()
 }
 
@@ -370,5 +389,115 @@ impl Drop for Crustd {
         self.cleanup_through_cri();
         self.kill9();
         self.cleanup_by_force();
+    }
+}
+
+/// What a sandbox can leave behind, counted for one daemon: compare a snapshot taken
+/// before a failing call with one taken after to prove the call left nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Leftovers {
+    /// Mount points (namespace pins) under the state dir.
+    pub mounts: Vec<String>,
+    /// Entries under `<state>/sandboxes` (pin folders).
+    pub pin_dirs: Vec<String>,
+    /// Entries under `<root>/sandboxes` (records and pod files).
+    pub records: Vec<String>,
+    /// Host ends of pod veths (`veth*`) in the node namespace.
+    pub veths: Vec<String>,
+    /// Reserved addresses in the host-local data dir of the `crust-e2e` network.
+    pub ip_files: Vec<String>,
+    /// Processes running this daemon's pause binary.
+    pub pauses: Vec<i32>,
+    /// Pod cgroups (dirs named like a sandbox id) under the daemon's cgroup root.
+    pub pod_cgroups: Vec<PathBuf>,
+    /// nftables masquerade rules of the bridge plugin in the node namespace.
+    pub masq_rules: usize,
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// True for a 64-hex-digit name, the shape of a sandbox id.
+pub fn is_sandbox_id(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl Crustd {
+    /// The pause binary this daemon installed (`<state>/bin/crust-pause`).
+    pub fn pause_bin(&self) -> PathBuf {
+        self.state.path().join("bin").join("crust-pause")
+    }
+
+    /// Pids of the live processes running this daemon's pause binary.
+    pub fn pause_pids(&self) -> Vec<i32> {
+        let bin = self.pause_bin();
+        let mut v: Vec<i32> = std::fs::read_dir("/proc")
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                    .filter(|pid| {
+                        std::fs::read_link(format!("/proc/{pid}/exe"))
+                            .ok()
+                            .as_deref()
+                            == Some(bin.as_path())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Links named `veth*` in the node namespace.
+    pub fn veths(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .node
+            .links()
+            .into_iter()
+            .filter(|l| l.starts_with("veth"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Everything that could leak, counted now.
+    pub fn leftovers(&self) -> Leftovers {
+        let mut pod_cgroups: Vec<PathBuf> = self
+            .cgroup_dirs()
+            .into_iter()
+            .filter(|d| {
+                d.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(is_sandbox_id)
+            })
+            .collect();
+        pod_cgroups.sort();
+        let nft = run(self
+            .node
+            .cmd("nft")
+            .args(["list", "table", "inet", "crust_cni"]));
+        let masq_rules = String::from_utf8_lossy(&nft.stdout)
+            .lines()
+            .filter(|l| l.contains("masquerade"))
+            .count();
+        Leftovers {
+            mounts: self.mounts(),
+            pin_dirs: dir_names(&self.state.path().join("sandboxes")),
+            records: dir_names(&self.root.path().join("sandboxes")),
+            veths: self.veths(),
+            ip_files: crate::ip_files(self.ipam_data.path(), "crust-e2e"),
+            pauses: self.pause_pids(),
+            pod_cgroups,
+            masq_rules,
+        }
     }
 }

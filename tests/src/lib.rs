@@ -385,3 +385,37 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
     unified
 }
 pub mod crustd;
+
+/// Builds a root file system of busybox-static under `dir`: `bin/busybox` and one
+/// symlink `bin/APPLET -> busybox` per applet. Panics (with the package to install)
+/// when the `busybox` on `PATH` is dynamically linked: a container has no libc.
+pub fn busybox_rootfs(dir: &Path, applets: &[&str]) {
+    let busybox = which("busybox").expect("busybox on PATH (apt-get install -y busybox-static)");
+    let bytes = std::fs::read(&busybox).unwrap();
+    assert!(
+        !elf_has_interpreter(&bytes),
+        "{} is dynamically linked: apt-get install -y busybox-static",
+        busybox.display()
+    );
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(&busybox, bin.join("busybox")).unwrap();
+    for a in applets {
+        std::os::unix::fs::symlink("busybox", bin.join(a)).unwrap();
+    }
+}
+
+/// True when a 64-bit little-endian ELF file names a program interpreter (`PT_INTERP`),
+/// i.e. is dynamically linked.
+fn elf_has_interpreter(elf: &[u8]) -> bool {
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    if elf.len() < 64 || &elf[..4] != b"\x7fELF" {
+        return false;
+    }
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    (0..phnum).any(|i| {
+        let o = phoff + i * phentsize;
+        elf.get(o..o + 4) == Some(&3u32.to_le_bytes()[..])
+    })
+}

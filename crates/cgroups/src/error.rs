@@ -71,9 +71,46 @@ pub enum Error {
     /// `remove` and `kill_all` refuse the hierarchy's root cgroup.
     #[error("{op}: refusing to act on the root cgroup of the hierarchy")]
     RootCgroup { op: &'static str },
+    /// Writing a limit to a control file failed.
+    #[error("set {} to {value:?}: {source}", path.display())]
+    Set {
+        path: PathBuf,
+        value: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A limit the kernel refuses or a cgroup cannot run with (a memory limit below the
+    /// cgroup's usage or below [`crate::MIN_MEMORY_LIMIT`], swap below memory, ...),
+    /// named by the control file it is for.
+    #[error("set {} to {value}: {reason}", path.display())]
+    Limit {
+        path: PathBuf,
+        value: String,
+        reason: String,
+    },
+    /// A limit or operation needs a controller the cgroup does not have (v1: not mounted;
+    /// v2: a `unified` key on v1, ...).
+    #[error("cgroup {cgroup}: {reason}")]
+    Unsupported { cgroup: String, reason: String },
+    /// A freeze did not complete in time (the cgroup was thawed again).
+    #[error("freeze {}: not frozen after {waited:?} (state {state:?})", path.display())]
+    FreezeTimeout {
+        path: PathBuf,
+        state: String,
+        waited: Duration,
+    },
 }
 
 impl Error {
+    /// A failed write of `value` to the control file `path`.
+    pub(crate) fn set(path: impl Into<PathBuf>, value: &str, source: std::io::Error) -> Self {
+        Error::Set {
+            path: path.into(),
+            value: value.to_string(),
+            source,
+        }
+    }
+
     pub(crate) fn io(op: Op, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             op,
@@ -85,14 +122,15 @@ impl Error {
     /// The errno of an `Io` error, if any.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Io { source, .. } | Error::Set { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }
 
     /// True for an `Io` error whose file or directory does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+        matches!(self, Error::Io { source, .. } | Error::Set { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound)
     }
 }
 

@@ -22,16 +22,91 @@ pub(crate) fn read_opt(path: &Path) -> Result<Option<String>> {
     }
 }
 
-/// Writes `data` in one `write(2)`, as cgroupfs files want. The file is created when
-/// missing, which only happens in the fake trees of unit tests (cgroupfs files exist).
+/// Writes `data` in one `write(2)`, as cgroupfs files want. A missing file is ENOENT
+/// (cgroupfs cannot create files: `O_CREAT` would make it EACCES); only the unit tests'
+/// fake trees create it.
 pub(crate) fn write(path: &Path, data: &str) -> Result<()> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
+    open_for_write(path)
         .and_then(|mut f| f.write_all(data.as_bytes()))
         .map_err(|e| Error::io(Op::Write, path, e))
+}
+
+fn open_for_write(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(cfg!(test))
+        .truncate(cfg!(test))
+        .open(path)
+}
+
+/// Writes the limit `value` to the control file `path` (like [`write`]); a failure is
+/// [`Error::Set`], naming the file and the value.
+pub(crate) fn set(path: &Path, value: &str) -> Result<()> {
+    tracing::debug!(file = %path.display(), value, "cgroup limit");
+    #[cfg(test)]
+    testutil::record(path, value);
+    open_for_write(path)
+        .and_then(|mut f| f.write_all(value.as_bytes()))
+        .map_err(|e| Error::set(path, value, e))
+}
+
+/// A file holding one number (`memory.usage_in_bytes`); `max` (v2) is `None`, as is a
+/// v1 "unlimited" value (at least 2^62: the kernel shows its page counter maximum).
+pub(crate) fn read_limit(path: &Path) -> Result<Option<u64>> {
+    let text = read(path)?;
+    let t = text.trim();
+    if t == "max" || t == "-1" {
+        return Ok(None);
+    }
+    let n = parse_u64(path, t)?;
+    Ok((n < 1 << 62).then_some(n))
+}
+
+/// A file holding one number.
+pub(crate) fn read_u64(path: &Path) -> Result<u64> {
+    parse_u64(path, read(path)?.trim())
+}
+
+/// Like [`read_u64`], `None` when the file does not exist.
+pub(crate) fn read_u64_opt(path: &Path) -> Result<Option<u64>> {
+    read_opt(path)?
+        .map(|t| parse_u64(path, t.trim()))
+        .transpose()
+}
+
+fn parse_u64(path: &Path, s: &str) -> Result<u64> {
+    s.parse().map_err(|_| Error::Parse {
+        path: path.to_path_buf(),
+        line: s.to_string(),
+        reason: "expected a number",
+    })
+}
+
+/// A flat keyed file (`memory.stat`, `cpu.stat`, `memory.events`, `memory.oom_control`):
+/// `key value` lines. Lines whose value is not a number are skipped.
+#[derive(Debug, Default)]
+pub(crate) struct Keyed(Vec<(String, u64)>);
+
+impl Keyed {
+    pub(crate) fn parse(text: &str) -> Keyed {
+        let pairs = text.lines().filter_map(|l| {
+            let (k, v) = l.trim().split_once(char::is_whitespace)?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        });
+        Keyed(pairs.collect())
+    }
+
+    /// The file `path` parsed; empty when it does not exist.
+    pub(crate) fn read_opt(path: &Path) -> Result<Keyed> {
+        Ok(read_opt(path)?
+            .map(|t| Keyed::parse(&t))
+            .unwrap_or_default())
+    }
+
+    /// The value of `key`, 0 when the file has no such line.
+    pub(crate) fn get(&self, key: &str) -> u64 {
+        self.0.iter().find(|(k, _)| k == key).map_or(0, |(_, v)| *v)
+    }
 }
 
 /// `mkdir`; true when this call made the directory, false when it already existed.
@@ -140,10 +215,20 @@ pub(crate) fn controller_set(text: &str) -> Vec<String> {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use std::path::PathBuf;
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     static N: AtomicU32 = AtomicU32::new(0);
+
+    thread_local! {
+        /// Every [`super::set`] of this thread (each test runs on its own thread).
+        static WRITES: RefCell<Vec<(PathBuf, String)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn record(path: &Path, value: &str) {
+        WRITES.with(|w| w.borrow_mut().push((path.to_path_buf(), value.to_string())));
+    }
 
     /// A fake cgroupfs tree in a temp dir, removed on drop.
     pub struct Tree(pub PathBuf);
@@ -173,6 +258,18 @@ pub(crate) mod testutil {
         }
         pub fn mkdir(&self, rel: &str) {
             std::fs::create_dir_all(self.path(rel)).unwrap();
+        }
+        /// The limits this thread wrote since the last call, in order, as
+        /// `"path/relative/to/tree=value"`.
+        pub fn writes(&self) -> Vec<String> {
+            WRITES
+                .with(|w| w.borrow_mut().drain(..).collect::<Vec<_>>())
+                .into_iter()
+                .map(|(p, v)| {
+                    let rel = p.strip_prefix(&self.0).unwrap_or(&p).display().to_string();
+                    format!("{rel}={v}")
+                })
+                .collect()
         }
     }
 
@@ -214,6 +311,31 @@ mod tests {
             e.to_string().contains(&t.path("a").display().to_string()),
             "{e}"
         );
+    }
+
+    #[test]
+    fn numbers_and_keyed_files() {
+        let t = Tree::new();
+        t.write("max", "max\n");
+        t.write("v1max", "9223372036854771712\n");
+        t.write("n", "4096\n");
+        t.write("bad", "x\n");
+        assert_eq!(read_limit(&t.path("max")).unwrap(), None);
+        assert_eq!(read_limit(&t.path("v1max")).unwrap(), None);
+        assert_eq!(read_limit(&t.path("n")).unwrap(), Some(4096));
+        assert_eq!(read_u64(&t.path("n")).unwrap(), 4096);
+        assert_eq!(read_u64_opt(&t.path("none")).unwrap(), None);
+        let e = read_u64(&t.path("bad")).unwrap_err();
+        assert!(e.to_string().contains("bad"), "{e}");
+        let k = Keyed::parse("oom_kill_disable 0\nunder_oom 0\noom_kill 3\nodd x\n");
+        assert_eq!(k.get("oom_kill"), 3);
+        assert_eq!(k.get("missing"), 0);
+        assert_eq!(k.get("odd"), 0);
+        set(&t.path("n"), "8192").unwrap();
+        assert_eq!(t.read("n"), "8192");
+        let e = set(&t.path("nodir/f"), "1").unwrap_err();
+        assert!(e.to_string().starts_with("set "), "{e}");
+        assert!(e.to_string().contains("nodir/f to \"1\""), "{e}");
     }
 
     #[test]

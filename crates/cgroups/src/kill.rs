@@ -4,6 +4,7 @@
 //! `cgroup.freeze`), when a freezer is there.
 
 use crate::error::{Error, Result};
+use crate::freezer::Freezer;
 use crate::fs;
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
@@ -15,50 +16,6 @@ use std::time::{Duration, Instant};
 pub(crate) const KILL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait for a freeze to complete before signalling anyway.
 const FREEZE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A cgroup's freezer.
-pub(crate) enum Freezer {
-    /// The cgroup's directory in the v1 `freezer` hierarchy (`freezer.state`).
-    V1(PathBuf),
-    /// The cgroup's v2 directory (`cgroup.freeze`, `cgroup.events`).
-    V2(PathBuf),
-}
-
-impl Freezer {
-    fn freeze(&self) -> Result<()> {
-        let (state, done): (PathBuf, fn(&str) -> bool) = match self {
-            Freezer::V1(d) => {
-                fs::write(&d.join("freezer.state"), "FROZEN")?;
-                (d.join("freezer.state"), |s| s.trim() == "FROZEN")
-            }
-            Freezer::V2(d) => {
-                fs::write(&d.join("cgroup.freeze"), "1")?;
-                (d.join("cgroup.events"), |s| {
-                    s.lines().any(|l| l.trim() == "frozen 1")
-                })
-            }
-        };
-        let start = Instant::now();
-        loop {
-            match fs::read_opt(&state)? {
-                None => return Ok(()),
-                Some(s) if done(&s) => return Ok(()),
-                Some(_) if start.elapsed() >= FREEZE_TIMEOUT => {
-                    tracing::warn!(file = %state.display(), "cgroup not frozen in time, killing anyway");
-                    return Ok(());
-                }
-                Some(_) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
-    }
-
-    fn thaw(&self) -> Result<()> {
-        match self {
-            Freezer::V1(d) => fs::write(&d.join("freezer.state"), "THAWED"),
-            Freezer::V2(d) => fs::write(&d.join("cgroup.freeze"), "0"),
-        }
-    }
-}
 
 /// Thaws on drop, so a frozen cgroup never stays frozen (a v1 frozen task cannot die).
 struct Thaw<'a>(&'a Freezer);
@@ -78,8 +35,12 @@ pub(crate) fn kill_loop(name: &Path, dirs: &[PathBuf], freezer: Option<Freezer>)
     let mut delay = Duration::from_millis(1);
     loop {
         let thaw = match &freezer {
-            Some(f) => match f.freeze() {
-                Ok(()) => Some(Thaw(f)),
+            Some(f) => match f.freeze_within(FREEZE_TIMEOUT) {
+                Ok(true) => Some(Thaw(f)),
+                Ok(false) => {
+                    tracing::warn!(dir = %f.dir().display(), "cgroup not frozen in time, killing anyway");
+                    Some(Thaw(f))
+                }
                 Err(e) if e.is_not_found() => None,
                 Err(e) => {
                     tracing::warn!(error = %e, "freezing cgroup, killing without");

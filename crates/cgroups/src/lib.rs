@@ -15,20 +15,32 @@
 //! made them, and a caller that made one removes it with its own `remove` call, child
 //! first. `remove` does not kill: call `kill_all` first.
 //!
-//! Limits and stats come later, as files per controller beside `v1`/`v2`.
+//! Limits are a [`Resources`] given to `apply` (any time after `create`, again for an
+//! update); `stats` and `oom_kills` read what the cgroup used; `freeze` and `thaw` stop
+//! and resume every task in it. Each controller's files are in its own module under
+//! `controller/`, v1 and v2 side by side.
 
+mod controller;
 mod detect;
 mod error;
+mod freezer;
 mod fs;
 mod kill;
 mod path;
 mod proc_cgroup;
+mod resources;
+mod stats;
 pub mod v1;
 pub mod v2;
 
 pub use error::{Error, Op, Result};
 pub use path::CgroupPath;
 pub use proc_cgroup::{cgroup_in_text, cgroup_of, own_cgroup};
+pub use resources::{
+    shares_to_weight, weight_to_shares, Resources, MAX_SHARES, MAX_WEIGHT, MIN_MEMORY_LIMIT,
+    MIN_SHARES, MIN_WEIGHT,
+};
+pub use stats::{CpuStats, MemoryStats, PidsStats, Stats};
 
 use std::path::{Path, PathBuf};
 
@@ -74,6 +86,30 @@ pub trait CgroupManager {
     /// EBUSY (processes or child cgroups still inside) is retried briefly, then
     /// [`Error::Busy`] naming the directory. Refuses the root.
     fn remove(&self, path: &CgroupPath) -> Result<()>;
+
+    /// Writes the limits `resources` names into the cgroup's control files, leaving the
+    /// others alone (see [`Resources`] for the files; v2's `unified` map goes last). A
+    /// limit the kernel refuses is an error naming the file and value
+    /// ([`Error::Limit`] for a memory limit below [`MIN_MEMORY_LIMIT`] or, on v1, below
+    /// what the cgroup uses). A limit needing a controller the cgroup lacks (v1: not
+    /// mounted) is [`Error::Unsupported`]. Stops at the first error: earlier files keep
+    /// their new values.
+    fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()>;
+
+    /// What the cgroup used (CPU, memory, pids); a controller it lacks reads as zero.
+    fn stats(&self, path: &CgroupPath) -> Result<Stats>;
+
+    /// How many processes of the cgroup the OOM killer killed (v1
+    /// `memory.oom_control`, v2 `memory.events`): the monitor's `OOMKilled` evidence.
+    fn oom_kills(&self, path: &CgroupPath) -> Result<u64>;
+
+    /// Freezes every task in the cgroup (and below) and waits until the kernel reports
+    /// it frozen; when that takes too long, thaws again and fails with
+    /// [`Error::FreezeTimeout`].
+    fn freeze(&self, path: &CgroupPath) -> Result<()>;
+
+    /// Resumes a frozen cgroup. Fine when it is not frozen.
+    fn thaw(&self, path: &CgroupPath) -> Result<()>;
 }
 
 /// The host's cgroup hierarchy: v1 or v2.
@@ -207,6 +243,21 @@ impl CgroupManager for Hierarchy {
     }
     fn remove(&self, path: &CgroupPath) -> Result<()> {
         self.inner().remove(path)
+    }
+    fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()> {
+        self.inner().apply(path, resources)
+    }
+    fn stats(&self, path: &CgroupPath) -> Result<Stats> {
+        self.inner().stats(path)
+    }
+    fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
+        self.inner().oom_kills(path)
+    }
+    fn freeze(&self, path: &CgroupPath) -> Result<()> {
+        self.inner().freeze(path)
+    }
+    fn thaw(&self, path: &CgroupPath) -> Result<()> {
+        self.inner().thaw(path)
     }
 }
 

@@ -4,10 +4,12 @@
 //! host the cgroup2 mount (`/sys/fs/cgroup/unified`) is joined as well, as runc does, so
 //! `/proc/PID/cgroup`'s `0::` line shows the pod too; no controller is enabled there.
 
+use crate::controller::{cpu, cpuset, hugetlb, memory, pids};
 use crate::error::{Error, Result};
-use crate::kill::{kill_loop, Freezer};
+use crate::freezer::{Freezer, FREEZE_TIMEOUT};
+use crate::kill::kill_loop;
 use crate::path::CgroupPath;
-use crate::{fs, CgroupManager, Version};
+use crate::{fs, CgroupManager, Resources, Stats, Version};
 use std::path::{Path, PathBuf};
 
 /// The v1 controllers a pod's cgroup is made in, when the host mounts them.
@@ -60,6 +62,37 @@ impl Manager {
         self.roots
             .iter()
             .find(|r| r.controllers.iter().any(|c| c == controller))
+    }
+
+    /// The cgroup's directory for `controller`, or [`Error::Unsupported`] when the host
+    /// does not mount it.
+    fn need(&self, controller: &str, path: &CgroupPath) -> Result<PathBuf> {
+        self.dir(controller, path)
+            .ok_or_else(|| Error::Unsupported {
+                cgroup: path.to_string(),
+                reason: format!("no cgroup v1 {controller} controller mounted"),
+            })
+    }
+
+    /// hugetlb from the v1 hierarchy, else from the hybrid cgroup2 mount when the
+    /// controller is enabled there (this project's machines have it only there).
+    fn apply_hugetlb(&self, path: &CgroupPath, r: &Resources) -> Result<()> {
+        if let Some(dir) = self.dir("hugetlb", path) {
+            return hugetlb::apply(&dir, r, hugetlb::V1);
+        }
+        if let Some(dir) = self.dir("", path) {
+            let controllers = fs::read_opt(&dir.join("cgroup.controllers"))?.unwrap_or_default();
+            if fs::controller_set(&controllers)
+                .iter()
+                .any(|c| c == "hugetlb")
+            {
+                return hugetlb::apply(&dir, r, hugetlb::V2);
+            }
+        }
+        Err(Error::Unsupported {
+            cgroup: path.to_string(),
+            reason: "no hugetlb controller (neither v1 nor on the hybrid cgroup2 mount)".into(),
+        })
     }
 
     pub(crate) fn map_roots(&self, f: impl Fn(&Root) -> Result<Root>) -> Result<Manager> {
@@ -128,6 +161,61 @@ impl CgroupManager for Manager {
             return Err(Error::RootCgroup { op: "remove" });
         }
         fs::rmdir_all(&self.dirs(path))
+    }
+
+    /// cpuset, memory, cpu, pids, hugetlb, each in its own hierarchy. The `unified` map
+    /// is refused: v1 has no such files.
+    fn apply(&self, path: &CgroupPath, r: &Resources) -> Result<()> {
+        if let Some(key) = r.unified.keys().next() {
+            return Err(Error::Unsupported {
+                cgroup: path.to_string(),
+                reason: format!("the unified map ({key:?}) needs cgroup v2"),
+            });
+        }
+        if r.has_cpuset() {
+            cpuset::apply(&self.need("cpuset", path)?, r)?;
+        }
+        if r.has_memory() {
+            memory::apply_v1(&self.need("memory", path)?, r)?;
+        }
+        if r.has_cpu() {
+            cpu::apply_v1(&self.need("cpu", path)?, r)?;
+        }
+        if r.pids_limit.is_some() {
+            pids::apply(&self.need("pids", path)?, r)?;
+        }
+        if !r.hugepage_limits.is_empty() {
+            self.apply_hugetlb(path, r)?;
+        }
+        Ok(())
+    }
+
+    fn stats(&self, path: &CgroupPath) -> Result<Stats> {
+        let cpu = cpu::stats_v1(
+            self.dir("cpu", path).as_deref(),
+            self.dir("cpuacct", path).as_deref(),
+        )?;
+        let memory = match self.dir("memory", path) {
+            Some(d) => memory::stats_v1(&d)?,
+            None => Default::default(),
+        };
+        let pids = match self.dir("pids", path) {
+            Some(d) => pids::stats(&d)?,
+            None => Default::default(),
+        };
+        Ok(Stats { cpu, memory, pids })
+    }
+
+    fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
+        memory::oom_kills_v1(&self.need("memory", path)?)
+    }
+
+    fn freeze(&self, path: &CgroupPath) -> Result<()> {
+        Freezer::V1(self.need("freezer", path)?).freeze(FREEZE_TIMEOUT)
+    }
+
+    fn thaw(&self, path: &CgroupPath) -> Result<()> {
+        Freezer::V1(self.need("freezer", path)?).thaw()
     }
 }
 
@@ -317,5 +405,126 @@ mod tests {
         let e = h.create(&p("/x/y")).unwrap_err();
         assert!(e.to_string().starts_with("mkdir "), "{e}");
         assert!(e.to_string().contains("x/y"), "{e}");
+    }
+
+    fn all_limits() -> Resources {
+        Resources {
+            cpu_shares: Some(512),
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            cpuset_cpus: Some("1".into()),
+            cpuset_mems: Some("0".into()),
+            memory_limit: Some(64 << 20),
+            memory_swap_limit: Some(64 << 20),
+            pids_limit: Some(10),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn apply_writes_each_hierarchy() {
+        let t = Tree::new();
+        let h = host(&t);
+        let cg = p("/pod/c");
+        h.create(&cg).unwrap();
+        t.write(
+            "memory/pod/c/memory.limit_in_bytes",
+            "9223372036854771712\n",
+        );
+        t.write(
+            "memory/pod/c/memory.memsw.limit_in_bytes",
+            "9223372036854771712\n",
+        );
+        t.writes();
+        h.apply(&cg, &all_limits()).unwrap();
+        assert_eq!(
+            t.writes(),
+            [
+                "cpuset/pod/c/cpuset.cpus=1",
+                "cpuset/pod/c/cpuset.mems=0",
+                "memory/pod/c/memory.limit_in_bytes=67108864",
+                "memory/pod/c/memory.memsw.limit_in_bytes=67108864",
+                "cpu,cpuacct/pod/c/cpu.shares=512",
+                "cpu,cpuacct/pod/c/cpu.cfs_period_us=100000",
+                "cpu,cpuacct/pod/c/cpu.cfs_quota_us=50000",
+                "pids/pod/c/pids.max=10",
+            ]
+        );
+        // An update names only what changes.
+        let r = Resources {
+            pids_limit: Some(-1),
+            ..Default::default()
+        };
+        h.apply(&cg, &r).unwrap();
+        assert_eq!(t.writes(), ["pids/pod/c/pids.max=max"]);
+    }
+
+    #[test]
+    fn apply_refuses_what_v1_lacks() {
+        let t = Tree::new();
+        let h = host(&t);
+        let cg = p("/c");
+        h.create(&cg).unwrap();
+        let mut r = Resources::default();
+        r.unified.insert("memory.high".into(), "1000000".into());
+        let e = h.apply(&cg, &r).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cgroup /c: the unified map (\"memory.high\") needs cgroup v2"
+        );
+        // No hugetlb hierarchy, and the hybrid mount does not offer it.
+        let r = Resources {
+            hugepage_limits: [("2MB".to_string(), 2 << 20)].into(),
+            ..Default::default()
+        };
+        let e = h.apply(&cg, &r).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        // This project's machines: hugetlb only on the hybrid cgroup2 mount.
+        t.write("unified/c/cgroup.controllers", "hugetlb\n");
+        t.writes();
+        h.apply(&cg, &r).unwrap();
+        assert_eq!(t.writes(), ["unified/c/hugetlb.2MB.max=2097152"]);
+        assert_eq!(t.writes(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn stats_oom_kills_and_freeze() {
+        let t = Tree::new();
+        let h = host(&t);
+        let cg = p("/c");
+        h.create(&cg).unwrap();
+        t.write("cpu,cpuacct/c/cpuacct.usage", "2000\n");
+        t.write("cpu,cpuacct/c/cpuacct.usage_user", "1500\n");
+        t.write("cpu,cpuacct/c/cpuacct.usage_sys", "500\n");
+        t.write("memory/c/memory.usage_in_bytes", "8192\n");
+        t.write("memory/c/memory.limit_in_bytes", "9223372036854771712\n");
+        t.write(
+            "memory/c/memory.stat",
+            "total_inactive_file 4096\ntotal_rss 4096\n",
+        );
+        t.write(
+            "memory/c/memory.oom_control",
+            "oom_kill_disable 0\noom_kill 2\n",
+        );
+        t.write("pids/c/pids.current", "3\n");
+        t.write("pids/c/pids.max", "max\n");
+        let s = h.stats(&cg).unwrap();
+        assert_eq!(
+            (s.cpu.usage_ns, s.cpu.user_ns, s.cpu.system_ns),
+            (2000, 1500, 500)
+        );
+        assert_eq!(
+            (s.memory.usage, s.memory.working_set, s.memory.rss),
+            (8192, 4096, 4096)
+        );
+        assert_eq!((s.memory.limit, s.memory.oom_kills), (None, 2));
+        assert_eq!((s.pids.current, s.pids.limit), (3, None));
+        assert_eq!(h.oom_kills(&cg).unwrap(), 2);
+        h.freeze(&cg).unwrap();
+        assert_eq!(t.read("freezer/c/freezer.state"), "FROZEN");
+        h.thaw(&cg).unwrap();
+        assert_eq!(t.read("freezer/c/freezer.state"), "THAWED");
+        let e = h.stats(&p("/gone")).unwrap_err();
+        assert!(e.to_string().contains("gone/cpuacct.usage"), "{e}");
     }
 }

@@ -2,10 +2,12 @@
 //! each ancestor's `cgroup.subtree_control` (the leaf itself holds processes, so it gets
 //! none: "no internal processes").
 
+use crate::controller::{cpu, cpuset, hugetlb, memory, pids};
 use crate::error::{Error, Result};
+use crate::freezer::{Freezer, FREEZE_TIMEOUT};
 use crate::kill::kill_v2;
 use crate::path::CgroupPath;
-use crate::{fs, CgroupManager, Version};
+use crate::{fs, CgroupManager, Resources, Stats, Version};
 use std::path::{Path, PathBuf};
 
 /// The controllers enabled down to a pod's cgroup, those of them the host has.
@@ -100,6 +102,54 @@ impl CgroupManager for Manager {
             return Err(Error::RootCgroup { op: "remove" });
         }
         fs::rmdir(&path.dir_under(&self.root))
+    }
+
+    /// cpuset, memory, cpu, pids, hugetlb, then the `unified` map, so that it overrides
+    /// what the fields above wrote. A controller the parent did not enable has no files
+    /// here: the write fails with ENOENT naming the file.
+    fn apply(&self, path: &CgroupPath, r: &Resources) -> Result<()> {
+        let dir = path.dir_under(&self.root);
+        cpuset::apply(&dir, r)?;
+        memory::apply_v2(&dir, r)?;
+        cpu::apply_v2(&dir, r)?;
+        pids::apply(&dir, r)?;
+        hugetlb::apply(&dir, r, hugetlb::V2)?;
+        for (file, value) in &r.unified {
+            let ok = !file.is_empty()
+                && file.contains('.')
+                && !file.contains(['/', '\0'])
+                && !file.starts_with('.');
+            if !ok {
+                return Err(Error::Limit {
+                    path: dir.join(file),
+                    value: value.clone(),
+                    reason: format!("{file:?} is not a cgroup control file name"),
+                });
+            }
+            fs::set(&dir.join(file), value)?;
+        }
+        Ok(())
+    }
+
+    fn stats(&self, path: &CgroupPath) -> Result<Stats> {
+        let dir = path.dir_under(&self.root);
+        Ok(Stats {
+            cpu: cpu::stats_v2(&dir)?,
+            memory: memory::stats_v2(&dir)?.unwrap_or_default(),
+            pids: pids::stats(&dir)?,
+        })
+    }
+
+    fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
+        memory::oom_kills_v2(&path.dir_under(&self.root))
+    }
+
+    fn freeze(&self, path: &CgroupPath) -> Result<()> {
+        Freezer::V2(path.dir_under(&self.root)).freeze(FREEZE_TIMEOUT)
+    }
+
+    fn thaw(&self, path: &CgroupPath) -> Result<()> {
+        Freezer::V2(path.dir_under(&self.root)).thaw()
     }
 }
 
@@ -237,5 +287,92 @@ mod tests {
                 t.path("nope/cgroup.controllers").display()
             )
         );
+    }
+
+    #[test]
+    fn apply_writes_unified_last() {
+        let t = Tree::new();
+        let h = host(&t, "cpuset cpu memory pids hugetlb");
+        let cg = p("/pod/c");
+        h.create(&cg).unwrap();
+        t.write("pod/c/memory.swap.max", "max\n");
+        t.writes();
+        let mut r = Resources {
+            cpu_shares: Some(1024),
+            cpu_quota: Some(25_000),
+            cpu_period: Some(100_000),
+            cpuset_cpus: Some("0-1".into()),
+            cpuset_mems: Some("0".into()),
+            memory_limit: Some(64 << 20),
+            memory_swap_limit: Some(128 << 20),
+            pids_limit: Some(42),
+            hugepage_limits: [("2MB".to_string(), 4 << 20)].into(),
+            ..Default::default()
+        };
+        r.unified.insert("memory.high".into(), "50000000".into());
+        r.unified.insert("cpu.weight".into(), "300".into());
+        h.apply(&cg, &r).unwrap();
+        assert_eq!(
+            t.writes(),
+            [
+                "pod/c/cpuset.cpus=0-1",
+                "pod/c/cpuset.mems=0",
+                "pod/c/memory.swap.max=67108864",
+                "pod/c/memory.max=67108864",
+                "pod/c/cpu.weight=39",
+                "pod/c/cpu.max=25000 100000",
+                "pod/c/pids.max=42",
+                "pod/c/hugetlb.2MB.max=4194304",
+                "pod/c/cpu.weight=300",
+                "pod/c/memory.high=50000000",
+            ]
+        );
+        assert_eq!(t.read("pod/c/cpu.weight"), "300", "unified wins");
+        for bad in ["../cgroup.procs", "", "x/memory.max", ".hidden"] {
+            let r = Resources {
+                unified: [(bad.to_string(), "1".to_string())].into(),
+                ..Default::default()
+            };
+            let e = h.apply(&cg, &r).unwrap_err();
+            assert!(
+                e.to_string().contains("not a cgroup control file name"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn stats_oom_kills_and_freeze() {
+        let t = Tree::new();
+        let h = host(&t, "cpu memory pids");
+        let cg = p("/c");
+        h.create(&cg).unwrap();
+        t.write("c/cpu.stat", "usage_usec 20\nuser_usec 15\nsystem_usec 5\n");
+        t.write("c/memory.current", "8192\n");
+        t.write("c/memory.max", "16777216\n");
+        t.write(
+            "c/memory.stat",
+            "anon 4096\nfile 4096\ninactive_file 1024\n",
+        );
+        t.write("c/memory.events", "oom 1\noom_kill 1\n");
+        t.write("c/pids.current", "1\n");
+        t.write("c/pids.max", "5\n");
+        t.write("c/cgroup.events", "populated 1\nfrozen 1\n");
+        let s = h.stats(&cg).unwrap();
+        assert_eq!(s.cpu.usage_ns, 20_000);
+        assert_eq!((s.memory.usage, s.memory.working_set), (8192, 7168));
+        assert_eq!((s.memory.limit, s.memory.oom_kills), (Some(16 << 20), 1));
+        assert_eq!((s.pids.current, s.pids.limit), (1, Some(5)));
+        assert_eq!(h.oom_kills(&cg).unwrap(), 1);
+        h.freeze(&cg).unwrap();
+        assert_eq!(t.read("c/cgroup.freeze"), "1");
+        h.thaw(&cg).unwrap();
+        assert_eq!(t.read("c/cgroup.freeze"), "0");
+        // Without the memory controller: zero memory stats, but an oom_kills error.
+        t.mkdir("bare");
+        t.write("bare/cpu.stat", "usage_usec 1\n");
+        let s = h.stats(&p("/bare")).unwrap();
+        assert_eq!(s.memory, Default::default());
+        assert!(h.oom_kills(&p("/bare")).is_err());
     }
 }

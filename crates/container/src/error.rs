@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::executor::{Status, Step};
 use crate::ns::NsKind;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -75,4 +76,46 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+
+    /// A container spec the executor cannot run; caught before any process is made.
+    #[error("container {id}: invalid spec: {reason}")]
+    InvalidSpec { id: String, reason: String },
+
+    /// Creating a container failed at `step` (in the caller, the intermediate process
+    /// or the container's init, before the start gate) on `path` (may be empty).
+    #[error("create container {id}: {step}{}: {source}", with_space(path))]
+    Create {
+        id: String,
+        step: Step,
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+
+    /// Loading, starting, signalling or deleting a created container failed at `step`.
+    #[error("container {id}: {step} {}: {source}", path.display())]
+    Container {
+        id: String,
+        step: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// The container is not in a state that allows `op`.
+    #[error("container {id} is {status}: cannot {op}")]
+    ContainerState {
+        id: String,
+        status: Status,
+        op: &'static str,
+    },
+}
+
+/// `" path"`, or nothing for an empty path.
+fn with_space(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!(" {path}")
+    }
 }

@@ -5,6 +5,7 @@
 //! crate. The crate knows nothing of CRI.
 
 pub mod error;
+pub mod executor;
 pub mod ns;
 pub mod pause;
 

@@ -202,6 +202,23 @@ fn check_hostname(hostname: &str) -> Result<Vec<u8>> {
 /// Safe to call from a multi-threaded program (a tokio runtime): the code between fork
 /// and exec makes only async-signal-safe syscalls on data prepared before the fork.
 pub fn spawn(spec: &PauseSpec) -> Result<Pause> {
+    // ETXTBSY: another thread of this process forked while the binary was still open
+    // for writing (its install), and that child holds the fd until it execs. Transient.
+    let mut tries = 0;
+    loop {
+        match spawn_once(spec) {
+            Err(Error::SpawnPause { source, .. })
+                if source.raw_os_error() == Some(libc::ETXTBSY) && tries < 20 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
     let binary = spec.binary.clone();
     let flags = spec.unshare_flags();
     let hostname = match (&spec.hostname, spec.new_uts) {

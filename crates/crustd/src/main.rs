@@ -104,7 +104,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log_level))
         .with_writer(std::io::stderr)
         .init();
-    let _locks = (server::lock(&cfg.root, "root")?, server::lock(&cfg.state, "state")?);
+    let _locks = (
+        server::lock(&cfg.root, "root")?,
+        server::lock(&cfg.state, "state")?,
+    );
     let crust = daemon::Crust::new(cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

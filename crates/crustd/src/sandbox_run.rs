@@ -105,9 +105,16 @@ pub fn run(crust: &Crust, req: RunPodSandboxRequest) -> Result<String> {
         }
         Err(e) => {
             if let Err(undo) = teardown(crust, &mut rec) {
-                tracing::error!(sandbox = %id, error = %undo, "rolling back a failed RunPodSandbox left something behind");
+                // As recovery does: keep what is left as a NOTREADY sandbox the kubelet
+                // sees and removes (retrying), instead of forgetting it while its pins,
+                // cgroup and record stay behind. Its name stays reserved until then.
+                tracing::error!(sandbox = %id, error = %undo, "rolling back a failed RunPodSandbox left something behind; keeping the sandbox as NOTREADY");
+                rec.state = SandboxState::NotReady;
+                let _ = crust.store.save(&rec);
+                crust.store.insert(rec);
+            } else {
+                crust.store.release_name(&key, &id);
             }
-            crust.store.release_name(&key, &id);
             Err(e)
         }
     }
@@ -131,8 +138,11 @@ fn create(
         new_uts: !rec.host_network,
         new_pid: !rec.host_pid,
     };
-    let pause = container::pause::spawn(&spec)
-        .map_err(|e| Error::Internal(format!("starting the pause process: {e}")))?;
+    let pause = container::pause::spawn(&spec).map_err(|e| match e {
+        // The kubelet's input, not our failure.
+        container::Error::InvalidHostname { .. } => Error::InvalidArgument(e.to_string()),
+        e => Error::Internal(format!("starting the pause process: {e}")),
+    })?;
     rec.pause = Some(PauseRef {
         pid: pause.pid,
         start_time: pause.start_time,

@@ -1,0 +1,58 @@
+//! What a cgroup has used, in the units the kubelet's CRI stats want (nanoseconds,
+//! bytes, counts). Read by [`crate::CgroupManager::stats`]; a controller the cgroup does
+//! not have leaves its part zero.
+
+/// CPU time (v1 `cpuacct.usage`, `cpuacct.usage_user`/`_sys` or `cpuacct.stat`, and
+/// `cpu.stat`; v2 `cpu.stat`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuStats {
+    /// Total CPU time of every task, ever, in nanoseconds (v2: `usage_usec` × 1000).
+    pub usage_ns: u64,
+    pub user_ns: u64,
+    pub system_ns: u64,
+    /// CFS periods that have elapsed with a quota set, and in how many of them the
+    /// cgroup was throttled, for how long in total.
+    pub periods: u64,
+    pub throttled_periods: u64,
+    pub throttled_ns: u64,
+}
+
+/// Memory (v1 `memory.usage_in_bytes`, `memory.stat`, `memory.oom_control`; v2
+/// `memory.current`, `memory.stat`, `memory.events`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes charged to the cgroup, page cache included.
+    pub usage: u64,
+    /// What the kubelet evicts and reports on: `usage` minus the inactive file cache
+    /// (v1 `total_inactive_file`, v2 `inactive_file`), never below 0, as cadvisor
+    /// computes it.
+    pub working_set: u64,
+    /// Anonymous memory (v1 `total_rss`, v2 `anon`).
+    pub rss: u64,
+    /// Page cache (v1 `total_cache`, v2 `file`).
+    pub cache: u64,
+    /// Swap in use (v1 `memsw.usage` − `usage`, v2 `memory.swap.current`).
+    pub swap: u64,
+    /// The memory limit, `None` when unlimited.
+    pub limit: Option<u64>,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+    /// Processes the OOM killer killed in this cgroup (v1 `memory.oom_control` `oom_kill`,
+    /// kernel 4.13+; v2 `memory.events` `oom_kill`).
+    pub oom_kills: u64,
+}
+
+/// Tasks (`pids.current`, `pids.max`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PidsStats {
+    pub current: u64,
+    /// `None` when unlimited.
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub cpu: CpuStats,
+    pub memory: MemoryStats,
+    pub pids: PidsStats,
+}

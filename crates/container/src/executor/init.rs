@@ -1,0 +1,359 @@
+//! The container's init: a clone of the intermediate process in the container's new
+//! namespaces. It waits for the main process's `Go`, does everything up to `execve`,
+//! reports `Ready`, waits on the start gate, and then execs the container's command. Any step that fails is reported to
+//! the main process as `Failed { step, errno, path }` and the init exits 1.
+//!
+//! The order (each step named in its error):
+//!
+//! ```text
+//!  setsid, umask 0, stdio onto 0 1 2
+//!  propagation of / (rslave), rootfs bind (or the caller's overlay), spec mounts,
+//!  /dev nodes and symlinks, spec devices, read-only /dev, cwd created,
+//!  oom_score_adj                                            (host /proc still here)
+//!  pivot_root                                               (from here on: the container's paths)
+//!  sysctl, masked paths, read-only paths, read-only root
+//!  hostname/domainname (own UTS namespace only), rlimits
+//!  bounding set, keepcaps + setgroups/setgid/setuid, inheritable/effective/
+//!  permitted/ambient capabilities, no_new_privs
+//!  umask, chdir cwd (checked to be inside the root), args[0] found and executable
+//!  ── Ready ──▶ main;  block reading one byte from the gate fifo  ◀── start()
+//!  signals reset, every fd but 0 1 2 closed, execve
+//! ```
+//!
+//! The init is a forked copy of the caller, never a re-exec of a crust binary, and
+//! it is not dumpable until `execve`: see the module doc of `executor` for why the
+//! `/proc/self/exe` class of escapes (CVE-2019-5736) does not reach the host binary.
+//!
+//! It runs single-threaded in a copy of the caller's memory (glibc's `fork` made the
+//! allocator safe to use), so it may allocate, but it takes no lock another thread of
+//! the caller could have held (no logging, no stdout, no env lookups) and never
+//! returns into the caller's code: every way out is `_exit` or `execve`.
+
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::caps;
+use super::channel::{self, Message, Step};
+use super::dev;
+use super::resolve::{open_in_root, Create};
+use super::rootfs;
+use super::spec::Plan;
+
+/// A failed step in a child: what, on which path, and the error.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    pub step: Step,
+    pub path: String,
+    pub err: io::Error,
+}
+
+impl Fail {
+    pub(crate) fn message(&self) -> Message {
+        let errno = self.err.raw_os_error().unwrap_or(0);
+        Message::Failed {
+            step: self.step,
+            errno,
+            path: self.path.clone(),
+            detail: if errno == 0 {
+                self.err.to_string()
+            } else {
+                String::new()
+            },
+        }
+    }
+}
+
+/// `.at(step, path)`: turns any error convertible to `io::Error` into a [`Fail`].
+pub(crate) trait At<T> {
+    fn at(self, step: Step, path: impl fmt::Display) -> Result<T, Fail>;
+}
+
+impl<T, E: Into<io::Error>> At<T> for Result<T, E> {
+    fn at(self, step: Step, path: impl fmt::Display) -> Result<T, Fail> {
+        self.map_err(|e| Fail {
+            step,
+            path: path.to_string(),
+            err: e.into(),
+        })
+    }
+}
+
+fn os_err<T>(step: Step, path: impl fmt::Display) -> Result<T, Fail> {
+    Err(io::Error::last_os_error()).at(step, path)
+}
+
+/// The fds a child holds, by number (the main process made them close-on-exec).
+#[derive(Debug, Clone)]
+pub(crate) struct ChildFds {
+    /// The sending end of the message socket pair.
+    pub sock: RawFd,
+    /// The start gate fifo, opened read-write.
+    pub gate: RawFd,
+    /// What becomes the container's 0, 1, 2 (`None`: keep the caller's).
+    pub stdio: [Option<RawFd>; 3],
+    /// Namespaces to join: fd, `CLONE_NEW*` flag, path (for messages).
+    pub namespaces: Vec<(RawFd, libc::c_int, PathBuf)>,
+}
+
+pub(crate) fn exit(code: libc::c_int) -> ! {
+    // SAFETY: _exit ends the process without running the caller's atexit handlers or
+    // destructors, which belong to the main process, not to this copy of it.
+    unsafe { libc::_exit(code) }
+}
+
+/// The init's life; never returns.
+pub(crate) fn run(p: &Plan, fds: &ChildFds) -> ! {
+    // SAFETY: the fd numbers are ours in this process until exec.
+    let sock = unsafe { BorrowedFd::borrow_raw(fds.sock) };
+    // Nothing before the main process knows our pid (see channel.rs); a main process
+    // that went away (EOF) or said anything else means: do not go on.
+    if !matches!(
+        channel::recv(sock, false),
+        Ok(channel::Received::Message(Message::Go))
+    ) {
+        exit(1)
+    }
+    let exe = match setup(p, fds) {
+        Ok(exe) => exe,
+        Err(f) => {
+            let _ = channel::send(sock, &f.message());
+            exit(1)
+        }
+    };
+    if channel::send(sock, &Message::Ready).is_err() {
+        // Nobody to start us: never run the command unasked.
+        exit(1)
+    }
+    wait_gate(fds.gate);
+    exec(p, &exe)
+}
+
+/// Blocks until `start` writes a byte to the gate. The fifo is open read-write here,
+/// so a reader exists as soon as the init does (`start` never blocks on open) and a
+/// writer always exists (the read never sees EOF, only the byte).
+fn wait_gate(gate: RawFd) {
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: read into a buffer we own from an fd we hold.
+        let n = unsafe { libc::read(gate, b.as_mut_ptr().cast(), 1) };
+        if n == 1 {
+            return;
+        }
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        exit(1)
+    }
+}
+
+fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
+    // SAFETY: plain syscalls on our own process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        if libc::setsid() < 0 {
+            return os_err(Step::Setsid, "");
+        }
+        libc::umask(0);
+        for (target, src) in fds.stdio.iter().enumerate() {
+            if let Some(src) = src {
+                if libc::dup2(*src, target as RawFd) < 0 {
+                    return os_err(Step::Stdio, target);
+                }
+            }
+        }
+    }
+
+    rootfs::set_propagation(p)?;
+    let root = rootfs::mount_rootfs(p)?;
+    rootfs::mount_all(p, root.as_fd())?;
+    dev::populate(p, root.as_fd())?;
+    rootfs::dev_readonly(p, root.as_fd())?;
+    open_in_root(root.as_fd(), &p.cwd, Create::Dir).at(Step::Cwd, p.cwd.display())?;
+    drop(root);
+    oom_score_adj(p)?;
+    rootfs::pivot_root(p)?;
+
+    rootfs::sysctl(p)?;
+    rootfs::mask_and_protect(p)?;
+    rootfs::readonly_root(p)?;
+    names(p)?;
+    rlimits(p)?;
+
+    caps::drop_bounding(p)?;
+    caps::switch_user(p)?;
+    caps::apply(p)?;
+    caps::no_new_privs(p)?;
+
+    // SAFETY: umask has no failure mode.
+    unsafe { libc::umask(p.umask) };
+    nix::unistd::chdir(&p.cwd).at(Step::Cwd, p.cwd.display())?;
+    // A cwd reached through a leaked fd or a racing symlink would be outside the root;
+    // getcwd says "unreachable" (ENOENT) then.
+    nix::unistd::getcwd().at(Step::Cwd, p.cwd.display())?;
+    find_executable(p)
+}
+
+/// Writes `oom_score_adj`. Lowering it needs `CAP_SYS_RESOURCE`, which the caller's
+/// bounding set may lack (these machines'): then the init keeps the lowest value it
+/// may have, its own inherited one, as containerd's `restrict_oom_score_adj` does.
+fn oom_score_adj(p: &Plan) -> Result<(), Fail> {
+    let Some(v) = p.oom_score_adj else {
+        return Ok(());
+    };
+    let path = "/proc/self/oom_score_adj";
+    match fs::write(path, v.to_string()) {
+        Ok(()) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+            let cur: Option<i32> = fs::read_to_string(path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            match cur {
+                Some(cur) if v < cur => Ok(()),
+                _ => Err(e).at(Step::OomScoreAdj, format!("{path} = {v}")),
+            }
+        }
+        Err(e) => Err(e).at(Step::OomScoreAdj, format!("{path} = {v}")),
+    }
+}
+
+/// Hostname and domain name; the plan has them only for a UTS namespace of the
+/// container's own (see `spec.rs`).
+fn names(p: &Plan) -> Result<(), Fail> {
+    if let Some(h) = &p.hostname {
+        nix::unistd::sethostname(h).at(Step::Hostname, h)?;
+    }
+    if let Some(d) = &p.domainname {
+        // SAFETY: setdomainname reads `len` bytes from the string.
+        if unsafe { libc::setdomainname(d.as_ptr().cast(), d.len()) } != 0 {
+            return os_err(Step::Domainname, d);
+        }
+    }
+    Ok(())
+}
+
+fn rlimits(p: &Plan) -> Result<(), Fail> {
+    for &(resource, soft, hard) in &p.rlimits {
+        let lim = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(resource as _, &lim) } != 0 {
+            return os_err(Step::Rlimit, format!("resource {resource} = {soft}/{hard}"));
+        }
+    }
+    Ok(())
+}
+
+/// An existing regular file the (already switched) user may execute.
+fn check_executable(path: &Path) -> io::Result<()> {
+    let meta = fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: faccessat with a NUL-terminated path; AT_EACCESS checks the effective
+    // ids, which are the container user's now.
+    if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `args[0]` as is when it has a slash, else searched in the spec's `PATH` (the
+/// container's, not ours), before the gate: a missing binary fails `create`.
+fn find_executable(p: &Plan) -> Result<CString, Fail> {
+    let arg0 = p.args[0].to_bytes();
+    let name = String::from_utf8_lossy(arg0).into_owned();
+    let candidates: Vec<PathBuf> = if arg0.contains(&b'/') {
+        vec![PathBuf::from(std::ffi::OsStr::from_bytes(arg0))]
+    } else {
+        p.path_env
+            .split(':')
+            .map(|d| if d.is_empty() { "." } else { d })
+            .map(|d| Path::new(d).join(std::ffi::OsStr::from_bytes(arg0)))
+            .collect()
+    };
+    let mut err = io::Error::from_raw_os_error(libc::ENOENT);
+    for c in candidates {
+        match check_executable(&c) {
+            Ok(()) => {
+                return CString::new(c.as_os_str().as_bytes())
+                    .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+                    .at(Step::Executable, &name)
+            }
+            // A candidate that exists but may not be run is the more useful error.
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => err = e,
+            Err(_) => {}
+        }
+    }
+    Err(err).at(Step::Executable, name)
+}
+
+/// Closes every fd from 3 up: `close_range`, or one by one where it is missing.
+pub(crate) fn close_from_3() {
+    // SAFETY: closing fds is what we mean; nothing of ours is used after this.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) == 0 {
+            return;
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as RawFd
+        } else {
+            1024
+        };
+        for fd in 3..max {
+            libc::close(fd);
+        }
+    }
+}
+
+/// The last step: default signal dispositions and an empty mask (an ignored SIGPIPE,
+/// say, would survive `execve`), only fds 0, 1, 2, and `execve`.
+fn exec(p: &Plan, exe: &CStr) -> ! {
+    let argv: Vec<*const libc::c_char> = p
+        .args
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = p
+        .env
+        .iter()
+        .map(|e| e.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // SAFETY: resetting our own signal state, closing our own fds, and execve with
+    // NUL-terminated arrays of pointers into CStrings that outlive the call.
+    unsafe {
+        for sig in 1..libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        close_from_3();
+        libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    }
+    let e = io::Error::last_os_error();
+    let msg = format!("crust: exec {}: {e}\n", exe.to_string_lossy());
+    // SAFETY: a write to the container's stderr from a buffer we own.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    exit(if e.raw_os_error() == Some(libc::ENOENT) {
+        127
+    } else {
+        126
+    })
+}

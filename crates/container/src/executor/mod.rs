@@ -1,0 +1,291 @@
+//! The OCI executor: an OCI runtime spec and a bundle become a process, with the
+//! create/start split, without runc and without a daemon.
+//!
+//! ```text
+//!  create(CreateOpts) ──▶ Container (Created: the init waits on the gate)
+//!        │ start()          kill(sig) ─▶ signal      wait() ─▶ exit status (parent only)
+//!        ▼                  status()  ─▶ Created | Running | Stopped
+//!     Running ── process exits ──▶ Stopped ── delete(false) ──▶ (state dir removed)
+//!     any state ─────────────────────────────── delete(true) ──▶ SIGKILL, removed
+//! ```
+//!
+//! - [`create`] validates the spec into a plan, makes the state dir (`state.json`, the
+//!   `exec.fifo` gate), forks an intermediate process that joins the namespaces the
+//!   spec names by path and clones the init into new ones; the init mounts,
+//!   `pivot_root`s, drops privileges and reports `Ready` (see `process.rs`, `init.rs`).
+//!   An error anywhere comes back as [`Error::Create`](crate::Error::Create) naming the
+//!   step and path, after every child was reaped and the state dir removed.
+//! - [`Container::start`] opens the gate: it writes a byte into `exec.fifo`, which the
+//!   init holds open and blocks reading. Any process can do it later (after a daemon
+//!   restart, say): [`Container::load`] reads the state dir back.
+//! - A pid alone does not name a process: the state keeps the init's start time too,
+//!   and [`Container::kill`] signals through a pidfd opened after checking it.
+//! - [`Container::delete`] unmounts nothing on the host: the container's mounts live in
+//!   its mount namespace, which dies with its last process.
+//!
+//! ## The init runs no crust binary (the `/proc/self/exe` class, CVE-2019-5736)
+//! runc's init is runc re-executed; a container process that could open
+//! `/proc/<runc init>/exe` could write the host's runc binary. Here the init is a
+//! forked copy of the caller that executes the container's binary directly, from a
+//! path resolved inside the container after `pivot_root`, so no crust binary is ever
+//! exec'd into the container. Until that `execve`, the intermediate and the init are
+//! non-dumpable (`PR_SET_DUMPABLE` 0), so even a process of another container in a
+//! shared PID namespace cannot open their `/proc/PID/exe` (the caller's binary),
+//! `fd` or `mem`; the init's own pid 1 is not reachable by container processes before
+//! it exec'd anyway. No fd of the caller survives: the intermediate closes every fd it
+//! was not given right after the fork, everything is `O_CLOEXEC`, and the init closes
+//! all but 0, 1, 2 just before `execve` (CVE-2024-21626 was a leaked directory fd used
+//! as the cwd; the cwd is also checked to be inside the root). Mount targets are
+//! resolved under the rootfs one component at a time (`resolve.rs`).
+//!
+//! ## Choices worth knowing
+//! - `hostname`/`domainname` are set only in a UTS namespace of the container's own;
+//!   with the pod's joined by path they are ignored (the pod's name stays), and the
+//!   host's is never renamed.
+//! - `oom_score_adj` below the caller's own is clamped to it when the kernel refuses
+//!   (no `CAP_SYS_RESOURCE`), as containerd's `restrict_oom_score_adj` does.
+//! - A missing `process.cwd` is created in the rootfs; `linux.sysctl` is written
+//!   without a namespaced-only check (the caller's policy).
+//! - The `cgroup` mount: on cgroup v1 (these machines), a tmpfs holding one mount per
+//!   host hierarchy (own cgroup namespace) or read-only binds of the container's own
+//!   cgroup directories (no cgroup namespace); on a unified host, `cgroup2` or a bind
+//!   of its own directory. See `cgroupfs.rs`.
+//!
+//! ## Not yet
+//! seccomp (`linux.seccomp` is ignored), user namespaces and id-mapped mounts (refused),
+//! terminals (refused), cgroup placement and resources (a later step: the main process
+//! will put the intermediate into the container's cgroup before it clones the init, or
+//! use `CLONE_INTO_CGROUP`), AppArmor/SELinux labels, hooks, `rro`-style recursive
+//! flags (refused), time namespaces (refused), the monitor (the caller is the init's
+//! parent until then).
+
+mod caps;
+mod cgroupfs;
+mod channel;
+mod dev;
+mod init;
+mod process;
+mod resolve;
+mod rootfs;
+mod spec;
+mod state;
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime};
+
+use oci_spec::runtime::Spec;
+
+pub use channel::Step;
+/// The spec types (and builders) `create` takes, at the version this crate uses.
+pub use oci_spec;
+pub use state::{Container, Status};
+
+use crate::error::{Error, Result};
+
+/// The gate's file name in the state dir.
+pub const GATE: &str = "exec.fifo";
+/// The state record's file name in the state dir.
+pub const STATE: &str = "state.json";
+
+/// Where one of the container's standard streams goes.
+#[derive(Debug, Default)]
+pub enum Stdio {
+    /// `/dev/null`.
+    #[default]
+    Null,
+    /// The caller's own fd of the same number.
+    Inherit,
+    /// This fd (a pipe end, a log file); `create` consumes it.
+    Fd(OwnedFd),
+    /// This file, opened by `create`: read-only for stdin, else created and appended.
+    File(PathBuf),
+}
+
+/// A mount the caller wants at the root path instead of a bind of the directory (an
+/// overlay of image layers, say), made inside the container's mount namespace so it
+/// needs no unmounting on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootfsMount {
+    pub fstype: String,
+    pub source: String,
+    /// fstab-style: flags (`ro`, `nosuid`) and data (`lowerdir=...,upperdir=...`).
+    pub options: Vec<String>,
+}
+
+/// What [`create`] needs.
+#[derive(Debug)]
+pub struct CreateOpts {
+    /// The container's id: a file name (no `/`).
+    pub id: String,
+    /// The bundle: `spec.root.path` and relative bind sources are relative to it.
+    pub bundle: PathBuf,
+    pub spec: Spec,
+    /// The container's own state dir, created by `create` (its parent too); must not
+    /// exist yet. Holds `state.json` and the gate.
+    pub state_dir: PathBuf,
+    pub stdin: Stdio,
+    pub stdout: Stdio,
+    pub stderr: Stdio,
+    pub rootfs_mount: Option<RootfsMount>,
+}
+
+impl CreateOpts {
+    /// Options with every stream on `/dev/null` and the rootfs bind-mounted.
+    pub fn new(
+        id: impl Into<String>,
+        bundle: impl Into<PathBuf>,
+        spec: Spec,
+        state_dir: impl Into<PathBuf>,
+    ) -> CreateOpts {
+        CreateOpts {
+            id: id.into(),
+            bundle: bundle.into(),
+            spec,
+            state_dir: state_dir.into(),
+            stdin: Stdio::Null,
+            stdout: Stdio::Null,
+            stderr: Stdio::Null,
+            rootfs_mount: None,
+        }
+    }
+}
+
+/// Removes the state dir on drop unless disarmed: `create` leaves nothing behind.
+struct StateDirGuard(Option<PathBuf>);
+
+impl Drop for StateDirGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn open_stdio(s: Stdio, fd: usize) -> io::Result<Option<OwnedFd>> {
+    let owned: OwnedFd = match s {
+        Stdio::Inherit => return Ok(None),
+        Stdio::Null => OpenOptions::new()
+            .read(fd == 0)
+            .write(fd != 0)
+            .open("/dev/null")?
+            .into(),
+        Stdio::File(p) if fd == 0 => OpenOptions::new().read(true).open(p)?.into(),
+        Stdio::File(p) => OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .open(p)?
+            .into(),
+        Stdio::Fd(f) => f,
+    };
+    // Moved above 2 so putting one stream in place can never clobber another's source.
+    let fd = nix::fcntl::fcntl(&owned, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))?;
+    // SAFETY: a fresh fd from F_DUPFD_CLOEXEC, owned by nobody else.
+    Ok(Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+}
+
+/// Creates the container: its init has done everything up to `execve` and waits on
+/// the gate when this returns. The caller's process is the init's parent (it may
+/// [`Container::wait`] for it); the state dir lets any process start, signal or
+/// delete it later.
+///
+/// Safe to call from several threads at once and from a tokio runtime (it blocks,
+/// so from `spawn_blocking`): the namespace work happens in forked children.
+pub fn create(opts: CreateOpts) -> Result<Container> {
+    let begun = Instant::now();
+    let CreateOpts {
+        id,
+        bundle,
+        spec,
+        state_dir,
+        stdin,
+        stdout,
+        stderr,
+        rootfs_mount,
+    } = opts;
+    let plan = spec::plan(&id, &bundle, &spec, rootfs_mount.as_ref())?;
+    let err = |step, path: String, source| Error::Create {
+        id: id.clone(),
+        step,
+        path,
+        source,
+    };
+
+    if let Some(parent) = state_dir.parent() {
+        fs::create_dir_all(parent)
+            .map_err(|e| err(Step::StateDir, parent.display().to_string(), e))?;
+    }
+    fs::create_dir(&state_dir)
+        .map_err(|e| err(Step::StateDir, state_dir.display().to_string(), e))?;
+    let mut guard = StateDirGuard(Some(state_dir.clone()));
+
+    let gate_path = state_dir.join(GATE);
+    nix::unistd::mkfifo(&gate_path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e.into()))?;
+    let gate = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&gate_path)
+        .and_then(|f| process::above_stdio(f.into()))
+        .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e))?;
+
+    let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
+    for (i, s) in [stdin, stdout, stderr].into_iter().enumerate() {
+        let what = match &s {
+            Stdio::File(p) => p.display().to_string(),
+            _ => ["stdin", "stdout", "stderr"][i].to_string(),
+        };
+        stdio[i] = open_stdio(s, i).map_err(|e| err(Step::OpenStdio, what, e))?;
+    }
+
+    let pid = process::spawn(
+        &plan,
+        process::SpawnFds { gate, stdio },
+        begun + process::CREATE_TIMEOUT,
+    )?;
+    let saved = match state::start_time(pid) {
+        Some(start_time) => {
+            let c = Container {
+                id: id.clone(),
+                state_dir: state_dir.clone(),
+                pid,
+                start_time,
+                bundle,
+                rootfs: plan.rootfs.clone(),
+                created: SystemTime::now(),
+                started: None,
+            };
+            c.save().map(|()| c).map_err(|e| {
+                err(
+                    Step::WriteState,
+                    state_dir.join(STATE).display().to_string(),
+                    e,
+                )
+            })
+        }
+        None => Err(err(
+            Step::Protocol,
+            format!("init {pid}"),
+            io::Error::other("gone right after reporting ready"),
+        )),
+    };
+    match saved {
+        Ok(c) => {
+            guard.0 = None;
+            tracing::debug!(id, pid, elapsed = ?begun.elapsed(), "container created");
+            Ok(c)
+        }
+        Err(e) => {
+            // SAFETY: our own child (CLONE_PARENT), not yet reaped: the pid is still it.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            Err(e)
+        }
+    }
+}

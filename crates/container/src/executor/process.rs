@@ -1,0 +1,464 @@
+//! The main process's side of `create` and the intermediate process.
+//!
+//! ```text
+//!  main (the caller; may be multi-threaded)
+//!   │ socketpair, gate fifo, stdio and namespace fds: all O_CLOEXEC
+//!   ├─fork──▶ intermediate (single-threaded copy; not dumpable)
+//!   │           closes every fd it was not given, setns() into each namespace
+//!   │           the spec names by path (PID too: it affects only its children)
+//!   │           clone3(CLONE_PARENT | CLONE_NEWNS | new namespaces), clone on ENOSYS
+//!   │             └──▶ init (child of main thanks to CLONE_PARENT; see init.rs)
+//!   │◀─ InitPid ─┘ exits 0, reaped by main
+//!   │── Go ──▶ init (it waits for this before anything else)
+//!   │◀─ Ready / Failed ── init
+//!   ▼ returns the init's pid (or reaps it and returns the init's error)
+//! ```
+//!
+//! The intermediate exists because joining or creating a PID namespace moves only the
+//! children of the caller into it, and because `setns` on the caller's threads would
+//! change the caller (a tokio runtime, say). `CLONE_PARENT` makes the init a child of
+//! the main process, so the future monitor can wait for it and nobody leaves it
+//! un-reaped when the intermediate exits.
+//!
+//! Waiting on a child never hangs: the socket is polled with a short tick, between
+//! ticks the child is checked with `waitpid(WNOHANG)` (a crash without a message shows
+//! up), and an overall deadline ends the wait with a SIGKILL.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use oci_spec::runtime::LinuxNamespaceType;
+
+use super::channel::{self, Message, Received, Step};
+use super::init::{self, ChildFds, Fail};
+use super::spec::Plan;
+use crate::error::{Error, Result};
+
+/// How long `create` waits for the intermediate and the init in all.
+pub(crate) const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The polling tick between checks that a silent child is still alive.
+const TICK: Duration = Duration::from_millis(50);
+
+/// The order namespaces are joined in (mount last: it changes what paths mean).
+const JOIN_ORDER: [LinuxNamespaceType; 6] = [
+    LinuxNamespaceType::Network,
+    LinuxNamespaceType::Ipc,
+    LinuxNamespaceType::Uts,
+    LinuxNamespaceType::Cgroup,
+    LinuxNamespaceType::Pid,
+    LinuxNamespaceType::Mount,
+];
+
+/// What the main process hands to [`spawn`]; all close-on-exec, all given away.
+pub(crate) struct SpawnFds {
+    pub gate: OwnedFd,
+    pub stdio: [Option<OwnedFd>; 3],
+}
+
+/// A child of the main process, reaped at most once.
+struct Child {
+    pid: libc::pid_t,
+    status: Option<libc::c_int>,
+}
+
+impl Child {
+    fn new(pid: libc::pid_t) -> Child {
+        Child { pid, status: None }
+    }
+
+    /// Reaps the child if it has exited; true when it is gone.
+    fn try_reap(&mut self) -> bool {
+        if self.status.is_some() {
+            return true;
+        }
+        let mut st = 0;
+        // SAFETY: waitpid on our own child, into a local.
+        let rc = unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) };
+        if rc == self.pid {
+            self.status = Some(st);
+            return true;
+        }
+        // ECHILD: not ours to wait for any more; treat as gone.
+        rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)
+    }
+
+    /// Waits for the child to exit.
+    fn reap(&mut self) {
+        while self.status.is_none() {
+            let mut st = 0;
+            // SAFETY: waitpid on our own child, into a local.
+            let rc = unsafe { libc::waitpid(self.pid, &mut st, 0) };
+            if rc == self.pid {
+                self.status = Some(st);
+            } else if rc < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return;
+            }
+        }
+    }
+
+    fn kill_and_reap(&mut self) {
+        if self.status.is_none() {
+            // SAFETY: our own, not yet reaped child: the pid cannot have been reused.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            self.reap();
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.status {
+            None => "still running".into(),
+            Some(st) if libc::WIFEXITED(st) => format!("exited {}", libc::WEXITSTATUS(st)),
+            Some(st) if libc::WIFSIGNALED(st) => format!("killed by signal {}", libc::WTERMSIG(st)),
+            Some(st) => format!("wait status {st:#x}"),
+        }
+    }
+}
+
+/// What waiting for a child's message ended with.
+enum Outcome {
+    Message(Message),
+    /// The child is gone (or every sending end closed) without a message.
+    Gone,
+    Timeout,
+}
+
+/// Waits for the next message while `child` lives.
+fn await_message(sock: &OwnedFd, child: &mut Child, deadline: Instant) -> io::Result<Outcome> {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(Outcome::Timeout);
+        }
+        let wait = TICK.min(deadline - now);
+        let mut pfd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd we own.
+        let rc = unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as libc::c_int) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc > 0 {
+            match channel::recv(sock.as_fd(), true)? {
+                Received::Message(m) => return Ok(Outcome::Message(m)),
+                Received::Eof => return Ok(Outcome::Gone),
+                Received::Empty => continue,
+            }
+        }
+        if child.try_reap() {
+            // A message sent just before the exit is still worth reading.
+            return Ok(match channel::recv(sock.as_fd(), true)? {
+                Received::Message(m) => Outcome::Message(m),
+                Received::Eof | Received::Empty => Outcome::Gone,
+            });
+        }
+    }
+}
+
+fn failed(id: &str, step: Step, path: String, errno: i32, detail: String) -> Error {
+    Error::Create {
+        id: id.to_string(),
+        step,
+        path,
+        source: if errno != 0 {
+            io::Error::from_raw_os_error(errno)
+        } else {
+            io::Error::other(detail)
+        },
+    }
+}
+
+fn protocol(id: &str, what: &str, detail: String) -> Error {
+    Error::Create {
+        id: id.to_string(),
+        step: Step::Protocol,
+        path: what.to_string(),
+        source: io::Error::other(detail),
+    }
+}
+
+/// Forks the intermediate, which clones the init; returns the init's pid once it
+/// reports `Ready`. On any failure every child is reaped before this returns.
+pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<libc::pid_t> {
+    let id = p.id.as_str();
+    let create_err = |step, path: String, source| Error::Create {
+        id: id.to_string(),
+        step,
+        path,
+        source,
+    };
+    let mut namespaces: Vec<(OwnedFd, libc::c_int, PathBuf)> = vec![];
+    for kind in JOIN_ORDER {
+        for ns in p.namespaces.iter().filter(|n| n.kind == kind) {
+            let Some(path) = &ns.path else { continue };
+            let f = std::fs::File::open(path)
+                .map_err(|e| create_err(Step::OpenNamespace, path.display().to_string(), e))?;
+            namespaces.push((f.into(), ns.flag, path.clone()));
+        }
+    }
+    let (sock, child_sock) = channel::pair()
+        .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
+        .map_err(|e| create_err(Step::Socketpair, String::new(), e))?;
+    let child_fds = ChildFds {
+        sock: child_sock.as_raw_fd(),
+        gate: fds.gate.as_raw_fd(),
+        stdio: [0, 1, 2].map(|i| fds.stdio[i].as_ref().map(|f| f.as_raw_fd())),
+        namespaces: namespaces
+            .iter()
+            .map(|(f, flag, path)| (f.as_raw_fd(), *flag, path.clone()))
+            .collect(),
+    };
+
+    // SAFETY: fork in a possibly multi-threaded process. The child is single-threaded;
+    // glibc's fork left the allocator usable; the child runs only `intermediate` and
+    // `init::run`, which take no lock another thread could hold, and leaves by
+    // `_exit` or `execve`, never returning into the caller.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(create_err(
+            Step::Fork,
+            String::new(),
+            io::Error::last_os_error(),
+        ));
+    }
+    if pid == 0 {
+        intermediate(p, &child_fds);
+    }
+    // The children's fds are theirs now.
+    drop((child_sock, fds, namespaces));
+    let mut inter = Child::new(pid);
+
+    let init_pid = match await_message(&sock, &mut inter, deadline) {
+        Ok(Outcome::Message(Message::InitPid(pid))) if pid > 0 => pid,
+        Ok(Outcome::Message(Message::Failed {
+            step,
+            errno,
+            path,
+            detail,
+        })) => {
+            inter.reap();
+            return Err(failed(id, step, path, errno, detail));
+        }
+        other => {
+            inter.kill_and_reap();
+            let why = match other {
+                Ok(Outcome::Message(m)) => format!("sent {} instead of the init's pid", m.kind()),
+                Ok(Outcome::Gone) => format!("{} without sending the init's pid", inter.describe()),
+                Ok(Outcome::Timeout) => format!("no init pid within {CREATE_TIMEOUT:?}"),
+                Err(e) => format!("receive: {e}"),
+            };
+            return Err(protocol(id, "intermediate process", why));
+        }
+    };
+    let mut init = Child::new(init_pid);
+    inter.reap();
+    // A send that fails means the init is gone already: the wait below reports it.
+    let _ = channel::send(sock.as_fd(), &Message::Go);
+
+    match await_message(&sock, &mut init, deadline) {
+        Ok(Outcome::Message(Message::Ready)) => Ok(init_pid),
+        Ok(Outcome::Message(Message::Failed {
+            step,
+            errno,
+            path,
+            detail,
+        })) => {
+            init.reap();
+            Err(failed(id, step, path, errno, detail))
+        }
+        other => {
+            init.kill_and_reap();
+            let why = match other {
+                Ok(Outcome::Message(m)) => format!("sent {} instead of ready", m.kind()),
+                Ok(Outcome::Gone) => format!("{} before reporting ready", init.describe()),
+                Ok(Outcome::Timeout) => {
+                    return Err(create_err(
+                        Step::Timeout,
+                        format!("init not ready within {CREATE_TIMEOUT:?}"),
+                        io::Error::from_raw_os_error(libc::ETIMEDOUT),
+                    ))
+                }
+                Err(e) => format!("receive: {e}"),
+            };
+            Err(protocol(id, "init", why))
+        }
+    }
+}
+
+/// The same file as `fd` on a number above 2 (close-on-exec): a caller running with
+/// 0, 1 or 2 closed must not have the init's `dup2` onto 0, 1, 2 clobber its socket
+/// or gate.
+pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    let new = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))?;
+    // SAFETY: a fresh fd from F_DUPFD_CLOEXEC, owned by nobody else.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(new) })
+}
+
+/// Closes every fd from 3 up except `keep` (which it sorts): fds another thread of
+/// the caller opened around the fork must not stay alive in the container's
+/// processes (they could hold the message socket open, or be a way out).
+fn close_all_but(keep: &mut [RawFd]) {
+    keep.sort_unstable();
+    let mut from: u32 = 3;
+    for &k in keep.iter().filter(|&&k| k >= 3) {
+        let k = k as u32;
+        if k > from {
+            // SAFETY: closing fds of this process that nobody here uses.
+            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0u32) };
+        }
+        from = from.max(k + 1);
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `clone3`, or `clone` where the kernel (or a seccomp filter) says ENOSYS; like fork:
+/// 0 in the child, the child's pid in the parent.
+fn clone_init(flags: libc::c_int) -> io::Result<libc::pid_t> {
+    let flags = flags | libc::CLONE_PARENT;
+    // No exit signal: with CLONE_PARENT the kernel refuses one (EINVAL) and gives the
+    // child the caller's own, SIGCHLD (the intermediate was forked).
+    let mut args = CloneArgs {
+        flags: flags as u64,
+        ..Default::default()
+    };
+    // SAFETY: clone3 without CLONE_VM and without a stack behaves as fork: the child
+    // continues here on a copy of this (single-threaded) process's memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if rc >= 0 {
+        return Ok(rc as libc::pid_t);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(e);
+    }
+    // SAFETY: as above, with the x86_64 argument order (flags, stack, ptid, ctid, tls).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as libc::pid_t)
+}
+
+/// The intermediate process; never returns.
+fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
+    // SAFETY: the fd numbers are ours in this process.
+    let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(fds.sock) };
+    let fail = |f: Fail| -> ! {
+        let _ = channel::send(sock, &f.message());
+        init::exit(1)
+    };
+    // Not dumpable: no other process (another container sharing a PID namespace it
+    // joins) may open /proc/PID/{exe,fd,mem} of this copy of the caller.
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let mut keep: Vec<RawFd> = vec![fds.sock, fds.gate];
+    keep.extend(fds.stdio.iter().flatten());
+    keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
+    close_all_but(&mut keep);
+
+    for (fd, flag, path) in &fds.namespaces {
+        // SAFETY: setns on an fd we hold; this process is single-threaded.
+        if unsafe { libc::setns(*fd, *flag) } != 0 {
+            fail(Fail {
+                step: Step::Setns,
+                path: path.display().to_string(),
+                err: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: the fd is ours and not used again.
+        unsafe { libc::close(*fd) };
+    }
+    match clone_init(p.clone_flags()) {
+        Err(err) => fail(Fail {
+            step: Step::Clone,
+            path: format!("flags {:#x}", p.clone_flags()),
+            err,
+        }),
+        Ok(0) => init::run(p, fds),
+        Ok(pid) => {
+            let code = match channel::send(sock, &Message::InitPid(pid)) {
+                Ok(()) => 0,
+                Err(_) => {
+                    // SAFETY: our own child (by CLONE_PARENT, main's): nobody will
+                    // start it, so it must not linger.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    1
+                }
+            };
+            init::exit(code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_all_but_keeps_exactly_what_it_is_told() {
+        // In a forked child, so the test process's fds stay as they are.
+        let a = std::fs::File::open("/dev/null").unwrap();
+        let b = std::fs::File::open("/dev/null").unwrap();
+        let c = std::fs::File::open("/dev/null").unwrap();
+        let (ra, rb, rc) = (a.as_raw_fd(), b.as_raw_fd(), c.as_raw_fd());
+        // SAFETY: the child only makes syscalls and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            close_all_but(&mut [rc, ra]);
+            // SAFETY: fcntl probes; _exit.
+            unsafe {
+                let open = |fd| libc::fcntl(fd, libc::F_GETFD) >= 0;
+                let ok = open(0) && open(ra) && !open(rb) && open(rc) && !open(rc + 1);
+                libc::_exit(if ok { 0 } else { 1 })
+            }
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "{st:#x}");
+    }
+}

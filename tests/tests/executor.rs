@@ -1,0 +1,811 @@
+//! Root tests of the OCI executor (`container::executor`): a busybox-static rootfs and
+//! an OCI spec become a process with the create/start split. Exit codes and output,
+//! the gate, env/cwd/user/umask, namespaces new and joined, /proc in a new PID
+//! namespace, read-only root, masked and read-only paths, capabilities,
+//! no_new_privs, the fds a container sees, errors that name the failing step, a
+//! symlinked mount target that must not escape the rootfs, and kill.
+//!
+//! Every container is force-deleted (killed and reaped) by a guard, every temp dir and
+//! netns removed by theirs, also when a test panics. Containers get new network
+//! namespaces (or one the test made), so nothing here touches the host's network.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use container::executor::oci_spec::runtime::{
+    Capability, LinuxCapabilitiesBuilder, LinuxDeviceBuilder, LinuxDeviceType, LinuxNamespace,
+    LinuxNamespaceBuilder, LinuxNamespaceType, Mount, MountBuilder, Spec,
+};
+use container::executor::RootfsMount;
+use container::executor::{self, Container, CreateOpts, Status, Stdio};
+use container::pause::{self, PauseSpec};
+use crust_e2e::{busybox_rootfs, require_root, unique, Netns, TempDir};
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+const APPLETS: &[&str] = &[
+    "sh", "cat", "echo", "id", "ls", "hostname", "sleep", "grep", "touch", "readlink", "wc", "true",
+];
+
+/// Force-deletes the container on drop (kills, reaps, removes its state dir).
+struct Guard(Option<Container>);
+
+impl Guard {
+    fn get(&mut self) -> &mut Container {
+        self.0.as_mut().unwrap()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            let _ = c.delete(true);
+        }
+    }
+}
+
+/// A bundle with a busybox rootfs, an `out` dir for results (bind-mounted at `/out`
+/// by the specs made here) and a state root, all in one temp dir.
+struct Bundle {
+    tmp: TempDir,
+}
+
+impl Bundle {
+    fn new(tag: &str) -> Bundle {
+        let tmp = TempDir::new(tag);
+        busybox_rootfs(&tmp.path().join("bundle/rootfs"), APPLETS);
+        let out = tmp.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+        Bundle { tmp }
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.tmp.path().join("bundle")
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.dir().join("rootfs")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.tmp.path().join("out")
+    }
+
+    fn state_dir(&self, id: &str) -> PathBuf {
+        self.tmp.path().join("state").join(id)
+    }
+
+    /// The default spec (new pid/net/ipc/uts/mnt/cgroup namespaces, its mounts, masked
+    /// and read-only paths, three capabilities, no_new_privs) running `args`, with
+    /// `/out` bound read-write and no hostname.
+    fn spec(&self, args: &[&str]) -> Spec {
+        let mut spec = Spec::default();
+        spec.set_hostname(None);
+        let mut p = spec.process().clone().unwrap();
+        p.set_args(Some(args.iter().map(|s| s.to_string()).collect()));
+        spec.set_process(Some(p));
+        let mut mounts = spec.mounts().clone().unwrap();
+        mounts.push(bind(&self.out(), "/out", &["rbind", "rw"]));
+        spec.set_mounts(Some(mounts));
+        spec
+    }
+
+    fn opts(&self, id: &str, spec: Spec) -> CreateOpts {
+        let mut o = CreateOpts::new(id, self.dir(), spec, self.state_dir(id));
+        o.stdout = Stdio::File(self.out().join(format!("{id}.stdout")));
+        o.stderr = Stdio::File(self.out().join(format!("{id}.stderr")));
+        o
+    }
+
+    fn create(&self, spec: Spec) -> (String, Guard) {
+        let id = unique("ctr");
+        let c = executor::create(self.opts(&id, spec)).expect("create");
+        (id, Guard(Some(c)))
+    }
+
+    /// Creates, starts and waits for the container; its exit status, stdout, stderr.
+    fn run(&self, spec: Spec) -> (ExitStatus, String, String) {
+        let (id, mut g) = self.create(spec);
+        g.get().start().expect("start");
+        let status = g.get().wait().expect("wait");
+        let read = |ext| {
+            std::fs::read_to_string(self.out().join(format!("{id}.{ext}"))).unwrap_or_default()
+        };
+        (status, read("stdout"), read("stderr"))
+    }
+
+    /// Runs `sh -c script` and returns stdout, asserting it exited 0.
+    fn sh(&self, spec: Spec) -> String {
+        let (status, out, err) = self.run(spec);
+        assert_eq!(status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+        out
+    }
+}
+
+fn bind(source: &Path, dest: &str, options: &[&str]) -> Mount {
+    MountBuilder::default()
+        .destination(dest)
+        .typ("bind")
+        .source(source)
+        .options(options.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .build()
+        .unwrap()
+}
+
+fn ns(typ: LinuxNamespaceType, path: Option<&Path>) -> LinuxNamespace {
+    let b = LinuxNamespaceBuilder::default().typ(typ);
+    match path {
+        Some(p) => b.path(p).build().unwrap(),
+        None => b.build().unwrap(),
+    }
+}
+
+fn set_namespaces(spec: &mut Spec, namespaces: Vec<LinuxNamespace>) {
+    let mut linux = spec.linux().clone().unwrap();
+    linux.set_namespaces(Some(namespaces));
+    spec.set_linux(Some(linux));
+}
+
+/// A line of /proc/self/status as the container printed it, without the key.
+fn status_line<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {key} in {out}"))
+        .trim()
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+#[test]
+fn exit_code_stdout_and_stderr() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-exit");
+    let (status, out, err) = b.run(b.spec(&["/bin/sh", "-c", "echo hello; echo oops >&2; exit 7"]));
+    assert_eq!(status.code(), Some(7));
+    assert_eq!(out, "hello\n");
+    assert_eq!(err, "oops\n");
+    // The PATH of the spec's env finds a bare name.
+    let (status, _, _) = b.run(b.spec(&["true"]));
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn create_waits_at_the_gate_until_start() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-gate");
+    let marker = b.out().join("marker");
+    let (id, mut g) = b.create(b.spec(&["/bin/sh", "-c", "echo started > /out/marker"]));
+    let c = g.get().clone();
+    assert_eq!(c.status(), Status::Created);
+    assert!(c.alive(), "the init exists after create");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!marker.exists(), "the command ran before start");
+    assert_eq!(c.status(), Status::Created);
+
+    // Another process would load the container from its state dir and start it.
+    let mut loaded = Container::load(&b.state_dir(&id)).unwrap();
+    assert_eq!(loaded, c);
+    loaded.start().unwrap();
+    assert!(loaded.started.is_some());
+    let msg = loaded.start().unwrap_err().to_string();
+    assert!(msg.contains("cannot start"), "{msg}");
+    let status = g.get().wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "started\n");
+    assert_eq!(c.status(), Status::Stopped);
+
+    let state_dir = b.state_dir(&id);
+    g.0.take().unwrap().delete(false).unwrap();
+    assert!(!state_dir.exists());
+}
+
+#[test]
+fn env_cwd_user_groups_and_umask() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-user");
+    let mut spec = b.spec(&[
+        "/bin/sh",
+        "-c",
+        "echo $FOO; pwd; id -u; id -g; id -G; umask; touch /out/made",
+    ]);
+    let mut p = spec.process().clone().unwrap();
+    let mut env = p.env().clone().unwrap();
+    env.push("FOO=bar baz".into());
+    p.set_env(Some(env));
+    p.set_cwd("/work/dir".into());
+    let mut user = p.user().clone();
+    user.set_uid(1000);
+    user.set_gid(1001);
+    user.set_additional_gids(Some(vec![5, 27]));
+    user.set_umask(Some(0o077));
+    p.set_user(user);
+    spec.set_process(Some(p));
+    let out = b.sh(spec);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["bar baz", "/work/dir", "1000", "1001", "1001 5 27", "0077"]
+    );
+    let made = std::fs::metadata(b.out().join("made")).unwrap();
+    assert_eq!(made.mode() & 0o777, 0o600, "umask 077 applied");
+    assert_eq!((made.uid(), made.gid()), (1000, 1001));
+    // The missing cwd was created in the rootfs.
+    assert!(b.rootfs().join("work/dir").is_dir());
+}
+
+#[test]
+fn hostname_in_a_new_uts_namespace() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-uts");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let mut spec = b.spec(&["/bin/hostname"]);
+    spec.set_hostname(Some("crust-box".into()));
+    assert_eq!(b.sh(spec), "crust-box\n");
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(),
+        host
+    );
+}
+
+#[test]
+fn joins_an_existing_network_namespace() {
+    if !require_root(&["busybox", "ip"]) {
+        return;
+    }
+    let b = Bundle::new("exec-netns");
+    let netns = Netns::new("exn");
+    let ino = std::fs::metadata(netns.path()).unwrap().ino();
+    let mut spec = b.spec(&["/bin/readlink", "/proc/self/ns/net"]);
+    set_namespaces(
+        &mut spec,
+        vec![
+            ns(LinuxNamespaceType::Pid, None),
+            ns(LinuxNamespaceType::Network, Some(&netns.path())),
+            ns(LinuxNamespaceType::Ipc, None),
+            ns(LinuxNamespaceType::Uts, None),
+            ns(LinuxNamespaceType::Mount, None),
+        ],
+    );
+    assert_eq!(b.sh(spec), format!("net:[{ino}]\n"));
+}
+
+/// Stops the pause on drop.
+struct PauseGuard(container::Pause);
+
+impl Drop for PauseGuard {
+    fn drop(&mut self) {
+        let _ = self.0.stop(Duration::from_secs(2));
+    }
+}
+
+#[test]
+fn joins_a_pods_namespaces_including_pid() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-pod");
+    let binary = pause::install(&b.tmp.path().join("bin")).unwrap();
+    let pod = PauseGuard(
+        pause::spawn(&PauseSpec {
+            binary,
+            hostname: Some("the-pod".into()),
+            new_net: true,
+            new_ipc: true,
+            new_uts: true,
+            new_pid: true,
+        })
+        .unwrap(),
+    );
+    let ns_path = |kind: &str| PathBuf::from(format!("/proc/{}/ns/{kind}", pod.0.pid));
+    let mut spec = b.spec(&[
+        "/bin/sh",
+        "-c",
+        "cat /proc/1/comm; hostname; echo $$; \
+         for n in net ipc uts pid; do readlink /proc/self/ns/$n; done",
+    ]);
+    // The pod's hostname wins: the spec's is not set in a joined UTS namespace.
+    spec.set_hostname(Some("ignored".into()));
+    set_namespaces(
+        &mut spec,
+        vec![
+            ns(LinuxNamespaceType::Network, Some(&ns_path("net"))),
+            ns(LinuxNamespaceType::Ipc, Some(&ns_path("ipc"))),
+            ns(LinuxNamespaceType::Uts, Some(&ns_path("uts"))),
+            ns(LinuxNamespaceType::Pid, Some(&ns_path("pid"))),
+            ns(LinuxNamespaceType::Mount, None),
+        ],
+    );
+    let out = b.sh(spec);
+    let lines: Vec<&str> = out.lines().collect();
+    // /proc is the pod's PID namespace: its pid 1 is the pause.
+    assert_eq!(lines[..2], ["crust-pause", "the-pod"], "{out}");
+    assert_ne!(
+        lines[2], "1",
+        "the container is not the namespace's init: {out}"
+    );
+    for (i, kind) in ["net", "ipc", "uts", "pid"].into_iter().enumerate() {
+        let want = std::fs::read_link(ns_path(kind)).unwrap();
+        assert_eq!(lines[3 + i], want.to_str().unwrap(), "{kind}: {out}");
+    }
+}
+
+#[test]
+fn rootfs_from_an_overlay_mounted_in_the_container() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-ovl");
+    let (upper, work) = (b.tmp.path().join("upper"), b.tmp.path().join("work"));
+    std::fs::create_dir_all(&upper).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let mut spec = b.spec(&["/bin/sh", "-c", "echo new > /written; cat /written"]);
+    spec.set_root(Some(
+        container::executor::oci_spec::runtime::RootBuilder::default()
+            .path("rootfs")
+            .readonly(false)
+            .build()
+            .unwrap(),
+    ));
+    let id = unique("ovl");
+    let mut opts = b.opts(&id, spec);
+    opts.rootfs_mount = Some(RootfsMount {
+        fstype: "overlay".into(),
+        source: "overlay".into(),
+        options: vec![format!(
+            "lowerdir={},upperdir={},workdir={}",
+            b.rootfs().display(),
+            upper.display(),
+            work.display()
+        )],
+    });
+    let mut g = Guard(Some(executor::create(opts).unwrap()));
+    g.get().start().unwrap();
+    assert_eq!(g.get().wait().unwrap().code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(upper.join("written")).unwrap(),
+        "new\n"
+    );
+    assert!(
+        !b.rootfs().join("written").exists(),
+        "the lower layer was written"
+    );
+    // The overlay lived in the container's mount namespace only.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&upper.display().to_string()), "{mounts}");
+}
+
+#[test]
+fn proc_shows_only_the_containers_pid_namespace() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-pid");
+    let out = b.sh(b.spec(&[
+        "/bin/sh",
+        "-c",
+        "echo $$; cat /proc/1/comm; ls /proc | grep -c '^[0-9]'",
+    ]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..2], ["1", "sh"], "{out}");
+    // sh itself, ls and grep: nothing of the host's.
+    let n: u32 = lines[2].parse().unwrap();
+    assert!((2..=3).contains(&n), "{n} processes in /proc: {out}");
+}
+
+/// The hierarchies the host mounts under /sys/fs/cgroup, sorted (symlinks included).
+fn host_cgroup_entries() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn dev_and_cgroup_mounts() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-dev");
+    let script = "for d in null zero full random urandom tty pts/ptmx; do \
+                    [ -c /dev/$d ] || echo no-$d; done; \
+                  for l in ptmx fd stdin stdout stderr; do readlink /dev/$l; done; \
+                  [ -d /dev/shm ] && [ -d /dev/mqueue ] && echo dirs; \
+                  echo x > /dev/null && echo null-writable; \
+                  ls -ln /dev/custom/null2; \
+                  echo cgroup: $(ls /sys/fs/cgroup); \
+                  [ -e /sys/fs/cgroup/memory/memory.limit_in_bytes ] \
+                    || [ -e /sys/fs/cgroup/cgroup.controllers ] && echo cgroup-files; \
+                  touch /sys/fs/cgroup/x 2>&1; touch /sys/x 2>&1; true";
+    // v1 (these machines): the container sees a tmpfs with the host's hierarchies.
+    let v1 = Path::new("/sys/fs/cgroup/memory").is_dir();
+    let host = host_cgroup_entries().join(" ");
+    let expect = |out: &str| {
+        let mut lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 12, "{out}");
+        let dev: Vec<&str> = lines.remove(7).split_whitespace().collect();
+        // A spec device: char 1:3, mode 0600, owned by 1000:1001.
+        assert_eq!(
+            dev[..6],
+            ["crw-------", "1", "1000", "1001", "1,", "3"],
+            "{out}"
+        );
+        assert_eq!(
+            lines[..7],
+            [
+                "pts/ptmx",
+                "/proc/self/fd",
+                "/proc/self/fd/0",
+                "/proc/self/fd/1",
+                "/proc/self/fd/2",
+                "dirs",
+                "null-writable"
+            ],
+            "{out}"
+        );
+        if v1 {
+            assert_eq!(lines[7], format!("cgroup: {host}"), "{out}");
+        }
+        assert_eq!(lines[8], "cgroup-files", "{out}");
+        for l in &lines[9..] {
+            assert!(l.contains("Read-only file system"), "{out}");
+        }
+    };
+    let with_device = |mut spec: Spec| {
+        let mut linux = spec.linux().clone().unwrap();
+        linux.set_devices(Some(vec![LinuxDeviceBuilder::default()
+            .path("/dev/custom/null2")
+            .typ(LinuxDeviceType::C)
+            .major(1)
+            .minor(3)
+            .file_mode(0o600u32)
+            .uid(1000u32)
+            .gid(1001u32)
+            .build()
+            .unwrap()]));
+        spec.set_linux(Some(linux));
+        spec
+    };
+    // The default spec: a cgroup namespace of its own, each hierarchy mounted.
+    expect(&b.sh(with_device(b.spec(&["/bin/sh", "-c", script]))));
+    // Without one: the container's own cgroup directories, bound read-only.
+    let mut spec = with_device(b.spec(&["/bin/sh", "-c", script]));
+    set_namespaces(
+        &mut spec,
+        vec![
+            ns(LinuxNamespaceType::Pid, None),
+            ns(LinuxNamespaceType::Network, None),
+            ns(LinuxNamespaceType::Mount, None),
+        ],
+    );
+    expect(&b.sh(spec));
+}
+
+#[test]
+fn read_only_root_masked_and_read_only_paths() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-ro");
+    std::fs::write(b.rootfs().join("secret"), "s3cret\n").unwrap();
+    std::fs::create_dir_all(b.rootfs().join("secretdir")).unwrap();
+    std::fs::write(b.rootfs().join("secretdir/file"), "x").unwrap();
+    let mut spec = b.spec(&[
+        "/bin/sh",
+        "-c",
+        "touch /x 2>&1 && echo root-writable; \
+         cat /proc/kcore | wc -c; cat /secret | wc -c; ls /secretdir | wc -l; \
+         touch /data/x 2>&1 && echo data-writable; \
+         touch /scratch/x && echo scratch-writable",
+    ]);
+    let tmpfs = |dest: &str| {
+        MountBuilder::default()
+            .destination(dest)
+            .typ("tmpfs")
+            .source("tmpfs")
+            .options(vec!["nosuid".to_string(), "nodev".to_string()])
+            .build()
+            .unwrap()
+    };
+    let mut mounts = spec.mounts().clone().unwrap();
+    mounts.push(tmpfs("/data"));
+    mounts.push(tmpfs("/scratch"));
+    spec.set_mounts(Some(mounts));
+    let mut linux = spec.linux().clone().unwrap();
+    let mut masked = linux.masked_paths().clone().unwrap();
+    masked.extend(["/secret".to_string(), "/secretdir".to_string()]);
+    linux.set_masked_paths(Some(masked));
+    let mut ro = linux.readonly_paths().clone().unwrap();
+    ro.push("/data".into());
+    linux.set_readonly_paths(Some(ro));
+    spec.set_linux(Some(linux));
+    assert!(spec.root().as_ref().unwrap().readonly().unwrap());
+
+    let out = b.sh(spec);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("Read-only file system"), "{out}");
+    assert_eq!(
+        lines[1..4],
+        ["0", "0", "0"],
+        "masked paths are empty: {out}"
+    );
+    assert!(lines[4].contains("Read-only file system"), "{out}");
+    assert_eq!(lines[5], "scratch-writable", "{out}");
+    assert!(!b.rootfs().join("x").exists());
+}
+
+#[test]
+fn capabilities_and_no_new_privs() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-caps");
+    let script = &["/bin/grep", "-E", "^(Cap|NoNewPrivs)", "/proc/self/status"];
+    let set = |caps: &[Capability]| {
+        caps.iter()
+            .copied()
+            .collect::<std::collections::HashSet<_>>()
+    };
+    let three = set(&[Capability::Chown, Capability::Kill, Capability::NetRaw]);
+
+    // Root with a reduced set: effective = permitted = bounding = the three.
+    let mut spec = b.spec(script);
+    let mut p = spec.process().clone().unwrap();
+    p.set_capabilities(Some(
+        LinuxCapabilitiesBuilder::default()
+            .bounding(three.clone())
+            .effective(three.clone())
+            .permitted(three.clone())
+            .inheritable(set(&[]))
+            .ambient(set(&[]))
+            .build()
+            .unwrap(),
+    ));
+    spec.set_process(Some(p));
+    let out = b.sh(spec);
+    // CHOWN (0), KILL (5), NET_RAW (13).
+    assert_eq!(status_line(&out, "CapEff"), "0000000000002021", "{out}");
+    assert_eq!(status_line(&out, "CapPrm"), "0000000000002021", "{out}");
+    assert_eq!(status_line(&out, "CapBnd"), "0000000000002021", "{out}");
+    assert_eq!(status_line(&out, "CapInh"), "0000000000000000", "{out}");
+    assert_eq!(status_line(&out, "NoNewPrivs"), "1", "{out}");
+
+    // A non-root user keeps only what is ambient; no_new_privs off.
+    let mut spec = b.spec(script);
+    let mut p = spec.process().clone().unwrap();
+    let raw = set(&[Capability::NetRaw]);
+    p.set_capabilities(Some(
+        LinuxCapabilitiesBuilder::default()
+            .bounding(three.clone())
+            .effective(raw.clone())
+            .permitted(raw.clone())
+            .inheritable(raw.clone())
+            .ambient(raw.clone())
+            .build()
+            .unwrap(),
+    ));
+    p.set_no_new_privileges(Some(false));
+    let mut user = p.user().clone();
+    user.set_uid(1000);
+    user.set_gid(1000);
+    p.set_user(user);
+    spec.set_process(Some(p));
+    let out = b.sh(spec);
+    assert_eq!(status_line(&out, "CapEff"), "0000000000002000", "{out}");
+    assert_eq!(status_line(&out, "CapAmb"), "0000000000002000", "{out}");
+    assert_eq!(status_line(&out, "CapBnd"), "0000000000002021", "{out}");
+    assert_eq!(status_line(&out, "NoNewPrivs"), "0", "{out}");
+}
+
+#[test]
+fn only_fds_0_1_2_reach_the_container() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-fds");
+    // A descriptor of the test process without close-on-exec: it must not leak.
+    let f = std::fs::File::open("/etc/hostname").unwrap();
+    // SAFETY: dup of an fd we own; closed below.
+    let leaked = unsafe { libc::dup(f.as_raw_fd()) };
+    assert!(leaked > 2);
+    let out = b.sh(b.spec(&["/bin/ls", "-l", "/proc/self/fd"]));
+    // SAFETY: closing the fd we made.
+    unsafe { libc::close(leaked) };
+    // `ls -l` lines: mode, links, uid, gid, size, month, day, time, name[ -> target].
+    let fds: Vec<(&str, Option<&str>)> = out
+        .lines()
+        .filter(|l| l.starts_with('l'))
+        .map(|l| {
+            let name_and_target = l.split_whitespace().skip(8).collect::<Vec<_>>();
+            (name_and_target[0], name_and_target.get(2).copied())
+        })
+        .collect();
+    let names: Vec<&str> = fds.iter().map(|(n, _)| *n).collect();
+    // 0, 1, 2, and 3: ls's own handle on the directory it lists (closed again by the
+    // time ls reads the links, so shown without a target, or as that directory).
+    assert_eq!(names, ["0", "1", "2", "3"], "{out}");
+    assert_eq!(fds[0].1, Some("/dev/null"), "{out}");
+    assert!(fds[1].1.unwrap().ends_with(".stdout"), "{out}");
+    assert!(fds[2].1.unwrap().ends_with(".stderr"), "{out}");
+    assert!(
+        fds[3]
+            .1
+            .is_none_or(|t| t.starts_with("/proc/") && t.ends_with("/fd")),
+        "{out}"
+    );
+}
+
+#[test]
+fn errors_name_the_step_and_leave_nothing() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-err");
+
+    let id = unique("bad");
+    let begun = Instant::now();
+    let e = executor::create(b.opts(&id, b.spec(&["/bin/nope", "x"]))).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert_eq!(
+        msg,
+        format!("create container {id}: find executable /bin/nope: No such file or directory (os error 2)")
+    );
+    assert!(!b.state_dir(&id).exists());
+
+    let id = unique("bad");
+    let mut spec = b.spec(&["/bin/true"]);
+    let mut mounts = spec.mounts().clone().unwrap();
+    mounts.push(bind(
+        Path::new("/nonexistent-crust-source"),
+        "/data",
+        &["rbind"],
+    ));
+    spec.set_mounts(Some(mounts));
+    let msg = executor::create(b.opts(&id, spec)).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        format!(
+            "create container {id}: mount /data (bind source /nonexistent-crust-source): \
+             No such file or directory (os error 2)"
+        )
+    );
+    assert!(!b.state_dir(&id).exists());
+
+    // A non-executable file is refused too, with its own errno.
+    std::fs::write(b.rootfs().join("bin/plain"), "#!/bin/sh\n").unwrap();
+    let id = unique("bad");
+    let msg = executor::create(b.opts(&id, b.spec(&["/bin/plain"])))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.ends_with("find executable /bin/plain: Permission denied (os error 13)"),
+        "{msg}"
+    );
+
+    // A namespace path that does not exist fails before any fork.
+    let id = unique("bad");
+    let mut spec = b.spec(&["/bin/true"]);
+    set_namespaces(
+        &mut spec,
+        vec![ns(
+            LinuxNamespaceType::Network,
+            Some(Path::new("/run/netns/crust-missing")),
+        )],
+    );
+    let msg = executor::create(b.opts(&id, spec)).unwrap_err().to_string();
+    assert!(
+        msg.contains("open namespace /run/netns/crust-missing: No such file"),
+        "{msg}"
+    );
+    assert!(!b.state_dir(&id).exists());
+}
+
+#[test]
+fn a_symlinked_mount_target_stays_in_the_rootfs() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-escape");
+    std::os::unix::fs::symlink("/etc", b.rootfs().join("escape")).unwrap();
+    std::os::unix::fs::symlink("../../../../../etc", b.rootfs().join("escape2")).unwrap();
+    let data = b.tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("hello"), "inside\n").unwrap();
+    let name = unique("crust-escape-");
+    let host_etc = Path::new("/etc").join(&name);
+    let before: Vec<_> = std::fs::read_dir("/etc")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+
+    let mut spec = b.spec(&[
+        "/bin/sh",
+        "-c",
+        &format!("cat /etc/{name}/hello /etc/{name}2/hello"),
+    ]);
+    let mut mounts = spec.mounts().clone().unwrap();
+    mounts.push(bind(&data, &format!("/escape/{name}"), &["rbind", "ro"]));
+    mounts.push(bind(&data, &format!("/escape2/{name}2"), &["rbind", "ro"]));
+    spec.set_mounts(Some(mounts));
+    assert_eq!(b.sh(spec), "inside\ninside\n");
+
+    assert!(
+        !host_etc.exists(),
+        "{} was created on the host",
+        host_etc.display()
+    );
+    let after: Vec<_> = std::fs::read_dir("/etc")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(before, after, "the host's /etc changed");
+    assert!(b.rootfs().join("etc").join(&name).is_dir());
+}
+
+#[test]
+fn kill_a_running_container() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-kill");
+    // In a new PID namespace `sleep` is pid 1: only SIGKILL reaches it from outside.
+    let (_, mut g) = b.create(b.spec(&["/bin/sleep", "100"]));
+    g.get().start().unwrap();
+    assert_eq!(g.get().status(), Status::Running);
+    assert!(g.get().kill(libc::SIGKILL).unwrap());
+    let status = g.get().wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert_eq!(g.get().status(), Status::Stopped);
+    assert!(
+        !g.get().kill(libc::SIGKILL).unwrap(),
+        "gone: nothing to signal"
+    );
+
+    // In the host's PID namespace SIGTERM is enough.
+    let mut spec = b.spec(&["/bin/sleep", "100"]);
+    set_namespaces(
+        &mut spec,
+        vec![
+            ns(LinuxNamespaceType::Network, None),
+            ns(LinuxNamespaceType::Ipc, None),
+            ns(LinuxNamespaceType::Mount, None),
+        ],
+    );
+    let (_, mut g) = b.create(spec);
+    g.get().start().unwrap();
+    assert!(g.get().kill(libc::SIGTERM).unwrap());
+    assert_eq!(g.get().wait().unwrap().signal(), Some(libc::SIGTERM));
+
+    // Force-deleting a created (never started) container kills its init.
+    let (id, mut g) = b.create(b.spec(&["/bin/sleep", "100"]));
+    let pid = g.get().pid;
+    g.0.take().unwrap().delete(true).unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "init {pid} still there"
+    );
+    assert!(!b.state_dir(&id).exists());
+}
