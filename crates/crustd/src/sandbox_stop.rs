@@ -4,55 +4,52 @@
 use crate::daemon::Crust;
 use crate::error::{Error, Result};
 use crate::sandbox_run;
+use crate::store::SandboxRecord;
 use std::sync::Arc;
 
-pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
+/// Runs `work` (blocking node work) on a copy of the sandbox's record under its lock;
+/// then `finish` sees the record as the work left it, also when the work failed half
+/// way, and decides what to keep. `Ok(())` for an unknown id.
+async fn with_sandbox(
+    crust: Arc<Crust>,
+    id: &str,
+    work: fn(&Crust, &mut SandboxRecord) -> Result<()>,
+    finish: impl FnOnce(&Crust, &SandboxRecord, &Result<()>) -> Result<()>,
+) -> Result<()> {
     let sb = match crust.store.get(id) {
         Ok(sb) => sb,
         Err(Error::NotFound(_)) => return Ok(()),
         Err(e) => return Err(e),
     };
     let mut rec = sb.rec.lock().await;
-    let mut work = rec.clone();
+    let mut copy = rec.clone();
     let c = crust.clone();
-    let (work, res) = tokio::task::spawn_blocking(move || {
-        let r = sandbox_run::stop(&c, &mut work);
-        (work, r)
+    let (copy, res) = tokio::task::spawn_blocking(move || {
+        let r = work(&c, &mut copy);
+        (copy, r)
     })
     .await
     .map_err(Error::internal)?;
+    let kept = finish(&crust, &copy, &res);
+    *rec = copy;
+    res.and(kept)
+}
+
+pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
     // Whatever got done is recorded, also when a later part failed.
-    crust.store.save(&work)?;
-    *rec = work;
-    res
+    with_sandbox(crust, id, sandbox_run::stop, |c, rec, _| c.store.save(rec)).await
 }
 
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
-    let sb = match crust.store.get(id) {
-        Ok(sb) => sb,
-        Err(Error::NotFound(_)) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let mut rec = sb.rec.lock().await;
-    let mut work = rec.clone();
-    let c = crust.clone();
-    let (work, res) = tokio::task::spawn_blocking(move || {
-        let r = sandbox_run::teardown(&c, &mut work);
-        (work, r)
+    with_sandbox(crust, id, sandbox_run::teardown, |c, rec, res| {
+        if res.is_ok() {
+            c.store.remove(&rec.id);
+            c.store.release_name(&rec.name_key(), &rec.id);
+        } else {
+            // Kept, with what is left to undo, for the kubelet's next try.
+            let _ = c.store.save(rec);
+        }
+        Ok(())
     })
     .await
-    .map_err(Error::internal)?;
-    match res {
-        Ok(()) => {
-            crust.store.remove(&work.id);
-            crust.store.release_name(&work.name_key(), &work.id);
-            *rec = work;
-            Ok(())
-        }
-        Err(e) => {
-            let _ = crust.store.save(&work);
-            *rec = work;
-            Err(e)
-        }
-    }
 }
