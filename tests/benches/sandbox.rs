@@ -31,7 +31,7 @@
 //! then the node namespaces and temp dirs.
 
 use cri_api::*;
-use crust_e2e::crustd::{Crustd, Options};
+use crust_e2e::crustd::{walk_dirs, Crustd, Options};
 use crust_e2e::{enter_netns, require_root, unique, which, Netns, TempDir};
 use std::collections::HashMap;
 use std::future::Future;
@@ -1011,20 +1011,6 @@ disabled_plugins = [
         }
         for d in self.made_dirs.iter().rev() {
             let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
-fn walk_dirs(d: &Path, out: &mut Vec<PathBuf>) {
-    if !d.is_dir() {
-        return;
-    }
-    out.push(d.to_path_buf());
-    if let Ok(rd) = std::fs::read_dir(d) {
-        for e in rd.flatten() {
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                walk_dirs(&e.path(), out);
-            }
         }
     }
 }

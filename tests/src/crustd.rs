@@ -314,7 +314,7 @@ impl Crustd {
                 };
                 if let Some(pid) = v["pause"]["pid"].as_i64() {
                     let start = v["pause"]["start_time"].as_u64().unwrap_or(0);
-                    if container_alive(pid as i32, start) {
+                    if container::pause::alive(pid as i32, start) {
                         // SAFETY: killing a pause process this test's daemon started.
                         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                     }
@@ -348,16 +348,8 @@ impl Crustd {
     }
 }
 
-fn container_alive(pid: i32, start_time: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    f.first() != Some(&"Z") && f.get(19).and_then(|s| s.parse::<u64>().ok()) == Some(start_time)
-}
-
-fn walk_dirs(d: &Path, out: &mut Vec<PathBuf>) {
+/// Every directory at or below `d`, parents first.
+pub fn walk_dirs(d: &Path, out: &mut Vec<PathBuf>) {
     if !d.is_dir() {
         return;
     }
