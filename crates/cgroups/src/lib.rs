@@ -69,11 +69,15 @@ pub trait CgroupManager {
     fn create(&self, path: &CgroupPath) -> Result<()>;
 
     /// Moves the process `pid` (all its threads) into the cgroup in every hierarchy.
-    fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()>;
+    fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()> {
+        fs::add_process(&self.dirs(path), pid)
+    }
 
     /// The pids in the cgroup (on v1 the union over the hierarchies), sorted; empty when
     /// it does not exist.
-    fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>>;
+    fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
+        fs::union_procs(&self.dirs(path))
+    }
 
     /// Whether the cgroup's directory exists in any hierarchy.
     fn exists(&self, path: &CgroupPath) -> bool;

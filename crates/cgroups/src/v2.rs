@@ -74,14 +74,6 @@ impl CgroupManager for Manager {
         Ok(())
     }
 
-    fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()> {
-        fs::add_process(&self.dirs(path), pid)
-    }
-
-    fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
-        fs::union_procs(&self.dirs(path))
-    }
-
     fn exists(&self, path: &CgroupPath) -> bool {
         path.dir_under(&self.root).is_dir()
     }
