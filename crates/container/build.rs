@@ -1,6 +1,7 @@
 //! Builds `crates/pause` (its own workspace, `no_std`, static, no start files) with a
-//! nested cargo and copies the binary to `$OUT_DIR/crust-pause`, where `src/pause.rs`
-//! embeds it with `include_bytes!`. The nested build gets a clean environment: what the
+//! nested cargo and copies its binaries to `$OUT_DIR/crust-pause` and
+//! `$OUT_DIR/crust-monitor`, where `src/pause.rs` and `src/monitor.rs` embed them with
+//! `include_bytes!`. The nested build gets a clean environment: what the
 //! outer cargo exports to build scripts (encoded rustflags, wrappers such as clippy's,
 //! profile overrides, a shared target dir) would otherwise leak into it.
 
@@ -9,10 +10,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The flags that make `_start` the entry point and the binary static and position
-/// dependent (see crates/pause/src/main.rs).
+/// The flags that make `_start` the entry point and the binaries static and position
+/// dependent (see crates/pause/src/sys.rs).
 const PAUSE_RUSTFLAGS: &str =
     "-C link-arg=-nostartfiles -C link-arg=-static -C relocation-model=static";
+
+/// The binaries of crates/pause, each copied to `$OUT_DIR` under its own name.
+const BINARIES: [&str; 2] = ["crust-pause", "crust-monitor"];
 
 fn main() {
     let manifest_dir =
@@ -78,8 +82,10 @@ fn main() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let built = target_dir.join(&target).join("release").join("crust-pause");
-    let dest = out_dir.join("crust-pause");
-    std::fs::copy(&built, &dest)
-        .unwrap_or_else(|e| panic!("copying {} to {}: {e}", built.display(), dest.display()));
+    for name in BINARIES {
+        let built = target_dir.join(&target).join("release").join(name);
+        let dest = out_dir.join(name);
+        std::fs::copy(&built, &dest)
+            .unwrap_or_else(|e| panic!("copying {} to {}: {e}", built.display(), dest.display()));
+    }
 }

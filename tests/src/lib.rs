@@ -385,6 +385,7 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
     unified
 }
 pub mod crustd;
+pub mod registry;
 
 /// Builds a root file system of busybox-static under `dir`: `bin/busybox` and one
 /// symlink `bin/APPLET -> busybox` per applet. Panics (with the package to install)

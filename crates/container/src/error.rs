@@ -12,12 +12,29 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Writing the embedded pause binary to disk failed.
-    #[error("install pause binary at {path}: {source}")]
-    InstallPause {
+    /// Writing an embedded binary (`binary` is `pause` or `monitor`) to disk failed.
+    #[error("install {binary} binary at {path}: {source}")]
+    InstallBinary {
+        binary: &'static str,
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+
+    /// A monitor's exit record exists but cannot be read.
+    #[error("read exit record {path}: {source}")]
+    ReadExit {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// A monitor's exit record is not the JSON the monitor writes.
+    #[error("parse exit record {path}: {source}")]
+    ParseExit {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
     },
 
     /// A pod hostname the kernel would refuse; caught before forking.

@@ -19,20 +19,19 @@
 //!   crustd ◀── "PID\n" ── launcher exits 0
 //! ```
 
-use std::fs::{self, OpenOptions, Permissions};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use nix::fcntl::OFlag;
 
+use crate::embedded;
 use crate::error::{Error, Result};
 use crate::ns::NsKind;
 
@@ -48,60 +47,13 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 /// Linux's limit on a hostname (`HOST_NAME_MAX`).
 const HOST_NAME_MAX: usize = 64;
 
-static TMP_COUNTER: AtomicU32 = AtomicU32::new(0);
-
 /// Writes the embedded pause binary to `dir/crust-pause` (mode 0755), creating `dir`,
 /// unless an identical file with that mode is already there; returns its path.
 ///
-/// The write goes to a temp file in `dir` that is then renamed over the old one: a
-/// pause running from the old file keeps its inode (writing in place would fail with
-/// ETXTBSY), and a crash never leaves a half-written binary at the final path.
+/// The file is replaced by a rename, never rewritten in place: a pause running from
+/// the old file keeps its inode, and a crash never leaves a half-written binary.
 pub fn install(dir: &Path) -> Result<PathBuf> {
-    let path = dir.join(FILE_NAME);
-    if is_installed(&path) {
-        return Ok(path);
-    }
-    let err = |source| Error::InstallPause {
-        path: path.clone(),
-        source,
-    };
-    fs::create_dir_all(dir).map_err(err)?;
-    let tmp = dir.join(format!(
-        ".{FILE_NAME}.tmp.{}.{}",
-        std::process::id(),
-        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let write = || -> io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o755)
-            .open(&tmp)?;
-        f.write_all(BINARY)?;
-        // The umask may have taken bits off the mode asked for at open.
-        f.set_permissions(Permissions::from_mode(0o755))?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path)
-    };
-    if let Err(e) = write() {
-        let _ = fs::remove_file(&tmp);
-        return Err(err(e));
-    }
-    tracing::debug!(path = %path.display(), bytes = BINARY.len(), "pause binary installed");
-    Ok(path)
-}
-
-fn is_installed(path: &Path) -> bool {
-    match fs::metadata(path) {
-        Ok(m)
-            if m.is_file()
-                && m.len() == BINARY.len() as u64
-                && m.permissions().mode() & 0o7777 == 0o755 =>
-        {
-            fs::read(path).map(|b| b == BINARY).unwrap_or(false)
-        }
-        _ => false,
-    }
+    embedded::install(dir, FILE_NAME, BINARY, "pause")
 }
 
 /// What [`spawn`] starts: which binary, and which namespaces the pause gets new.
@@ -469,6 +421,8 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::Permissions;
+    use std::os::unix::fs::PermissionsExt;
 
     fn temp(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("crust-pause-unit-{tag}-{}", std::process::id()));

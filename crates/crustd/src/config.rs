@@ -24,6 +24,7 @@ pub struct Config {
     pub stop_timeout_seconds: u64,
     pub cgroup: CgroupConfig,
     pub cni: CniConfig,
+    pub registry: RegistryConfig,
     /// Runtime handlers RunPodSandbox accepts besides the default ("" and "crust").
     pub runtime_handlers: Vec<String>,
 }
@@ -56,6 +57,23 @@ pub struct CniConfig {
     pub ifname: String,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistryConfig {
+    /// containerd-style registry hosts: `<config_dir>/<registry>/hosts.toml` (mirrors,
+    /// plain HTTP, CAs, skip_verify). Empty, or a missing directory: every registry is
+    /// its own only host (HTTPS; plain HTTP for localhost and 127.0.0.1).
+    pub config_dir: PathBuf,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            config_dir: PathBuf::from("/etc/crust/certs.d"),
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -67,6 +85,7 @@ impl Default for Config {
             stop_timeout_seconds: 10,
             cgroup: CgroupConfig::default(),
             cni: CniConfig::default(),
+            registry: RegistryConfig::default(),
             runtime_handlers: vec![],
         }
     }
@@ -104,6 +123,7 @@ pub struct Overrides {
     pub cgroup_root: Option<String>,
     pub cgroup_nested: bool,
     pub log_level: Option<String>,
+    pub registry_config_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -150,6 +170,9 @@ impl Config {
         if let Some(v) = o.log_level {
             self.log_level = v;
         }
+        if let Some(v) = o.registry_config_dir {
+            self.registry.config_dir = v;
+        }
         self.validate()
     }
 
@@ -170,6 +193,7 @@ impl Config {
         abs("pause_dir", &self.pause_dir, true)?;
         abs("cni.conf_dir", &self.cni.conf_dir, false)?;
         abs("cni.conf_template", &self.cni.conf_template, true)?;
+        abs("registry.config_dir", &self.registry.config_dir, true)?;
         for d in &self.cni.bin_dirs {
             abs("cni.bin_dirs", d, false)?;
         }
@@ -198,6 +222,12 @@ impl Config {
         } else {
             self.socket.clone()
         }
+    }
+
+    /// The registry hosts dir, if one is configured.
+    pub fn registry_config_dir(&self) -> Option<PathBuf> {
+        let d = &self.registry.config_dir;
+        (!d.as_os_str().is_empty()).then(|| d.clone())
     }
 
     pub fn pause_dir(&self) -> PathBuf {

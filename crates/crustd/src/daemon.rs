@@ -10,6 +10,10 @@ use std::path::PathBuf;
 pub struct Crust {
     pub cfg: Config,
     pub store: Store,
+    pub containers: crate::container_store::Containers,
+    pub images: std::sync::Arc<image::ImageStore>,
+    /// The installed `crust-monitor` binary.
+    pub monitor_bin: PathBuf,
     pub network: Network,
     pub cgroups: cgroups::Hierarchy,
     pub pause_bin: PathBuf,
@@ -29,6 +33,14 @@ impl Crust {
                 cfg.pause_dir().display()
             )
         })?;
+        let monitor_bin = container::monitor::install(&cfg.pause_dir()).map_err(|e| {
+            anyhow::anyhow!(
+                "installing the monitor binary in {}: {e}",
+                cfg.pause_dir().display()
+            )
+        })?;
+        let images = image::ImageStore::open(cfg.root.join("images"), cfg.registry_config_dir())
+            .map_err(|e| anyhow::anyhow!("opening the image store: {e}"))?;
         let mut cgroups =
             cgroups::Hierarchy::detect().map_err(|e| anyhow::anyhow!("detecting cgroups: {e}"))?;
         if cfg.cgroup.nested {
@@ -45,6 +57,12 @@ impl Crust {
         handlers.extend(cfg.runtime_handlers.iter().cloned());
         Ok(Crust {
             store: Store::new(cfg.root.join("sandboxes")),
+            containers: crate::container_store::Containers::new(
+                cfg.root.join("containers"),
+                cfg.state.join("containers"),
+            ),
+            images: std::sync::Arc::new(images),
+            monitor_bin,
             network,
             cgroups,
             pause_bin,

@@ -15,6 +15,8 @@ pub enum Error {
     #[error("{0}")]
     Unimplemented(String),
     #[error("{0}")]
+    DeadlineExceeded(String),
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -34,6 +36,7 @@ impl Error {
             Error::AlreadyExists(m) => Error::AlreadyExists(f(m)),
             Error::FailedPrecondition(m) => Error::FailedPrecondition(f(m)),
             Error::Unimplemented(m) => Error::Unimplemented(f(m)),
+            Error::DeadlineExceeded(m) => Error::DeadlineExceeded(f(m)),
             Error::Internal(m) => Error::Internal(f(m)),
         }
     }
@@ -45,6 +48,7 @@ impl Error {
             Error::AlreadyExists(_) => Code::AlreadyExists,
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::Unimplemented(_) => Code::Unimplemented,
+            Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Internal(_) => Code::Internal,
         }
     }

@@ -1,8 +1,14 @@
 //! `crustd`: the CRI v1 runtime server. See the README for flags and configuration.
 
 mod config;
+mod container_exec;
+mod container_ops;
+mod container_spec;
+mod container_store;
 mod daemon;
 mod error;
+mod image_service;
+mod images_cli;
 mod network;
 mod pod_files;
 mod podns;
@@ -50,6 +56,9 @@ struct Cli {
     /// Log level or tracing filter.
     #[arg(long)]
     log_level: Option<String>,
+    /// Registry hosts (containerd-style `<registry>/hosts.toml` files).
+    #[arg(long)]
+    registry_config_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -61,6 +70,8 @@ enum Cmd {
         #[command(subcommand)]
         what: ConfigCmd,
     },
+    /// Manage the image store directly (offline nodes, operators): import, ls, rm, pull.
+    Images(images_cli::ImagesArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -77,6 +88,10 @@ fn main() -> std::process::ExitCode {
     {
         print!("{}", config::Config::default_toml());
         return std::process::ExitCode::SUCCESS;
+    }
+    if let Some(Cmd::Images(args)) = cli.command {
+        let explicit = cli.config.as_os_str() != config::DEFAULT_CONFIG;
+        return images_cli::main(&cli.config, explicit, cli.registry_config_dir, args);
     }
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -99,6 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         cgroup_root: cli.cgroup_root,
         cgroup_nested: cli.cgroup_nested,
         log_level: cli.log_level,
+        registry_config_dir: cli.registry_config_dir,
     })?;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log_level))

@@ -36,11 +36,17 @@ async fn with_sandbox(
 }
 
 pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
+    if let Ok(sb) = crust.store.get(id) {
+        crate::container_ops::stop_all(crust.clone(), &sb.id).await?;
+    }
     // Whatever got done is recorded, also when a later part failed.
     with_sandbox(crust, id, sandbox_run::stop, |c, rec, _| c.store.save(rec)).await
 }
 
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
+    if let Ok(sb) = crust.store.get(id) {
+        crate::container_ops::remove_all(crust.clone(), &sb.id).await?;
+    }
     with_sandbox(crust, id, sandbox_run::teardown, |c, rec, res| {
         if res.is_ok() {
             c.store.remove(&rec.id);

@@ -44,7 +44,12 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
     let crust = Arc::new(crust);
     {
         let c = crust.clone();
-        tokio::task::spawn_blocking(move || crate::recovery::recover(&c)).await?;
+        tokio::task::spawn_blocking(move || {
+            crate::recovery::recover(&c);
+            crate::container_ops::recover(&c);
+        })
+        .await?;
+        crate::container_ops::watch_all(&crust);
     }
     let socket = crust.cfg.socket_path();
     if let Some(dir) = socket.parent() {

@@ -3,7 +3,9 @@
 
 use crate::daemon::Crust;
 use crate::error::{Error, Result};
-use crate::{runtime_info, sandbox_run, sandbox_status, sandbox_stop};
+use crate::{
+    container_exec, container_ops, runtime_info, sandbox_run, sandbox_status, sandbox_stop,
+};
 use cri_api::*;
 use std::sync::Arc;
 use std::time::Instant;
@@ -129,71 +131,111 @@ impl RuntimeService for Service {
 
     async fn create_container(
         &self,
-        _r: Request<CreateContainerRequest>,
+        r: Request<CreateContainerRequest>,
     ) -> std::result::Result<Response<CreateContainerResponse>, Status> {
-        later("CreateContainer")
+        let t = Instant::now();
+        let req = r.into_inner();
+        let sandbox = req.pod_sandbox_id.clone();
+        let res = container_ops::create(self.crust.clone(), req)
+            .await
+            .map(|container_id| CreateContainerResponse { container_id });
+        let id = res
+            .as_ref()
+            .map(|r| r.container_id.clone())
+            .unwrap_or(sandbox);
+        done("CreateContainer", &id, t, res)
     }
 
     async fn start_container(
         &self,
-        _r: Request<StartContainerRequest>,
+        r: Request<StartContainerRequest>,
     ) -> std::result::Result<Response<StartContainerResponse>, Status> {
-        later("StartContainer")
+        let t = Instant::now();
+        let id = r.into_inner().container_id;
+        let res = container_ops::start(self.crust.clone(), &id)
+            .await
+            .map(|()| StartContainerResponse {});
+        done("StartContainer", &id, t, res)
     }
 
     async fn stop_container(
         &self,
-        _r: Request<StopContainerRequest>,
+        r: Request<StopContainerRequest>,
     ) -> std::result::Result<Response<StopContainerResponse>, Status> {
-        later("StopContainer")
+        let t = Instant::now();
+        let req = r.into_inner();
+        let res = container_ops::stop(self.crust.clone(), &req.container_id, req.timeout)
+            .await
+            .map(|()| StopContainerResponse {});
+        done("StopContainer", &req.container_id, t, res)
     }
 
     async fn remove_container(
         &self,
-        _r: Request<RemoveContainerRequest>,
+        r: Request<RemoveContainerRequest>,
     ) -> std::result::Result<Response<RemoveContainerResponse>, Status> {
-        later("RemoveContainer")
+        let t = Instant::now();
+        let id = r.into_inner().container_id;
+        let res = container_ops::remove(self.crust.clone(), &id)
+            .await
+            .map(|()| RemoveContainerResponse {});
+        done("RemoveContainer", &id, t, res)
     }
 
     async fn list_containers(
         &self,
-        _r: Request<ListContainersRequest>,
+        r: Request<ListContainersRequest>,
     ) -> std::result::Result<Response<ListContainersResponse>, Status> {
-        // No containers exist yet: an empty list is the true answer, and the kubelet
-        // and crictl poll this constantly.
-        Ok(Response::new(ListContainersResponse { containers: vec![] }))
+        let t = Instant::now();
+        let res = container_ops::list(self.crust.clone(), r.into_inner().filter)
+            .await
+            .map(|containers| ListContainersResponse { containers });
+        done("ListContainers", "", t, res)
     }
 
     async fn container_status(
         &self,
         r: Request<ContainerStatusRequest>,
     ) -> std::result::Result<Response<ContainerStatusResponse>, Status> {
-        Err(Error::NotFound(format!(
-            "container {:?} not found",
-            r.into_inner().container_id
-        ))
-        .into())
+        let t = Instant::now();
+        let req = r.into_inner();
+        let res = container_ops::status(self.crust.clone(), &req.container_id, req.verbose).await;
+        done("ContainerStatus", &req.container_id, t, res)
     }
 
     async fn update_container_resources(
         &self,
-        _r: Request<UpdateContainerResourcesRequest>,
+        r: Request<UpdateContainerResourcesRequest>,
     ) -> std::result::Result<Response<UpdateContainerResourcesResponse>, Status> {
-        later("UpdateContainerResources")
+        let t = Instant::now();
+        let req = r.into_inner();
+        let res = container_ops::update_resources(self.crust.clone(), &req.container_id, req.linux)
+            .await
+            .map(|()| UpdateContainerResourcesResponse {});
+        done("UpdateContainerResources", &req.container_id, t, res)
     }
 
     async fn reopen_container_log(
         &self,
-        _r: Request<ReopenContainerLogRequest>,
+        r: Request<ReopenContainerLogRequest>,
     ) -> std::result::Result<Response<ReopenContainerLogResponse>, Status> {
-        later("ReopenContainerLog")
+        let t = Instant::now();
+        let id = r.into_inner().container_id;
+        let res = container_ops::reopen_log(self.crust.clone(), &id)
+            .await
+            .map(|()| ReopenContainerLogResponse {});
+        done("ReopenContainerLog", &id, t, res)
     }
 
     async fn exec_sync(
         &self,
-        _r: Request<ExecSyncRequest>,
+        r: Request<ExecSyncRequest>,
     ) -> std::result::Result<Response<ExecSyncResponse>, Status> {
-        later("ExecSync")
+        let t = Instant::now();
+        let req = r.into_inner();
+        let id = req.container_id.clone();
+        let res = container_exec::exec_sync(self.crust.clone(), req).await;
+        done("ExecSync", &id, t, res)
     }
 
     async fn exec(
@@ -309,62 +351,5 @@ impl RuntimeService for Service {
         _r: Request<RuntimeConfigRequest>,
     ) -> std::result::Result<Response<RuntimeConfigResponse>, Status> {
         Ok(Response::new(runtime_info::runtime_config()))
-    }
-}
-
-#[tonic::async_trait]
-impl ImageService for Service {
-    async fn list_images(
-        &self,
-        _r: Request<ListImagesRequest>,
-    ) -> std::result::Result<Response<ListImagesResponse>, Status> {
-        // No image store yet: no images is the true answer.
-        Ok(Response::new(ListImagesResponse { images: vec![] }))
-    }
-
-    async fn image_status(
-        &self,
-        _r: Request<ImageStatusRequest>,
-    ) -> std::result::Result<Response<ImageStatusResponse>, Status> {
-        // The CRI reports an absent image as an empty status, not an error.
-        Ok(Response::new(ImageStatusResponse {
-            image: None,
-            info: Default::default(),
-        }))
-    }
-
-    async fn pull_image(
-        &self,
-        _r: Request<PullImageRequest>,
-    ) -> std::result::Result<Response<PullImageResponse>, Status> {
-        later("PullImage")
-    }
-
-    async fn remove_image(
-        &self,
-        _r: Request<RemoveImageRequest>,
-    ) -> std::result::Result<Response<RemoveImageResponse>, Status> {
-        // Removing an image that is not there succeeds, as the CRI asks.
-        Ok(Response::new(RemoveImageResponse {}))
-    }
-
-    async fn image_fs_info(
-        &self,
-        _r: Request<ImageFsInfoRequest>,
-    ) -> std::result::Result<Response<ImageFsInfoResponse>, Status> {
-        // The kubelet's eviction manager asks this at start. Images and writable layers
-        // will live under the root dir; until the image store exists they hold nothing.
-        let usage = FilesystemUsage {
-            timestamp: crate::util::now_ns(),
-            fs_id: Some(FilesystemIdentifier {
-                mountpoint: self.crust.cfg.root.display().to_string(),
-            }),
-            used_bytes: Some(UInt64Value { value: 0 }),
-            inodes_used: Some(UInt64Value { value: 0 }),
-        };
-        Ok(Response::new(ImageFsInfoResponse {
-            image_filesystems: vec![usage.clone()],
-            container_filesystems: vec![usage],
-        }))
     }
 }

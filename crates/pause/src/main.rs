@@ -2,9 +2,10 @@
 //!
 //! It has to be tiny (one per pod; the upstream C pause takes 700 KiB resident, this one
 //! about 12 KiB), so it is `no_std`, links no libc and talks to the kernel through raw
-//! x86_64 `syscall`s. It is built by `crates/container/build.rs` with
+//! x86_64 `syscall`s (`sys.rs`, shared with `crust-monitor`). It is built by
+//! `crates/container/build.rs` with
 //! `-C link-arg=-nostartfiles -C link-arg=-static -C relocation-model=static`, so the
-//! `_start` below is the ELF entry point.
+//! `_start` in `sys.rs` is the ELF entry point and calls [`start`] here.
 //!
 //! Behaviour:
 //! - every signal is blocked and then taken synchronously with `rt_sigtimedwait`:
@@ -22,109 +23,13 @@
 #![no_std]
 #![no_main]
 
-use core::arch::{asm, global_asm};
+mod sys;
 
-const SYS_WRITE: usize = 1;
-const SYS_OPEN: usize = 2;
-const SYS_CLOSE: usize = 3;
-const SYS_RT_SIGPROCMASK: usize = 14;
-const SYS_DUP2: usize = 33;
-const SYS_CLONE: usize = 56;
-const SYS_WAIT4: usize = 61;
-const SYS_KILL: usize = 62;
-const SYS_RT_SIGTIMEDWAIT: usize = 128;
-const SYS_EXIT_GROUP: usize = 231;
-
-const SIGINT: usize = 2;
-const SIGKILL: usize = 9;
-const SIGTERM: usize = 15;
-const SIGCHLD: usize = 17;
-
-const SIG_BLOCK: usize = 0;
-const WNOHANG: usize = 1;
-/// wait4's pid -1.
-const ANY_CHILD: usize = usize::MAX;
-const O_RDWR: usize = 2;
-const O_CLOEXEC: usize = 0o2000000;
-/// The kernel's sigset_t: 64 signals, one bit each.
-const SIGSET_SIZE: usize = 8;
-
-// The ELF entry point. The kernel leaves `rsp` pointing at argc, then argv[], NULL,
-// envp[], NULL, auxv, and 16-byte aligned. `start` gets that pointer as its first
-// argument; after `call` pushes the return address the stack is at 8 mod 16, as the
-// SysV ABI expects at a function's entry. `start` never returns (`ud2` if it did).
-global_asm!(
-    ".globl _start",
-    ".type _start,@function",
-    "_start:",
-    "xor ebp, ebp",
-    "mov rdi, rsp",
-    "and rsp, -16",
-    "call {start}",
-    "ud2",
-    start = sym start,
-);
-
-/// Raw `syscall` with up to five arguments; returns the kernel's value (negative errno
-/// on failure).
-#[inline(always)]
-unsafe fn syscall5(n: usize, a1: usize, a2: usize, a3: usize, a4: usize, a5: usize) -> isize {
-    let ret: isize;
-    asm!(
-        "syscall",
-        inlateout("rax") n as isize => ret,
-        in("rdi") a1,
-        in("rsi") a2,
-        in("rdx") a3,
-        in("r10") a4,
-        in("r8") a5,
-        lateout("rcx") _,
-        lateout("r11") _,
-        options(nostack),
-    );
-    ret
-}
-
-#[inline(always)]
-fn syscall(n: usize, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
-    // SAFETY: every call site passes arguments valid for that syscall (pointers to live
-    // locals or null); the syscalls used here touch no memory of ours beyond those.
-    unsafe { syscall5(n, a1, a2, a3, a4, 0) }
-}
-
-fn exit(code: usize) -> ! {
-    loop {
-        syscall(SYS_EXIT_GROUP, code, 0, 0, 0);
-    }
-}
-
-/// Writes all of `buf` to `fd`; false on any error.
-fn write_all(fd: usize, mut buf: &[u8]) -> bool {
-    while !buf.is_empty() {
-        let n = syscall(SYS_WRITE, fd, buf.as_ptr() as usize, buf.len(), 0);
-        if n == -4 {
-            continue; // EINTR
-        }
-        if n <= 0 {
-            return false;
-        }
-        buf = &buf[n as usize..];
-    }
-    true
-}
-
-/// True when the NUL-terminated string at `p` equals `want` (which ends in NUL).
-///
-/// # Safety
-/// `p` must point to a NUL-terminated string.
-unsafe fn c_str_eq(p: *const u8, want: &[u8]) -> bool {
-    for (i, &w) in want.iter().enumerate() {
-        if *p.add(i) != w {
-            return false;
-        }
-    }
-    true
-}
+use sys::{
+    c_str_eq, close, exit, syscall, write_all, ANY_CHILD, O_CLOEXEC, O_RDWR, SIGCHLD, SIGINT,
+    SIGKILL, SIGSET_SIZE, SIGTERM, SIG_BLOCK, SYS_CLONE, SYS_DUP2, SYS_KILL, SYS_OPEN,
+    SYS_RT_SIGPROCMASK, SYS_RT_SIGTIMEDWAIT, SYS_WAIT4, WNOHANG,
+};
 
 extern "C" fn start(sp: *const usize) -> ! {
     // SAFETY: `sp` is the initial stack pointer the kernel set up: argc, then argc
@@ -193,12 +98,12 @@ fn fork_and_detach() {
             syscall(SYS_DUP2, fd as usize, target, 0, 0);
         }
         if fd > 2 {
-            syscall(SYS_CLOSE, fd as usize, 0, 0, 0);
+            close(fd as usize);
         }
     } else {
         // Still let go of the launcher's pipe.
         for target in 0..3 {
-            syscall(SYS_CLOSE, target, 0, 0, 0);
+            close(target);
         }
     }
 }
@@ -239,9 +144,4 @@ fn wait_loop(set: &u64) -> ! {
 /// for many children.
 fn reap() {
     while syscall(SYS_WAIT4, ANY_CHILD, 0, WNOHANG, 0) > 0 {}
-}
-
-#[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! {
-    exit(127)
 }

@@ -63,9 +63,14 @@ pub enum Step {
     // Intermediate process.
     Setns = 20,
     Clone,
+    /// Joining the container's cgroup (writing `cgroup.procs`).
+    Cgroup,
+    /// The monitor process could not be started.
+    Monitor,
     // Init, in order.
     Setsid = 40,
     Stdio,
+    Terminal,
     RootfsPropagation,
     MountRootfs,
     OpenRootfs,
@@ -95,7 +100,7 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 39] = [
+    const ALL: [Step; 42] = [
         Step::StateDir,
         Step::Mkfifo,
         Step::OpenStdio,
@@ -107,8 +112,11 @@ impl Step {
         Step::WriteState,
         Step::Setns,
         Step::Clone,
+        Step::Cgroup,
+        Step::Monitor,
         Step::Setsid,
         Step::Stdio,
+        Step::Terminal,
         Step::RootfsPropagation,
         Step::MountRootfs,
         Step::OpenRootfs,
@@ -155,8 +163,11 @@ impl Step {
             Step::WriteState => "write state",
             Step::Setns => "join namespace",
             Step::Clone => "clone init",
+            Step::Cgroup => "join cgroup",
+            Step::Monitor => "start monitor",
             Step::Setsid => "setsid",
             Step::Stdio => "set up stdio",
+            Step::Terminal => "set controlling terminal",
             Step::RootfsPropagation => "set rootfs propagation",
             Step::MountRootfs => "mount rootfs",
             Step::OpenRootfs => "open rootfs",

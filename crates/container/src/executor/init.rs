@@ -98,6 +98,8 @@ pub(crate) struct ChildFds {
     pub stdio: [Option<RawFd>; 3],
     /// Namespaces to join: fd, `CLONE_NEW*` flag, path (for messages).
     pub namespaces: Vec<(RawFd, libc::c_int, PathBuf)>,
+    /// `cgroup.procs` files the intermediate writes itself into (fd, path).
+    pub cgroup_procs: Vec<(RawFd, PathBuf)>,
 }
 
 pub(crate) fn exit(code: libc::c_int) -> ! {
@@ -165,6 +167,11 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
                     return os_err(Step::Stdio, target);
                 }
             }
+        }
+        // A tty container's stdio is a pty slave: it becomes the controlling terminal
+        // of the new session, so ^C and job control reach the container's processes.
+        if p.terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            return os_err(Step::Terminal, "stdin");
         }
     }
 
@@ -236,7 +243,7 @@ fn names(p: &Plan) -> Result<(), Fail> {
     Ok(())
 }
 
-fn rlimits(p: &Plan) -> Result<(), Fail> {
+pub(crate) fn rlimits(p: &Plan) -> Result<(), Fail> {
     for &(resource, soft, hard) in &p.rlimits {
         let lim = libc::rlimit {
             rlim_cur: soft,
@@ -268,7 +275,7 @@ fn check_executable(path: &Path) -> io::Result<()> {
 
 /// `args[0]` as is when it has a slash, else searched in the spec's `PATH` (the
 /// container's, not ours), before the gate: a missing binary fails `create`.
-fn find_executable(p: &Plan) -> Result<CString, Fail> {
+pub(crate) fn find_executable(p: &Plan) -> Result<CString, Fail> {
     let arg0 = p.args[0].to_bytes();
     let name = String::from_utf8_lossy(arg0).into_owned();
     let candidates: Vec<PathBuf> = if arg0.contains(&b'/') {
@@ -320,7 +327,7 @@ pub(crate) fn close_from_3() {
 
 /// The last step: default signal dispositions and an empty mask (an ignored SIGPIPE,
 /// say, would survive `execve`), only fds 0, 1, 2, and `execve`.
-fn exec(p: &Plan, exe: &CStr) -> ! {
+pub(crate) fn exec(p: &Plan, exe: &CStr) -> ! {
     let argv: Vec<*const libc::c_char> = p
         .args
         .iter()

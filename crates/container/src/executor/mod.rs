@@ -63,6 +63,7 @@ mod caps;
 mod cgroupfs;
 mod channel;
 mod dev;
+mod exec;
 mod init;
 mod process;
 mod resolve;
@@ -80,6 +81,7 @@ use std::time::{Instant, SystemTime};
 use oci_spec::runtime::Spec;
 
 pub use channel::Step;
+pub use exec::{exec, ExecOpts};
 /// The spec types (and builders) `create` takes, at the version this crate uses.
 pub use oci_spec;
 pub use state::{Container, Status};
@@ -131,6 +133,28 @@ pub struct CreateOpts {
     pub stdout: Stdio,
     pub stderr: Stdio,
     pub rootfs_mount: Option<RootfsMount>,
+    /// `cgroup.procs` files (one per v1 hierarchy, or the one of a v2 cgroup) the init
+    /// is born into. The caller makes the cgroups; empty: the caller's own.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// A monitor to be the init's parent instead of the caller; it then owns the
+    /// container's output (`stdin`/`stdout`/`stderr` above are ignored).
+    pub monitor: Option<MonitorOpts>,
+}
+
+/// The monitor of a container (the `crust-monitor` binary, see `crate::monitor`): it
+/// outlives the caller, writes the container's output to a CRI log and records its
+/// exit.
+#[derive(Debug, Clone)]
+pub struct MonitorOpts {
+    pub binary: PathBuf,
+    /// Where it writes the exit record.
+    pub exit_file: PathBuf,
+    /// The CRI log file; `None`: output is read and dropped.
+    pub log: Option<PathBuf>,
+    /// `memory.events` (v2) or `memory.oom_control` (v1) of the container's cgroup.
+    pub oom_events: Option<PathBuf>,
+    /// Keep a stdin pipe open for a later attach (else stdin is `/dev/null`).
+    pub stdin: bool,
 }
 
 impl CreateOpts {
@@ -150,6 +174,8 @@ impl CreateOpts {
             stdout: Stdio::Null,
             stderr: Stdio::Null,
             rootfs_mount: None,
+            cgroup_procs: vec![],
+            monitor: None,
         }
     }
 }
@@ -188,6 +214,96 @@ fn open_stdio(s: Stdio, fd: usize) -> io::Result<Option<OwnedFd>> {
     Ok(Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
 }
 
+/// Close-on-exec pipe: (read end, write end).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
+/// The container's stdio and the monitor's command line: pipes for stdout and stderr
+/// (or a pty for a terminal) whose reading ends the monitor gets, and a stdin pipe
+/// whose writing end it holds open when asked.
+fn monitor_io(m: &MonitorOpts, terminal: bool) -> io::Result<([OwnedFd; 3], process::MonitorExec)> {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
+    let path = c(m.binary.as_os_str().as_bytes())?;
+    let mut argv = vec![
+        c(b"crust-monitor")?,
+        c(b"-e")?,
+        c(m.exit_file.as_os_str().as_bytes())?,
+    ];
+    if let Some(l) = &m.log {
+        argv.push(c(b"-l")?);
+        argv.push(c(l.as_os_str().as_bytes())?);
+    }
+    if let Some(o) = &m.oom_events {
+        argv.push(c(b"-m")?);
+        argv.push(c(o.as_os_str().as_bytes())?);
+    }
+    let mut keep = vec![];
+    let mut give = |flag: &str, fd: OwnedFd, argv: &mut Vec<CString>| -> io::Result<()> {
+        let fd = process::above_stdio(fd)?;
+        argv.push(c(flag.as_bytes())?);
+        argv.push(c(fd.as_raw_fd().to_string().as_bytes())?);
+        keep.push(fd);
+        Ok(())
+    };
+    let devnull: OwnedFd = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?
+        .into();
+    let stdio = if terminal {
+        let master = nix::pty::posix_openpt(
+            nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NOCTTY | nix::fcntl::OFlag::O_CLOEXEC,
+        )?;
+        nix::pty::grantpt(&master)?;
+        nix::pty::unlockpt(&master)?;
+        let name = nix::pty::ptsname_r(&master)?;
+        let slave: OwnedFd = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(&name)?
+            .into();
+        let master: OwnedFd = master.into();
+        give("-t", master, &mut argv)?;
+        [slave.try_clone()?, slave.try_clone()?, slave]
+    } else {
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        give("-o", out_r, &mut argv)?;
+        give("-r", err_r, &mut argv)?;
+        let stdin = if m.stdin {
+            let (in_r, in_w) = pipe()?;
+            give("-i", in_w, &mut argv)?;
+            in_r
+        } else {
+            devnull.try_clone()?
+        };
+        [stdin, out_w, err_w]
+    };
+    // Above 2 like every other fd handed to the children (see `open_stdio`).
+    let stdio = {
+        let [a, b, c] = stdio;
+        [
+            process::above_stdio(a)?,
+            process::above_stdio(b)?,
+            process::above_stdio(c)?,
+        ]
+    };
+    Ok((
+        stdio,
+        process::MonitorExec {
+            path,
+            argv,
+            keep,
+            devnull: process::above_stdio(devnull)?,
+        },
+    ))
+}
+
 /// Creates the container: its init has done everything up to `execve` and waits on
 /// the gate when this returns. The caller's process is the init's parent (it may
 /// [`Container::wait`] for it); the state dir lets any process start, signal or
@@ -206,6 +322,8 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         stdout,
         stderr,
         rootfs_mount,
+        cgroup_procs,
+        monitor,
     } = opts;
     let plan = spec::plan(&id, &bundle, &spec, rootfs_mount.as_ref())?;
     let err = |step, path: String, source| Error::Create {
@@ -234,19 +352,44 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e))?;
 
     let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
-    for (i, s) in [stdin, stdout, stderr].into_iter().enumerate() {
-        let what = match &s {
-            Stdio::File(p) => p.display().to_string(),
-            _ => ["stdin", "stdout", "stderr"][i].to_string(),
-        };
-        stdio[i] = open_stdio(s, i).map_err(|e| err(Step::OpenStdio, what, e))?;
+    let monitor = match monitor {
+        Some(m) => {
+            let (fds, exec) = monitor_io(&m, plan.terminal)
+                .map_err(|e| err(Step::Monitor, m.binary.display().to_string(), e))?;
+            stdio = fds.map(Some);
+            Some(exec)
+        }
+        None => {
+            for (i, s) in [stdin, stdout, stderr].into_iter().enumerate() {
+                let what = match &s {
+                    Stdio::File(p) => p.display().to_string(),
+                    _ => ["stdin", "stdout", "stderr"][i].to_string(),
+                };
+                stdio[i] = open_stdio(s, i).map_err(|e| err(Step::OpenStdio, what, e))?;
+            }
+            None
+        }
+    };
+    let mut procs = vec![];
+    for p in cgroup_procs {
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .map_err(|e| err(Step::Cgroup, p.display().to_string(), e))?;
+        procs.push((f.into(), p));
     }
 
-    let pid = process::spawn(
+    let spawned = process::spawn(
         &plan,
-        process::SpawnFds { gate, stdio },
+        process::SpawnFds {
+            gate,
+            stdio,
+            cgroup_procs: procs,
+            monitor,
+        },
         begun + process::CREATE_TIMEOUT,
     )?;
+    let pid = spawned.init;
     let saved = match state::start_time(pid) {
         Some(start_time) => {
             let c = Container {
@@ -258,6 +401,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
                 rootfs: plan.rootfs.clone(),
                 created: SystemTime::now(),
                 started: None,
+                monitor: spawned.monitor,
             };
             c.save().map(|()| c).map_err(|e| {
                 err(
@@ -280,10 +424,12 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
             Ok(c)
         }
         Err(e) => {
-            // SAFETY: our own child (CLONE_PARENT), not yet reaped: the pid is still it.
+            // SAFETY: our own child (CLONE_PARENT), or the child of our own child, the
+            // monitor, which is not yet reaped and reaps the init only after it died:
+            // either way the pid is still the init's.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
+                libc::waitpid(spawned.monitor.unwrap_or(pid), std::ptr::null_mut(), 0);
             }
             Err(e)
         }

@@ -56,6 +56,29 @@ const JOIN_ORDER: [LinuxNamespaceType; 6] = [
 pub(crate) struct SpawnFds {
     pub gate: OwnedFd,
     pub stdio: [Option<OwnedFd>; 3],
+    /// `cgroup.procs` files, opened for writing: the intermediate moves itself into
+    /// each before it clones the init, so the init starts in the container's cgroup
+    /// (v1 has one per controller hierarchy, which `CLONE_INTO_CGROUP` cannot do).
+    pub cgroup_procs: Vec<(OwnedFd, PathBuf)>,
+    /// When set, the init's parent is a monitor process instead of the caller.
+    pub monitor: Option<MonitorExec>,
+}
+
+/// How the monitor is started: a child of the caller forks the intermediate (so the
+/// init, cloned with `CLONE_PARENT`, becomes its child), reaps the intermediate, and
+/// `execve`s the monitor binary with the fds in `keep` (their numbers are in `argv`).
+pub(crate) struct MonitorExec {
+    pub path: std::ffi::CString,
+    pub argv: Vec<std::ffi::CString>,
+    pub keep: Vec<OwnedFd>,
+    pub devnull: OwnedFd,
+}
+
+/// What [`spawn`] started.
+pub(crate) struct Spawned {
+    pub init: libc::pid_t,
+    /// The monitor's pid: the caller's child, the init's parent.
+    pub monitor: Option<libc::pid_t>,
 }
 
 /// A child of the main process, reaped at most once.
@@ -188,7 +211,7 @@ fn protocol(id: &str, what: &str, detail: String) -> Error {
 
 /// Forks the intermediate, which clones the init; returns the init's pid once it
 /// reports `Ready`. On any failure every child is reaped before this returns.
-pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<libc::pid_t> {
+pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawned> {
     let id = p.id.as_str();
     let create_err = |step, path: String, source| Error::Create {
         id: id.to_string(),
@@ -216,12 +239,17 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<libc::
             .iter()
             .map(|(f, flag, path)| (f.as_raw_fd(), *flag, path.clone()))
             .collect(),
+        cgroup_procs: fds
+            .cgroup_procs
+            .iter()
+            .map(|(f, path)| (f.as_raw_fd(), path.clone()))
+            .collect(),
     };
 
     // SAFETY: fork in a possibly multi-threaded process. The child is single-threaded;
-    // glibc's fork left the allocator usable; the child runs only `intermediate` and
-    // `init::run`, which take no lock another thread could hold, and leaves by
-    // `_exit` or `execve`, never returning into the caller.
+    // glibc's fork left the allocator usable; the child runs only `intermediate`,
+    // `init::run` or `monitor_parent`, which take no lock another thread could hold,
+    // and leaves by `_exit` or `execve`, never returning into the caller.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(create_err(
@@ -231,13 +259,19 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<libc::
         ));
     }
     if pid == 0 {
-        intermediate(p, &child_fds);
+        match &fds.monitor {
+            Some(m) => monitor_parent(p, &child_fds, m),
+            None => intermediate(p, &child_fds),
+        }
     }
+    let monitored = fds.monitor.is_some();
     // The children's fds are theirs now.
     drop((child_sock, fds, namespaces));
-    let mut inter = Child::new(pid);
+    // Without a monitor this is the intermediate; with one, the future monitor, which
+    // stays alive as long as the init does and so stands for it in the waits below.
+    let mut first = Child::new(pid);
 
-    let init_pid = match await_message(&sock, &mut inter, deadline) {
+    let init_pid = match await_message(&sock, &mut first, deadline) {
         Ok(Outcome::Message(Message::InitPid(pid))) if pid > 0 => pid,
         Ok(Outcome::Message(Message::Failed {
             step,
@@ -245,41 +279,78 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<libc::
             path,
             detail,
         })) => {
-            inter.reap();
+            first.reap();
             return Err(failed(id, step, path, errno, detail));
         }
         other => {
-            inter.kill_and_reap();
+            first.kill_and_reap();
             let why = match other {
                 Ok(Outcome::Message(m)) => format!("sent {} instead of the init's pid", m.kind()),
-                Ok(Outcome::Gone) => format!("{} without sending the init's pid", inter.describe()),
+                Ok(Outcome::Gone) => format!("{} without sending the init's pid", first.describe()),
                 Ok(Outcome::Timeout) => format!("no init pid within {CREATE_TIMEOUT:?}"),
                 Err(e) => format!("receive: {e}"),
             };
             return Err(protocol(id, "intermediate process", why));
         }
     };
-    let mut init = Child::new(init_pid);
-    inter.reap();
+    // The init is not ours to wait for when a monitor is its parent: a pidfd names it
+    // for the kill on failure, whoever reaps it.
+    // SAFETY: pidfd_open with a pid and no flags.
+    let init_pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, init_pid, 0) };
+    let init_pidfd = (init_pidfd >= 0).then(|| {
+        // SAFETY: the kernel just gave us this fd.
+        unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(init_pidfd as RawFd) }
+    });
+    let mut watched = if monitored {
+        first
+    } else {
+        first.reap();
+        Child::new(init_pid)
+    };
+    let kill_init = |watched: &mut Child| {
+        if let Some(fd) = &init_pidfd {
+            // SAFETY: pidfd_send_signal on an fd we own.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+        }
+        // The monitor records the init's death and exits; the intermediate-less init
+        // is killed by kill_and_reap itself.
+        if monitored {
+            watched.reap();
+        } else {
+            watched.kill_and_reap();
+        }
+    };
     // A send that fails means the init is gone already: the wait below reports it.
     let _ = channel::send(sock.as_fd(), &Message::Go);
 
-    match await_message(&sock, &mut init, deadline) {
-        Ok(Outcome::Message(Message::Ready)) => Ok(init_pid),
+    match await_message(&sock, &mut watched, deadline) {
+        Ok(Outcome::Message(Message::Ready)) => Ok(Spawned {
+            init: init_pid,
+            monitor: monitored.then_some(pid),
+        }),
         Ok(Outcome::Message(Message::Failed {
             step,
             errno,
             path,
             detail,
         })) => {
-            init.reap();
+            // The init exits by itself after reporting a failure.
+            watched.reap();
             Err(failed(id, step, path, errno, detail))
         }
         other => {
-            init.kill_and_reap();
+            kill_init(&mut watched);
             let why = match other {
                 Ok(Outcome::Message(m)) => format!("sent {} instead of ready", m.kind()),
-                Ok(Outcome::Gone) => format!("{} before reporting ready", init.describe()),
+                Ok(Outcome::Gone) => format!("{} before reporting ready", watched.describe()),
                 Ok(Outcome::Timeout) => {
                     return Err(create_err(
                         Step::Timeout,
@@ -292,6 +363,53 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<libc::
             Err(protocol(id, "init", why))
         }
     }
+}
+
+/// The future monitor: forks the intermediate, keeps only the monitor's fds, reaps
+/// the intermediate (the init is then its only child) and becomes the monitor by
+/// `execve`. Never returns. Failures end it with 1; the main process sees it gone.
+fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
+    // SAFETY: prctl with integer arguments; see `intermediate`.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    // SAFETY: fork of this single-threaded copy; the child runs `intermediate`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        init::exit(1)
+    }
+    if pid == 0 {
+        intermediate(p, fds);
+    }
+    let mut keep: Vec<RawFd> = m.keep.iter().map(|f| f.as_raw_fd()).collect();
+    keep.push(m.devnull.as_raw_fd());
+    close_all_but(&mut keep);
+    let mut inter = Child::new(pid);
+    inter.reap();
+    match inter.status {
+        Some(st) if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 => {}
+        _ => init::exit(1),
+    }
+    let argv: Vec<*const libc::c_char> = m
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    // SAFETY: fd juggling on fds this process owns, then execve with NUL-terminated
+    // arrays of pointers into CStrings that outlive the call.
+    unsafe {
+        for target in 0..3 {
+            libc::dup2(m.devnull.as_raw_fd(), target);
+        }
+        for f in &m.keep {
+            libc::fcntl(f.as_raw_fd(), libc::F_SETFD, 0);
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::execve(m.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    }
+    init::exit(127)
 }
 
 /// The same file as `fd` on a number above 2 (close-on-exec): a caller running with
@@ -309,7 +427,7 @@ pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// Closes every fd from 3 up except `keep` (which it sorts): fds another thread of
 /// the caller opened around the fork must not stay alive in the container's
 /// processes (they could hold the message socket open, or be a way out).
-fn close_all_but(keep: &mut [RawFd]) {
+pub(crate) fn close_all_but(keep: &mut [RawFd]) {
     keep.sort_unstable();
     let mut from: u32 = 3;
     for &k in keep.iter().filter(|&&k| k >= 3) {
@@ -342,7 +460,7 @@ struct CloneArgs {
 
 /// `clone3`, or `clone` where the kernel (or a seccomp filter) says ENOSYS; like fork:
 /// 0 in the child, the child's pid in the parent.
-fn clone_init(flags: libc::c_int) -> io::Result<libc::pid_t> {
+pub(crate) fn clone_init(flags: libc::c_int) -> io::Result<libc::pid_t> {
     let flags = flags | libc::CLONE_PARENT;
     // No exit signal: with CLONE_PARENT the kernel refuses one (EINVAL) and gives the
     // child the caller's own, SIGCHLD (the intermediate was forked).
@@ -398,7 +516,23 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     let mut keep: Vec<RawFd> = vec![fds.sock, fds.gate];
     keep.extend(fds.stdio.iter().flatten());
     keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
+    keep.extend(fds.cgroup_procs.iter().map(|(fd, _)| *fd));
     close_all_but(&mut keep);
+
+    // Into the container's cgroups first ("0" is the writer itself): the init and
+    // everything it starts are born there, before any of its code runs.
+    for (fd, path) in &fds.cgroup_procs {
+        // SAFETY: a write from a static buffer to an fd we hold.
+        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
+            fail(Fail {
+                step: Step::Cgroup,
+                path: path.display().to_string(),
+                err: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: the fd is ours and not used again.
+        unsafe { libc::close(*fd) };
+    }
 
     for (fd, flag, path) in &fds.namespaces {
         // SAFETY: setns on an fd we hold; this process is single-threaded.

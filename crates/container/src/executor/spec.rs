@@ -110,6 +110,8 @@ pub(crate) struct Plan {
     pub caps: Option<CapsPlan>,
     pub no_new_privileges: bool,
     pub cwd: PathBuf,
+    /// `process.terminal`: stdin is a pty slave that becomes the controlling terminal.
+    pub terminal: bool,
     pub args: Vec<CString>,
     pub env: Vec<CString>,
     /// `PATH` from `env`, searched for `args[0]` when it has no slash.
@@ -575,10 +577,6 @@ fn plan_inner(
     if !cwd.is_absolute() {
         return Err(format!("process.cwd {} is not absolute", cwd.display()));
     }
-    if process.terminal() == Some(true) {
-        return Err("process.terminal is not supported yet".into());
-    }
-
     Ok(Plan {
         id: id.to_string(),
         rootfs,
@@ -603,6 +601,7 @@ fn plan_inner(
         caps,
         no_new_privileges: process.no_new_privileges().unwrap_or(false),
         cwd: cwd.clone(),
+        terminal: process.terminal() == Some(true),
         args: args
             .iter()
             .map(|a| cstring(a, "argument"))

@@ -60,6 +60,8 @@ pub struct Container {
     pub rootfs: PathBuf,
     pub created: SystemTime,
     pub started: Option<SystemTime>,
+    /// The monitor's pid when one is the init's parent (see `MonitorOpts`).
+    pub monitor: Option<i32>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -73,6 +75,8 @@ struct Record {
     created_unix_nanos: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     started_unix_nanos: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    monitor: Option<i32>,
 }
 
 fn nanos(t: SystemTime) -> u64 {
@@ -153,6 +157,7 @@ impl Container {
             rootfs: r.rootfs,
             created: time(r.created_unix_nanos),
             started: r.started_unix_nanos.map(time),
+            monitor: r.monitor,
         })
     }
 
@@ -167,6 +172,7 @@ impl Container {
             rootfs: self.rootfs.clone(),
             created_unix_nanos: nanos(self.created),
             started_unix_nanos: self.started.map(nanos),
+            monitor: self.monitor,
         };
         let tmp = self.state_dir.join(format!(".{STATE}.tmp"));
         let write = || -> io::Result<()> {
@@ -366,6 +372,7 @@ mod tests {
             rootfs: "/b/rootfs".into(),
             created: time(1_700_000_000_123_456_789),
             started: None,
+            monitor: None,
         }
     }
 

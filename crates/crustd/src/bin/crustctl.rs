@@ -1,5 +1,6 @@
 //! `crustctl`: a small CRI client for operators and the demo, shaped after `crictl`
-//! (`version`, `info`, `runp`, `pods`, `inspectp`, `stopp`, `rmp`). It talks to any CRI
+//! (`version`, `info`, `runp`, `pods`, `inspectp`, `stopp`, `rmp`, `create`, `start`,
+//! `ps`, `inspect`, `logs`, `exec`, `stop`, `rm`, `pull`, `images`). It talks to any CRI
 //! runtime's unix socket, not only crustd's.
 
 use clap::{Parser, Subcommand};
@@ -63,6 +64,51 @@ enum Cmd {
     Stopp { ids: Vec<String> },
     /// Remove pod sandboxes.
     Rmp { ids: Vec<String> },
+    /// Create a container in a pod from crictl-style JSON container and pod configs;
+    /// prints its id.
+    Create {
+        pod: String,
+        container_config: PathBuf,
+        pod_config: PathBuf,
+    },
+    /// Start containers.
+    Start { ids: Vec<String> },
+    /// List containers (all states with `-a`, else running ones).
+    Ps {
+        #[arg(short, long)]
+        all: bool,
+        #[arg(short, long)]
+        pod: Option<String>,
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// A container's status and verbose info, as JSON.
+    Inspect { id: String },
+    /// A container's log (the CRI log file, with the stream and time prefix removed).
+    Logs { id: String },
+    /// Run a command in a running container and print its output (ExecSync).
+    Exec {
+        id: String,
+        #[arg(long, default_value_t = 0)]
+        timeout: i64,
+        #[arg(trailing_var_arg = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Stop containers.
+    Stop {
+        ids: Vec<String>,
+        #[arg(short, long, default_value_t = 10)]
+        timeout: i64,
+    },
+    /// Remove containers.
+    Rm { ids: Vec<String> },
+    /// Pull an image.
+    Pull { image: String },
+    /// List images.
+    Images {
+        #[arg(short, long)]
+        quiet: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -265,8 +311,326 @@ async fn run(cli: Cli) -> R<()> {
                 println!("Removed sandbox {id}");
             }
         }
+        Cmd::Create {
+            pod,
+            container_config,
+            pod_config: pod_file,
+        } => {
+            let read = |p: &PathBuf| -> R<Value> {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("reading {}: {e}", p.display()))?;
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+            };
+            let cfg = container_config_of(&read(&container_config)?)?;
+            let sandbox_config = pod_config(&read(&pod_file)?)?;
+            let id = c
+                .create_container(CreateContainerRequest {
+                    pod_sandbox_id: pod,
+                    config: Some(cfg),
+                    sandbox_config: Some(sandbox_config),
+                })
+                .await
+                .map_err(status_err("CreateContainer"))?
+                .into_inner()
+                .container_id;
+            println!("{id}");
+        }
+        Cmd::Start { ids } => {
+            for id in ids {
+                c.start_container(StartContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await
+                .map_err(status_err("StartContainer"))?;
+                println!("{id}");
+            }
+        }
+        Cmd::Ps { all, pod, quiet } => {
+            let filter = ContainerFilter {
+                pod_sandbox_id: pod.unwrap_or_default(),
+                state: (!all).then_some(ContainerStateValue {
+                    state: ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            };
+            let list = c
+                .list_containers(ListContainersRequest {
+                    filter: Some(filter),
+                })
+                .await
+                .map_err(status_err("ListContainers"))?
+                .into_inner()
+                .containers;
+            if !quiet {
+                println!(
+                    "{:<15} {:<28} {:<18} {:<20} POD",
+                    "CONTAINER", "IMAGE", "STATE", "NAME"
+                );
+            }
+            for ct in list {
+                if quiet {
+                    println!("{}", ct.id);
+                    continue;
+                }
+                let state = ContainerState::try_from(ct.state)
+                    .map(|s| s.as_str_name().trim_start_matches("CONTAINER_").to_string())
+                    .unwrap_or_default();
+                println!(
+                    "{:<15} {:<28} {:<18} {:<20} {}",
+                    &ct.id[..ct.id.len().min(13)],
+                    ct.image.map(|i| i.image).unwrap_or_default(),
+                    state,
+                    ct.metadata.map(|m| m.name).unwrap_or_default(),
+                    &ct.pod_sandbox_id[..ct.pod_sandbox_id.len().min(13)],
+                );
+            }
+        }
+        Cmd::Inspect { id } => {
+            let r = c
+                .container_status(ContainerStatusRequest {
+                    container_id: id,
+                    verbose: true,
+                })
+                .await
+                .map_err(status_err("ContainerStatus"))?
+                .into_inner();
+            let st = r.status.unwrap_or_default();
+            let mut out = json!({"status": {
+                "id": st.id,
+                "metadata": st.metadata.map(|m| json!({"name": m.name, "attempt": m.attempt})),
+                "state": ContainerState::try_from(st.state).map(|s| s.as_str_name()).unwrap_or("?"),
+                "createdAt": st.created_at,
+                "startedAt": st.started_at,
+                "finishedAt": st.finished_at,
+                "exitCode": st.exit_code,
+                "image": st.image.map(|i| i.image),
+                "imageRef": st.image_ref,
+                "reason": st.reason,
+                "message": st.message,
+                "labels": st.labels,
+                "annotations": st.annotations,
+                "logPath": st.log_path,
+            }});
+            for (k, v) in r.info {
+                out[k] = serde_json::from_str(&v).unwrap_or(Value::String(v));
+            }
+            println!("{}", serde_json::to_string_pretty(&out).unwrap());
+        }
+        Cmd::Logs { id } => {
+            let st = c
+                .container_status(ContainerStatusRequest {
+                    container_id: id.clone(),
+                    verbose: false,
+                })
+                .await
+                .map_err(status_err("ContainerStatus"))?
+                .into_inner()
+                .status
+                .unwrap_or_default();
+            if st.log_path.is_empty() {
+                return Err(format!("container {id} has no log path"));
+            }
+            let text = std::fs::read_to_string(&st.log_path)
+                .map_err(|e| format!("reading {}: {e}", st.log_path))?;
+            // `<time> <stream> <P|F> <text>`: partials join the next record's text.
+            let mut out = String::new();
+            for line in text.lines() {
+                let mut it = line.splitn(4, ' ');
+                let (_, _, tag, body) = (it.next(), it.next(), it.next(), it.next());
+                out.push_str(body.unwrap_or(""));
+                if tag != Some("P") {
+                    out.push('\n');
+                }
+            }
+            print!("{out}");
+        }
+        Cmd::Exec { id, timeout, cmd } => {
+            let r = c
+                .exec_sync(ExecSyncRequest {
+                    container_id: id,
+                    cmd,
+                    timeout,
+                })
+                .await
+                .map_err(status_err("ExecSync"))?
+                .into_inner();
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&r.stdout);
+            let _ = std::io::stderr().write_all(&r.stderr);
+            if r.exit_code != 0 {
+                return Err(format!("command exited with {}", r.exit_code));
+            }
+        }
+        Cmd::Stop { ids, timeout } => {
+            for id in ids {
+                c.stop_container(StopContainerRequest {
+                    container_id: id.clone(),
+                    timeout,
+                })
+                .await
+                .map_err(status_err("StopContainer"))?;
+                println!("{id}");
+            }
+        }
+        Cmd::Rm { ids } => {
+            for id in ids {
+                c.remove_container(RemoveContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await
+                .map_err(status_err("RemoveContainer"))?;
+                println!("{id}");
+            }
+        }
+        Cmd::Pull { image } => {
+            let ch = connect_unix(&path)
+                .await
+                .map_err(|e| format!("connecting to {path}: {e}"))?;
+            let r = ImageServiceClient::new(ch)
+                .pull_image(PullImageRequest {
+                    image: Some(ImageSpec {
+                        image: image.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .map_err(status_err("PullImage"))?
+                .into_inner();
+            println!("Image is up to date for {}", r.image_ref);
+        }
+        Cmd::Images { quiet } => {
+            let ch = connect_unix(&path)
+                .await
+                .map_err(|e| format!("connecting to {path}: {e}"))?;
+            let list = ImageServiceClient::new(ch)
+                .list_images(ListImagesRequest { filter: None })
+                .await
+                .map_err(status_err("ListImages"))?
+                .into_inner()
+                .images;
+            if !quiet {
+                println!("{:<50} {:<15} SIZE", "IMAGE", "IMAGE ID");
+            }
+            for i in list {
+                let short =
+                    i.id.trim_start_matches("sha256:")
+                        .chars()
+                        .take(13)
+                        .collect::<String>();
+                if quiet {
+                    println!("{}", i.id);
+                    continue;
+                }
+                let name = i
+                    .repo_tags
+                    .first()
+                    .or(i.repo_digests.first())
+                    .cloned()
+                    .unwrap_or_default();
+                println!("{:<50} {:<15} {}", name, short, i.size);
+            }
+        }
     }
     Ok(())
+}
+
+/// A crictl-style container config.
+fn container_config_of(v: &Value) -> R<ContainerConfig> {
+    let md = get(v, "metadata").cloned().unwrap_or(Value::Null);
+    let mut cfg = ContainerConfig {
+        metadata: (!md.is_null()).then(|| ContainerMetadata {
+            name: s(&md, "name"),
+            attempt: get(&md, "attempt").and_then(Value::as_u64).unwrap_or(0) as u32,
+        }),
+        image: get(v, "image").map(|i| ImageSpec {
+            image: s(i, "image"),
+            ..Default::default()
+        }),
+        command: strings(v, "command"),
+        args: strings(v, "args"),
+        working_dir: s(v, "working_dir"),
+        envs: get(v, "envs")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|e| KeyValue {
+                        key: s(e, "key"),
+                        value: s(e, "value"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        labels: map(v, "labels"),
+        annotations: map(v, "annotations"),
+        log_path: s(v, "log_path"),
+        stdin: get(v, "stdin").and_then(Value::as_bool).unwrap_or(false),
+        stdin_once: get(v, "stdin_once")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        tty: get(v, "tty").and_then(Value::as_bool).unwrap_or(false),
+        ..Default::default()
+    };
+    if let Some(ms) = get(v, "mounts").and_then(Value::as_array) {
+        for m in ms {
+            cfg.mounts.push(Mount {
+                container_path: s(m, "container_path"),
+                host_path: s(m, "host_path"),
+                readonly: get(m, "readonly").and_then(Value::as_bool).unwrap_or(false),
+                propagation: enum_val(get(m, "propagation"), |n| {
+                    MountPropagation::from_str_name(n).map(|p| p as i32)
+                })?,
+                ..Default::default()
+            });
+        }
+    }
+    if let Some(l) = get(v, "linux") {
+        let mut linux = LinuxContainerConfig::default();
+        if let Some(r) = get(l, "resources") {
+            let i = |k: &str| get(r, k).and_then(Value::as_i64).unwrap_or(0);
+            linux.resources = Some(LinuxContainerResources {
+                cpu_period: i("cpu_period"),
+                cpu_quota: i("cpu_quota"),
+                cpu_shares: i("cpu_shares"),
+                memory_limit_in_bytes: i("memory_limit_in_bytes"),
+                oom_score_adj: i("oom_score_adj"),
+                cpuset_cpus: s(r, "cpuset_cpus"),
+                cpuset_mems: s(r, "cpuset_mems"),
+                ..Default::default()
+            });
+        }
+        if let Some(sc) = get(l, "security_context") {
+            let mut ctx = LinuxContainerSecurityContext {
+                privileged: get(sc, "privileged")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                readonly_rootfs: get(sc, "readonly_rootfs")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                run_as_username: s(sc, "run_as_username"),
+                no_new_privs: get(sc, "no_new_privs")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                ..Default::default()
+            };
+            if let Some(u) = get(sc, "run_as_user")
+                .and_then(|u| get(u, "value").or(Some(u)))
+                .and_then(Value::as_i64)
+            {
+                ctx.run_as_user = Some(Int64Value { value: u });
+            }
+            if let Some(caps) = get(sc, "capabilities") {
+                ctx.capabilities = Some(Capability {
+                    add_capabilities: strings(caps, "add_capabilities"),
+                    drop_capabilities: strings(caps, "drop_capabilities"),
+                    ..Default::default()
+                });
+            }
+            linux.security_context = Some(ctx);
+        }
+        cfg.linux = Some(linux);
+    }
+    Ok(cfg)
 }
 
 /// A key in snake_case or the camelCase protobuf JSON uses.

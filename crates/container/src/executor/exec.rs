@@ -1,0 +1,326 @@
+//! A new process in a running container (CRI `ExecSync`, later `Exec`): it joins the
+//! init's namespaces and cgroup, takes the user, capabilities and limits of the
+//! process the caller describes (normally the container's own with other args), and
+//! runs as a child of the caller.
+//!
+//! ```text
+//!  main ─fork─▶ intermediate: keeps only its fds, joins the cgroup, setns() into the
+//!   │            init's ipc, uts, net, pid, cgroup and mnt namespaces (mnt last: it
+//!   │            also moves root and cwd to the container's root)
+//!   │            clone(CLONE_PARENT) ─▶ process: setsid, stdio, rlimits, caps, user,
+//!   │◀─ InitPid ─┘ exits                  umask, cwd, execve (Failed on the socket if not)
+//!   ▼ socket EOF (execve closed it) → the pid; a Failed message → the error
+//! ```
+//!
+//! Nothing mounts: the container's mount namespace already has its root. The same
+//! protections as `create` hold: nothing of the caller's but 0, 1, 2 survives into
+//! the process, and the copies of the caller are not dumpable until `execve`.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use oci_spec::runtime::Spec;
+
+use super::channel::{self, Message, Received, Step};
+use super::init::{self, At, ChildFds, Fail};
+use super::process::{above_stdio, clone_init, close_all_but};
+use super::spec::{self, Plan};
+use super::{open_stdio, Container, Stdio};
+use crate::error::{Error, Result};
+
+/// The namespaces joined, in order, by their `/proc/PID/ns` names and flags.
+const NAMESPACES: [(&str, libc::c_int); 6] = [
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+    ("net", libc::CLONE_NEWNET),
+    ("pid", libc::CLONE_NEWPID),
+    ("cgroup", libc::CLONE_NEWCGROUP),
+    ("mnt", libc::CLONE_NEWNS),
+];
+
+/// How long `exec` waits for the process to reach `execve`.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What [`exec`] needs.
+#[derive(Debug)]
+pub struct ExecOpts {
+    /// The container's spec with `process` set to the one to run (args, env, user,
+    /// cwd, capabilities, rlimits, no_new_privileges; `terminal` is not supported).
+    pub spec: Spec,
+    pub stdin: Stdio,
+    pub stdout: Stdio,
+    pub stderr: Stdio,
+    /// `cgroup.procs` files of the container's cgroup(s).
+    pub cgroup_procs: Vec<PathBuf>,
+}
+
+/// Starts a process in the running container `c`; returns its pid once it has
+/// `execve`d. The caller is its parent and must reap it.
+pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
+    let id = c.id.clone();
+    let err = |step, path: String, source| Error::Create {
+        id: id.clone(),
+        step,
+        path,
+        source,
+    };
+    let plan = spec::plan(&c.id, &c.bundle, &opts.spec, None)?;
+    if plan.terminal {
+        return Err(err(
+            Step::Terminal,
+            "process.terminal".into(),
+            io::Error::other("a terminal is not supported for exec"),
+        ));
+    }
+    let mut namespaces: Vec<(OwnedFd, libc::c_int, PathBuf)> = vec![];
+    for (name, flag) in NAMESPACES {
+        let path = PathBuf::from(format!("/proc/{}/ns/{name}", c.pid));
+        let f = File::open(&path)
+            .map_err(|e| err(Step::OpenNamespace, path.display().to_string(), e))?;
+        namespaces.push((f.into(), flag, path));
+    }
+    // Opened before this check: if the init is the one we mean now, they are its.
+    if !c.alive() {
+        return Err(Error::ContainerState {
+            id: c.id.clone(),
+            status: super::Status::Stopped,
+            op: "exec",
+        });
+    }
+    let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
+    for (i, s) in [opts.stdin, opts.stdout, opts.stderr]
+        .into_iter()
+        .enumerate()
+    {
+        let what = match &s {
+            Stdio::File(p) => p.display().to_string(),
+            _ => ["stdin", "stdout", "stderr"][i].to_string(),
+        };
+        stdio[i] = open_stdio(s, i).map_err(|e| err(Step::OpenStdio, what, e))?;
+    }
+    let mut procs: Vec<(OwnedFd, PathBuf)> = vec![];
+    for p in opts.cgroup_procs {
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .map_err(|e| err(Step::Cgroup, p.display().to_string(), e))?;
+        procs.push((f.into(), p));
+    }
+    let (sock, child_sock) = channel::pair()
+        .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
+        .map_err(|e| err(Step::Socketpair, String::new(), e))?;
+    let fds = ChildFds {
+        sock: child_sock.as_raw_fd(),
+        gate: -1,
+        stdio: [0, 1, 2].map(|i| stdio[i].as_ref().map(|f| f.as_raw_fd())),
+        namespaces: namespaces
+            .iter()
+            .map(|(f, flag, path)| (f.as_raw_fd(), *flag, path.clone()))
+            .collect(),
+        cgroup_procs: procs
+            .iter()
+            .map(|(f, p)| (f.as_raw_fd(), p.clone()))
+            .collect(),
+    };
+    // SAFETY: as in `process::spawn`: the child runs only `intermediate` and leaves by
+    // `_exit` or `execve`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(err(Step::Fork, String::new(), io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        intermediate(&plan, &fds);
+    }
+    drop((child_sock, stdio, procs, namespaces));
+    let deadline = Instant::now() + EXEC_TIMEOUT;
+
+    let first = receive(&sock, deadline);
+    reap(pid);
+    let child = match first {
+        Ok(Received::Message(Message::InitPid(p))) if p > 0 => p,
+        Ok(Received::Message(Message::Failed {
+            step,
+            errno,
+            path,
+            detail,
+        })) => return Err(failed(&c.id, step, path, errno, detail)),
+        other => {
+            return Err(err(
+                Step::Protocol,
+                "exec intermediate".into(),
+                io::Error::other(format!("no pid: {other:?}")),
+            ))
+        }
+    };
+    match receive(&sock, deadline) {
+        // EOF: the process closed the socket by `execve` (or died trying, which its
+        // exit status tells the caller).
+        Ok(Received::Eof) => Ok(child),
+        Ok(Received::Message(Message::Failed {
+            step,
+            errno,
+            path,
+            detail,
+        })) => {
+            reap(child);
+            Err(failed(&c.id, step, path, errno, detail))
+        }
+        other => {
+            // SAFETY: our own unreaped child (CLONE_PARENT).
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            reap(child);
+            Err(err(
+                Step::Protocol,
+                "exec process".into(),
+                io::Error::other(format!("{other:?} instead of exec")),
+            ))
+        }
+    }
+}
+
+fn failed(id: &str, step: Step, path: String, errno: i32, detail: String) -> Error {
+    Error::Create {
+        id: id.to_string(),
+        step,
+        path,
+        source: if errno != 0 {
+            io::Error::from_raw_os_error(errno)
+        } else {
+            io::Error::other(detail)
+        },
+    }
+}
+
+fn reap(pid: libc::pid_t) {
+    loop {
+        // SAFETY: waitpid on our own child.
+        let rc = unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// The next message or EOF, blocking until `deadline` (then `TimedOut`).
+fn receive(sock: &OwnedFd, deadline: Instant) -> io::Result<Received> {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
+        let mut pfd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = (deadline - now).as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: poll on one pollfd we own.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc > 0 {
+            match channel::recv(sock.as_fd(), true)? {
+                Received::Empty => continue,
+                r => return Ok(r),
+            }
+        }
+    }
+}
+
+/// The intermediate of an exec; never returns.
+fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
+    // SAFETY: the fd number is ours in this process.
+    let sock = unsafe { BorrowedFd::borrow_raw(fds.sock) };
+    let fail = |f: Fail| -> ! {
+        let _ = channel::send(sock, &f.message());
+        init::exit(1)
+    };
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let mut keep: Vec<RawFd> = vec![fds.sock];
+    keep.extend(fds.stdio.iter().flatten());
+    keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
+    keep.extend(fds.cgroup_procs.iter().map(|(fd, _)| *fd));
+    close_all_but(&mut keep);
+    for (fd, path) in &fds.cgroup_procs {
+        // SAFETY: a write from a static buffer to an fd we hold.
+        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
+            fail(Fail {
+                step: Step::Cgroup,
+                path: path.display().to_string(),
+                err: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: ours, not used again.
+        unsafe { libc::close(*fd) };
+    }
+    for (fd, flag, path) in &fds.namespaces {
+        // SAFETY: setns on an fd we hold; this process is single-threaded.
+        if unsafe { libc::setns(*fd, *flag) } != 0 {
+            fail(Fail {
+                step: Step::Setns,
+                path: path.display().to_string(),
+                err: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: ours, not used again.
+        unsafe { libc::close(*fd) };
+    }
+    match clone_init(0) {
+        Err(err) => fail(Fail {
+            step: Step::Clone,
+            path: "exec process".into(),
+            err,
+        }),
+        Ok(0) => match setup(p, fds) {
+            Ok(exe) => init::exec(p, &exe),
+            Err(f) => fail(f),
+        },
+        Ok(pid) => {
+            let code = match channel::send(sock, &Message::InitPid(pid)) {
+                Ok(()) => 0,
+                Err(_) => {
+                    // SAFETY: our own (by CLONE_PARENT, main's) child nobody waits for.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    1
+                }
+            };
+            init::exit(code)
+        }
+    }
+}
+
+/// Everything up to `execve`, in the order the init does it after `pivot_root`.
+fn setup(p: &Plan, fds: &ChildFds) -> std::result::Result<std::ffi::CString, Fail> {
+    // SAFETY: plain syscalls on our own process.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error()).at(Step::Setsid, "");
+        }
+        for (target, src) in fds.stdio.iter().enumerate() {
+            if let Some(src) = src {
+                if libc::dup2(*src, target as RawFd) < 0 {
+                    return Err(io::Error::last_os_error()).at(Step::Stdio, target);
+                }
+            }
+        }
+    }
+    init::rlimits(p)?;
+    super::caps::drop_bounding(p)?;
+    super::caps::switch_user(p)?;
+    super::caps::apply(p)?;
+    super::caps::no_new_privs(p)?;
+    // SAFETY: umask has no failure mode.
+    unsafe { libc::umask(p.umask) };
+    nix::unistd::chdir(&p.cwd).at(Step::Cwd, p.cwd.display())?;
+    nix::unistd::getcwd().at(Step::Cwd, p.cwd.display())?;
+    init::find_executable(p)
+}

@@ -1,0 +1,919 @@
+//! The container RPCs: Create, Start, Stop, Remove, Status, List, UpdateContainerResources
+//! and ReopenContainerLog (ExecSync is in `container_exec.rs`).
+//!
+//! CreateContainer: validate → name reserved → record `creating` on disk → image
+//! snapshot → container cgroup under the pod's, with its resources → OCI spec in the
+//! bundle → the executor creates the init under a monitor (see `container::executor`)
+//! → record `created`. A failed step undoes every earlier one.
+//!
+//! The monitor is crustd's child while crustd lives (a task per container waits on its
+//! pidfd and reaps it), and outlives crustd otherwise; what it writes into the exit
+//! record is folded into the container's record by [`refresh`], which every RPC that
+//! reports state runs first.
+
+use crate::container_spec::{self, ImageInfo, SpecInput};
+use crate::container_store::{
+    name_key, Container, ContainerRecord, ContainerState, RECORD_VERSION,
+};
+use crate::daemon::Crust;
+use crate::error::{Error, Result};
+use crate::store::{SandboxRecord, SandboxState};
+use crate::util;
+use cgroups::CgroupManager;
+use container::executor::{self, CreateOpts, MonitorOpts, RootfsMount, Step};
+use cri_api::*;
+use prost::Message;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a SIGKILLed container may take to be reported gone.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// `/proc/PID/stat` start time (field 22), to tell a pid from its reuse.
+pub fn start_time(pid: i32) -> Option<u64> {
+    if pid <= 0 {
+        return None;
+    }
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    let state = f.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    f.nth(22 - 4)?.parse().ok()
+}
+
+fn monitor_alive(rec: &ContainerRecord) -> bool {
+    rec.monitor_pid > 0 && start_time(rec.monitor_pid) == Some(rec.monitor_start_time)
+}
+
+/// cgroups errors: a limit the kernel refuses is the caller's fault.
+fn cgroup_err(what: String) -> impl FnOnce(cgroups::Error) -> Error {
+    move |e| match e {
+        cgroups::Error::Limit { .. } | cgroups::Error::Unsupported { .. } => {
+            Error::InvalidArgument(format!("{what}: {e}"))
+        }
+        e => Error::Internal(format!("{what}: {e}")),
+    }
+}
+
+/// The executor's errors: those caused by the request (a missing binary or working
+/// directory, a bad mount source) are InvalidArgument; the rest Internal.
+fn create_err(e: container::Error) -> Error {
+    match &e {
+        container::Error::Create { step, .. }
+            if matches!(
+                step,
+                Step::Executable
+                    | Step::Cwd
+                    | Step::Mount
+                    | Step::MountTarget
+                    | Step::Device
+                    | Step::Setuid
+                    | Step::Setgid
+                    | Step::Setgroups
+            ) =>
+        {
+            Error::InvalidArgument(e.to_string())
+        }
+        container::Error::InvalidSpec { .. } => Error::InvalidArgument(e.to_string()),
+        _ => Error::Internal(e.to_string()),
+    }
+}
+
+/// CRI resources → the cgroups crate's.
+pub fn resources(r: &LinuxContainerResources) -> cgroups::Resources {
+    cgroups::Resources {
+        cpu_shares: (r.cpu_shares > 0).then_some(r.cpu_shares as u64),
+        cpu_quota: (r.cpu_quota != 0).then_some(r.cpu_quota),
+        cpu_period: (r.cpu_period > 0).then_some(r.cpu_period as u64),
+        cpuset_cpus: (!r.cpuset_cpus.is_empty()).then(|| r.cpuset_cpus.clone()),
+        cpuset_mems: (!r.cpuset_mems.is_empty()).then(|| r.cpuset_mems.clone()),
+        memory_limit: (r.memory_limit_in_bytes > 0).then_some(r.memory_limit_in_bytes),
+        memory_swap_limit: (r.memory_swap_limit_in_bytes > 0)
+            .then_some(r.memory_swap_limit_in_bytes),
+        hugepage_limits: r
+            .hugepage_limits
+            .iter()
+            .map(|h| (h.page_size.clone(), h.limit))
+            .collect(),
+        unified: r.unified.clone().into_iter().collect(),
+        ..Default::default()
+    }
+}
+
+pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<String> {
+    let cfg = req
+        .config
+        .ok_or_else(|| Error::InvalidArgument("container config is required".into()))?;
+    let md = cfg
+        .metadata
+        .clone()
+        .ok_or_else(|| Error::InvalidArgument("container metadata is required".into()))?;
+    if md.name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "container metadata.name is empty".into(),
+        ));
+    }
+    let image_ref = cfg
+        .image
+        .as_ref()
+        .map(|i| i.image.clone())
+        .unwrap_or_default();
+    if image_ref.is_empty() {
+        return Err(Error::InvalidArgument("container image is empty".into()));
+    }
+    crate::validate::labels("label", cfg.labels.keys())?;
+    crate::validate::labels("annotation", cfg.annotations.keys())?;
+    let sb = crust.store.get(&req.pod_sandbox_id)?;
+    // Held while the container is made: StopPodSandbox and RemovePodSandbox wait.
+    let sb_rec = sb.rec.lock().await;
+    if sb_rec.state != SandboxState::Ready {
+        return Err(Error::FailedPrecondition(format!(
+            "sandbox {} is not ready",
+            sb_rec.id
+        )));
+    }
+    let image = crust
+        .images
+        .resolve(&image_ref)
+        .ok_or_else(|| Error::NotFound(format!("image {image_ref:?} not found")))?;
+    let key = name_key(
+        &md.name,
+        &sb_rec.name,
+        &sb_rec.namespace,
+        &sb_rec.uid,
+        md.attempt,
+    );
+    let id = util::new_id();
+    crust.containers.reserve_name(&key, &id)?;
+    let stop_signal = if image.config.stop_signal.is_empty() {
+        "SIGTERM".to_string()
+    } else {
+        image.config.stop_signal.clone()
+    };
+    let mut rec = ContainerRecord {
+        version: RECORD_VERSION,
+        id: id.clone(),
+        sandbox_id: sb_rec.id.clone(),
+        state: ContainerState::Creating,
+        name: md.name.clone(),
+        attempt: md.attempt,
+        name_key: key.clone(),
+        labels: cfg.labels.clone().into_iter().collect(),
+        annotations: cfg.annotations.clone().into_iter().collect(),
+        image: image_ref.clone(),
+        image_id: image.id.clone(),
+        image_name: image
+            .repo_tags
+            .first()
+            .or(image.repo_digests.first())
+            .cloned()
+            .unwrap_or_else(|| image.id.clone()),
+        created_at: util::now_ns(),
+        started_at: 0,
+        finished_at: 0,
+        exit_code: 0,
+        reason: String::new(),
+        message: String::new(),
+        log_path: None,
+        config_pb: util::hex(&cfg.encode_to_vec()),
+        resources_pb: cfg
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .map(|r| util::hex(&r.encode_to_vec()))
+            .unwrap_or_default(),
+        cgroup: None,
+        snapshot: false,
+        pid: 0,
+        monitor_pid: 0,
+        monitor_start_time: 0,
+        stop_signal,
+    };
+    let sb_copy = sb_rec.clone();
+    let c = crust.clone();
+    let img_cfg = image.config.clone();
+    let (rec, res) = tokio::task::spawn_blocking(move || {
+        let r = make(&c, &sb_copy, &cfg, &img_cfg, &mut rec);
+        (rec, r)
+    })
+    .await
+    .map_err(Error::internal)?;
+    drop(sb_rec);
+    match res {
+        Ok(()) => {
+            let c = crust.containers.insert(rec);
+            watch(crust, c);
+            Ok(id)
+        }
+        Err(e) => {
+            let c2 = crust.clone();
+            let mut rec = rec;
+            let undo = tokio::task::spawn_blocking(move || {
+                let r = teardown(&c2, &mut rec);
+                (rec, r)
+            })
+            .await
+            .map_err(Error::internal)?;
+            match undo {
+                (_, Ok(())) => crust.containers.release_name(&key, &id),
+                (mut rec, Err(u)) => {
+                    tracing::error!(container = %id, error = %u, "rolling back a failed CreateContainer left something behind; keeping it as exited");
+                    rec.state = ContainerState::Exited;
+                    rec.reason = "CreateFailed".into();
+                    rec.message = e.to_string();
+                    let _ = crust.containers.save(&rec);
+                    crust.containers.insert(rec);
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The blocking part of CreateContainer; on error the caller runs [`teardown`].
+fn make(
+    crust: &Crust,
+    sb: &SandboxRecord,
+    cfg: &ContainerConfig,
+    img: &image::ImageConfig,
+    rec: &mut ContainerRecord,
+) -> Result<()> {
+    let id = rec.id.clone();
+    let bundle = crust.containers.bundle(&id);
+    std::fs::create_dir_all(bundle.join("rootfs"))
+        .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
+    crust.containers.save(rec)?;
+
+    let snap = crust
+        .images
+        .prepare_snapshot(&id, &rec.image_id)
+        .map_err(|e| Error::Internal(format!("preparing the root filesystem of {id}: {e}")))?;
+    rec.snapshot = true;
+
+    let sb_cfg = sb.config().unwrap_or_default();
+    if !cfg.log_path.is_empty() {
+        if sb_cfg.log_directory.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "log_path {:?} given but the sandbox has no log_directory",
+                cfg.log_path
+            )));
+        }
+        let p = Path::new(&sb_cfg.log_directory).join(&cfg.log_path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Error::InvalidArgument(format!("log directory {}: {e}", parent.display()))
+            })?;
+        }
+        rec.log_path = Some(p);
+    }
+
+    // The container's cgroup: a child of the pod's.
+    let mut procs: Vec<PathBuf> = vec![];
+    let mut oom_events = None;
+    if let Some(pod_cg) = &sb.cgroup {
+        let cg_s = format!("{}/{}", pod_cg.trim_end_matches('/'), id);
+        let cg = cgroups::CgroupPath::new(&cg_s)
+            .map_err(|e| Error::Internal(format!("container cgroup {cg_s}: {e}")))?;
+        rec.cgroup = Some(cg_s.clone());
+        crust
+            .cgroups
+            .create(&cg)
+            .map_err(cgroup_err(format!("creating cgroup {cg_s}")))?;
+        if let Some(r) = rec.resources() {
+            crust
+                .cgroups
+                .apply(&cg, &resources(&r))
+                .map_err(cgroup_err(format!("container resources of {id}")))?;
+        }
+        procs = crust
+            .cgroups
+            .dirs(&cg)
+            .into_iter()
+            .map(|d| d.join("cgroup.procs"))
+            .collect();
+        procs.sort();
+        procs.dedup();
+        oom_events = crust.cgroups.dir("memory", &cg).map(|d| {
+            d.join(match crust.cgroups.version() {
+                cgroups::Version::V2 => "memory.events",
+                cgroups::Version::V1 => "memory.oom_control",
+            })
+        });
+    }
+
+    let target_pid_ns = {
+        let ns = cfg
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref());
+        match ns {
+            Some(n) if n.pid == NamespaceMode::Target as i32 => {
+                let t = crust.containers.get(&n.target_id).map_err(|_| {
+                    Error::NotFound(format!("target container {:?} not found", n.target_id))
+                })?;
+                let t = t.rec.blocking_lock();
+                (t.pid > 0).then(|| PathBuf::from(format!("/proc/{}/ns/pid", t.pid)))
+            }
+            _ => None,
+        }
+    };
+    let info = ImageInfo {
+        entrypoint: img.entrypoint.clone(),
+        cmd: img.cmd.clone(),
+        env: img.env.clone(),
+        working_dir: img.working_dir.clone(),
+        user: img.user.clone(),
+        layers: snap.lowerdirs.clone(),
+    };
+    let hostname = std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| sb_cfg.hostname.clone());
+    let spec = container_spec::build(
+        cfg,
+        &SpecInput {
+            id: &id,
+            sandbox: sb,
+            pod_dir: &crust.store.sandbox_dir(&sb.id),
+            hostname,
+            image: &info,
+            cgroup: rec.cgroup.as_deref(),
+            cgroupns: crust.cgroups.version() == cgroups::Version::V2,
+            target_pid_ns,
+        },
+    )?;
+    let json = serde_json::to_vec_pretty(&spec).map_err(Error::internal)?;
+    util::write_atomic(&bundle.join("config.json"), &json)
+        .map_err(|e| Error::Internal(format!("writing {}/config.json: {e}", bundle.display())))?;
+
+    let mut opts = CreateOpts::new(&id, &bundle, spec, crust.containers.exec_state(&id));
+    opts.rootfs_mount = Some(RootfsMount {
+        fstype: "overlay".into(),
+        source: "overlay".into(),
+        options: snap.overlay_options(),
+    });
+    opts.cgroup_procs = procs;
+    opts.monitor = Some(MonitorOpts {
+        binary: crust.monitor_bin.clone(),
+        exit_file: crust.containers.exit_file(&id),
+        log: rec.log_path.clone(),
+        oom_events,
+        stdin: cfg.stdin,
+    });
+    let c = executor::create(opts).map_err(create_err)?;
+    rec.pid = c.pid;
+    rec.monitor_pid = c.monitor.unwrap_or(0);
+    rec.monitor_start_time = start_time(rec.monitor_pid).unwrap_or(0);
+    rec.state = ContainerState::Created;
+    crust.containers.save(rec)
+}
+
+/// Undoes whatever the container has: its processes, executor state, snapshot,
+/// cgroup and files. Idempotent; used by RemoveContainer, failed creates and recovery.
+pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
+    let state_dir = crust.containers.exec_state(&rec.id);
+    if let Ok(c) = executor::Container::load(&state_dir) {
+        c.delete(true)
+            .map_err(|e| Error::Internal(format!("deleting container {}: {e}", rec.id)))?;
+    }
+    if let Some(cg) = rec.cgroup.clone() {
+        let path = cgroups::CgroupPath::new(&cg)
+            .map_err(|e| Error::Internal(format!("recorded cgroup {cg:?}: {e}")))?;
+        if crust.cgroups.exists(&path) {
+            crust
+                .cgroups
+                .kill_all(&path)
+                .map_err(|e| Error::Internal(format!("killing what is left in {cg}: {e}")))?;
+            crust
+                .cgroups
+                .remove(&path)
+                .map_err(|e| Error::Internal(format!("removing cgroup {cg}: {e}")))?;
+        }
+        rec.cgroup = None;
+    }
+    // The monitor goes with its init; reap it if it is ours.
+    if rec.monitor_pid > 0 {
+        let deadline = Instant::now() + KILL_WAIT;
+        while monitor_alive(rec) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // SAFETY: WNOHANG wait on a pid that is our child or not (ECHILD).
+        unsafe { libc::waitpid(rec.monitor_pid, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+    if rec.snapshot {
+        crust
+            .images
+            .remove_snapshot(&rec.id)
+            .map_err(|e| Error::Internal(format!("removing the snapshot of {}: {e}", rec.id)))?;
+        rec.snapshot = false;
+    }
+    crust.containers.delete_files(&rec.id)
+}
+
+/// Folds the monitor's exit record into the container's record once the process has
+/// exited; also marks a container whose monitor vanished without one (node reboot,
+/// monitor killed) as exited with reason `Unknown`.
+pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
+    if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
+        return;
+    }
+    let exit = container::monitor::read_exit(&crust.containers.exit_file(&rec.id));
+    match exit {
+        Ok(Some(x)) => {
+            rec.state = ContainerState::Exited;
+            rec.exit_code = x.exit_code;
+            rec.finished_at = x.finished_ns;
+            rec.reason = if x.oom_killed {
+                "OOMKilled"
+            } else if x.exit_code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            }
+            .into();
+        }
+        Ok(None) if !monitor_alive(rec) => {
+            // Read once more: the monitor may have written it just before it went.
+            if let Ok(Some(_)) = container::monitor::read_exit(&crust.containers.exit_file(&rec.id))
+            {
+                return refresh(crust, rec);
+            }
+            rec.state = ContainerState::Exited;
+            rec.exit_code = 255;
+            rec.finished_at = util::now_ns();
+            rec.reason = "Unknown".into();
+            rec.message = "the container's monitor is gone without an exit record".into();
+        }
+        _ => return,
+    }
+    if let Err(e) = crust.containers.save(rec) {
+        tracing::warn!(container = %rec.id, error = %e, "saving the exit of a container");
+    }
+}
+
+/// Waits (without a thread) for the monitor to exit, reaps it, and refreshes the record.
+pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
+    let (pid, st) = {
+        let Ok(rec) = c.rec.try_lock() else {
+            return;
+        };
+        (rec.monitor_pid, rec.monitor_start_time)
+    };
+    if pid <= 0 {
+        return;
+    }
+    // SAFETY: pidfd_open with a pid and no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let pidfd = if fd >= 0 {
+        // SAFETY: the kernel just gave us this fd.
+        Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    } else {
+        None
+    };
+    // Checked after opening: the pidfd is the monitor's, not a reused pid's.
+    if start_time(pid) != Some(st) {
+        drop(pidfd);
+        tokio::spawn(async move {
+            let mut rec = c.rec.lock().await;
+            refresh(&crust, &mut rec);
+        });
+        return;
+    }
+    tokio::spawn(async move {
+        if let Some(fd) = pidfd {
+            // SAFETY: an OwnedFd: it stays open, the same fd, for the AsyncFd's life.
+            let afd = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            };
+            if let Ok(afd) = afd {
+                let _ = afd.readable().await;
+                // SAFETY: reaping our child (ECHILD when crustd restarted since).
+                unsafe {
+                    let mut info: libc::siginfo_t = std::mem::zeroed();
+                    libc::waitid(
+                        libc::P_PIDFD,
+                        afd.get_ref().as_raw_fd() as libc::id_t,
+                        &mut info,
+                        libc::WEXITED | libc::WNOHANG,
+                    );
+                }
+            }
+        }
+        let mut rec = c.rec.lock().await;
+        refresh(&crust, &mut rec);
+    });
+}
+
+pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    refresh(&crust, &mut rec);
+    if rec.state != ContainerState::Created {
+        return Err(Error::FailedPrecondition(format!(
+            "container {} is {:?}, not created",
+            rec.id, rec.state
+        )));
+    }
+    let state_dir = crust.containers.exec_state(&rec.id);
+    let started = executor::Container::load(&state_dir).and_then(|mut x| x.start());
+    if let Err(e) = started {
+        refresh(&crust, &mut rec);
+        return Err(Error::FailedPrecondition(format!(
+            "starting container {}: {e}",
+            rec.id
+        )));
+    }
+    rec.state = ContainerState::Running;
+    rec.started_at = util::now_ns();
+    crust.containers.save(&rec)
+}
+
+fn signal_number(name: &str) -> i32 {
+    let n = name.trim().to_ascii_uppercase();
+    if let Ok(v) = n.parse::<i32>() {
+        return v;
+    }
+    let n = if n.starts_with("SIG") {
+        n
+    } else {
+        format!("SIG{n}")
+    };
+    n.parse::<nix::sys::signal::Signal>()
+        .map(|s| s as i32)
+        .unwrap_or(libc::SIGTERM)
+}
+
+async fn wait_monitor(rec: &ContainerRecord, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while monitor_alive(rec) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    true
+}
+
+/// Stops a container under its lock: the stop signal, `timeout`, SIGKILL.
+async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> Result<()> {
+    refresh(crust, rec);
+    if rec.state == ContainerState::Exited || rec.state == ContainerState::Creating {
+        return Ok(());
+    }
+    let state_dir = crust.containers.exec_state(&rec.id);
+    let x = executor::Container::load(&state_dir).ok();
+    if let Some(x) = &x {
+        if rec.state == ContainerState::Running && timeout > 0 {
+            let _ = x.kill(signal_number(&rec.stop_signal));
+            wait_monitor(rec, Duration::from_secs(timeout as u64)).await;
+        }
+        if monitor_alive(rec) {
+            let _ = x.kill(libc::SIGKILL);
+        }
+    }
+    if !wait_monitor(rec, KILL_WAIT).await {
+        return Err(Error::Internal(format!(
+            "container {} did not exit within {KILL_WAIT:?} of SIGKILL",
+            rec.id
+        )));
+    }
+    refresh(crust, rec);
+    // What the init left behind in a shared PID namespace dies with it, as runc's
+    // `kill --all` does.
+    if let Some(cg) = rec.cgroup.clone() {
+        if let Ok(path) = cgroups::CgroupPath::new(&cg) {
+            let _ = crust.cgroups.kill_all(&path);
+        }
+    }
+    Ok(())
+}
+
+pub async fn stop(crust: Arc<Crust>, id: &str, timeout: i64) -> Result<()> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    stop_locked(&crust, &mut rec, timeout).await
+}
+
+pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
+    let c = match crust.containers.get(id) {
+        Ok(c) => c,
+        Err(Error::NotFound(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    remove_container(crust, c).await
+}
+
+pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()> {
+    let mut rec = c.rec.lock().await;
+    stop_locked(&crust, &mut rec, 0).await?;
+    let copy = rec.clone();
+    let cr = crust.clone();
+    let (copy, res) = tokio::task::spawn_blocking(move || {
+        let mut copy = copy;
+        let r = teardown(&cr, &mut copy);
+        (copy, r)
+    })
+    .await
+    .map_err(Error::internal)?;
+    *rec = copy;
+    match res {
+        Ok(()) => {
+            crust.containers.remove(&rec.id);
+            crust.containers.release_name(&rec.name_key, &rec.id);
+            Ok(())
+        }
+        Err(e) => {
+            let _ = crust.containers.save(&rec);
+            Err(e)
+        }
+    }
+}
+
+/// Stops every container of a sandbox (StopPodSandbox) with SIGKILL.
+pub async fn stop_all(crust: Arc<Crust>, sandbox_id: &str) -> Result<()> {
+    for c in crust.containers.of_sandbox(sandbox_id) {
+        let mut rec = c.rec.lock().await;
+        stop_locked(&crust, &mut rec, 0).await?;
+    }
+    Ok(())
+}
+
+/// Removes every container of a sandbox (RemovePodSandbox).
+pub async fn remove_all(crust: Arc<Crust>, sandbox_id: &str) -> Result<()> {
+    for c in crust.containers.of_sandbox(sandbox_id) {
+        remove_container(crust.clone(), c).await?;
+    }
+    Ok(())
+}
+
+fn metadata(rec: &ContainerRecord) -> ContainerMetadata {
+    ContainerMetadata {
+        name: rec.name.clone(),
+        attempt: rec.attempt,
+    }
+}
+
+fn image_spec(rec: &ContainerRecord) -> ImageSpec {
+    ImageSpec {
+        image: rec.image_name.clone(),
+        annotations: Default::default(),
+        user_specified_image: rec.image.clone(),
+        runtime_handler: String::new(),
+    }
+}
+
+pub async fn status(crust: Arc<Crust>, id: &str, verbose: bool) -> Result<ContainerStatusResponse> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    refresh(&crust, &mut rec);
+    let cfg = rec.config().unwrap_or_default();
+    let image_ref = crust
+        .images
+        .resolve(&rec.image_id)
+        .and_then(|i| i.repo_digests.first().cloned())
+        .unwrap_or_else(|| rec.image_id.clone());
+    let spec: Option<serde_json::Value> =
+        std::fs::read(crust.containers.bundle(&rec.id).join("config.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+    let user = spec.as_ref().map(|s| ContainerUser {
+        linux: Some(LinuxContainerUser {
+            uid: s["process"]["user"]["uid"].as_i64().unwrap_or(0),
+            gid: s["process"]["user"]["gid"].as_i64().unwrap_or(0),
+            supplemental_groups: s["process"]["user"]["additionalGids"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
+                .unwrap_or_default(),
+        }),
+    });
+    let status = ContainerStatus {
+        id: rec.id.clone(),
+        metadata: Some(metadata(&rec)),
+        state: rec.state.cri() as i32,
+        created_at: rec.created_at,
+        started_at: rec.started_at,
+        finished_at: rec.finished_at,
+        exit_code: rec.exit_code,
+        image: Some(image_spec(&rec)),
+        image_ref,
+        reason: rec.reason.clone(),
+        message: rec.message.clone(),
+        labels: rec.labels.clone().into_iter().collect(),
+        annotations: rec.annotations.clone().into_iter().collect(),
+        mounts: cfg.mounts.clone(),
+        log_path: rec
+            .log_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        resources: rec.resources().map(|r| ContainerResources {
+            linux: Some(r),
+            windows: None,
+        }),
+        image_id: rec.image_id.clone(),
+        user,
+    };
+    let mut info = std::collections::HashMap::new();
+    if verbose {
+        let v = serde_json::json!({
+            "sandboxID": rec.sandbox_id,
+            "pid": if matches!(rec.state, ContainerState::Created | ContainerState::Running) { rec.pid } else { 0 },
+            "removing": false,
+            "snapshotKey": rec.id,
+            "snapshotter": "overlayfs",
+            "runtimeType": "crust",
+            "monitorPid": rec.monitor_pid,
+            "cgroup": rec.cgroup,
+            "config": serde_json::to_value(cfg_json(&cfg)).unwrap_or_default(),
+            "runtimeSpec": spec.unwrap_or_default(),
+        });
+        info.insert("info".to_string(), v.to_string());
+    }
+    Ok(ContainerStatusResponse {
+        status: Some(status),
+        info,
+    })
+}
+
+/// A readable rendering of the ContainerConfig for the verbose info.
+fn cfg_json(cfg: &ContainerConfig) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": cfg.metadata.as_ref().map(|m| serde_json::json!({"name": m.name, "attempt": m.attempt})),
+        "image": cfg.image.as_ref().map(|i| serde_json::json!({"image": i.image})),
+        "command": cfg.command,
+        "args": cfg.args,
+        "working_dir": cfg.working_dir,
+        "envs": cfg.envs.iter().map(|e| serde_json::json!({"key": e.key, "value": e.value})).collect::<Vec<_>>(),
+        "log_path": cfg.log_path,
+        "stdin": cfg.stdin,
+        "stdin_once": cfg.stdin_once,
+        "tty": cfg.tty,
+    })
+}
+
+pub async fn list(
+    crust: Arc<Crust>,
+    filter: Option<ContainerFilter>,
+) -> Result<Vec<cri_api::Container>> {
+    let f = filter.unwrap_or_default();
+    let mut out = vec![];
+    let sandbox_prefix = if f.pod_sandbox_id.is_empty() {
+        None
+    } else {
+        match crust.store.get(&f.pod_sandbox_id) {
+            Ok(sb) => Some(sb.id.clone()),
+            Err(_) => return Ok(vec![]),
+        }
+    };
+    for c in crust.containers.list() {
+        if !f.id.is_empty() && !c.id.starts_with(&f.id) {
+            continue;
+        }
+        if let Some(sb) = &sandbox_prefix {
+            if &c.sandbox_id != sb {
+                continue;
+            }
+        }
+        let mut rec = c.rec.lock().await;
+        refresh(&crust, &mut rec);
+        if rec.state == ContainerState::Creating {
+            continue;
+        }
+        if let Some(s) = &f.state {
+            if s.state != rec.state.cri() as i32 {
+                continue;
+            }
+        }
+        if !f
+            .label_selector
+            .iter()
+            .all(|(k, v)| rec.labels.get(k) == Some(v))
+        {
+            continue;
+        }
+        out.push(cri_api::Container {
+            id: rec.id.clone(),
+            pod_sandbox_id: rec.sandbox_id.clone(),
+            metadata: Some(metadata(&rec)),
+            image: Some(image_spec(&rec)),
+            image_ref: rec.image_id.clone(),
+            state: rec.state.cri() as i32,
+            created_at: rec.created_at,
+            labels: rec.labels.clone().into_iter().collect(),
+            annotations: rec.annotations.clone().into_iter().collect(),
+            image_id: rec.image_id.clone(),
+        });
+    }
+    out.sort_by_key(|c| c.created_at);
+    Ok(out)
+}
+
+pub async fn update_resources(
+    crust: Arc<Crust>,
+    id: &str,
+    r: Option<LinuxContainerResources>,
+) -> Result<()> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    refresh(&crust, &mut rec);
+    if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
+        return Err(Error::FailedPrecondition(format!(
+            "container {} is {:?}: only a created or running container can be updated",
+            rec.id, rec.state
+        )));
+    }
+    let Some(r) = r else {
+        return Ok(());
+    };
+    if let Some(cg) = &rec.cgroup {
+        let path = cgroups::CgroupPath::new(cg)
+            .map_err(|e| Error::Internal(format!("recorded cgroup {cg:?}: {e}")))?;
+        crust
+            .cgroups
+            .apply(&path, &resources(&r))
+            .map_err(cgroup_err(format!("updating the resources of {}", rec.id)))?;
+    }
+    rec.resources_pb = util::hex(&r.encode_to_vec());
+    crust.containers.save(&rec)
+}
+
+pub async fn reopen_log(crust: Arc<Crust>, id: &str) -> Result<()> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    refresh(&crust, &mut rec);
+    if rec.state != ContainerState::Running {
+        return Err(Error::FailedPrecondition(format!(
+            "container {} is not running",
+            rec.id
+        )));
+    }
+    let Some(log) = rec.log_path.clone() else {
+        return Ok(());
+    };
+    if !monitor_alive(&rec) {
+        return Err(Error::FailedPrecondition(format!(
+            "container {} is not running",
+            rec.id
+        )));
+    }
+    // SAFETY: a signal to the monitor whose start time was just checked.
+    unsafe { libc::kill(rec.monitor_pid, libc::SIGUSR1) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !log.exists() {
+        if Instant::now() >= deadline || !monitor_alive(&rec) {
+            return Err(Error::Internal(format!(
+                "the monitor of {} did not reopen {}",
+                rec.id,
+                log.display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+/// Start-up: container records back into the store; half-made ones rolled back, the
+/// rest watched again.
+pub fn recover(crust: &Arc<Crust>) {
+    for r in crust.containers.load_records() {
+        let mut rec = match r {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping an unreadable container record");
+                continue;
+            }
+        };
+        if rec.state == ContainerState::Creating {
+            match teardown(crust, &mut rec) {
+                Ok(()) => continue,
+                Err(e) => {
+                    tracing::error!(container = %rec.id, error = %e, "rolling back a half-created container");
+                    rec.state = ContainerState::Exited;
+                    rec.reason = "CreateFailed".into();
+                }
+            }
+        }
+        if crust.store.get(&rec.sandbox_id).is_err() {
+            tracing::warn!(container = %rec.id, sandbox = %rec.sandbox_id, "container of a sandbox that is gone: removing it");
+            let _ = teardown(crust, &mut rec);
+            continue;
+        }
+        refresh(crust, &mut rec);
+        if let Err(e) = crust.containers.reserve_name(&rec.name_key, &rec.id) {
+            tracing::warn!(container = %rec.id, error = %e, "container name taken twice");
+        }
+        crust.containers.insert(rec);
+    }
+}
+
+/// Watches every container that may still exit (after recovery, inside the runtime).
+pub fn watch_all(crust: &Arc<Crust>) {
+    for c in crust.containers.list() {
+        watch(crust.clone(), c);
+    }
+}

@@ -1,0 +1,265 @@
+//! Container records and the in-memory store in front of them.
+//!
+//! A record lives at `<root>/containers/<id>/record.json` beside the container's OCI
+//! bundle (`config.json`, the empty `rootfs` mount point), and reaches disk before the
+//! RPC that changed it reports success. The executor's state dir (init pid, start
+//! gate) and the monitor's exit record are volatile, under `<state>/containers/<id>`.
+//!
+//! ```text
+//!  CreateContainer            StartContainer          the process exits (monitor's record)
+//!  creating ──all done──► created ──────────► running ─────────────────────► exited
+//!     │ a step failed        │ StopContainer / the init died before start      ▲
+//!     ▼ (rolled back)        └─────────────────────────────────────────────────┘
+//!   (gone)                              RemoveContainer from any state ──► (gone)
+//! ```
+
+use crate::error::{Error, Result};
+use crate::util;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+pub const RECORD_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerState {
+    Creating,
+    Created,
+    Running,
+    Exited,
+}
+
+impl ContainerState {
+    pub fn cri(self) -> cri_api::ContainerState {
+        match self {
+            ContainerState::Creating => cri_api::ContainerState::ContainerUnknown,
+            ContainerState::Created => cri_api::ContainerState::ContainerCreated,
+            ContainerState::Running => cri_api::ContainerState::ContainerRunning,
+            ContainerState::Exited => cri_api::ContainerState::ContainerExited,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub version: u32,
+    pub id: String,
+    pub sandbox_id: String,
+    pub state: ContainerState,
+    /// `metadata.name` and `metadata.attempt`.
+    pub name: String,
+    pub attempt: u32,
+    /// The key reserved in the name registrar (see [`name_key`]).
+    pub name_key: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// The image as the request named it, and the image id it resolved to.
+    pub image: String,
+    pub image_id: String,
+    /// A repo tag (or digest) of the image, for `ContainerStatus.image_ref`'s neighbours.
+    pub image_name: String,
+    pub created_at: i64,
+    #[serde(default)]
+    pub started_at: i64,
+    #[serde(default)]
+    pub finished_at: i64,
+    #[serde(default)]
+    pub exit_code: i32,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    /// The host path of the CRI log (sandbox `log_directory` + `log_path`), if any.
+    pub log_path: Option<PathBuf>,
+    /// The ContainerConfig as protobuf bytes in hex.
+    pub config_pb: String,
+    /// The resources now in force (UpdateContainerResources replaces them), protobuf hex.
+    #[serde(default)]
+    pub resources_pb: String,
+    /// The container's cgroup path (under the pod's).
+    pub cgroup: Option<String>,
+    /// A snapshot of the image is the root file system (keyed by the container id).
+    pub snapshot: bool,
+    /// The init, and the monitor that is its parent.
+    #[serde(default)]
+    pub pid: i32,
+    #[serde(default)]
+    pub monitor_pid: i32,
+    #[serde(default)]
+    pub monitor_start_time: u64,
+    /// The image's stop signal (`SIGTERM` when it names none).
+    pub stop_signal: String,
+}
+
+impl ContainerRecord {
+    pub fn config(&self) -> Option<cri_api::ContainerConfig> {
+        use prost::Message;
+        util::unhex(&self.config_pb)
+            .and_then(|b| cri_api::ContainerConfig::decode(b.as_slice()).ok())
+    }
+
+    pub fn resources(&self) -> Option<cri_api::LinuxContainerResources> {
+        use prost::Message;
+        if self.resources_pb.is_empty() {
+            return None;
+        }
+        util::unhex(&self.resources_pb)
+            .and_then(|b| cri_api::LinuxContainerResources::decode(b.as_slice()).ok())
+    }
+}
+
+/// containerd's container name: `<container>_<pod>_<namespace>_<pod uid>_<attempt>`.
+pub fn name_key(name: &str, pod: &str, namespace: &str, uid: &str, attempt: u32) -> String {
+    format!("{name}_{pod}_{namespace}_{uid}_{attempt}")
+}
+
+pub struct Container {
+    pub id: String,
+    pub sandbox_id: String,
+    pub rec: tokio::sync::Mutex<ContainerRecord>,
+}
+
+pub struct Containers {
+    dir: PathBuf,
+    state_dir: PathBuf,
+    map: RwLock<HashMap<String, Arc<Container>>>,
+    names: Mutex<HashMap<String, String>>,
+}
+
+impl Containers {
+    pub fn new(dir: PathBuf, state_dir: PathBuf) -> Self {
+        Containers {
+            dir,
+            state_dir,
+            map: RwLock::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The persistent folder: record and OCI bundle.
+    pub fn bundle(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+
+    /// The executor's state dir (volatile).
+    pub fn exec_state(&self, id: &str) -> PathBuf {
+        self.state_dir.join(id)
+    }
+
+    /// The monitor's exit record: beside, not in, the executor's state dir, which the
+    /// executor creates itself and removes on delete.
+    pub fn exit_file(&self, id: &str) -> PathBuf {
+        self.state_dir.join(format!("{id}.exit"))
+    }
+
+    pub fn load_records(&self) -> Vec<std::result::Result<ContainerRecord, String>> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return vec![];
+        };
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let p = e.path().join("record.json");
+            match std::fs::read(&p) {
+                Ok(b) => out.push(
+                    serde_json::from_slice::<ContainerRecord>(&b)
+                        .map_err(|err| format!("{}: {err}", p.display())),
+                ),
+                Err(err) => out.push(Err(format!("{}: {err}", p.display()))),
+            }
+        }
+        out
+    }
+
+    pub fn save(&self, rec: &ContainerRecord) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
+        util::write_atomic(&self.bundle(&rec.id).join("record.json"), &bytes)
+            .map_err(|e| Error::Internal(format!("saving container record {}: {e}", rec.id)))
+    }
+
+    /// Removes the record, the bundle and the volatile files.
+    pub fn delete_files(&self, id: &str) -> Result<()> {
+        for p in [self.exec_state(id), self.bundle(id)] {
+            match std::fs::remove_dir_all(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::Internal(format!("removing {}: {e}", p.display()))),
+            }
+        }
+        match std::fs::remove_file(self.exit_file(id)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::Internal(format!(
+                "removing exit record of {id}: {e}"
+            ))),
+        }
+    }
+
+    pub fn reserve_name(&self, key: &str, id: &str) -> Result<()> {
+        let mut names = self.names.lock().unwrap();
+        if let Some(owner) = names.get(key) {
+            if owner != id {
+                return Err(Error::AlreadyExists(format!(
+                    "failed to reserve container name {key:?}: name {key:?} is reserved for {owner:?}"
+                )));
+            }
+        }
+        names.insert(key.to_string(), id.to_string());
+        Ok(())
+    }
+
+    pub fn release_name(&self, key: &str, id: &str) {
+        let mut names = self.names.lock().unwrap();
+        if names.get(key).map(|o| o == id).unwrap_or(false) {
+            names.remove(key);
+        }
+    }
+
+    pub fn insert(&self, rec: ContainerRecord) -> Arc<Container> {
+        let c = Arc::new(Container {
+            id: rec.id.clone(),
+            sandbox_id: rec.sandbox_id.clone(),
+            rec: tokio::sync::Mutex::new(rec),
+        });
+        self.map.write().unwrap().insert(c.id.clone(), c.clone());
+        c
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.map.write().unwrap().remove(id);
+    }
+
+    /// By full id or a unique prefix of one.
+    pub fn get(&self, id: &str) -> Result<Arc<Container>> {
+        if id.is_empty() {
+            return Err(Error::InvalidArgument("container id is empty".into()));
+        }
+        let map = self.map.read().unwrap();
+        if let Some(c) = map.get(id) {
+            return Ok(c.clone());
+        }
+        let mut hits = map.values().filter(|c| c.id.starts_with(id));
+        match (hits.next(), hits.next()) {
+            (Some(c), None) => Ok(c.clone()),
+            (Some(_), Some(_)) => Err(Error::InvalidArgument(format!(
+                "container id prefix {id:?} is ambiguous"
+            ))),
+            _ => Err(Error::NotFound(format!("container {id:?} not found"))),
+        }
+    }
+
+    pub fn list(&self) -> Vec<Arc<Container>> {
+        self.map.read().unwrap().values().cloned().collect()
+    }
+
+    pub fn of_sandbox(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
+        self.map
+            .read()
+            .unwrap()
+            .values()
+            .filter(|c| c.sandbox_id == sandbox_id)
+            .cloned()
+            .collect()
+    }
+}

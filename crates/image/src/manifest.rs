@@ -1,0 +1,211 @@
+//! The few fields of indexes, manifests and image configs crust reads, for OCI and
+//! Docker schema 2 alike (their JSON differs only in media types).
+
+use crate::error::{Error, Result};
+use crate::ImageConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// What crust asks registries for.
+pub const ACCEPTED: &[&str] = &[OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
+
+/// The node's platform.
+pub const OS: &str = "linux";
+pub const ARCH: &str = "amd64";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Platform {
+    #[serde(default)]
+    pub os: String,
+    #[serde(default)]
+    pub architecture: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Descriptor {
+    #[serde(rename = "mediaType", default)]
+    pub media_type: String,
+    pub digest: String,
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Platform>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// An index, a manifest list, or a manifest: told apart by which lists they carry.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Manifest {
+    #[serde(rename = "schemaVersion", default)]
+    pub schema_version: u32,
+    #[serde(rename = "mediaType", default)]
+    pub media_type: String,
+    /// Present in an index / manifest list.
+    #[serde(default)]
+    pub manifests: Option<Vec<Descriptor>>,
+    /// Present in an image manifest.
+    #[serde(default)]
+    pub config: Option<Descriptor>,
+    #[serde(default)]
+    pub layers: Vec<Descriptor>,
+}
+
+impl Manifest {
+    pub fn parse(data: &[u8], what: &str) -> Result<Manifest> {
+        let m: Manifest = serde_json::from_slice(data).map_err(|e| {
+            Error::InvalidArgument(format!("{what}: manifest is not valid JSON: {e}"))
+        })?;
+        if m.schema_version != 2 {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: unsupported manifest schema version {} (only 2)",
+                m.schema_version
+            )));
+        }
+        if m.manifests.is_none() && m.config.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: neither an index nor an image manifest (media type {:?})",
+                m.media_type
+            )));
+        }
+        Ok(m)
+    }
+
+    pub fn is_index(&self) -> bool {
+        self.manifests.is_some()
+    }
+
+    /// The index entry for linux/amd64 (attestations and other platforms skipped).
+    pub fn pick_platform(&self, what: &str) -> Result<&Descriptor> {
+        let list = self.manifests.as_deref().unwrap_or_default();
+        list.iter()
+            .find(|d| {
+                d.platform
+                    .as_ref()
+                    .map(|p| p.os == OS && p.architecture == ARCH)
+                    .unwrap_or(false)
+            })
+            .ok_or_else(|| {
+                let have: Vec<String> = list
+                    .iter()
+                    .filter_map(|d| d.platform.as_ref())
+                    .map(|p| format!("{}/{}", p.os, p.architecture))
+                    .collect();
+                Error::FailedPrecondition(format!(
+                    "{what}: no manifest for {OS}/{ARCH} (the index has {})",
+                    if have.is_empty() {
+                        "none".to_string()
+                    } else {
+                        have.join(", ")
+                    }
+                ))
+            })
+    }
+}
+
+/// The image config blob.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ConfigBlob {
+    #[serde(default)]
+    pub architecture: String,
+    #[serde(default)]
+    pub os: String,
+    #[serde(default)]
+    pub config: Option<ContainerConfig>,
+    pub rootfs: RootFs,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RootFs {
+    #[serde(default)]
+    pub diff_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ContainerConfig {
+    #[serde(default)]
+    pub entrypoint: Option<Vec<String>>,
+    #[serde(default)]
+    pub cmd: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+    #[serde(default)]
+    pub working_dir: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub stop_signal: Option<String>,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+impl ConfigBlob {
+    pub fn parse(data: &[u8], what: &str) -> Result<ConfigBlob> {
+        serde_json::from_slice(data)
+            .map_err(|e| Error::InvalidArgument(format!("{what}: image config is not valid: {e}")))
+    }
+
+    /// Refuses an image built for another OS or architecture.
+    pub fn check_platform(&self, what: &str) -> Result<()> {
+        let os_ok = self.os.is_empty() || self.os == OS;
+        let arch_ok = self.architecture.is_empty() || self.architecture == ARCH;
+        if !(os_ok && arch_ok) {
+            return Err(Error::FailedPrecondition(format!(
+                "{what}: the image is for {}/{}, this node is {OS}/{ARCH}",
+                self.os, self.architecture
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn image_config(&self) -> ImageConfig {
+        let c = self.config.clone().unwrap_or_default();
+        ImageConfig {
+            entrypoint: c.entrypoint.unwrap_or_default(),
+            cmd: c.cmd.unwrap_or_default(),
+            env: c.env.unwrap_or_default(),
+            working_dir: c.working_dir.unwrap_or_default(),
+            user: c.user.unwrap_or_default(),
+            stop_signal: c.stop_signal.unwrap_or_default(),
+            labels: c.labels.unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_linux_amd64() {
+        let idx = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[
+          {"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:aa","size":1,"platform":{"os":"linux","architecture":"arm64"}},
+          {"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:bb","size":1,"platform":{"os":"linux","architecture":"amd64"}}]}"#;
+        let m = Manifest::parse(idx, "x").unwrap();
+        assert!(m.is_index());
+        assert_eq!(m.pick_platform("x").unwrap().digest, "sha256:bb");
+        let only_arm = br#"{"schemaVersion":2,"manifests":[{"digest":"sha256:aa","platform":{"os":"linux","architecture":"arm64"}}]}"#;
+        let e = Manifest::parse(only_arm, "img")
+            .unwrap()
+            .pick_platform("img")
+            .unwrap_err();
+        assert!(e.to_string().contains("linux/arm64"), "{e}");
+    }
+
+    #[test]
+    fn docker_config_nulls() {
+        let c = br#"{"architecture":"amd64","os":"linux","config":{"Entrypoint":null,"Cmd":["sh"],"Env":["PATH=/bin"],"WorkingDir":"","Labels":null},"rootfs":{"type":"layers","diff_ids":["sha256:cc"]}}"#;
+        let c = ConfigBlob::parse(c, "x").unwrap();
+        let ic = c.image_config();
+        assert_eq!(ic.cmd, vec!["sh"]);
+        assert!(ic.entrypoint.is_empty());
+        assert_eq!(c.rootfs.diff_ids, vec!["sha256:cc"]);
+    }
+}

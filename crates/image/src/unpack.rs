@@ -1,0 +1,378 @@
+//! Unpacking one layer (a tar, gzip- or zstd-compressed or plain) into a directory in
+//! overlayfs's format: a `.wh.NAME` whiteout becomes a 0/0 character device `NAME`,
+//! `.wh..wh..opq` becomes the `trusted.overlay.opaque=y` xattr on its directory. Modes,
+//! owners, mtimes, xattrs, hard links, symlinks and device nodes are kept.
+//!
+//! No entry lands outside the root: `..` that would climb above it is refused,
+//! absolute names are taken relative to the root, a parent that is a symlink is
+//! refused (nothing is ever created through a symlink), hard links must point inside.
+
+use crate::digest::HashReader;
+use crate::error::{Error, Result};
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+const WHITEOUT: &str = ".wh.";
+const OPAQUE: &str = ".wh..wh..opq";
+
+/// What unpacking a layer found.
+#[derive(Debug)]
+pub struct Unpacked {
+    /// sha256 of the uncompressed tar: the layer's diff id.
+    pub diff_id: String,
+    pub uncompressed_size: u64,
+}
+
+/// Compression of a layer stream, told by its first bytes.
+pub fn decompressor<'a, R: Read + 'a>(r: R) -> std::io::Result<Box<dyn Read + 'a>> {
+    let mut br = BufReader::with_capacity(256 * 1024, r);
+    let head = br.fill_buf()?;
+    Ok(if head.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::bufread::MultiGzDecoder::new(br))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Box::new(zstd::stream::read::Decoder::with_buffer(br)?)
+    } else {
+        Box::new(br)
+    })
+}
+
+/// Unpacks the (possibly compressed) layer `r` into `root`, which must exist and be empty.
+/// `what` names the layer in errors.
+pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
+    let bad = |m: String| Error::InvalidArgument(format!("layer {what}: {m}"));
+    let corrupt = |e: std::io::Error| Error::DataLoss(format!("layer {what}: reading: {e}"));
+    let hr = HashReader::new(decompressor(r).map_err(corrupt)?);
+    let mut ar = tar::Archive::new(hr);
+    let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    {
+        let entries = ar.entries().map_err(corrupt)?;
+        for entry in entries {
+            let mut entry = entry.map_err(corrupt)?;
+            let raw = entry.path().map_err(corrupt)?.into_owned();
+            let Some(rel) = clean(&raw).map_err(|m| bad(format!("{}: {m}", raw.display())))? else {
+                continue; // the root itself
+            };
+            let (parent, name) = match rel.parent() {
+                Some(p) => (p.to_path_buf(), rel.file_name().unwrap().to_owned()),
+                None => (PathBuf::new(), rel.as_os_str().to_owned()),
+            };
+            let pdir =
+                ensure_parent(root, &parent).map_err(|m| bad(format!("{}: {m}", raw.display())))?;
+            let name_s = name.to_string_lossy();
+            if name_s == OPAQUE {
+                set_xattr(&pdir, "trusted.overlay.opaque", b"y").map_err(|e| {
+                    Error::Internal(format!("layer {what}: opaque {}: {e}", pdir.display()))
+                })?;
+                continue;
+            }
+            if let Some(hidden) = name_s.strip_prefix(WHITEOUT) {
+                if hidden.starts_with(".wh.")
+                    || hidden.is_empty()
+                    || hidden == "."
+                    || hidden == ".."
+                {
+                    continue; // aufs bookkeeping (.wh..wh.plnk and the like)
+                }
+                let p = pdir.join(hidden);
+                remove_existing(&p).map_err(|e| io_err(what, &p, e))?;
+                mknod(&p, libc::S_IFCHR | 0o000, 0).map_err(|e| io_err(what, &p, e))?;
+                continue;
+            }
+            let path = pdir.join(&name);
+            let h = entry.header().clone();
+            let kind = h.entry_type();
+            let mode = h.mode().map_err(corrupt)? & 0o7777;
+            let uid = h.uid().map_err(corrupt)? as u32;
+            let gid = h.gid().map_err(corrupt)? as u32;
+            let mtime = h.mtime().unwrap_or(0) as i64;
+            use tar::EntryType as T;
+            match kind {
+                T::Directory => {
+                    match std::fs::symlink_metadata(&path) {
+                        Ok(m) if m.is_dir() => {}
+                        Ok(_) => {
+                            remove_existing(&path).map_err(|e| io_err(what, &path, e))?;
+                            std::fs::create_dir(&path).map_err(|e| io_err(what, &path, e))?;
+                        }
+                        Err(_) => std::fs::create_dir(&path).map_err(|e| io_err(what, &path, e))?,
+                    }
+                    dirs.push((path.clone(), mtime as u64));
+                }
+                T::Regular | T::Continuous | T::GNUSparse => {
+                    remove_existing(&path).map_err(|e| io_err(what, &path, e))?;
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .mode(0o600)
+                        .open(&path)
+                        .map_err(|e| io_err(what, &path, e))?;
+                    std::io::copy(&mut entry, &mut f).map_err(corrupt)?;
+                }
+                T::Symlink => {
+                    let target = entry
+                        .link_name()
+                        .map_err(corrupt)?
+                        .ok_or_else(|| bad(format!("{}: symlink without target", raw.display())))?
+                        .into_owned();
+                    remove_existing(&path).map_err(|e| io_err(what, &path, e))?;
+                    std::os::unix::fs::symlink(&target, &path)
+                        .map_err(|e| io_err(what, &path, e))?;
+                }
+                T::Link => {
+                    let target = entry
+                        .link_name()
+                        .map_err(corrupt)?
+                        .ok_or_else(|| bad(format!("{}: hard link without target", raw.display())))?
+                        .into_owned();
+                    let trel = clean(&target)
+                        .map_err(|m| {
+                            bad(format!(
+                                "{}: link to {}: {m}",
+                                raw.display(),
+                                target.display()
+                            ))
+                        })?
+                        .ok_or_else(|| bad(format!("{}: hard link to the root", raw.display())))?;
+                    if let Some(tp) = trel.parent() {
+                        check_no_symlink(root, tp).map_err(|m| {
+                            bad(format!(
+                                "{}: link to {}: {m}",
+                                raw.display(),
+                                target.display()
+                            ))
+                        })?;
+                    }
+                    let src = root.join(&trel);
+                    match std::fs::symlink_metadata(&src) {
+                        Ok(m) if !m.is_dir() => {}
+                        _ => {
+                            return Err(bad(format!(
+                                "{}: hard link to {} which is not a file of this layer",
+                                raw.display(),
+                                target.display()
+                            )))
+                        }
+                    }
+                    if src != path {
+                        remove_existing(&path).map_err(|e| io_err(what, &path, e))?;
+                        std::fs::hard_link(&src, &path).map_err(|e| io_err(what, &path, e))?;
+                    }
+                    continue; // the link shares the target's metadata
+                }
+                T::Char | T::Block | T::Fifo => {
+                    let fmt = match kind {
+                        T::Char => libc::S_IFCHR,
+                        T::Block => libc::S_IFBLK,
+                        _ => libc::S_IFIFO,
+                    };
+                    let major = h.device_major().ok().flatten().unwrap_or(0);
+                    let minor = h.device_minor().ok().flatten().unwrap_or(0);
+                    remove_existing(&path).map_err(|e| io_err(what, &path, e))?;
+                    mknod(&path, fmt | 0o600, libc::makedev(major, minor))
+                        .map_err(|e| io_err(what, &path, e))?;
+                }
+                T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink => continue,
+                other => {
+                    return Err(bad(format!(
+                        "{}: unsupported entry type {other:?}",
+                        raw.display()
+                    )));
+                }
+            }
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
+                .map_err(|e| io_err(what, &path, e))?;
+            if kind != T::Symlink {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                    .map_err(|e| io_err(what, &path, e))?;
+            }
+            if let Ok(Some(exts)) = entry.pax_extensions() {
+                for ext in exts.flatten() {
+                    let Ok(key) = ext.key() else { continue };
+                    if let Some(attr) = key.strip_prefix("SCHILY.xattr.") {
+                        if let Err(e) = set_xattr(&path, attr, ext.value_bytes()) {
+                            tracing::warn!(layer = what, path = %path.display(), attr, "xattr not kept: {e}");
+                        }
+                    }
+                }
+            }
+            if kind != T::Directory {
+                set_mtime(&path, mtime);
+            }
+        }
+    }
+    // Directory times last: creating their entries changed them.
+    for (d, t) in dirs.iter().rev() {
+        set_mtime(d, *t as i64);
+    }
+    let (diff_id, uncompressed_size) = ar.into_inner().finish().map_err(corrupt)?;
+    Ok(Unpacked {
+        diff_id,
+        uncompressed_size,
+    })
+}
+
+fn io_err(what: &str, p: &Path, e: std::io::Error) -> Error {
+    Error::Internal(format!("layer {what}: {}: {e}", p.display()))
+}
+
+/// Makes an entry's name relative to the root: drops `/` and `.`, resolves `..`
+/// lexically and refuses one that would climb above the root. `None` is the root.
+pub fn clean(p: &Path) -> std::result::Result<Option<PathBuf>, String> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return Err("path escapes the layer root".into());
+                }
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    Ok(if out.as_os_str().is_empty() {
+        None
+    } else {
+        Some(out)
+    })
+}
+
+/// Checks no component of `rel` under `root` is a symlink (missing ones are fine).
+fn check_no_symlink(root: &Path, rel: &Path) -> std::result::Result<(), String> {
+    let mut cur = root.to_path_buf();
+    for c in rel.components() {
+        cur.push(c);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "parent {} is a symlink",
+                    cur.strip_prefix(root).unwrap().display()
+                ))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(format!(
+                    "parent {} is not a directory",
+                    cur.strip_prefix(root).unwrap().display()
+                ))
+            }
+            Ok(_) => {}
+            Err(_) => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the parents of an entry (mode 0755, root-owned, as tar does for implied
+/// directories), refusing to go through a symlink or a file. Returns the parent path.
+fn ensure_parent(root: &Path, rel: &Path) -> std::result::Result<PathBuf, String> {
+    let mut cur = root.to_path_buf();
+    for c in rel.components() {
+        cur.push(c);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "parent {} is a symlink",
+                    cur.strip_prefix(root).unwrap().display()
+                ))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(format!(
+                    "parent {} is not a directory",
+                    cur.strip_prefix(root).unwrap().display()
+                ))
+            }
+            Ok(_) => {}
+            Err(_) => {
+                std::fs::create_dir(&cur)
+                    .map_err(|e| format!("creating {}: {e}", cur.display()))?;
+                let _ = std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(0o755));
+            }
+        }
+    }
+    Ok(cur)
+}
+
+/// Makes room for a new entry: a later entry of a layer replaces an earlier one.
+fn remove_existing(p: &Path) -> std::io::Result<()> {
+    crate::fsutil::remove_all(p)
+}
+
+fn cpath(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+}
+
+fn mknod(p: &Path, mode: libc::mode_t, dev: libc::dev_t) -> std::io::Result<()> {
+    let c = cpath(p)?;
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::mknod(c.as_ptr(), mode, dev) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let c = cpath(p)?;
+    let n =
+        CString::new(name).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: valid C strings and a buffer of the given length.
+    let r = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn set_mtime(p: &Path, secs: i64) {
+    let Ok(c) = cpath(p) else { return };
+    let ts = [
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: valid path and two timespecs.
+    unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+}
+
+/// Reads the `trusted.overlay.opaque` xattr (for tests and checks).
+pub fn is_opaque(p: &Path) -> bool {
+    let Ok(c) = cpath(p) else { return false };
+    let mut buf = [0u8; 4];
+    // SAFETY: valid path, name and buffer.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"trusted.overlay.opaque".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    n == 1 && buf[0] == b'y'
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,605 @@
+//! `crust-monitor`: the parent of one container's init. It copies the container's
+//! stdout and stderr into the CRI log file, reaps the init, and leaves an exit record
+//! for `crustd`, which may have been restarted (or be down) in the meantime.
+//!
+//! # Why `no_std`
+//! There is one monitor per container, alive as long as the container, so its cost is
+//! paid on every node many times over: containerd's shim takes 13 MiB resident per pod.
+//! Like `crust-pause` it links no libc, allocates nothing and talks to the kernel
+//! through raw `syscall`s (`sys.rs`): all its memory is a few static buffers (a line
+//! buffer of 16 KiB + 1 per stream, 4 KiB for a file, 4 KiB for a path), pages of which
+//! the kernel only makes resident once touched. It is built with `crust-pause` by
+//! `crates/container/build.rs` and embedded in `container::monitor`. The logic that
+//! needs no syscalls (arguments, log record format, line cutting, exit record) is in
+//! `monitor_core.rs`, which `crates/container` also compiles to unit-test it.
+//!
+//! # How it starts: the fd and argument contract
+//! A process forked from `crustd` forks the container's intermediate process, which
+//! clones the container's init with CLONE_PARENT; that process reaps the intermediate
+//! and `execve`s this binary. So the monitor starts with exactly one child, the init
+//! (waiting on its start gate, running, or already dead), fds 0, 1 and 2 on
+//! `/dev/null`, and the fds below open by number:
+//!
+//! ```text
+//! crust-monitor -e EXIT_FILE [-l LOG_PATH] [-o FD] [-r FD] [-t FD] [-i FD] [-m OOM_FILE]
+//!   -e  where the exit record goes (written as EXIT_FILE.tmp, fsynced, renamed)
+//!   -l  the CRI log file, opened O_WRONLY|O_APPEND|O_CREAT|O_CLOEXEC, mode 0640;
+//!       without it the streams are read and their output dropped
+//!   -o  read end of the container's stdout pipe          (records named "stdout")
+//!   -r  read end of the container's stderr pipe          (records named "stderr")
+//!   -t  a pty master, instead of -o (records named "stdout"; EIO once the slave is
+//!       closed is its end of file)
+//!   -i  an fd held open and never touched (stdin's write end, for a later attach)
+//!   -m  cgroup v2 memory.events or v1 memory.oom_control: its `oom_kill N` line is read
+//!       at start and after the exit; a larger N marks the exit as an OOM kill
+//! ```
+//! Every option takes its value in the next argument. A bad command line: a message on
+//! stderr, exit 2.
+//!
+//! # Behaviour
+//! ```text
+//!  start: setsid, block every signal, signalfd, read OOM counter, open log, wait4 once
+//!    │                         (SIGCHLD may have come and gone before the exec)
+//!    ▼
+//!  loop: poll(signalfd, streams) ◀─────────────────────────────────────┐
+//!    ├─ stream readable  → read, cut into records, one writev each ───┤
+//!    ├─ stream EOF/error → last partial line as F, close; the child   │
+//!    │                     may still run, so keep waiting for it ─────┤
+//!    ├─ SIGUSR1          → close the log, open LOG_PATH again ────────┤
+//!    ├─ SIGTERM/INT/HUP, others → ignored (crustd signals the container)
+//!    └─ SIGCHLD → wait4(-1, WNOHANG): child still running ────────────┘
+//!                                     child gone (or none: ECHILD)
+//!                                       ▼
+//!  finish: time of reap; drain the streams without waiting for EOF (a daemonised
+//!          grandchild may hold them forever); pending partial lines as F; OOM counter;
+//!          exit record to EXIT_FILE.tmp, fsync, rename, fsync the directory; exit 0
+//!          (1 when the record could not be written)
+//! ```
+//! Log records are CRI's format, `<RFC3339Nano UTC> <stdout|stderr> <F|P> <text>\n`,
+//! each written by one `writev` to the O_APPEND file, so records of the two streams
+//! never interleave inside a line. A line longer than 16 KiB becomes `P` records of
+//! 16 KiB and a final `F`. Errors writing the log are ignored: the container must never
+//! block on its output, so the streams are always read.
+//!
+//! The exit record, one line of JSON:
+//! `{"pid":123,"exit_code":0,"signal":0,"finished_ns":1700000000000000000,"oom_killed":false}`
+//! with exit_code 128 + signal for a child killed by a signal, and pid 0, exit_code 255
+//! when there was no child at all.
+
+#![no_std]
+#![no_main]
+
+mod monitor_core;
+mod sys;
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_char, CStr};
+
+use monitor_core::{
+    exit_from_status, format_exit, header, next_record, parse_args, parse_oom_kill, Args, Exit,
+    EXIT_MAX, HEADER_MAX, MAX_LINE, USAGE,
+};
+use sys::{
+    close, exit, syscall, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR,
+    F_GETFL, F_SETFL, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_NONBLOCK, O_RDONLY, O_TRUNC,
+    O_WRONLY, POLLERR, POLLHUP, POLLIN, POLLNVAL, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD,
+    SIGINFO_SIZE, SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SYS_CLOCK_GETTIME, SYS_FCNTL,
+    SYS_FSYNC, SYS_OPEN, SYS_POLL, SYS_READ, SYS_RENAME, SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK,
+    SYS_SETSID, SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITEV, WNOHANG,
+};
+
+/// A stream's line buffer: one more byte than the longest record, so that a full buffer
+/// without a newline is always a partial record to cut.
+const LINE_BUF: usize = MAX_LINE + 1;
+/// For the `-m` file; `memory.events` is about 80 bytes.
+const FILE_BUF: usize = 4096;
+/// For `EXIT_FILE.tmp` and EXIT_FILE's directory (PATH_MAX is 4096 with its NUL).
+const PATH_BUF: usize = 4096 + 8;
+/// How many reads a stream gets when the child is gone: enough to empty a pipe's
+/// buffer many times, bounded so a grandchild that keeps writing cannot hold the
+/// exit record back.
+const DRAIN_READS: usize = 64;
+
+/// Every static buffer. All zeros, so it lives in `.bss`: nothing in the binary, and
+/// no page resident before it is touched.
+struct Buffers {
+    lines: [[u8; LINE_BUF]; 3],
+    file: [u8; FILE_BUF],
+    path: [u8; PATH_BUF],
+}
+
+struct Static(UnsafeCell<Buffers>);
+
+// SAFETY: the monitor has one thread, and `start` takes the only reference.
+unsafe impl Sync for Static {}
+
+static BUFFERS: Static = Static(UnsafeCell::new(Buffers {
+    lines: [[0; LINE_BUF]; 3],
+    file: [0; FILE_BUF],
+    path: [0; PATH_BUF],
+}));
+
+#[repr(C)]
+struct PollFd {
+    fd: i32,
+    events: i16,
+    revents: i16,
+}
+
+#[repr(C)]
+struct IoVec {
+    base: *const u8,
+    len: usize,
+}
+
+/// `struct sigaction` as the kernel takes it.
+#[repr(C)]
+struct SigAction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// One of the container's output streams.
+struct Stream {
+    /// The fd, or -1 once closed (poll skips negative fds).
+    fd: i32,
+    name: &'static [u8],
+    buf: &'static mut [u8; LINE_BUF],
+    /// Bytes read but not yet written as a record: `buf[..len]`, at most MAX_LINE.
+    len: usize,
+}
+
+/// The CRI log file (or none: output is dropped).
+struct Log {
+    path: Option<&'static CStr>,
+    fd: i32,
+}
+
+extern "C" fn start(sp: *const usize) -> ! {
+    // Its own session first: the daemon's process group may be killed as a whole.
+    syscall(SYS_SETSID, 0, 0, 0, 0);
+    // Every signal blocked, so none can kill the monitor by its default action; the
+    // ones that matter are read from a signalfd.
+    let all: u64 = !0;
+    syscall(
+        SYS_RT_SIGPROCMASK,
+        SIG_BLOCK,
+        &all as *const u64 as usize,
+        0,
+        SIGSET_SIZE,
+    );
+    // SIG_IGN for SIGCHLD survives execve and would make the kernel reap the child
+    // itself, losing its status: back to the default.
+    let dfl = SigAction {
+        handler: SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    syscall(
+        SYS_RT_SIGACTION,
+        SIGCHLD,
+        &dfl as *const SigAction as usize,
+        0,
+        SIGSET_SIZE,
+    );
+
+    // SAFETY: `sp` is the initial stack pointer the kernel set up: argc, then argc
+    // pointers to NUL-terminated strings that live as long as the process.
+    let args = unsafe {
+        let argc = *sp;
+        let argv = sp.add(1) as *const *const c_char;
+        parse_args((1..argc).map(|i| CStr::from_ptr(*argv.add(i))))
+    };
+    let args: Args<'static> = match args {
+        Ok(a) => a,
+        Err(e) => {
+            write_all(2, b"crust-monitor: ");
+            write_all(2, e.message.as_bytes());
+            write_all(2, e.arg);
+            write_all(2, b"\n");
+            write_all(2, USAGE);
+            exit(2);
+        }
+    };
+
+    let sfd = syscall(
+        SYS_SIGNALFD4,
+        usize::MAX, // -1: a new signalfd
+        &all as *const u64 as usize,
+        SIGSET_SIZE,
+        SFD_NONBLOCK | SFD_CLOEXEC,
+    );
+    if sfd < 0 {
+        write_all(2, b"crust-monitor: signalfd failed\n");
+        exit(1);
+    }
+
+    // SAFETY: the only reference to the buffers, taken once; one thread.
+    let bufs = unsafe { &mut *BUFFERS.0.get() };
+    let Buffers { lines, file, path } = bufs;
+    let [out_buf, err_buf, tty_buf] = lines;
+    let mut streams = [
+        Stream::new(args.stdout_fd, b"stdout", out_buf),
+        Stream::new(args.stderr_fd, b"stderr", err_buf),
+        // A pty master: EIO once its slave is closed is its end, as for any error.
+        Stream::new(args.tty_fd, b"stdout", tty_buf),
+    ];
+    let oom_before = args.oom_file.and_then(|p| read_oom(p, file));
+    let mut log = Log {
+        path: args.log_path,
+        fd: -1,
+    };
+    log.open();
+
+    // The child may have exited before SIGCHLD was blocked, or before the exec while
+    // the signal was ignored by default: look once before waiting for the signal.
+    let mut check_child = true;
+    loop {
+        if check_child {
+            check_child = false;
+            if let Some(child) = reap() {
+                finish(&args, child, &mut streams, &log, oom_before, file, path);
+            }
+        }
+        let mut fds = [
+            PollFd {
+                fd: sfd as i32,
+                events: POLLIN,
+                revents: 0,
+            },
+            streams[0].poll_fd(),
+            streams[1].poll_fd(),
+            streams[2].poll_fd(),
+        ];
+        let n = syscall(SYS_POLL, fds.as_mut_ptr() as usize, fds.len(), usize::MAX, 0);
+        if n < 0 {
+            continue; // EINTR (after SIGSTOP/SIGCONT, say)
+        }
+        for (s, p) in streams.iter_mut().zip(&fds[1..]) {
+            if p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
+                s.pump(&log, 1);
+            }
+        }
+        if fds[0].revents != 0 {
+            let mut info = [0u8; SIGINFO_SIZE * 8];
+            loop {
+                let n = syscall(
+                    SYS_READ,
+                    sfd as usize,
+                    info.as_mut_ptr() as usize,
+                    info.len(),
+                    0,
+                );
+                if n == -EINTR {
+                    continue;
+                }
+                if n <= 0 {
+                    break;
+                }
+                for si in info[..n as usize].chunks_exact(SIGINFO_SIZE) {
+                    let signo = u32::from_ne_bytes([si[0], si[1], si[2], si[3]]) as usize;
+                    match signo {
+                        SIGCHLD => check_child = true,
+                        SIGUSR1 => log.reopen(),
+                        _ => {} // SIGTERM, SIGINT, SIGHUP and the rest: ignored
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What `wait4` said of the child: its pid and status, or `None` for no child at all.
+type Child = Option<(i32, i32)>;
+
+/// `Some` when the child is gone (reaped, or there never was one); `None` while it runs.
+fn reap() -> Option<Child> {
+    loop {
+        let mut status: i32 = 0;
+        let pid = syscall(
+            SYS_WAIT4,
+            ANY_CHILD,
+            &mut status as *mut i32 as usize,
+            WNOHANG,
+            0,
+        );
+        match pid {
+            p if p > 0 => return Some(Some((p as i32, status))),
+            0 => return None,
+            e if e == -EINTR => continue,
+            e if e == -ECHILD => return Some(None),
+            _ => return Some(None),
+        }
+    }
+}
+
+/// The child is gone: last output, exit record, exit.
+fn finish(
+    args: &Args<'static>,
+    child: Child,
+    streams: &mut [Stream; 3],
+    log: &Log,
+    oom_before: Option<u64>,
+    file: &mut [u8; FILE_BUF],
+    path: &mut [u8; PATH_BUF],
+) -> ! {
+    let finished_ns = {
+        let (sec, nsec) = now();
+        sec.saturating_mul(1_000_000_000)
+            .saturating_add(i64::from(nsec))
+    };
+    for s in streams.iter_mut() {
+        s.pump(log, DRAIN_READS);
+        s.flush(log);
+    }
+    let oom_killed = match args.oom_file.and_then(|p| read_oom(p, file)) {
+        Some(after) => after > oom_before.unwrap_or(0),
+        None => false,
+    };
+    let (pid, exit_code, signal) = match child {
+        Some((pid, status)) => {
+            let (code, sig) = exit_from_status(status);
+            (pid, code, sig)
+        }
+        None => (0, 255, 0),
+    };
+    let record = Exit {
+        pid,
+        exit_code,
+        signal,
+        finished_ns,
+        oom_killed,
+    };
+    if write_exit(args.exit_file, &record, path) {
+        exit(0)
+    }
+    write_all(2, b"crust-monitor: cannot write the exit record\n");
+    exit(1)
+}
+
+impl Stream {
+    fn new(
+        fd: Option<i32>,
+        name: &'static [u8],
+        buf: &'static mut [u8; LINE_BUF],
+    ) -> Stream {
+        let mut s = Stream {
+            fd: -1,
+            name,
+            buf,
+            len: 0,
+        };
+        if let Some(fd) = fd {
+            // Non-blocking, so that draining after the exit never waits.
+            let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
+            if flags >= 0 {
+                syscall(
+                    SYS_FCNTL,
+                    fd as usize,
+                    F_SETFL,
+                    flags as usize | O_NONBLOCK,
+                    0,
+                );
+                s.fd = fd;
+            }
+        }
+        s
+    }
+
+    fn poll_fd(&self) -> PollFd {
+        PollFd {
+            fd: self.fd,
+            events: POLLIN,
+            revents: 0,
+        }
+    }
+
+    /// Up to `reads` reads, until the pipe is empty; writes every record they complete.
+    /// At the end of the stream (or on an error) the rest is written and the fd closed.
+    fn pump(&mut self, log: &Log, reads: usize) {
+        let mut done = 0;
+        while self.fd >= 0 && done < reads {
+            let room = &mut self.buf[self.len..];
+            let n = syscall(
+                SYS_READ,
+                self.fd as usize,
+                room.as_mut_ptr() as usize,
+                room.len(),
+                0,
+            );
+            if n == -EINTR {
+                continue;
+            }
+            if n == -EAGAIN {
+                return;
+            }
+            done += 1;
+            // 0 is the end of a pipe; EIO that of a pty master whose slave is closed;
+            // any other error ends the stream too rather than spinning on it.
+            let eof = n <= 0;
+            if n > 0 {
+                self.len += n as usize;
+            }
+            self.write_records(log, eof);
+            if eof {
+                close(self.fd as usize);
+                self.fd = -1;
+            }
+        }
+    }
+
+    /// Writes what is still pending as a full record (the child is gone).
+    fn flush(&mut self, log: &Log) {
+        self.write_records(log, true);
+    }
+
+    /// Writes every record `buf[..len]` holds (with `eof`, also the unterminated rest)
+    /// and moves what is left to the front.
+    fn write_records(&mut self, log: &Log, eof: bool) {
+        let (sec, nsec) = now();
+        let mut start = 0;
+        while let Some(r) = next_record(&self.buf[start..self.len], eof) {
+            log.write(sec, nsec, self.name, r.full, &self.buf[start..start + r.len]);
+            start += r.consumed;
+        }
+        if start > 0 {
+            self.buf.copy_within(start..self.len, 0);
+            self.len -= start;
+        }
+    }
+}
+
+impl Log {
+    fn open(&mut self) {
+        if let Some(p) = self.path {
+            let fd = syscall(
+                SYS_OPEN,
+                p.as_ptr() as usize,
+                O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+                0o640,
+                0,
+            );
+            self.fd = if fd >= 0 { fd as i32 } else { -1 };
+        }
+    }
+
+    /// SIGUSR1: the kubelet renamed the file away; the next records go to a new one.
+    fn reopen(&mut self) {
+        if self.fd >= 0 {
+            close(self.fd as usize);
+            self.fd = -1;
+        }
+        self.open();
+    }
+
+    /// One record, written with one `writev`; errors are ignored.
+    fn write(&self, sec: i64, nsec: u32, stream: &[u8], full: bool, text: &[u8]) {
+        if self.fd < 0 {
+            return;
+        }
+        let mut head = [0u8; HEADER_MAX];
+        let n = header(sec, nsec, stream, full, &mut head);
+        let parts: [&[u8]; 3] = [&head[..n], text, b"\n"];
+        let iov = parts.map(|p| IoVec {
+            base: p.as_ptr(),
+            len: p.len(),
+        });
+        let total = n + text.len() + 1;
+        let mut written = loop {
+            let w = syscall(SYS_WRITEV, self.fd as usize, iov.as_ptr() as usize, 3, 0);
+            if w != -EINTR {
+                break w;
+            }
+        };
+        if written < 0 || written as usize >= total {
+            return;
+        }
+        // A short write (a full disk, say): finish the record if the file takes it.
+        for p in parts {
+            let skip = (written as usize).min(p.len());
+            written -= skip as isize;
+            if !write_all(self.fd as usize, &p[skip..]) {
+                return;
+            }
+        }
+    }
+}
+
+/// CLOCK_REALTIME as (seconds, nanoseconds).
+fn now() -> (i64, u32) {
+    let mut ts = [0i64; 2];
+    syscall(
+        SYS_CLOCK_GETTIME,
+        CLOCK_REALTIME,
+        ts.as_mut_ptr() as usize,
+        0,
+        0,
+    );
+    (ts[0], ts[1] as u32)
+}
+
+/// The `oom_kill` counter of the `-m` file, if it can be read.
+fn read_oom(path: &CStr, buf: &mut [u8; FILE_BUF]) -> Option<u64> {
+    let fd = syscall(SYS_OPEN, path.as_ptr() as usize, O_RDONLY | O_CLOEXEC, 0, 0);
+    if fd < 0 {
+        return None;
+    }
+    let mut len = 0;
+    while len < buf.len() {
+        let n = syscall(
+            SYS_READ,
+            fd as usize,
+            buf[len..].as_mut_ptr() as usize,
+            buf.len() - len,
+            0,
+        );
+        if n == -EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    close(fd as usize);
+    parse_oom_kill(&buf[..len])
+}
+
+/// Writes the record durably: `EXIT_FILE.tmp`, fsync, rename over EXIT_FILE, fsync of
+/// the directory. A reader sees no file or the whole record, never a part of it.
+fn write_exit(path: &CStr, record: &Exit, buf: &mut [u8; PATH_BUF]) -> bool {
+    let p = path.to_bytes();
+    const SUFFIX: &[u8] = b".tmp\0";
+    if p.len() + SUFFIX.len() > buf.len() {
+        return false;
+    }
+    buf[..p.len()].copy_from_slice(p);
+    buf[p.len()..p.len() + SUFFIX.len()].copy_from_slice(SUFFIX);
+    let tmp = buf.as_ptr() as usize;
+
+    let mut json = [0u8; EXIT_MAX];
+    let n = format_exit(record, &mut json);
+    let fd = syscall(
+        SYS_OPEN,
+        tmp,
+        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+        0o644,
+        0,
+    );
+    if fd < 0 {
+        return false;
+    }
+    let ok = write_all(fd as usize, &json[..n]) && syscall(SYS_FSYNC, fd as usize, 0, 0, 0) == 0;
+    close(fd as usize);
+    if !ok || syscall(SYS_RENAME, tmp, path.as_ptr() as usize, 0, 0) != 0 {
+        syscall(SYS_UNLINK, tmp, 0, 0, 0);
+        return false;
+    }
+
+    // The rename reaches the disk with the directory.
+    let dir_len = match p.iter().rposition(|&b| b == b'/') {
+        Some(0) => 1,
+        Some(i) => i,
+        None => 0,
+    };
+    if dir_len == 0 {
+        buf[..2].copy_from_slice(b".\0");
+    } else {
+        buf[dir_len] = 0; // buf still holds the path: cut it after the directory
+    }
+    let dfd = syscall(
+        SYS_OPEN,
+        buf.as_ptr() as usize,
+        O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+        0,
+        0,
+    );
+    if dfd >= 0 {
+        syscall(SYS_FSYNC, dfd as usize, 0, 0, 0);
+        close(dfd as usize);
+    }
+    true
+}

@@ -1,0 +1,780 @@
+//! Containers end to end through CRI against `crustd`: a busybox-static image imported
+//! into the daemon's image store, pods on crust's bridge, containers made by crust's own
+//! executor under its monitor.
+
+use cri_api::*;
+use crust_e2e::crustd::Crustd;
+use crust_e2e::{require_root, which, TempDir};
+use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, LayoutImage};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+use tonic::Code;
+
+type Client = RuntimeServiceClient<Channel>;
+
+const IMAGE: &str = "docker.io/library/busybox:e2e";
+
+const APPLETS: &[&str] = &[
+    "sh", "echo", "cat", "ls", "sleep", "id", "head", "tr", "touch", "grep", "pwd", "tty", "true",
+    "printf", "dd", "wc", "seq", "kill",
+];
+
+fn root() -> bool {
+    require_root(&["ip", "nsenter", "nft", "busybox"])
+}
+
+/// Imports the busybox image into the daemon's store (the store is shared on disk).
+fn import_busybox(d: &Crustd) {
+    let bb = which("busybox").expect("busybox");
+    let mut l = LayerBuilder::new()
+        .dir("bin", 0o755)
+        .file_from("bin/busybox", &bb, 0o755)
+        .dir("etc", 0o755)
+        .file(
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+            0o644,
+        )
+        .file(
+            "etc/group",
+            b"root:x:0:\nuser:x:1000:\nextra:x:2000:user\n",
+            0o644,
+        )
+        .dir("data", 0o755)
+        .dir("tmp", 0o1777);
+    for a in APPLETS {
+        l = l.symlink(&format!("bin/{a}"), "busybox");
+    }
+    let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
+    img.config.cmd = vec!["/bin/sh".into()];
+    img.config.env = vec!["PATH=/bin".into(), "FROM_IMAGE=yes".into()];
+    let t = TempDir::new("layout");
+    write_oci_layout(
+        t.path(),
+        &[LayoutEntry {
+            ref_name: Some("e2e".into()),
+            image_name: Some(IMAGE.into()),
+            platforms: vec![img],
+        }],
+    );
+    let store = image::ImageStore::open(d.root.path().join("images"), None).unwrap();
+    store.import(t.path()).expect("importing busybox");
+}
+
+struct Env {
+    d: Crustd,
+    c: Client,
+    logs: TempDir,
+}
+
+async fn setup() -> Env {
+    let d = Crustd::start();
+    import_busybox(&d);
+    let c = d.client().await;
+    Env {
+        d,
+        c,
+        logs: TempDir::new("logs"),
+    }
+}
+
+impl Env {
+    async fn pod(&mut self, name: &str) -> (String, PodSandboxConfig) {
+        let cfg = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            hostname: name.into(),
+            log_directory: self.logs.path().join(name).display().to_string(),
+            linux: Some(LinuxPodSandboxConfig::default()),
+            ..Default::default()
+        };
+        let id = self
+            .c
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(cfg.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("RunPodSandbox")
+            .into_inner()
+            .pod_sandbox_id;
+        (id, cfg)
+    }
+
+    async fn try_create(
+        &mut self,
+        pod: &(String, PodSandboxConfig),
+        cfg: ContainerConfig,
+    ) -> Result<String, tonic::Status> {
+        self.c
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(cfg),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .map(|r| r.into_inner().container_id)
+    }
+
+    async fn create(&mut self, pod: &(String, PodSandboxConfig), cfg: ContainerConfig) -> String {
+        self.try_create(pod, cfg).await.expect("CreateContainer")
+    }
+
+    async fn start(&mut self, id: &str) {
+        self.c
+            .start_container(StartContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .expect("StartContainer");
+    }
+
+    async fn status(&mut self, id: &str) -> (ContainerStatus, serde_json::Value) {
+        let r = self
+            .c
+            .container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner();
+        let info = r
+            .info
+            .get("info")
+            .map(|s| serde_json::from_str(s).unwrap())
+            .unwrap_or_default();
+        (r.status.unwrap(), info)
+    }
+
+    async fn wait_exited(&mut self, id: &str) -> ContainerStatus {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (s, _) = self.status(id).await;
+            if s.state == ContainerState::ContainerExited as i32 {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{id} did not exit: {s:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn exec(
+        &mut self,
+        id: &str,
+        cmd: &[&str],
+        timeout: i64,
+    ) -> Result<ExecSyncResponse, tonic::Status> {
+        self.c
+            .exec_sync(ExecSyncRequest {
+                container_id: id.into(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout,
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    async fn remove(&mut self, id: &str) {
+        self.c
+            .remove_container(RemoveContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .expect("RemoveContainer");
+    }
+}
+
+fn ctr(name: &str, cmd: &[&str]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: "busybox:e2e".into(),
+            ..Default::default()
+        }),
+        command: cmd.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}/0.log"),
+        linux: Some(LinuxContainerConfig::default()),
+        ..Default::default()
+    }
+}
+
+fn sc(c: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
+fn res(c: &mut ContainerConfig) -> &mut LinuxContainerResources {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .resources
+        .get_or_insert_with(Default::default)
+}
+
+/// One parsed CRI log line: time, stream, tag, text.
+fn log_lines(path: &Path) -> Vec<(String, String, String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut it = l.splitn(4, ' ');
+            let t = it.next().unwrap().to_string();
+            let s = it.next().unwrap_or("").to_string();
+            let tag = it.next().unwrap_or("").to_string();
+            let text = it.next().unwrap_or("").to_string();
+            (t, s, tag, text)
+        })
+        .collect()
+}
+
+fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, what: &str) {
+    match r {
+        Ok(v) => panic!("{what}: succeeded ({v:?}) but should fail with {code:?}"),
+        Err(s) => {
+            assert_eq!(s.code(), code, "{what}: {}", s.message());
+            assert!(!s.message().is_empty(), "{what}: error without a message");
+        }
+    }
+}
+
+fn container_dirs(d: &Crustd) -> Vec<String> {
+    std::fs::read_dir(d.root.path().join("containers"))
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn snapshots(d: &Crustd) -> usize {
+    std::fs::read_dir(d.root.path().join("images/snapshots"))
+        .map(|r| r.count())
+        .unwrap_or(0)
+}
+
+/// Run to completion: state changes, exit code and reason, the CRI log with stdout,
+/// stderr and a long line split into partials, then removal without a trace.
+#[tokio::test]
+async fn run_exit_code_logs_and_remove() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("logs").await;
+    let before = e.d.leftovers();
+    let id = e
+        .create(
+            &pod,
+            ctr(
+                "c",
+                &[
+                    "sh",
+                    "-c",
+                    "echo hello; echo oops >&2; head -c 40000 /dev/zero | tr '\\0' x; echo; printf tail; exit 3",
+                ],
+            ),
+        )
+        .await;
+    let (s, info) = e.status(&id).await;
+    assert_eq!(s.state, ContainerState::ContainerCreated as i32);
+    assert!(info["pid"].as_i64().unwrap() > 0, "{info}");
+    assert_eq!(s.image.as_ref().unwrap().image, IMAGE);
+    assert!(s.image_id.starts_with("sha256:"), "{}", s.image_id);
+    assert!(s.image_ref.contains("sha256:"), "{}", s.image_ref);
+    e.start(&id).await;
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 3);
+    assert_eq!(s.reason, "Error");
+    assert!(s.started_at > 0 && s.finished_at >= s.started_at);
+    let log = PathBuf::from(&s.log_path);
+    assert_eq!(log, e.logs.path().join("logs/c/0.log"));
+    let lines = log_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.1 == "stdout" && l.2 == "F" && l.3 == "hello"),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.1 == "stderr" && l.2 == "F" && l.3 == "oops"),
+        "{lines:?}"
+    );
+    for l in &lines {
+        assert!(l.0.ends_with('Z') && l.0.contains('T'), "time {:?}", l.0);
+    }
+    // The long line: partials then a full record, reassembling to 40000 x's.
+    let xs: Vec<_> = lines.iter().filter(|l| l.3.starts_with('x')).collect();
+    assert!(xs.len() >= 3, "{xs:?}");
+    assert!(xs[..xs.len() - 1].iter().all(|l| l.2 == "P"));
+    assert_eq!(xs.last().unwrap().2, "F");
+    assert_eq!(xs.iter().map(|l| l.3.len()).sum::<usize>(), 40000);
+    assert!(
+        lines.iter().any(|l| l.2 == "F" && l.3 == "tail"),
+        "{lines:?}"
+    );
+
+    // Lists and filters.
+    let list =
+        e.c.list_containers(ListContainersRequest {
+            filter: Some(ContainerFilter {
+                pod_sandbox_id: pod.0.clone(),
+                state: Some(ContainerStateValue {
+                    state: ContainerState::ContainerExited as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].id, id);
+    let none =
+        e.c.list_containers(ListContainersRequest {
+            filter: Some(ContainerFilter {
+                state: Some(ContainerStateValue {
+                    state: ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert!(none.is_empty());
+
+    e.remove(&id).await;
+    e.remove(&id).await; // idempotent
+    assert_code(
+        e.c.container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await,
+        Code::NotFound,
+        "status of a removed container",
+    );
+    assert!(
+        container_dirs(&e.d).is_empty(),
+        "{:?}",
+        container_dirs(&e.d)
+    );
+    assert_eq!(snapshots(&e.d), 0);
+    assert_eq!(e.d.leftovers(), before);
+}
+
+/// What the process sees: env, user and groups, cwd, capabilities, fds, a read-only
+/// root, bind mounts read-write and read-only, the pod's hostname; through ExecSync.
+#[tokio::test]
+async fn process_environment_and_exec_sync() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("envpod").await;
+    let host = TempDir::new("hostdir");
+    std::fs::write(host.path().join("f"), "from host").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cfg = ctr(
+        "c",
+        &[
+            "sh",
+            "-c",
+            "trap 'exit 5' TERM; while true; do sleep 0.1; done",
+        ],
+    );
+    cfg.envs = vec![KeyValue {
+        key: "FOO".into(),
+        value: "bar".into(),
+    }];
+    cfg.working_dir = "/data".into();
+    cfg.mounts = vec![
+        Mount {
+            container_path: "/data/rw".into(),
+            host_path: host.path().display().to_string(),
+            ..Default::default()
+        },
+        Mount {
+            container_path: "/data/ro".into(),
+            host_path: host.path().display().to_string(),
+            readonly: true,
+            ..Default::default()
+        },
+    ];
+    sc(&mut cfg).run_as_user = Some(Int64Value { value: 1000 });
+    sc(&mut cfg).readonly_rootfs = true;
+    sc(&mut cfg).capabilities = Some(Capability {
+        drop_capabilities: vec!["ALL".into()],
+        add_capabilities: vec!["NET_BIND_SERVICE".into()],
+        ..Default::default()
+    });
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+
+    let out = |r: ExecSyncResponse| String::from_utf8_lossy(&r.stdout).trim().to_string();
+    let r = e
+        .exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "echo $FOO $FROM_IMAGE $HOSTNAME; pwd; id -u; id -g; id -G",
+            ],
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    assert_eq!(out(r), "bar yes envpod\n/data\n1000\n1000\n1000 2000");
+    // The init's capabilities: bounding has exactly NET_BIND_SERVICE (bit 10).
+    let r = e
+        .exec(&id, &["grep", "CapBnd", "/proc/1/status"], 10)
+        .await
+        .unwrap();
+    assert_eq!(out(r), "CapBnd:\t0000000000000400");
+    let r = e
+        .exec(&id, &["cat", "/data/ro/f", "/data/rw/f"], 10)
+        .await
+        .unwrap();
+    assert_eq!(out(r), "from hostfrom host");
+    let r = e.exec(&id, &["touch", "/data/rw/new"], 10).await.unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    assert!(host.path().join("new").exists());
+    let r = e.exec(&id, &["touch", "/data/ro/new2"], 10).await.unwrap();
+    assert_ne!(r.exit_code, 0);
+    let r = e.exec(&id, &["touch", "/newfile"], 10).await.unwrap();
+    assert_ne!(r.exit_code, 0, "the root is read-only");
+    // Only 0, 1, 2 (and ls's own directory fd) in a process of the container.
+    let r = e.exec(&id, &["ls", "/proc/1/fd"], 10).await.unwrap();
+    assert_eq!(out(r), "0\n1\n2");
+    let r = e.exec(&id, &["cat", "/etc/hostname"], 10).await.unwrap();
+    assert_eq!(out(r), "envpod");
+
+    // Exit code and stderr; a missing command; the timeout.
+    let r = e
+        .exec(&id, &["sh", "-c", "echo err >&2; exit 7"], 10)
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 7);
+    assert_eq!(String::from_utf8_lossy(&r.stderr), "err\n");
+    assert!(e.exec(&id, &["/no/such/binary"], 10).await.is_err());
+    let t = Instant::now();
+    assert_code(
+        e.exec(&id, &["sleep", "30"], 1).await,
+        Code::DeadlineExceeded,
+        "exec timeout",
+    );
+    assert!(t.elapsed() < Duration::from_secs(10));
+
+    // Stop: SIGTERM reaches the init, which traps it and exits 5.
+    e.c.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 5,
+    })
+    .await
+    .unwrap();
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 5, "{s:?}");
+    e.c.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 5,
+    })
+    .await
+    .expect("stop is idempotent");
+    assert_code(
+        e.exec(&id, &["true"], 1).await,
+        Code::FailedPrecondition,
+        "exec in an exited container",
+    );
+    e.remove(&id).await;
+}
+
+/// Limits: a memory limit that ends in OOMKilled; UpdateContainerResources reaches the
+/// cgroup; the container and its execs live in the container's cgroup.
+#[tokio::test]
+async fn resources_oom_and_update() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("respod").await;
+    let mut cfg = ctr(
+        "hog",
+        &[
+            "sh",
+            "-c",
+            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo done",
+        ],
+    );
+    res(&mut cfg).memory_limit_in_bytes = 16 << 20;
+    res(&mut cfg).memory_swap_limit_in_bytes = 16 << 20;
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.reason, "OOMKilled", "{s:?}");
+    assert_ne!(s.exit_code, 0);
+
+    let mut cfg = ctr("sleeper", &["sleep", "1000"]);
+    res(&mut cfg).memory_limit_in_bytes = 64 << 20;
+    let id2 = e.create(&pod, cfg).await;
+    e.start(&id2).await;
+    let (_, info) = e.status(&id2).await;
+    let cg = info["cgroup"].as_str().unwrap().to_string();
+    let h = e.d.cgroups();
+    use cgroups::CgroupManager;
+    let path = cgroups::CgroupPath::new(&cg).unwrap();
+    let mem = h.dir("memory", &path).unwrap();
+    let limit_file = if mem.join("memory.max").exists() {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    assert_eq!(
+        std::fs::read_to_string(mem.join(limit_file))
+            .unwrap()
+            .trim(),
+        (64u64 << 20).to_string()
+    );
+    // The init runs in the container's cgroup.
+    let procs = h.procs(&path).unwrap();
+    assert!(!procs.is_empty());
+    // An exec joins the container's cgroup too.
+    let r = e
+        .exec(&id2, &["sh", "-c", "cat /proc/self/cgroup"], 5)
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&r.stdout).to_string();
+    assert!(text.contains(&id2), "{text}");
+
+    e.c.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: id2.clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 128 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(mem.join(limit_file))
+            .unwrap()
+            .trim(),
+        (128u64 << 20).to_string()
+    );
+    let (s, _) = e.status(&id2).await;
+    assert_eq!(
+        s.resources.unwrap().linux.unwrap().memory_limit_in_bytes,
+        128 << 20
+    );
+    e.remove(&id2).await;
+    e.remove(&id).await;
+    assert!(container_dirs(&e.d).is_empty());
+}
+
+/// crustd killed while containers run: they keep running, and after a restart their
+/// state and later exit are reported; the log survives rotation by ReopenContainerLog.
+#[tokio::test]
+async fn containers_survive_crustd_restart_and_logs_reopen() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("surv").await;
+    let id = e
+        .create(
+            &pod,
+            ctr(
+                "c",
+                &[
+                    "sh",
+                    "-c",
+                    "i=0; while true; do echo line$i; i=$((i+1)); sleep 0.1; done",
+                ],
+            ),
+        )
+        .await;
+    e.start(&id).await;
+    let (_, info) = e.status(&id).await;
+    let pid = info["pid"].as_i64().unwrap() as i32;
+
+    e.d.kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "container died with crustd"
+    );
+    e.d.spawn();
+    e.c = e.d.client().await;
+    let (s, _) = e.status(&id).await;
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32);
+
+    // Rotation: rename the log, reopen, new lines go to a new file.
+    let log = PathBuf::from(&s.log_path);
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    e.c.reopen_container_log(ReopenContainerLogRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(log_lines(&log).iter().any(|l| l.3.starts_with("line")));
+    assert!(log_lines(&rotated).iter().any(|l| l.3.starts_with("line")));
+
+    // The exit after the restart is seen.
+    // SAFETY: signalling the container's init (a test process's grandchild).
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 137);
+    assert_code(
+        e.c.reopen_container_log(ReopenContainerLogRequest {
+            container_id: id.clone(),
+        })
+        .await,
+        Code::FailedPrecondition,
+        "reopen of an exited container",
+    );
+    // RemovePodSandbox takes its containers along.
+    e.c.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await
+    .unwrap();
+    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(container_dirs(&e.d).is_empty());
+}
+
+/// A tty container gets a terminal; its output is logged like any other.
+#[tokio::test]
+async fn tty_container() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("ttypod").await;
+    let mut cfg = ctr(
+        "t",
+        &[
+            "sh",
+            "-c",
+            "[ -t 0 ] && [ -t 1 ] && echo terminal; echo done",
+        ],
+    );
+    cfg.tty = true;
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 0);
+    let lines = log_lines(Path::new(&s.log_path));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.1 == "stdout" && l.3.trim_end() == "terminal"),
+        "{lines:?}"
+    );
+    e.remove(&id).await;
+}
+
+/// Bad input: the right code, a message, and nothing left behind.
+#[tokio::test]
+async fn bad_input_leaves_nothing() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("bad").await;
+    let before = e.d.leftovers();
+    let unknown = (String::from("0123456789abcdef"), pod.1.clone());
+    assert_code(
+        e.try_create(&unknown, ctr("c", &["true"])).await,
+        Code::NotFound,
+        "unknown sandbox",
+    );
+    let mut cfg = ctr("c", &["true"]);
+    cfg.image = Some(ImageSpec {
+        image: "no/such:image".into(),
+        ..Default::default()
+    });
+    assert_code(
+        e.try_create(&pod, cfg).await,
+        Code::NotFound,
+        "unknown image",
+    );
+    assert_code(
+        e.try_create(&pod, ctr("c", &["/no/such/command"])).await,
+        Code::InvalidArgument,
+        "missing command",
+    );
+    let mut cfg = ctr("c", &["true"]);
+    res(&mut cfg).memory_limit_in_bytes = 4096;
+    assert_code(
+        e.try_create(&pod, cfg).await,
+        Code::InvalidArgument,
+        "memory limit too low",
+    );
+    let mut cfg = ctr("c", &["true"]);
+    cfg.metadata = None;
+    assert_code(
+        e.try_create(&pod, cfg).await,
+        Code::InvalidArgument,
+        "no metadata",
+    );
+    let mut cfg = ctr("c", &["true"]);
+    cfg.mounts = vec![Mount {
+        container_path: "/x".into(),
+        host_path: "relative/path".into(),
+        ..Default::default()
+    }];
+    assert_code(
+        e.try_create(&pod, cfg).await,
+        Code::InvalidArgument,
+        "relative mount source",
+    );
+    assert!(
+        container_dirs(&e.d).is_empty(),
+        "{:?}",
+        container_dirs(&e.d)
+    );
+    assert_eq!(snapshots(&e.d), 0);
+    assert_eq!(e.d.leftovers(), before);
+
+    // A duplicate name in one pod.
+    let id = e.create(&pod, ctr("dup", &["true"])).await;
+    assert_code(
+        e.try_create(&pod, ctr("dup", &["true"])).await,
+        Code::AlreadyExists,
+        "duplicate name",
+    );
+    e.remove(&id).await;
+    let id = e.create(&pod, ctr("dup", &["true"])).await;
+    assert_code(
+        e.c.start_container(StartContainerRequest {
+            container_id: "ffffffffffff".into(),
+        })
+        .await,
+        Code::NotFound,
+        "start of an unknown container",
+    );
+    e.remove(&id).await;
+}

@@ -1,0 +1,615 @@
+//! Images end to end: a real registry (`docker-registry`) on 127.0.0.1, images built
+//! from busybox-static as OCI layouts and pushed with `skopeo`, pulled by crust's image
+//! store, by `crustd images`, and through crustd's CRI ImageService.
+
+use crust_e2e::registry::Registry;
+use crust_e2e::{require_root, which, TempDir};
+use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, LayoutImage};
+use image::{Auth, ErrorKind, ImageStore};
+use std::path::{Path, PathBuf};
+
+const TOOLS: &[&str] = &["docker-registry", "skopeo", "htpasswd", "busybox"];
+
+/// The busybox layer: `/bin/busybox`, a few applets, `/etc/passwd`.
+fn busybox_layer() -> Vec<u8> {
+    let bb = which("busybox").expect("busybox");
+    let mut l = LayerBuilder::new()
+        .dir("bin", 0o755)
+        .file_from("bin/busybox", &bb, 0o755)
+        .dir("etc", 0o755)
+        .file(
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
+            0o644,
+        );
+    for a in ["sh", "ls", "cat", "echo", "sleep", "true"] {
+        l = l.symlink(&format!("bin/{a}"), "busybox");
+    }
+    l.finish()
+}
+
+fn image(layers: Vec<(Vec<u8>, Compression)>, cmd: &str) -> LayoutImage {
+    let mut i = LayoutImage::new(layers);
+    i.config.cmd = vec!["/bin/sh".into(), "-c".into(), cmd.into()];
+    i.config.env = vec!["PATH=/bin".into()];
+    i
+}
+
+/// Writes a one-entry layout (ref name `img`) and pushes it as `repo_tag`.
+fn push(reg: &Registry, work: &Path, repo_tag: &str, platforms: Vec<LayoutImage>) {
+    let dir = work.join(repo_tag.replace(['/', ':'], "_"));
+    write_oci_layout(
+        &dir,
+        &[LayoutEntry {
+            ref_name: Some("img".into()),
+            image_name: None,
+            platforms,
+        }],
+    );
+    reg.push(&dir, "img", repo_tag);
+}
+
+fn store(t: &TempDir) -> ImageStore {
+    ImageStore::open(t.path().join("store"), None).unwrap()
+}
+
+fn entries(p: &Path) -> usize {
+    std::fs::read_dir(p).map(|r| r.count()).unwrap_or(0)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn pull_by_tag_and_by_digest() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    push(
+        &reg,
+        t.path(),
+        "test/busybox:v1",
+        vec![image(vec![(busybox_layer(), Compression::Gzip)], "echo hi")],
+    );
+    let s = store(&t);
+    rt().block_on(async {
+        let r = reg.name("test/busybox:v1");
+        let img = s.pull(&r, None).await.unwrap();
+        assert!(img.id.starts_with("sha256:"));
+        assert_eq!(img.repo_tags, vec![r.clone()]);
+        assert_eq!(img.repo_digests.len(), 1);
+        assert!(img.repo_digests[0].starts_with(&format!("{}@sha256:", reg.name("test/busybox"))));
+        assert_eq!(img.config.cmd, vec!["/bin/sh", "-c", "echo hi"]);
+        let layers = s.layer_dirs(&r).unwrap();
+        assert_eq!(layers.len(), 1);
+        assert!(layers[0].join("bin/busybox").is_file());
+        assert_eq!(
+            std::fs::read_link(layers[0].join("bin/sh")).unwrap(),
+            Path::new("busybox")
+        );
+
+        // By digest: the same image, found again by that digest.
+        let by_digest = s.pull(&img.repo_digests[0], None).await.unwrap();
+        assert_eq!(by_digest.id, img.id);
+        assert_eq!(s.resolve(&img.repo_digests[0]).unwrap().id, img.id);
+        assert_eq!(s.list().len(), 1);
+
+        // Unknown tag and unknown repository: NotFound, naming the image.
+        let e = s
+            .pull(&reg.name("test/busybox:nope"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+        assert!(e.to_string().contains("test/busybox:nope"), "{e}");
+        let e = s.pull(&reg.name("nobody/here:v1"), None).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+        // A registry that is down.
+        let down = format!("127.0.0.1:{}/x/y:1", crust_e2e::registry::free_port());
+        let e = s.pull(&down, None).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+
+        s.remove(&r).unwrap();
+        assert!(s.resolve(&r).is_none());
+        assert!(
+            !layers[0].exists(),
+            "layer kept after its only image was removed"
+        );
+    });
+}
+
+#[test]
+fn multi_platform_index_and_docker_media_types() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    let mut arm = image(vec![(busybox_layer(), Compression::Gzip)], "arm");
+    arm.architecture = "arm64".into();
+    let amd = image(vec![(busybox_layer(), Compression::Gzip)], "amd");
+    push(&reg, t.path(), "multi/app:v1", vec![arm.clone(), amd]);
+    let mut arm2 = arm.clone();
+    arm2.os = "linux".into();
+    let mut s390 = arm.clone();
+    s390.architecture = "s390x".into();
+    push(&reg, t.path(), "multi/armonly:v1", vec![arm2, s390]);
+    let docker_dir = t.path().join("docker");
+    write_oci_layout(
+        &docker_dir,
+        &[LayoutEntry {
+            ref_name: Some("img".into()),
+            image_name: None,
+            platforms: vec![image(vec![(busybox_layer(), Compression::Gzip)], "docker")],
+        }],
+    );
+    reg.push_args(&docker_dir, "img", "docker/app:v1", &["--format", "v2s2"]);
+    let s = store(&t);
+    rt().block_on(async {
+        let img = s.pull(&reg.name("multi/app:v1"), None).await.unwrap();
+        assert_eq!(img.config.cmd[2], "amd");
+        let e = s
+            .pull(&reg.name("multi/armonly:v1"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+        assert!(
+            e.to_string().contains("linux/arm64") && e.to_string().contains("multi/armonly"),
+            "{e}"
+        );
+        let img = s.pull(&reg.name("docker/app:v1"), None).await.unwrap();
+        assert_eq!(img.config.cmd[2], "docker");
+        let manifest = std::fs::read_to_string(
+            t.path()
+                .join("store/blobs/sha256")
+                .join(img.repo_digests[0].rsplit(':').next().unwrap()),
+        )
+        .unwrap();
+        assert!(
+            manifest.contains("application/vnd.docker.distribution.manifest.v2+json"),
+            "{manifest}"
+        );
+    });
+}
+
+#[test]
+fn htpasswd_auth() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start_with(Some(("crust", "s3cret")), None);
+    push(
+        &reg,
+        t.path(),
+        "private/app:v1",
+        vec![image(vec![(busybox_layer(), Compression::Gzip)], "p")],
+    );
+    let s = store(&t);
+    let r = reg.name("private/app:v1");
+    rt().block_on(async {
+        let e = s.pull(&r, None).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+        let wrong = Auth {
+            username: "crust".into(),
+            password: "nope".into(),
+            ..Default::default()
+        };
+        let e = s.pull(&r, Some(wrong)).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+        assert!(e.to_string().contains("private/app"), "{e}");
+        assert!(s.resolve(&r).is_none());
+        let right = Auth {
+            username: "crust".into(),
+            password: "s3cret".into(),
+            ..Default::default()
+        };
+        s.pull(&r, Some(right)).await.unwrap();
+        s.remove(&r).unwrap();
+        // The same credentials as the `auth` field (base64 of user:password).
+        let b64 = Auth {
+            auth: "Y3J1c3Q6czNjcmV0".into(),
+            ..Default::default()
+        };
+        s.pull(&r, Some(b64)).await.unwrap();
+    });
+}
+
+#[test]
+fn mirror_from_hosts_toml() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    push(
+        &reg,
+        t.path(),
+        "library/mirrored:v1",
+        vec![image(vec![(busybox_layer(), Compression::Gzip)], "m")],
+    );
+    // The origin is an address nobody listens on: only the mirror can serve.
+    let certs = t.path().join("certs.d");
+    let origin = "registry.crust.invalid";
+    std::fs::create_dir_all(certs.join(origin)).unwrap();
+    let closed = crust_e2e::registry::free_port();
+    std::fs::write(
+        certs.join(origin).join("hosts.toml"),
+        format!(
+            "server = \"http://127.0.0.1:{closed}\"\n\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            reg.addr
+        ),
+    )
+    .unwrap();
+    let s = ImageStore::open(t.path().join("store"), Some(certs)).unwrap();
+    rt().block_on(async {
+        let name = format!("{origin}/library/mirrored:v1");
+        let img = s.pull(&name, None).await.unwrap();
+        assert_eq!(img.repo_tags, vec![name.clone()]);
+        assert!(img.repo_digests[0].starts_with(&format!("{origin}/library/mirrored@sha256:")));
+        assert_eq!(s.resolve(&name).unwrap().id, img.id);
+        // Not on the mirror: the server is tried too, and the error names both.
+        let e = s
+            .pull(&format!("{origin}/library/absent:v1"), None)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(&reg.addr) && e.to_string().contains(&closed.to_string()),
+            "{e}"
+        );
+    });
+}
+
+/// Layers of every compression, whiteouts and opaque directories, seen through the
+/// overlay a container would get.
+#[test]
+fn compressions_whiteouts_and_overlay() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    let base = busybox_layer();
+    let middle = LayerBuilder::new()
+        .dir("data", 0o755)
+        .file("data/keep", b"keep\n", 0o644)
+        .file("data/remove-me", b"x\n", 0o644)
+        .dir("cache", 0o755)
+        .file("cache/old", b"old\n", 0o644)
+        .finish();
+    let top = LayerBuilder::new()
+        .whiteout("data/remove-me")
+        .whiteout("bin/ls")
+        .opaque("cache")
+        .file("cache/new", b"new\n", 0o644)
+        .finish();
+    push(
+        &reg,
+        t.path(),
+        "layers/app:v1",
+        vec![image(
+            vec![
+                (base, Compression::Gzip),
+                (middle, Compression::Zstd),
+                (top, Compression::None),
+            ],
+            "x",
+        )],
+    );
+    let s = store(&t);
+    let img = rt()
+        .block_on(s.pull(&reg.name("layers/app:v1"), None))
+        .unwrap();
+    let snap = s.prepare_snapshot("ctr1", &img.id).unwrap();
+    assert_eq!(snap.lowerdirs.len(), 3);
+    let mnt = t.path().join("rootfs");
+    std::fs::create_dir(&mnt).unwrap();
+    let opts = snap.overlay_options().join(",");
+    crust_e2e::sh(&[
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        &opts,
+        mnt.to_str().unwrap(),
+    ]);
+    let check = std::panic::catch_unwind(|| {
+        assert_eq!(std::fs::read(mnt.join("data/keep")).unwrap(), b"keep\n");
+        assert!(!mnt.join("data/remove-me").exists(), "whiteout ignored");
+        assert!(
+            !mnt.join("bin/ls").exists(),
+            "whiteout of a lower symlink ignored"
+        );
+        assert!(mnt.join("bin/cat").exists());
+        assert!(
+            !mnt.join("cache/old").exists(),
+            "opaque dir shows the lower layer"
+        );
+        assert_eq!(std::fs::read(mnt.join("cache/new")).unwrap(), b"new\n");
+        let out = crust_e2e::sh(&[
+            "chroot",
+            mnt.to_str().unwrap(),
+            "/bin/sh",
+            "-c",
+            "echo from-image",
+        ]);
+        assert_eq!(out.trim(), "from-image");
+    });
+    crust_e2e::sh(&["umount", mnt.to_str().unwrap()]);
+    check.unwrap();
+    // The image goes, the snapshot's layers stay until the snapshot goes.
+    s.remove(&img.id).unwrap();
+    assert!(snap.lowerdirs.iter().all(|d| d.is_dir()));
+    s.remove_snapshot("ctr1").unwrap();
+    assert_eq!(entries(&t.path().join("store/layers")), 0);
+}
+
+#[test]
+fn malicious_layers_are_refused() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    let canary = t.path().join("canary");
+    let dotdot = LayerBuilder::new()
+        .file("ok", b"ok", 0o644)
+        .raw(
+            tar::EntryType::Regular,
+            "../../../../../../../../tmp/crust-escape",
+            "",
+            b"x",
+        )
+        .finish();
+    let through_abs = LayerBuilder::new()
+        .symlink("etc", "/etc")
+        .raw(tar::EntryType::Regular, "etc/crust-escape", "", b"x")
+        .finish();
+    let link_out = LayerBuilder::new()
+        .symlink("out", canary.to_str().unwrap())
+        .raw(
+            tar::EntryType::Link,
+            "shadow",
+            "../../../../etc/shadow",
+            b"",
+        )
+        .finish();
+    push(
+        &reg,
+        t.path(),
+        "evil/dotdot:v1",
+        vec![image(vec![(dotdot, Compression::Gzip)], "x")],
+    );
+    push(
+        &reg,
+        t.path(),
+        "evil/abs:v1",
+        vec![image(vec![(through_abs, Compression::Gzip)], "x")],
+    );
+    push(
+        &reg,
+        t.path(),
+        "evil/link:v1",
+        vec![image(vec![(link_out, Compression::Gzip)], "x")],
+    );
+    let s = store(&t);
+    rt().block_on(async {
+        for r in ["evil/dotdot:v1", "evil/abs:v1", "evil/link:v1"] {
+            let e = s.pull(&reg.name(r), None).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{r}: {e}");
+            assert!(e.to_string().contains(r.split(':').next().unwrap()), "{e}");
+            assert!(s.resolve(&reg.name(r)).is_none());
+        }
+    });
+    assert!(!Path::new("/tmp/crust-escape").exists());
+    assert!(!Path::new("/etc/crust-escape").exists());
+    assert!(!canary.exists());
+    assert_eq!(entries(&t.path().join("store/layers")), 0);
+    assert_eq!(entries(&t.path().join("store/tmp")), 0);
+    // An absolute symlink on its own is just a symlink in the image.
+    let abs = LayerBuilder::new().symlink("etc-link", "/etc").finish();
+    push(
+        &reg,
+        t.path(),
+        "fine/abs:v1",
+        vec![image(vec![(abs, Compression::Gzip)], "x")],
+    );
+    let img = rt()
+        .block_on(s.pull(&reg.name("fine/abs:v1"), None))
+        .unwrap();
+    let l = &s.layer_dirs(&img.id).unwrap()[0];
+    assert_eq!(
+        std::fs::read_link(l.join("etc-link")).unwrap(),
+        Path::new("/etc")
+    );
+}
+
+fn blob_gets(reg: &Registry, digest: &str) -> usize {
+    reg.log()
+        .lines()
+        .filter(|l| l.contains("GET") && l.contains(digest))
+        .count()
+}
+
+#[test]
+fn concurrent_pulls_share_one_download() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    // A bigger, incompressible layer so the two pulls overlap.
+    let mut noise = vec![0u8; 8 << 20];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let big = LayerBuilder::new().file("noise", &noise, 0o644).finish();
+    let layer_digest = {
+        let gz = image::layout::compress(&big, Compression::Gzip);
+        format!("sha256:{}", sha256_hex(&gz))
+    };
+    push(
+        &reg,
+        t.path(),
+        "big/app:v1",
+        vec![image(vec![(big, Compression::Gzip)], "x")],
+    );
+    let before = blob_gets(&reg, &layer_digest);
+    let s = std::sync::Arc::new(store(&t));
+    let r = reg.name("big/app:v1");
+    let (a, b) = rt().block_on(async {
+        let (s1, s2, r1, r2) = (s.clone(), s.clone(), r.clone(), r.clone());
+        let a = tokio::spawn(async move { s1.pull(&r1, None).await });
+        let b = tokio::spawn(async move { s2.pull(&r2, None).await });
+        (a.await.unwrap(), b.await.unwrap())
+    });
+    assert_eq!(a.unwrap().id, b.unwrap().id);
+    assert_eq!(
+        blob_gets(&reg, &layer_digest) - before,
+        1,
+        "layer downloaded twice:\n{}",
+        reg.log()
+    );
+    assert_eq!(s.list().len(), 1);
+    assert_eq!(entries(&t.path().join("store/layers")), 1);
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    // The image crate's digests, through its public layout writer's result.
+    let d = TempDir::new("sha");
+    let p = d.path().join("f");
+    std::fs::write(&p, data).unwrap();
+    crust_e2e::sh(&["sha256sum", p.to_str().unwrap()])
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// `crustd images pull` killed while a layer is half unpacked leaves nothing visible;
+/// the next pull completes the image, and the leftovers are cleaned.
+#[test]
+fn killed_pull_is_completed_by_the_next() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    let mut layers = vec![(busybox_layer(), Compression::Gzip)];
+    for i in 0..4u8 {
+        let mut noise = vec![0u8; 24 << 20];
+        let mut x: u64 = 0x2545f4914f6cdd1d + i as u64;
+        for b in noise.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        layers.push((
+            LayerBuilder::new()
+                .file(&format!("noise{i}"), &noise, 0o644)
+                .finish(),
+            Compression::Zstd,
+        ));
+    }
+    push(&reg, t.path(), "slow/app:v1", vec![image(layers, "x")]);
+    let root = t.path().join("store");
+    let r = reg.name("slow/app:v1");
+    let mut child = std::process::Command::new(crust_e2e::bin("crustd"))
+        .args(["images", "--root"])
+        .arg(t.path())
+        .args(["pull", &r])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for an unpack in progress, then kill.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let images_root = t.path().join("images");
+    loop {
+        if entries(&images_root.join("tmp")) > 0 && entries(&images_root.join("layers")) > 0 {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "pull finished before it could be killed"
+        );
+        assert!(std::time::Instant::now() < deadline, "no unpack seen");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = root;
+    let s = ImageStore::open(images_root.clone(), None).unwrap();
+    assert!(s.resolve(&r).is_none(), "half-pulled image visible");
+    assert_eq!(
+        entries(&images_root.join("tmp")),
+        0,
+        "leftovers of the killed pull"
+    );
+    let img = rt().block_on(s.pull(&r, None)).unwrap();
+    assert_eq!(s.layer_dirs(&img.id).unwrap().len(), 5);
+}
+
+/// `crustd images import | ls | rm` on an OCI layout tar.
+#[test]
+fn crustd_images_cli() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let layout = t.path().join("layout");
+    write_oci_layout(
+        &layout,
+        &[LayoutEntry {
+            ref_name: Some("v1".into()),
+            image_name: Some("docker.io/library/imported:v1".into()),
+            platforms: vec![image(
+                vec![(busybox_layer(), Compression::Gzip)],
+                "imported",
+            )],
+        }],
+    );
+    let tarfile = t.path().join("img.tar");
+    crust_e2e::sh(&[
+        "tar",
+        "-C",
+        layout.to_str().unwrap(),
+        "-cf",
+        tarfile.to_str().unwrap(),
+        ".",
+    ]);
+    let crustd = |args: &[&str]| -> String {
+        let mut full: Vec<String> = vec![
+            "images".into(),
+            "--root".into(),
+            t.path().display().to_string(),
+        ];
+        full.extend(args.iter().map(|s| s.to_string()));
+        let out = crust_e2e::run(std::process::Command::new(crust_e2e::bin("crustd")).args(&full));
+        assert!(
+            out.status.success(),
+            "crustd {full:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = crustd(&["import", tarfile.to_str().unwrap()]);
+    assert!(out.contains("docker.io/library/imported:v1"), "{out}");
+    let ls = crustd(&["ls"]);
+    assert!(ls.contains("docker.io/library/imported:v1"), "{ls}");
+    crustd(&["rm", "imported:v1"]);
+    let ls = crustd(&["ls"]);
+    assert!(!ls.contains("imported"), "{ls}");
+    let _: PathBuf = layout;
+}

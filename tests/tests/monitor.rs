@@ -1,0 +1,633 @@
+//! End-to-end tests of the container monitor (`crust-monitor`, installed through
+//! `container::monitor::install`), started the way the executor starts it: a process
+//! whose one child is the "container", which then `exec`s the monitor. Here that
+//! process is `sh -c 'CHILD >&5 2>&6 & exec crust-monitor ...'`, with the pipes' read
+//! ends on fds 3 and 4 and their write ends (the container's stdout and stderr) on 5
+//! and 6; the background child of `sh` is the monitor's child after the exec.
+//!
+//! Nothing here needs root. Every monitor is killed by a guard, also when a test
+//! panics, and the "container" processes wait on a `go` file the guard creates, so
+//! none is left behind.
+
+use container::monitor::{self, ExitRecord};
+use crust_e2e::TempDir;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+/// How long any wait of these tests may take before it is a failure.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: the kernel just gave us these fds.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// A pty: (master, slave), both close-on-exec.
+fn pty() -> (OwnedFd, OwnedFd) {
+    // SAFETY: plain libc calls on an fd we own; ptsname_r writes into `name`.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        let master = OwnedFd::from_raw_fd(m);
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 64];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let s = libc::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        assert!(
+            s >= 0,
+            "open pty slave: {}",
+            std::io::Error::last_os_error()
+        );
+        (master, OwnedFd::from_raw_fd(s))
+    }
+}
+
+/// One monitor under test, with the paths it was given. Drop kills it and lets the
+/// "container" go.
+struct Monitor {
+    process: Child,
+    dir: PathBuf,
+    exit: PathBuf,
+    log: PathBuf,
+    go: PathBuf,
+    started: SystemTime,
+}
+
+impl Monitor {
+    fn pid(&self) -> i32 {
+        self.process.id() as i32
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill on the pid of our own child, which is not reaped yet.
+        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
+    }
+
+    fn alive(&mut self) -> bool {
+        self.process.try_wait().unwrap().is_none()
+    }
+
+    /// Lets a child waiting on `go` (see `WAIT_GO`) carry on.
+    fn go(&self) {
+        std::fs::write(&self.go, b"").unwrap();
+    }
+
+    /// Waits for the monitor to exit; checks the exit file is complete and alone.
+    fn wait(&mut self) -> (ExitStatus, ExitRecord) {
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(s) = self.process.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "monitor still running");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let record = monitor::read_exit(&self.exit)
+            .unwrap()
+            .expect("no exit record");
+        let mut tmp = self.exit.clone().into_os_string();
+        tmp.push(".tmp");
+        assert!(!Path::new(&tmp).exists(), "temp exit record left behind");
+        (status, record)
+    }
+
+    /// The log's records, once `pred` holds for them (or panics after TIMEOUT).
+    fn log_until(&self, what: &str, pred: impl Fn(&[Rec]) -> bool) -> Vec<Rec> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            // Only whole records: one may be half written as we read.
+            let mut bytes = std::fs::read(&self.log).unwrap_or_default();
+            bytes.truncate(bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1));
+            let recs = records(&bytes);
+            if pred(&recs) {
+                return recs;
+            }
+            assert!(Instant::now() < deadline, "log never had {what}: {recs:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.go, b"");
+        if self.alive() {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+}
+
+/// Shell words that make a child wait until the test calls [`Monitor::go`].
+const WAIT_GO: &str = "while [ ! -e \"$GO\" ]; do sleep 0.01; done";
+
+/// Starts `sh -c 'SCRIPT'` with `fds` on 3, 4, ... and `$GO` set; SCRIPT ends in
+/// `exec "$0" "$@"`, which runs the monitor with `-e DIR/exit` and `args`.
+fn spawn(tmp: &TempDir, script: &str, fds: Vec<OwnedFd>, args: &[&str]) -> Monitor {
+    let dir = tmp.path().to_path_buf();
+    let binary = monitor::install(&dir.join("bin")).expect("install monitor");
+    let exit = dir.join("exit");
+    let log = dir.join("container.log");
+    let go = dir.join("go");
+    let _ = std::fs::remove_file(&go);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(script)
+        .arg(&binary)
+        .arg("-e")
+        .arg(&exit)
+        .args(args)
+        .env("GO", &go)
+        .env("LOG", &log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: between fork and exec the closure only calls fcntl and dup2, which are
+    // async-signal-safe, on fds that stay open in the parent until after the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Out of the way of 3, 4, ... first (the originals may sit there), then in
+            // place; dup2 clears close-on-exec on the copies only.
+            let mut high = [0; 8];
+            for (i, &fd) in raw.iter().enumerate() {
+                high[i] = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100);
+                if high[i] < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (i, &fd) in high[..raw.len()].iter().enumerate() {
+                if libc::dup2(fd, 3 + i as RawFd) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let started = SystemTime::now();
+    let process = cmd.spawn().expect("spawn sh");
+    drop(fds);
+    Monitor {
+        process,
+        dir,
+        exit,
+        log,
+        go,
+        started,
+    }
+}
+
+/// The usual setup: `child`'s stdout and stderr are pipes the monitor reads as `-o 3
+/// -r 4`, and it logs to `$LOG`.
+fn start(tmp: &TempDir, child: &str, extra: &[&str]) -> Monitor {
+    let (out_r, out_w) = pipe();
+    let (err_r, err_w) = pipe();
+    let script =
+        format!("{{ {child}\n}} >&5 2>&6 3<&- 4<&- 5>&- 6>&- &\nexec 5>&- 6>&- \"$0\" \"$@\"");
+    let tmp_log = tmp.path().join("container.log");
+    let mut args = vec!["-l", tmp_log.to_str().unwrap(), "-o", "3", "-r", "4"];
+    args.extend_from_slice(extra);
+    spawn(tmp, &script, vec![out_r, err_r, out_w, err_w], &args)
+}
+
+/// One record of a CRI log file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    time_ns: i64,
+    stream: String,
+    tag: char,
+    text: String,
+}
+
+/// Parses a CRI log file, checking the format of every record strictly.
+fn records(bytes: &[u8]) -> Vec<Rec> {
+    let s = std::str::from_utf8(bytes).expect("log is not UTF-8");
+    if s.is_empty() {
+        return Vec::new();
+    }
+    assert!(s.ends_with('\n'), "log does not end with a newline: {s:?}");
+    s[..s.len() - 1]
+        .split('\n')
+        .map(|line| {
+            let mut f = line.splitn(4, ' ');
+            let (time, stream, tag, text) = (
+                f.next().unwrap(),
+                f.next().expect("no stream"),
+                f.next().expect("no tag"),
+                f.next().expect("no text"),
+            );
+            assert!(
+                stream == "stdout" || stream == "stderr",
+                "stream {stream:?} in {line:?}"
+            );
+            assert!(tag == "F" || tag == "P", "tag {tag:?} in {line:?}");
+            Rec {
+                time_ns: parse_rfc3339_nano(time),
+                stream: stream.to_string(),
+                tag: tag.chars().next().unwrap(),
+                text: text.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Nanoseconds since the epoch of a time as Go's `time.RFC3339Nano` writes it in UTC
+/// (`2026-11-23T12:34:56.123456789Z`, no trailing zeros in the fraction); panics on
+/// anything else.
+fn parse_rfc3339_nano(t: &str) -> i64 {
+    let bad = || panic!("not an RFC3339Nano UTC time: {t:?}");
+    let b = t.as_bytes();
+    if b.len() < 20 || !t.ends_with('Z') {
+        bad();
+    }
+    for (i, &c) in b[..19].iter().enumerate() {
+        let ok = match i {
+            4 | 7 => c == b'-',
+            10 => c == b'T',
+            13 | 16 => c == b':',
+            _ => c.is_ascii_digit(),
+        };
+        if !ok {
+            bad();
+        }
+    }
+    let num = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
+    let (y, mo, d) = (num(0..4), num(5..7), num(8..10));
+    let (h, mi, s) = (num(11..13), num(14..16), num(17..19));
+    assert!((1..=12).contains(&mo) && (1..=31).contains(&d) && h < 24 && mi < 60 && s < 60);
+    let frac = &t[19..t.len() - 1];
+    let nanos = if frac.is_empty() {
+        0
+    } else {
+        let digits = frac.strip_prefix('.').unwrap_or_else(|| bad());
+        if digits.is_empty()
+            || digits.len() > 9
+            || digits.ends_with('0')
+            || !digits.bytes().all(|c| c.is_ascii_digit())
+        {
+            bad();
+        }
+        format!("{digits:0<9}").parse::<i64>().unwrap()
+    };
+    // Days from 1970-01-01 to y-mo-d (proleptic Gregorian, years counted from March).
+    let (y, m) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    (days * 86_400 + h * 3600 + mi * 60 + s) * 1_000_000_000 + nanos
+}
+
+fn ns(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
+}
+
+/// `VmRSS` of a process in KiB.
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let v = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .expect("no VmRSS");
+    v.trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
+/// The file names in a directory, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn texts(recs: &[Rec], stream: &str) -> Vec<(char, String)> {
+    recs.iter()
+        .filter(|r| r.stream == stream)
+        .map(|r| (r.tag, r.text.clone()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+#[test]
+fn stdout_and_stderr_become_cri_records_and_exit_0_is_recorded() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(
+        &tmp,
+        "echo 'hello world'; echo oops >&2; echo; echo '  two  spaces '",
+        &[],
+    );
+    let (status, rec) = m.wait();
+    let end = SystemTime::now();
+    assert!(status.success(), "monitor {status}");
+    assert_eq!((rec.exit_code, rec.signal, rec.oom_killed), (0, 0, false));
+    assert!(rec.pid > 0 && rec.pid != m.pid(), "pid {}", rec.pid);
+    assert!(
+        (ns(m.started)..=ns(end)).contains(&rec.finished_ns),
+        "finished_ns {} not while the test ran",
+        rec.finished_ns
+    );
+
+    let recs = records(&std::fs::read(&m.log).unwrap());
+    assert_eq!(
+        texts(&recs, "stdout"),
+        [
+            ('F', "hello world".into()),
+            ('F', String::new()),
+            ('F', "  two  spaces ".into())
+        ]
+    );
+    assert_eq!(texts(&recs, "stderr"), [('F', "oops".into())]);
+    for r in &recs {
+        assert!(
+            (ns(m.started)..=rec.finished_ns).contains(&r.time_ns),
+            "record time {} not between the start and the exit: {r:?}",
+            r.time_ns
+        );
+    }
+    assert_eq!(names(&m.dir), ["bin", "container.log", "exit"]);
+    // The log file's mode: 0640 less the umask (which never takes owner bits).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&m.log).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & !0o640, 0, "log mode {mode:o}");
+    assert_eq!(mode & 0o600, 0o600, "log mode {mode:o}");
+}
+
+#[test]
+fn exit_code_3() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(&tmp, "exit 3", &[]);
+    let (status, rec) = m.wait();
+    assert!(status.success());
+    assert_eq!((rec.exit_code, rec.signal, rec.oom_killed), (3, 0, false));
+    assert_eq!(std::fs::read(&m.log).unwrap(), b"");
+}
+
+#[test]
+fn death_by_sigkill_is_137_and_signal_9() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(&tmp, "echo before; exec sh -c 'kill -KILL $$'", &[]);
+    let (_, rec) = m.wait();
+    assert_eq!((rec.exit_code, rec.signal), (137, 9));
+    let recs = records(&std::fs::read(&m.log).unwrap());
+    assert_eq!(texts(&recs, "stdout"), [('F', "before".into())]);
+}
+
+#[test]
+fn a_40k_line_is_two_partials_and_a_full_record() {
+    let tmp = TempDir::new("mon");
+    // 40 KiB of a, ..., z repeated, then a newline and one more line.
+    let mut m = start(
+        &tmp,
+        "i=0; while [ $i -lt 1575 ]; do printf abcdefghijklmnopqrstuvwxyz; i=$((i+1)); done; \
+         printf abcdefghij; echo; echo after",
+        &[],
+    );
+    let (_, rec) = m.wait();
+    assert_eq!(rec.exit_code, 0);
+    let recs = records(&std::fs::read(&m.log).unwrap());
+    let out = texts(&recs, "stdout");
+    let tags: String = out.iter().map(|r| r.0).collect();
+    assert_eq!(
+        tags,
+        "PPFF",
+        "{:?}",
+        out.iter().map(|r| (r.0, r.1.len())).collect::<Vec<_>>()
+    );
+    assert_eq!(out[0].1.len(), 16 * 1024);
+    assert_eq!(out[1].1.len(), 16 * 1024);
+    let line: String = out[..3].iter().map(|r| r.1.as_str()).collect();
+    let want: String = "abcdefghijklmnopqrstuvwxyz"
+        .chars()
+        .cycle()
+        .take(40 * 1024)
+        .collect();
+    assert_eq!(line.len(), 40 * 1024);
+    assert!(line == want, "the pieces do not make the line");
+    assert_eq!(out[3], ('F', "after".into()));
+}
+
+#[test]
+fn an_unterminated_last_line_is_a_full_record() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(&tmp, "printf 'one\\ntwo'; printf 'e1\\ne2' >&2", &[]);
+    m.wait();
+    let recs = records(&std::fs::read(&m.log).unwrap());
+    assert_eq!(
+        texts(&recs, "stdout"),
+        [('F', "one".into()), ('F', "two".into())]
+    );
+    assert_eq!(
+        texts(&recs, "stderr"),
+        [('F', "e1".into()), ('F', "e2".into())]
+    );
+}
+
+/// ReopenContainerLog: the kubelet renames the file, crustd sends SIGUSR1 and waits for
+/// the path to exist again.
+#[test]
+fn sigusr1_reopens_the_log_after_a_rename() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(
+        &tmp,
+        &format!("echo first; {WAIT_GO}; echo second >&2; echo third"),
+        &[],
+    );
+    m.log_until("first", |r| r.iter().any(|r| r.text == "first"));
+    let old = tmp.path().join("container.log.1");
+    std::fs::rename(&m.log, &old).unwrap();
+    m.signal(libc::SIGUSR1);
+    let deadline = Instant::now() + TIMEOUT;
+    while !m.log.exists() {
+        assert!(Instant::now() < deadline, "log not reopened");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    m.go();
+    let (status, rec) = m.wait();
+    assert!(status.success());
+    assert_eq!(rec.exit_code, 0);
+    let before = records(&std::fs::read(&old).unwrap());
+    let after = records(&std::fs::read(&m.log).unwrap());
+    assert_eq!(texts(&before, "stdout"), [('F', "first".into())]);
+    assert_eq!(texts(&before, "stderr"), []);
+    assert_eq!(texts(&after, "stdout"), [('F', "third".into())]);
+    assert_eq!(texts(&after, "stderr"), [('F', "second".into())]);
+}
+
+/// crustd stops containers by signalling them; the monitor outlives such signals.
+#[test]
+fn sigterm_sigint_and_sighup_to_the_monitor_are_ignored() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(&tmp, &format!("echo ready; {WAIT_GO}; exit 7"), &[]);
+    m.log_until("ready", |r| !r.is_empty());
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        m.signal(sig);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(m.alive(), "the monitor died of a signal it should ignore");
+    assert!(!m.exit.exists());
+    m.go();
+    let (status, rec) = m.wait();
+    assert!(status.success());
+    assert_eq!(rec.exit_code, 7);
+}
+
+#[test]
+fn the_monitor_stays_small_and_in_its_own_session() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(
+        &tmp,
+        &format!(
+            "i=0; while [ $i -lt 2000 ]; do echo \"line $i of some output\"; i=$((i+1)); done; \
+             echo ready >&2; {WAIT_GO}"
+        ),
+        &[],
+    );
+    m.log_until("ready", |r| r.iter().any(|r| r.text == "ready"));
+    let rss = rss_kib(m.pid());
+    println!("monitor VmRSS: {rss} KiB");
+    assert!(rss < 200, "monitor VmRSS {rss} KiB");
+    // SAFETY: getsid has no preconditions.
+    let sid = unsafe { libc::getsid(m.pid()) };
+    assert_eq!(sid, m.pid(), "the monitor leads its own session");
+    m.go();
+    let (_, rec) = m.wait();
+    assert_eq!(rec.exit_code, 0);
+    let recs = records(&std::fs::read(&m.log).unwrap());
+    assert_eq!(texts(&recs, "stdout").len(), 2000);
+}
+
+/// `-m` names memory.events (v2) or memory.oom_control (v1); its `oom_kill` counter
+/// growing while the container ran means the container was OOM killed.
+#[test]
+fn a_grown_oom_kill_counter_means_oom_killed() {
+    for (grow, content) in [
+        (
+            true,
+            "low 0\nhigh 0\nmax 0\noom 0\noom_kill {}\noom_group_kill 0\n",
+        ),
+        (false, "oom_kill_disable 0\nunder_oom 0\noom_kill {}\n"),
+    ] {
+        let tmp = TempDir::new("mon");
+        let events = tmp.path().join("memory.events");
+        std::fs::write(&events, content.replace("{}", "0")).unwrap();
+        let mut m = start(
+            &tmp,
+            &format!("echo ready; {WAIT_GO}; exec sh -c 'kill -KILL $$'"),
+            &["-m", events.to_str().unwrap()],
+        );
+        m.log_until("ready", |r| !r.is_empty());
+        if grow {
+            std::fs::write(&events, content.replace("{}", "1")).unwrap();
+        }
+        m.go();
+        let (_, rec) = m.wait();
+        assert_eq!((rec.exit_code, rec.signal), (137, 9));
+        assert_eq!(rec.oom_killed, grow, "{content:?}");
+    }
+}
+
+#[test]
+fn no_child_is_exit_code_255() {
+    let tmp = TempDir::new("mon");
+    let mut m = spawn(&tmp, "exec \"$0\" \"$@\"", vec![], &[]);
+    let (status, rec) = m.wait();
+    assert!(status.success());
+    assert_eq!(
+        (rec.pid, rec.exit_code, rec.signal, rec.oom_killed),
+        (0, 255, 0, false)
+    );
+    assert_eq!(names(&m.dir), ["bin", "exit"]);
+}
+
+/// A daemonised grandchild keeps the pipe open: the record must not wait for its EOF.
+#[test]
+fn the_record_does_not_wait_for_a_grandchild_holding_the_pipes() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(&tmp, &format!("({WAIT_GO}) & echo done; exit 4"), &[]);
+    let (_, rec) = m.wait();
+    assert_eq!(rec.exit_code, 4);
+    let recs = records(&std::fs::read(&m.log).unwrap());
+    assert_eq!(texts(&recs, "stdout"), [('F', "done".into())]);
+}
+
+/// Without `-l` the output is read and dropped; the child never blocks on it.
+#[test]
+fn without_a_log_output_is_drained_and_dropped() {
+    let tmp = TempDir::new("mon");
+    let (out_r, out_w) = pipe();
+    // 1 MiB: far more than a pipe holds.
+    let script = "{ head -c 1048576 /dev/zero; exit 5\n} >&4 3<&- 4>&- &\nexec 4>&- \"$0\" \"$@\"";
+    let mut m = spawn(&tmp, script, vec![out_r, out_w], &["-o", "3"]);
+    let (_, rec) = m.wait();
+    assert_eq!(rec.exit_code, 5);
+    assert_eq!(names(&m.dir), ["bin", "exit"]);
+}
+
+/// A tty container: its output is a pty master (`-t`), read as stdout.
+#[test]
+fn a_pty_master_is_read_as_stdout() {
+    let tmp = TempDir::new("mon");
+    let (master, slave) = pty();
+    let log = tmp.path().join("container.log");
+    let script = "{ echo on a tty; exit 6\n} >&4 2>&4 3<&- 4>&- &\nexec 4>&- \"$0\" \"$@\"";
+    let mut m = spawn(
+        &tmp,
+        script,
+        vec![master, slave],
+        &["-t", "3", "-l", log.to_str().unwrap()],
+    );
+    let (_, rec) = m.wait();
+    assert_eq!(rec.exit_code, 6);
+    let recs = records(&std::fs::read(&m.log).unwrap());
+    // The tty's line discipline turns "\n" into "\r\n".
+    assert_eq!(texts(&recs, "stdout"), [('F', "on a tty\r".into())]);
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let tmp = TempDir::new("mon");
+    let binary = monitor::install(tmp.path()).unwrap();
+    for args in [
+        &[][..],
+        &["-l", "/tmp/x"][..],
+        &["-e"][..],
+        &["-e", "x", "-o", "three"][..],
+        &["-e", "x", "-z", "1"][..],
+        &["-e", "x", "-o", "3", "-t", "4"][..],
+    ] {
+        let out = Command::new(&binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("crust-monitor: "), "{args:?}: {err}");
+        assert!(err.contains("usage: crust-monitor -e EXIT_FILE"), "{err}");
+    }
+    assert!(!tmp.path().join("x").exists());
+}
