@@ -13,6 +13,8 @@ pub struct Registry {
     pub addr: String,
     pub dir: TempDir,
     pub creds: Option<(String, String)>,
+    /// The network namespace it listens in, if not the host's.
+    netns: Option<std::path::PathBuf>,
     child: Child,
 }
 
@@ -81,6 +83,7 @@ impl Registry {
             addr,
             dir,
             creds: creds.map(|(u, p)| (u.to_string(), p.to_string())),
+            netns: node.map(|n| n.path()),
             child,
         };
         r.wait_ready(node);
@@ -92,13 +95,17 @@ impl Registry {
         loop {
             let up = match node {
                 None => std::net::TcpStream::connect(&self.addr).is_ok(),
-                Some(ns) => ns.ok(&[
-                    "busybox",
-                    "nc",
-                    "-z",
-                    "127.0.0.1",
-                    self.addr.rsplit(':').next().unwrap(),
-                ]),
+                Some(ns) => {
+                    let (p, addr) = (ns.path(), &self.addr);
+                    std::thread::scope(|s| {
+                        s.spawn(|| {
+                            enter_netns(&p);
+                            std::net::TcpStream::connect(addr).is_ok()
+                        })
+                        .join()
+                        .unwrap()
+                    })
+                }
             };
             if up {
                 return;
@@ -133,7 +140,14 @@ impl Registry {
     /// [`Registry::push`] with more `skopeo copy` flags, e.g. `--format v2s2` to store
     /// Docker schema 2 manifests and media types.
     pub fn push_args(&self, layout: &Path, ref_name: &str, repo_tag: &str, args: &[&str]) {
-        let mut cmd = Command::new("skopeo");
+        let mut cmd = match &self.netns {
+            None => Command::new("skopeo"),
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display())).arg("skopeo");
+                c
+            }
+        };
         cmd.args(["copy", "--quiet", "--all", "--dest-tls-verify=false"])
             .args(args);
         if let Some((u, p)) = &self.creds {

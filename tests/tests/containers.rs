@@ -583,6 +583,46 @@ async fn resources_oom_and_update() {
         s.resources.unwrap().linux.unwrap().memory_limit_in_bytes,
         128 << 20
     );
+
+    // Stats, as the kubelet's summary API reads them.
+    let st =
+        e.c.container_stats(ContainerStatsRequest {
+            container_id: id2.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert_eq!(st.attributes.unwrap().id, id2);
+    assert!(st.cpu.unwrap().usage_core_nano_seconds.unwrap().value > 0);
+    assert!(st.memory.unwrap().usage_bytes.unwrap().value > 0);
+    assert!(st.writable_layer.is_some());
+    let list =
+        e.c.list_container_stats(ListContainerStatsRequest {
+            filter: Some(ContainerStatsFilter {
+                pod_sandbox_id: pod.0.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats;
+    assert_eq!(list.len(), 1, "only the running container has stats");
+    let ps =
+        e.c.list_pod_sandbox_stats(ListPodSandboxStatsRequest { filter: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .stats;
+    assert_eq!(ps.len(), 1);
+    let linux = ps[0].linux.clone().unwrap();
+    assert_eq!(linux.containers.len(), 1);
+    let net = linux.network.unwrap();
+    assert_eq!(net.default_interface.unwrap().name, "eth0");
+    assert!(linux.process.unwrap().process_count.unwrap().value >= 2);
+
     e.remove(&id2).await;
     e.remove(&id).await;
     assert!(container_dirs(&e.d).is_empty());

@@ -507,7 +507,7 @@ fn killed_pull_is_completed_by_the_next() {
     let reg = Registry::start();
     let mut layers = vec![(busybox_layer(), Compression::Gzip)];
     for i in 0..4u8 {
-        let mut noise = vec![0u8; 24 << 20];
+        let mut noise = vec![0u8; 8 << 20];
         let mut x: u64 = 0x2545f4914f6cdd1d + i as u64;
         for b in noise.iter_mut() {
             x ^= x << 13;
@@ -612,4 +612,170 @@ fn crustd_images_cli() {
     let ls = crustd(&["ls"]);
     assert!(!ls.contains("imported"), "{ls}");
     let _: PathBuf = layout;
+}
+
+/// The CRI ImageService of a real crustd, with the registry in crustd's node namespace.
+#[test]
+fn cri_image_service() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let d = crust_e2e::crustd::Crustd::start();
+    let reg = Registry::start_with(Some(("cri", "pw")), Some(&d.node));
+    let mut cfg = image(vec![(busybox_layer(), Compression::Gzip)], "cri");
+    cfg.config.user = "1234:5".into();
+    cfg.config.labels.insert("crust.test".into(), "yes".into());
+    push(&reg, t.path(), "cri/app:v1", vec![cfg]);
+    let name = reg.name("cri/app:v1");
+    rt().block_on(async {
+        use cri_api::*;
+        let mut c = d.images().await;
+        let spec = |s: &str| {
+            Some(ImageSpec {
+                image: s.to_string(),
+                ..Default::default()
+            })
+        };
+        let creds = Some(AuthConfig {
+            username: "cri".into(),
+            password: "pw".into(),
+            ..Default::default()
+        });
+        // Errors with their codes.
+        let e = c
+            .pull_image(PullImageRequest {
+                image: spec(&name),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        let e = c
+            .pull_image(PullImageRequest {
+                image: spec(&reg.name("cri/app:nope")),
+                auth: creds.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        let e = c
+            .pull_image(PullImageRequest {
+                image: spec("Not A Reference"),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+
+        let pulled = c
+            .pull_image(PullImageRequest {
+                image: spec(&name),
+                auth: creds.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(pulled.image_ref.starts_with("sha256:"));
+
+        let st = c
+            .image_status(ImageStatusRequest {
+                image: spec(&name),
+                verbose: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let img = st.image.unwrap();
+        assert_eq!(img.id, pulled.image_ref);
+        assert_eq!(img.repo_tags, vec![name.clone()]);
+        assert_eq!(img.repo_digests.len(), 1);
+        assert_eq!(img.uid.unwrap().value, 1234);
+        assert!(img.size > 0);
+        let info: serde_json::Value = serde_json::from_str(&st.info["info"]).unwrap();
+        assert_eq!(info["config"]["labels"]["crust.test"], "yes");
+        assert_eq!(info["imageSpec"]["config"]["Cmd"][2], "cri");
+        // By id prefix too; an unknown image is an empty answer.
+        let short = &pulled.image_ref["sha256:".len().."sha256:".len() + 12];
+        let st = c
+            .image_status(ImageStatusRequest {
+                image: spec(short),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(st.image.unwrap().id, pulled.image_ref);
+        let st = c
+            .image_status(ImageStatusRequest {
+                image: spec("absent:v1"),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(st.image.is_none());
+
+        let all = c
+            .list_images(ListImagesRequest { filter: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .images;
+        assert_eq!(all.len(), 1);
+        let filtered = c
+            .list_images(ListImagesRequest {
+                filter: Some(ImageFilter {
+                    image: spec("absent:v1"),
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .images;
+        assert!(filtered.is_empty());
+        let filtered = c
+            .list_images(ListImagesRequest {
+                filter: Some(ImageFilter { image: spec(&name) }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .images;
+        assert_eq!(filtered.len(), 1);
+
+        let fs = c
+            .image_fs_info(ImageFsInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let used = fs.image_filesystems[0].used_bytes.as_ref().unwrap().value;
+        assert!(used > 1 << 20, "image fs reports {used} bytes");
+        assert!(fs.image_filesystems[0].inodes_used.as_ref().unwrap().value > 5);
+        assert_eq!(fs.container_filesystems.len(), 1);
+
+        c.remove_image(RemoveImageRequest { image: spec(&name) })
+            .await
+            .unwrap();
+        c.remove_image(RemoveImageRequest { image: spec(&name) })
+            .await
+            .unwrap();
+        let st = c
+            .image_status(ImageStatusRequest {
+                image: spec(&name),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(st.image.is_none());
+        let fs = c
+            .image_fs_info(ImageFsInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(fs.image_filesystems[0].used_bytes.as_ref().unwrap().value < used);
+    });
 }

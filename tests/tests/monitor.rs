@@ -15,6 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 // ---------------------------------------------------------------------------------------
@@ -133,6 +134,17 @@ impl Drop for Monitor {
     }
 }
 
+/// The monitor, installed once for all the tests of this process before any of them
+/// spawns anything: a write fd of a binary being installed that leaks into a process
+/// another test thread forks at that moment makes `exec` of it fail with ETXTBSY.
+fn binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("monitor-test-bin");
+        monitor::install(&dir).expect("install monitor")
+    })
+}
+
 /// Shell words that make a child wait until the test calls [`Monitor::go`].
 const WAIT_GO: &str = "while [ ! -e \"$GO\" ]; do sleep 0.01; done";
 
@@ -140,7 +152,7 @@ const WAIT_GO: &str = "while [ ! -e \"$GO\" ]; do sleep 0.01; done";
 /// `exec "$0" "$@"`, which runs the monitor with `-e DIR/exit` and `args`.
 fn spawn(tmp: &TempDir, script: &str, fds: Vec<OwnedFd>, args: &[&str]) -> Monitor {
     let dir = tmp.path().to_path_buf();
-    let binary = monitor::install(&dir.join("bin")).expect("install monitor");
+    let binary = binary();
     let exit = dir.join("exit");
     let log = dir.join("container.log");
     let go = dir.join("go");
@@ -361,14 +373,15 @@ fn stdout_and_stderr_become_cri_records_and_exit_0_is_recorded() {
         ]
     );
     assert_eq!(texts(&recs, "stderr"), [('F', "oops".into())]);
+    // Output still in the pipe at the exit is read (and stamped) after the reap.
     for r in &recs {
         assert!(
-            (ns(m.started)..=rec.finished_ns).contains(&r.time_ns),
-            "record time {} not between the start and the exit: {r:?}",
+            (ns(m.started)..=ns(end)).contains(&r.time_ns),
+            "record time {} not while the test ran: {r:?}",
             r.time_ns
         );
     }
-    assert_eq!(names(&m.dir), ["bin", "container.log", "exit"]);
+    assert_eq!(names(&m.dir), ["container.log", "exit"]);
     // The log file's mode: 0640 less the umask (which never takes owner bits).
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&m.log).unwrap().permissions().mode() & 0o777;
@@ -560,7 +573,7 @@ fn no_child_is_exit_code_255() {
         (rec.pid, rec.exit_code, rec.signal, rec.oom_killed),
         (0, 255, 0, false)
     );
-    assert_eq!(names(&m.dir), ["bin", "exit"]);
+    assert_eq!(names(&m.dir), ["exit"]);
 }
 
 /// A daemonised grandchild keeps the pipe open: the record must not wait for its EOF.
@@ -584,7 +597,7 @@ fn without_a_log_output_is_drained_and_dropped() {
     let mut m = spawn(&tmp, script, vec![out_r, out_w], &["-o", "3"]);
     let (_, rec) = m.wait();
     assert_eq!(rec.exit_code, 5);
-    assert_eq!(names(&m.dir), ["bin", "exit"]);
+    assert_eq!(names(&m.dir), ["exit"]);
 }
 
 /// A tty container: its output is a pty master (`-t`), read as stdout.
@@ -610,7 +623,7 @@ fn a_pty_master_is_read_as_stdout() {
 #[test]
 fn bad_arguments_exit_2() {
     let tmp = TempDir::new("mon");
-    let binary = monitor::install(tmp.path()).unwrap();
+    let binary = binary();
     for args in [
         &[][..],
         &["-l", "/tmp/x"][..],
@@ -630,4 +643,33 @@ fn bad_arguments_exit_2() {
         assert!(err.contains("usage: crust-monitor -e EXIT_FILE"), "{err}");
     }
     assert!(!tmp.path().join("x").exists());
+}
+
+/// A reader polling the exit file (as crustd's recovery may) sees no file or a whole
+/// record, never a part of one.
+#[test]
+fn the_exit_record_appears_whole() {
+    let tmp = TempDir::new("mon");
+    let mut m = start(&tmp, &format!("echo ready; {WAIT_GO}; exit 9"), &[]);
+    m.log_until("ready", |r| !r.is_empty());
+    let path = m.exit.clone();
+    let reader = std::thread::spawn(move || {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut misses = 0u64;
+        loop {
+            match monitor::read_exit(&path) {
+                Ok(Some(rec)) => return (rec, misses),
+                Ok(None) => misses += 1,
+                Err(e) => panic!("a reader saw a partial exit record: {e}"),
+            }
+            assert!(Instant::now() < deadline, "no exit record");
+        }
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    m.go();
+    let (seen, misses) = reader.join().unwrap();
+    assert!(misses > 0, "the record was there before the child exited");
+    let (_, rec) = m.wait();
+    assert_eq!(seen, rec);
+    assert_eq!(rec.exit_code, 9);
 }

@@ -630,6 +630,11 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
     if let Some(cg) = input.cgroup {
         linux_v["cgroupsPath"] = json!(cg);
     }
+    if !privileged {
+        if let Some(s) = crate::seccomp_profile::linux_seccomp(&sc)? {
+            linux_v["seccomp"] = s;
+        }
+    }
     let spec = json!({
         "ociVersion": "1.0.2",
         "process": process,

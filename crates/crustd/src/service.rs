@@ -4,7 +4,7 @@
 use crate::daemon::Crust;
 use crate::error::{Error, Result};
 use crate::{
-    container_exec, container_ops, runtime_info, sandbox_run, sandbox_status, sandbox_stop,
+    container_exec, container_ops, runtime_info, sandbox_run, sandbox_status, sandbox_stop, stats,
 };
 use cri_api::*;
 use std::sync::Arc;
@@ -261,30 +261,44 @@ impl RuntimeService for Service {
 
     async fn container_stats(
         &self,
-        _r: Request<ContainerStatsRequest>,
+        r: Request<ContainerStatsRequest>,
     ) -> std::result::Result<Response<ContainerStatsResponse>, Status> {
-        later("ContainerStats")
+        let t = Instant::now();
+        let id = r.into_inner().container_id;
+        let res = stats::container(self.crust.clone(), &id).await;
+        done("ContainerStats", &id, t, res)
     }
 
     async fn list_container_stats(
         &self,
-        _r: Request<ListContainerStatsRequest>,
+        r: Request<ListContainerStatsRequest>,
     ) -> std::result::Result<Response<ListContainerStatsResponse>, Status> {
-        Ok(Response::new(ListContainerStatsResponse { stats: vec![] }))
+        let t = Instant::now();
+        let res = stats::list_containers(self.crust.clone(), r.into_inner().filter)
+            .await
+            .map(|stats| ListContainerStatsResponse { stats });
+        done("ListContainerStats", "", t, res)
     }
 
     async fn pod_sandbox_stats(
         &self,
-        _r: Request<PodSandboxStatsRequest>,
+        r: Request<PodSandboxStatsRequest>,
     ) -> std::result::Result<Response<PodSandboxStatsResponse>, Status> {
-        later("PodSandboxStats")
+        let t = Instant::now();
+        let id = r.into_inner().pod_sandbox_id;
+        let res = stats::sandbox(self.crust.clone(), &id).await;
+        done("PodSandboxStats", &id, t, res)
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _r: Request<ListPodSandboxStatsRequest>,
+        r: Request<ListPodSandboxStatsRequest>,
     ) -> std::result::Result<Response<ListPodSandboxStatsResponse>, Status> {
-        later("ListPodSandboxStats")
+        let t = Instant::now();
+        let res = stats::list_sandboxes(self.crust.clone(), r.into_inner().filter)
+            .await
+            .map(|stats| ListPodSandboxStatsResponse { stats });
+        done("ListPodSandboxStats", "", t, res)
     }
 
     async fn update_runtime_config(

@@ -1,0 +1,287 @@
+//! ContainerStats, ListContainerStats, PodSandboxStats and ListPodSandboxStats: what the
+//! kubelet's summary API and eviction manager read, from the cgroups (`cgroups` crate),
+//! the pod's `/proc/<pause>/net/dev` and the snapshots' writable layers.
+//!
+//! `usage_nano_cores` is a rate: the difference to the previous sample of the same
+//! cgroup over the time between them, as containerd computes it; the first sample of a
+//! cgroup reports none.
+
+use crate::container_store::{ContainerRecord, ContainerState};
+use crate::daemon::Crust;
+use crate::error::{Error, Result};
+use crate::store::{SandboxRecord, SandboxState};
+use crate::util;
+use cgroups::CgroupManager;
+use cri_api::*;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+/// The last (timestamp ns, cumulative CPU ns) per cgroup path.
+static SAMPLES: LazyLock<Mutex<HashMap<String, (i64, u64)>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn u(v: u64) -> Option<UInt64Value> {
+    Some(UInt64Value { value: v })
+}
+
+/// CPU and memory of a cgroup, or `None` when it cannot be read (gone).
+fn usage(crust: &Crust, cg: &str) -> Option<(CpuUsage, MemoryUsage, SwapUsage, u64)> {
+    let path = cgroups::CgroupPath::new(cg).ok()?;
+    if !crust.cgroups.exists(&path) {
+        return None;
+    }
+    let st = crust.cgroups.stats(&path).ok()?;
+    let ts = util::now_ns();
+    let nano_cores = {
+        let mut s = SAMPLES.lock().unwrap();
+        let prev = s.insert(cg.to_string(), (ts, st.cpu.usage_ns));
+        prev.and_then(|(pts, pusage)| {
+            let dt = (ts - pts) as u64;
+            (dt > 0 && st.cpu.usage_ns >= pusage)
+                .then(|| ((st.cpu.usage_ns - pusage) as u128 * 1_000_000_000 / dt as u128) as u64)
+        })
+    };
+    let cpu = CpuUsage {
+        timestamp: ts,
+        usage_core_nano_seconds: u(st.cpu.usage_ns),
+        usage_nano_cores: nano_cores.and_then(u),
+    };
+    let m = &st.memory;
+    let memory = MemoryUsage {
+        timestamp: ts,
+        working_set_bytes: u(m.working_set),
+        available_bytes: m.limit.map(|l| l.saturating_sub(m.working_set)).and_then(u),
+        usage_bytes: u(m.usage),
+        rss_bytes: u(m.rss),
+        page_faults: u(m.page_faults),
+        major_page_faults: u(m.major_page_faults),
+    };
+    let swap = SwapUsage {
+        timestamp: ts,
+        swap_available_bytes: None,
+        swap_usage_bytes: u(m.swap),
+    };
+    Some((cpu, memory, swap, st.pids.current))
+}
+
+/// Bytes and inodes under a directory (the writable layer), not following symlinks
+/// and not crossing into other filesystems.
+fn du(dir: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut bytes = 0;
+    let mut inodes = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    let dev = std::fs::symlink_metadata(dir).map(|m| m.dev()).unwrap_or(0);
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            inodes += 1;
+            bytes += m.blocks() * 512;
+            if m.is_dir() && m.dev() == dev {
+                stack.push(e.path());
+            }
+        }
+    }
+    (bytes, inodes)
+}
+
+fn container_stats(crust: &Crust, rec: &ContainerRecord) -> Option<ContainerStats> {
+    if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
+        return None;
+    }
+    let (cpu, memory, swap, _) = usage(crust, rec.cgroup.as_deref()?)?;
+    let writable_layer = crust.images.snapshot(&rec.id).map(|s| {
+        let (bytes, inodes) = du(&s.upperdir);
+        FilesystemUsage {
+            timestamp: cpu.timestamp,
+            fs_id: Some(FilesystemIdentifier {
+                mountpoint: crust.images.root().display().to_string(),
+            }),
+            used_bytes: u(bytes),
+            inodes_used: u(inodes),
+        }
+    });
+    Some(ContainerStats {
+        attributes: Some(ContainerAttributes {
+            id: rec.id.clone(),
+            metadata: Some(ContainerMetadata {
+                name: rec.name.clone(),
+                attempt: rec.attempt,
+            }),
+            labels: rec.labels.clone().into_iter().collect(),
+            annotations: rec.annotations.clone().into_iter().collect(),
+        }),
+        cpu: Some(cpu),
+        memory: Some(memory),
+        writable_layer,
+        swap: Some(swap),
+    })
+}
+
+/// Interfaces of the pod's network namespace, from `/proc/<pause>/net/dev` (the file
+/// shows the reader's view of the namespace of that process).
+fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
+    let pause = rec.pause?;
+    if rec.host_network {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/proc/{}/net/dev", pause.pid)).ok()?;
+    let mut ifaces = vec![];
+    for line in text.lines().skip(2) {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let name = name.trim();
+        if name == "lo" {
+            continue;
+        }
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if f.len() < 11 {
+            continue;
+        }
+        ifaces.push(NetworkInterfaceUsage {
+            name: name.to_string(),
+            rx_bytes: u(f[0]),
+            rx_errors: u(f[2]),
+            tx_bytes: u(f[8]),
+            tx_errors: u(f[10]),
+        });
+    }
+    let default = rec
+        .network
+        .as_ref()
+        .and_then(|n| ifaces.iter().find(|i| i.name == n.ifname).cloned())
+        .or_else(|| ifaces.first().cloned());
+    Some(NetworkUsage {
+        timestamp: ts,
+        default_interface: default,
+        interfaces: ifaces,
+    })
+}
+
+async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSandboxStats> {
+    if rec.state != SandboxState::Ready {
+        return None;
+    }
+    let (cpu, memory, _, procs) = usage(crust, rec.cgroup.as_deref()?)?;
+    let ts = cpu.timestamp;
+    let mut containers = vec![];
+    for c in crust.containers.of_sandbox(&rec.id) {
+        let r = c.rec.lock().await;
+        if let Some(s) = container_stats(crust, &r) {
+            containers.push(s);
+        }
+    }
+    Some(PodSandboxStats {
+        attributes: Some(PodSandboxAttributes {
+            id: rec.id.clone(),
+            metadata: Some(PodSandboxMetadata {
+                name: rec.name.clone(),
+                uid: rec.uid.clone(),
+                namespace: rec.namespace.clone(),
+                attempt: rec.attempt,
+            }),
+            labels: rec.labels.clone().into_iter().collect(),
+            annotations: rec.annotations.clone().into_iter().collect(),
+        }),
+        linux: Some(LinuxPodSandboxStats {
+            cpu: Some(cpu),
+            memory: Some(memory),
+            network: network(rec, ts),
+            process: Some(ProcessUsage {
+                timestamp: ts,
+                process_count: u(procs),
+            }),
+            containers,
+        }),
+        windows: None,
+    })
+}
+
+pub async fn container(crust: Arc<Crust>, id: &str) -> Result<ContainerStatsResponse> {
+    let c = crust.containers.get(id)?;
+    let rec = c.rec.lock().await;
+    let stats = container_stats(&crust, &rec).ok_or_else(|| {
+        Error::NotFound(format!(
+            "container {} has no stats: it is not running",
+            rec.id
+        ))
+    })?;
+    Ok(ContainerStatsResponse { stats: Some(stats) })
+}
+
+pub async fn list_containers(
+    crust: Arc<Crust>,
+    f: Option<ContainerStatsFilter>,
+) -> Result<Vec<ContainerStats>> {
+    let f = f.unwrap_or_default();
+    let sandbox = if f.pod_sandbox_id.is_empty() {
+        None
+    } else {
+        match crust.store.get(&f.pod_sandbox_id) {
+            Ok(sb) => Some(sb.id.clone()),
+            Err(_) => return Ok(vec![]),
+        }
+    };
+    let mut out = vec![];
+    for c in crust.containers.list() {
+        if !f.id.is_empty() && !c.id.starts_with(&f.id) {
+            continue;
+        }
+        if sandbox.as_ref().is_some_and(|s| *s != c.sandbox_id) {
+            continue;
+        }
+        let rec = c.rec.lock().await;
+        if !f
+            .label_selector
+            .iter()
+            .all(|(k, v)| rec.labels.get(k) == Some(v))
+        {
+            continue;
+        }
+        if let Some(s) = container_stats(&crust, &rec) {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+pub async fn sandbox(crust: Arc<Crust>, id: &str) -> Result<PodSandboxStatsResponse> {
+    let sb = crust.store.get(id)?;
+    let rec = sb.rec.lock().await.clone();
+    let stats = sandbox_stats(&crust, &rec).await.ok_or_else(|| {
+        Error::NotFound(format!("sandbox {} has no stats: it is not ready", rec.id))
+    })?;
+    Ok(PodSandboxStatsResponse { stats: Some(stats) })
+}
+
+pub async fn list_sandboxes(
+    crust: Arc<Crust>,
+    f: Option<PodSandboxStatsFilter>,
+) -> Result<Vec<PodSandboxStats>> {
+    let f = f.unwrap_or_default();
+    let mut out = vec![];
+    for sb in crust.store.list() {
+        if !f.id.is_empty() && !sb.id.starts_with(&f.id) {
+            continue;
+        }
+        let rec = sb.rec.lock().await.clone();
+        if !f
+            .label_selector
+            .iter()
+            .all(|(k, v)| rec.labels.get(k) == Some(v))
+        {
+            continue;
+        }
+        if let Some(s) = sandbox_stats(&crust, &rec).await {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
