@@ -417,6 +417,15 @@ async fn process_environment_and_exec_sync() {
             ..Default::default()
         },
     ];
+    // As the kubelet mounts the termination message file.
+    let term = host.path().join("termination-log");
+    std::fs::write(&term, "").unwrap();
+    std::fs::set_permissions(&term, std::fs::Permissions::from_mode(0o666)).unwrap();
+    cfg.mounts.push(Mount {
+        container_path: "/dev/termination-log".into(),
+        host_path: term.display().to_string(),
+        ..Default::default()
+    });
     sc(&mut cfg).run_as_user = Some(Int64Value { value: 1000 });
     sc(&mut cfg).readonly_rootfs = true;
     sc(&mut cfg).capabilities = Some(Capability {
@@ -465,6 +474,12 @@ async fn process_environment_and_exec_sync() {
     assert_eq!(out(r), "0\n1\n2");
     let r = e.exec(&id, &["cat", "/etc/hostname"], 10).await.unwrap();
     assert_eq!(out(r), "envpod");
+    let r = e
+        .exec(&id, &["sh", "-c", "echo bye > /dev/termination-log"], 10)
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(&term).unwrap(), "bye\n");
 
     // Exit code and stderr; a missing command; the timeout.
     let r = e
@@ -817,4 +832,46 @@ async fn bad_input_leaves_nothing() {
         "start of an unknown container",
     );
     e.remove(&id).await;
+}
+
+/// Containers of a pod share its /dev/shm (as they share its IPC namespace); the
+/// tmpfs is gone after StopPodSandbox.
+#[tokio::test]
+async fn pod_shares_dev_shm() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("shm").await;
+    let a = e
+        .create(
+            &pod,
+            ctr(
+                "writer",
+                &[
+                    "sh",
+                    "-c",
+                    "echo shared > /dev/shm/note; grep shm /proc/self/mountinfo >&2",
+                ],
+            ),
+        )
+        .await;
+    e.start(&a).await;
+    let sa = e.wait_exited(&a).await;
+    assert_eq!(sa.exit_code, 0);
+    eprintln!("{:?}", log_lines(Path::new(&sa.log_path)));
+    let b = e
+        .create(&pod, ctr("reader", &["cat", "/dev/shm/note"]))
+        .await;
+    e.start(&b).await;
+    let s = e.wait_exited(&b).await;
+    let lines = log_lines(Path::new(&s.log_path));
+    assert_eq!(s.exit_code, 0, "{lines:?} {}", e.d.log_text());
+    assert!(lines.iter().any(|l| l.3 == "shared"), "{lines:?}");
+    e.c.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(e.d.mounts().is_empty(), "{:?}", e.d.mounts());
 }

@@ -578,8 +578,12 @@ async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> 
     }
     if !wait_monitor(rec, KILL_WAIT).await {
         return Err(Error::Internal(format!(
-            "container {} did not exit within {KILL_WAIT:?} of SIGKILL",
-            rec.id
+            "container {} did not exit within {KILL_WAIT:?} of SIGKILL (init {} {}, monitor {} alive, exit record {})",
+            rec.id,
+            rec.pid,
+            if x.as_ref().is_some_and(|x| x.alive()) { "alive" } else { "gone" },
+            rec.monitor_pid,
+            if crust.containers.exit_file(&rec.id).exists() { "written" } else { "missing" },
         )));
     }
     refresh(crust, rec);

@@ -462,8 +462,14 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
         json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", if privileged { "rw" } else { "ro" }]}),
         json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", if privileged { "rw" } else { "ro" }]}),
-        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]}),
     ];
+    // /dev/shm: the pod's (shared with every container in the pod's IPC namespace),
+    // the host's for a hostIPC pod, else one of the container's own.
+    match (&sb.shm, sb.host_ipc) {
+        (Some(shm), _) => mounts.push(json!({"destination": "/dev/shm", "type": "bind", "source": shm, "options": ["rbind", "rprivate", "nosuid", "noexec", "nodev", "rw"]})),
+        (None, true) => mounts.push(json!({"destination": "/dev/shm", "type": "bind", "source": "/dev/shm", "options": ["rbind", "rprivate", "nosuid", "noexec", "nodev", "rw"]})),
+        (None, false) => mounts.push(json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]})),
+    }
     let user_dests: Vec<&str> = cfg
         .mounts
         .iter()

@@ -20,6 +20,9 @@ use std::time::Duration;
 /// The pause's oom_score_adj as the kubelet asks for it; clamped to what we may set.
 const PAUSE_OOM_SCORE_ADJ: i32 = -998;
 
+/// The pod's `/dev/shm` size (containerd's and Docker's default, 64 MiB).
+const POD_SHM_SIZE: u64 = 64 << 20;
+
 pub fn run(crust: &Crust, req: RunPodSandboxRequest) -> Result<String> {
     let cfg = req
         .config
@@ -96,6 +99,7 @@ pub fn run(crust: &Crust, req: RunPodSandboxRequest) -> Result<String> {
         network: None,
         ips: vec![],
         cgroup: None,
+        shm: None,
     };
     let res = create(crust, &cfg, &sysctls, &mut rec);
     match res {
@@ -165,6 +169,14 @@ fn create(
         crust.store.save(rec)?;
         container::ns::pin(pause.pid, kind, &target)
             .map_err(|e| Error::Internal(format!("pinning the pod's {name} namespace: {e}")))?;
+    }
+
+    if !rec.host_ipc {
+        let shm = pin_dir.join("shm");
+        rec.shm = Some(shm.clone());
+        crust.store.save(rec)?;
+        container::ns::mount_shm(&shm, POD_SHM_SIZE)
+            .map_err(|e| Error::Internal(format!("mounting the pod's /dev/shm: {e}")))?;
     }
 
     set_oom_score_adj(pause.pid, PAUSE_OOM_SCORE_ADJ);
@@ -287,6 +299,11 @@ pub fn stop(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
                 n.torn_down = true;
             }
         }
+    }
+    if let Some(shm) = rec.shm.clone() {
+        container::ns::unmount_shm(&shm)
+            .map_err(|e| Error::Internal(format!("unmounting the pod's /dev/shm: {e}")))?;
+        rec.shm = None;
     }
     for (name, pin) in rec.pins.clone() {
         container::ns::unpin(&pin)

@@ -83,6 +83,9 @@ pub struct SandboxRecord {
     /// Primary address first, as PodSandboxStatus reports them.
     pub ips: Vec<String>,
     pub cgroup: Option<String>,
+    /// The pod's `/dev/shm` tmpfs, shared by containers in the pod's IPC namespace.
+    #[serde(default)]
+    pub shm: Option<PathBuf>,
 }
 
 impl SandboxRecord {
@@ -256,6 +259,7 @@ mod tests {
             network: None,
             ips: vec![],
             cgroup: None,
+            shm: None,
         }
     }
 

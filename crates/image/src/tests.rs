@@ -301,7 +301,7 @@ fn overlay_of_a_snapshot_applies_whiteouts() {
         Some(snap.overlay_options().join(",").as_str()),
     )
     .unwrap();
-    let seen = (|| {
+    let seen = std::panic::catch_unwind(|| {
         assert_eq!(std::fs::read(mnt.join("etc/hostname")).unwrap(), b"top\n");
         assert!(!mnt.join("etc/old").exists(), "whiteout not applied");
         assert!(
@@ -310,9 +310,9 @@ fn overlay_of_a_snapshot_applies_whiteouts() {
         );
         assert!(mnt.join("var/cache/fresh").exists());
         std::fs::write(mnt.join("etc/new"), b"written").unwrap();
-    })();
+    });
     nix::mount::umount(&mnt).unwrap();
-    let _ = seen;
+    seen.unwrap();
     assert_eq!(
         std::fs::read(snap.upperdir.join("etc/new")).unwrap(),
         b"written"

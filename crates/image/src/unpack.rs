@@ -78,7 +78,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
                 }
                 let p = pdir.join(hidden);
                 remove_existing(&p).map_err(|e| io_err(what, &p, e))?;
-                mknod(&p, libc::S_IFCHR | 0o000, 0).map_err(|e| io_err(what, &p, e))?;
+                mknod(&p, libc::S_IFCHR, 0).map_err(|e| io_err(what, &p, e))?;
                 continue;
             }
             let path = pdir.join(&name);

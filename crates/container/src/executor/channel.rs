@@ -88,6 +88,9 @@ pub enum Step {
     Hostname,
     Domainname,
     Rlimit,
+    /// Installing the seccomp filter: here without `noNewPrivileges`, else after the
+    /// start gate, right before `execve` (a failure there is on the container's stderr).
+    Seccomp,
     CapBounding,
     Setgroups,
     Setgid,
@@ -100,7 +103,7 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 42] = [
+    const ALL: [Step; 43] = [
         Step::StateDir,
         Step::Mkfifo,
         Step::OpenStdio,
@@ -134,6 +137,7 @@ impl Step {
         Step::Hostname,
         Step::Domainname,
         Step::Rlimit,
+        Step::Seccomp,
         Step::CapBounding,
         Step::Setgroups,
         Step::Setgid,
@@ -185,6 +189,7 @@ impl Step {
             Step::Hostname => "sethostname",
             Step::Domainname => "setdomainname",
             Step::Rlimit => "setrlimit",
+            Step::Seccomp => "install seccomp filter",
             Step::CapBounding => "drop bounding capabilities",
             Step::Setgroups => "setgroups",
             Step::Setgid => "setgid",

@@ -8,7 +8,8 @@
 //!   │            init's ipc, uts, net, pid, cgroup and mnt namespaces (mnt last: it
 //!   │            also moves root and cwd to the container's root)
 //!   │            clone(CLONE_PARENT) ─▶ process: setsid, stdio, rlimits, caps, user,
-//!   │◀─ InitPid ─┘ exits                  umask, cwd, execve (Failed on the socket if not)
+//!   │◀─ InitPid ─┘ exits                  umask, cwd, seccomp, execve (Failed on the
+//!   │                                     socket if not)
 //!   ▼ socket EOF (execve closed it) → the pid; a Failed message → the error
 //! ```
 //!
@@ -281,7 +282,7 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
             err,
         }),
         Ok(0) => match setup(p, fds) {
-            Ok(exe) => init::exec(p, &exe),
+            Ok(exe) => init::exec(p, &exe, Some(fds.sock)),
             Err(f) => fail(f),
         },
         Ok(pid) => {
@@ -314,6 +315,8 @@ fn setup(p: &Plan, fds: &ChildFds) -> std::result::Result<std::ffi::CString, Fai
         }
     }
     init::rlimits(p)?;
+    // The container's seccomp filter: here without no_new_privs, else in `init::exec`.
+    init::seccomp_early(p)?;
     super::caps::drop_bounding(p)?;
     super::caps::switch_user(p)?;
     super::caps::apply(p)?;

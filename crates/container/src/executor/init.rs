@@ -13,11 +13,12 @@
 //!  pivot_root                                               (from here on: the container's paths)
 //!  sysctl, masked paths, read-only paths, read-only root
 //!  hostname/domainname (own UTS namespace only), rlimits
+//!  seccomp filter                                           (only without no_new_privs)
 //!  bounding set, keepcaps + setgroups/setgid/setuid, inheritable/effective/
 //!  permitted/ambient capabilities, no_new_privs
 //!  umask, chdir cwd (checked to be inside the root), args[0] found and executable
 //!  ── Ready ──▶ main;  block reading one byte from the gate fifo  ◀── start()
-//!  signals reset, every fd but 0 1 2 closed, execve
+//!  signals reset, seccomp filter (with no_new_privs), every fd but 0 1 2 closed, execve
 //! ```
 //!
 //! The init is a forked copy of the caller, never a re-exec of a crust binary, and
@@ -42,6 +43,7 @@ use super::channel::{self, Message, Step};
 use super::dev;
 use super::resolve::{open_in_root, Create};
 use super::rootfs;
+use super::seccomp;
 use super::spec::Plan;
 
 /// A failed step in a child: what, on which path, and the error.
@@ -132,7 +134,7 @@ pub(crate) fn run(p: &Plan, fds: &ChildFds) -> ! {
         exit(1)
     }
     wait_gate(fds.gate);
-    exec(p, &exe)
+    exec(p, &exe, None)
 }
 
 /// Blocks until `start` writes a byte to the gate. The fifo is open read-write here,
@@ -191,6 +193,7 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
     names(p)?;
     rlimits(p)?;
 
+    seccomp_early(p)?;
     caps::drop_bounding(p)?;
     caps::switch_user(p)?;
     caps::apply(p)?;
@@ -303,6 +306,17 @@ pub(crate) fn find_executable(p: &Plan) -> Result<CString, Fail> {
     Err(err).at(Step::Executable, name)
 }
 
+/// Installs the seccomp filter now when the process will not have `no_new_privs`:
+/// the kernel then wants `CAP_SYS_ADMIN`, which the container may be about to drop,
+/// so it goes in before the capability and user switch (as runc, crun and youki do).
+/// With `no_new_privs` it waits for [`exec`].
+pub(crate) fn seccomp_early(p: &Plan) -> Result<(), Fail> {
+    match &p.seccomp {
+        Some(f) if !p.no_new_privileges => seccomp::install(f).at(Step::Seccomp, ""),
+        _ => Ok(()),
+    }
+}
+
 /// Closes every fd from 3 up: `close_range`, or one by one where it is missing.
 pub(crate) fn close_from_3() {
     // SAFETY: closing fds is what we mean; nothing of ours is used after this.
@@ -326,8 +340,12 @@ pub(crate) fn close_from_3() {
 }
 
 /// The last step: default signal dispositions and an empty mask (an ignored SIGPIPE,
-/// say, would survive `execve`), only fds 0, 1, 2, and `execve`.
-pub(crate) fn exec(p: &Plan, exe: &CStr) -> ! {
+/// say, would survive `execve`), the seccomp filter when the process has
+/// `no_new_privs` (so that of the runtime's own calls only `close_range` and `execve`
+/// run under it), only fds 0, 1, 2, and `execve`. A filter that cannot be installed
+/// ends the process before `execve`: reported on `report` (the exec path's socket)
+/// when there is one, always on the container's stderr.
+pub(crate) fn exec(p: &Plan, exe: &CStr, report: Option<RawFd>) -> ! {
     let argv: Vec<*const libc::c_char> = p
         .args
         .iter()
@@ -340,8 +358,7 @@ pub(crate) fn exec(p: &Plan, exe: &CStr) -> ! {
         .map(|e| e.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    // SAFETY: resetting our own signal state, closing our own fds, and execve with
-    // NUL-terminated arrays of pointers into CStrings that outlive the call.
+    // SAFETY: resetting our own signal state.
     unsafe {
         for sig in 1..libc::SIGRTMAX() {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
@@ -351,6 +368,29 @@ pub(crate) fn exec(p: &Plan, exe: &CStr) -> ! {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+    if let (Some(f), true) = (&p.seccomp, p.no_new_privileges) {
+        if let Err(e) = seccomp::install(f) {
+            if let Some(sock) = report {
+                // SAFETY: the socket fd is ours until close_from_3.
+                let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+                let f = Fail {
+                    step: Step::Seccomp,
+                    path: String::new(),
+                    err: e,
+                };
+                let _ = channel::send(sock, &f.message());
+                exit(1)
+            }
+            let msg = format!("crust: {}: {e}\n", Step::Seccomp);
+            // SAFETY: a write to the container's stderr from a buffer we own.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            exit(1)
+        }
+    }
+    // SAFETY: closing our own fds, and execve with NUL-terminated arrays of pointers
+    // into CStrings that outlive the call.
+    unsafe {
         close_from_3();
         libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
     }

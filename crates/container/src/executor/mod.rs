@@ -51,8 +51,12 @@
 //!   cgroup directories (no cgroup namespace); on a unified host, `cgroup2` or a bind
 //!   of its own directory. See `cgroupfs.rs`.
 //!
+//! - `linux.seccomp` is compiled into a BPF program by crust itself (x86_64 only;
+//!   other ABIs are killed) and installed last, right before `execve` with
+//!   `noNewPrivileges`, or before the capability drop without it: see `seccomp.rs`.
+//!
 //! ## Not yet
-//! seccomp (`linux.seccomp` is ignored), user namespaces and id-mapped mounts (refused),
+//! seccomp notify (`SCMP_ACT_NOTIFY`, refused), user namespaces and id-mapped mounts (refused),
 //! terminals (refused), cgroup placement and resources (a later step: the main process
 //! will put the intermediate into the container's cgroup before it clones the init, or
 //! use `CLONE_INTO_CGROUP`), AppArmor/SELinux labels, hooks, `rro`-style recursive
@@ -68,8 +72,10 @@ mod init;
 mod process;
 mod resolve;
 mod rootfs;
+mod seccomp;
 mod spec;
 mod state;
+mod syscalls;
 
 use std::fs::{self, OpenOptions};
 use std::io;

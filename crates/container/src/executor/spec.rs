@@ -109,6 +109,8 @@ pub(crate) struct Plan {
     pub umask: libc::mode_t,
     pub caps: Option<CapsPlan>,
     pub no_new_privileges: bool,
+    /// `linux.seccomp`, compiled (see `seccomp.rs`).
+    pub seccomp: Option<super::seccomp::Filter>,
     pub cwd: PathBuf,
     /// `process.terminal`: stdin is a pty slave that becomes the controlling terminal.
     pub terminal: bool,
@@ -561,6 +563,15 @@ fn plan_inner(
         }),
     };
 
+    let seccomp = match linux.seccomp() {
+        None => None,
+        Some(s) => {
+            let f = super::seccomp::compile(s)?;
+            super::seccomp::check_flags(f.flags)?;
+            Some(f)
+        }
+    };
+
     let user = process.user();
     let args: Vec<String> = process.args().clone().unwrap_or_default();
     if args.is_empty() || args[0].is_empty() {
@@ -600,6 +611,7 @@ fn plan_inner(
         umask: user.umask().unwrap_or(0o022) as libc::mode_t & 0o777,
         caps,
         no_new_privileges: process.no_new_privileges().unwrap_or(false),
+        seccomp,
         cwd: cwd.clone(),
         terminal: process.terminal() == Some(true),
         args: args
