@@ -35,6 +35,21 @@ impl Registry {
     /// With `creds`, the registry wants HTTP basic auth (htpasswd, bcrypt). With `node`,
     /// it runs inside that network namespace (where a crustd under test can reach it).
     pub fn start_with(creds: Option<(&str, &str)>, node: Option<&Netns>) -> Registry {
+        Self::start_opts(creds, node, false)
+    }
+
+    /// Serving HTTPS with a certificate for 127.0.0.1 from a throwaway CA, `ca.pem` in
+    /// [`Registry::ca`].
+    pub fn start_tls() -> Registry {
+        Self::start_opts(None, None, true)
+    }
+
+    /// The CA of a TLS registry.
+    pub fn ca(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    fn start_opts(creds: Option<(&str, &str)>, node: Option<&Netns>, tls: bool) -> Registry {
         let dir = TempDir::new("reg");
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
@@ -52,8 +67,17 @@ impl Registry {
                 dir.path().join("htpasswd").display()
             );
         }
+        let mut tls_conf = String::new();
+        if tls {
+            make_certs(dir.path());
+            tls_conf = format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.path().join("cert.pem").display(),
+                dir.path().join("key.pem").display()
+            );
+        }
         let config = format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n{auth}",
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n{tls_conf}{auth}",
             dir.path().join("data").display()
         );
         let conf = dir.path().join("config.yml");
@@ -122,6 +146,17 @@ impl Registry {
         }
     }
 
+    /// Where the registry keeps a blob (to corrupt it in a test).
+    pub fn blob_file(&self, digest: &str) -> std::path::PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
     }
@@ -170,4 +205,22 @@ impl Drop for Registry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A CA (`ca.pem`) and a server certificate for IP 127.0.0.1 (`cert.pem`, `key.pem`).
+fn make_certs(dir: &Path) {
+    let d = dir.display();
+    let script = format!(
+        "set -e; cd {d}
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=crust-test-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout key.pem -out req.csr -subj /CN=127.0.0.1 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\nkeyUsage=digitalSignature\\nextendedKeyUsage=serverAuth\\n' > ext.cnf
+openssl x509 -req -in req.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem -days 2 -extfile ext.cnf 2>/dev/null"
+    );
+    let out = run(Command::new("sh").args(["-c", &script]));
+    assert!(
+        out.status.success(),
+        "making certificates: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

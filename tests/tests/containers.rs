@@ -875,3 +875,119 @@ async fn pod_shares_dev_shm() {
     .unwrap();
     assert!(e.d.mounts().is_empty(), "{:?}", e.d.mounts());
 }
+
+/// A runtime handler backed by runc: the same bundle, the same monitor, logs, exit
+/// codes, ExecSync, stop and removal without a trace.
+#[tokio::test]
+async fn runc_runtime_handler() {
+    if !require_root(&["ip", "nsenter", "nft", "busybox", "runc"]) {
+        return;
+    }
+    let runc = which("runc").unwrap();
+    let d = Crustd::start_with_config(
+        Default::default(),
+        &format!("[oci_runtimes]\nrunc = {:?}\n", runc.display().to_string()),
+    );
+    import_busybox(&d);
+    let c = d.client().await;
+    let mut e = Env {
+        d,
+        c,
+        logs: TempDir::new("logs"),
+    };
+    let cfg = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "runcpod".into(),
+            uid: "uid-runcpod".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: "runcpod".into(),
+        log_directory: e.logs.path().join("runcpod").display().to_string(),
+        linux: Some(LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    };
+    let sid =
+        e.c.run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(cfg.clone()),
+            runtime_handler: "runc".into(),
+        })
+        .await
+        .expect("RunPodSandbox with the runc handler")
+        .into_inner()
+        .pod_sandbox_id;
+    let pod = (sid, cfg);
+    let before = e.d.leftovers();
+    let id = e
+        .create(
+            &pod,
+            ctr(
+                "once",
+                &["sh", "-c", "echo via runc; cat /etc/hostname; exit 4"],
+            ),
+        )
+        .await;
+    e.start(&id).await;
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 4, "{s:?}");
+    let lines = log_lines(Path::new(&s.log_path));
+    assert!(lines.iter().any(|l| l.3 == "via runc"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.3 == "runcpod"), "{lines:?}");
+    e.remove(&id).await;
+
+    let id = e
+        .create(
+            &pod,
+            ctr(
+                "svc",
+                &[
+                    "sh",
+                    "-c",
+                    "trap 'exit 6' TERM; while true; do sleep 0.1; done",
+                ],
+            ),
+        )
+        .await;
+    e.start(&id).await;
+    let (_, info) = e.status(&id).await;
+    let pid = info["pid"].as_i64().unwrap();
+    let monitor = info["monitorPid"].as_i64().unwrap();
+    let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap()
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
+    assert_eq!(
+        ppid, monitor,
+        "the monitor is the parent of runc's container"
+    );
+    let r = e
+        .exec(&id, &["sh", "-c", "echo out; echo err >&2; exit 3"], 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.exit_code, &r.stdout[..], &r.stderr[..]),
+        (3, &b"out\n"[..], &b"err\n"[..])
+    );
+    assert_code(
+        e.exec(&id, &["sleep", "30"], 1).await,
+        Code::DeadlineExceeded,
+        "runc exec timeout",
+    );
+    e.c.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 5,
+    })
+    .await
+    .unwrap();
+    assert_eq!(e.wait_exited(&id).await.exit_code, 6);
+    e.remove(&id).await;
+    assert!(container_dirs(&e.d).is_empty());
+    assert_eq!(e.d.leftovers(), before);
+    assert!(e.d.mounts().iter().all(|m| !m.contains("rootfs")));
+}

@@ -8,7 +8,13 @@ use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, La
 use image::{Auth, ErrorKind, ImageStore};
 use std::path::{Path, PathBuf};
 
-const TOOLS: &[&str] = &["docker-registry", "skopeo", "htpasswd", "busybox"];
+const TOOLS: &[&str] = &[
+    "docker-registry",
+    "skopeo",
+    "htpasswd",
+    "busybox",
+    "openssl",
+];
 
 /// The busybox layer: `/bin/busybox`, a few applets, `/etc/passwd`.
 fn busybox_layer() -> Vec<u8> {
@@ -454,10 +460,7 @@ fn concurrent_pulls_share_one_download() {
         *b = x as u8;
     }
     let big = LayerBuilder::new().file("noise", &noise, 0o644).finish();
-    let layer_digest = {
-        let gz = image::layout::compress(&big, Compression::Gzip);
-        format!("sha256:{}", sha256_hex(&gz))
-    };
+    let layer_digest = { image::layout::digest(&image::layout::compress(&big, Compression::Gzip)) };
     push(
         &reg,
         t.path(),
@@ -482,18 +485,6 @@ fn concurrent_pulls_share_one_download() {
     );
     assert_eq!(s.list().len(), 1);
     assert_eq!(entries(&t.path().join("store/layers")), 1);
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    // The image crate's digests, through its public layout writer's result.
-    let d = TempDir::new("sha");
-    let p = d.path().join("f");
-    std::fs::write(&p, data).unwrap();
-    crust_e2e::sh(&["sha256sum", p.to_str().unwrap()])
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
 }
 
 /// `crustd images pull` killed while a layer is half unpacked leaves nothing visible;
@@ -777,5 +768,87 @@ fn cri_image_service() {
             .unwrap()
             .into_inner();
         assert!(fs.image_filesystems[0].used_bytes.as_ref().unwrap().value < used);
+    });
+}
+
+/// A layer the registry serves corrupted or truncated: DataLoss naming the image, and
+/// nothing stored.
+#[test]
+fn corrupt_and_truncated_layers() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    let s = store(&t);
+    for (i, repo) in ["bad/corrupt:v1", "bad/truncated:v1"].iter().enumerate() {
+        let layer = LayerBuilder::new()
+            .file("payload", &vec![i as u8 + 1; 300_000], 0o644)
+            .finish();
+        let blob = image::layout::digest(&image::layout::compress(&layer, Compression::Gzip));
+        push(
+            &reg,
+            t.path(),
+            repo,
+            vec![image(vec![(layer, Compression::Gzip)], repo)],
+        );
+        let f = reg.blob_file(&blob);
+        let mut data = std::fs::read(&f).unwrap();
+        if i == 0 {
+            let n = data.len() / 2;
+            data[n] ^= 0x55;
+        } else {
+            data.truncate(data.len() / 2);
+        }
+        std::fs::write(&f, data).unwrap();
+        let e = rt().block_on(s.pull(&reg.name(repo), None)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss, "{repo}: {e}");
+        assert!(
+            e.to_string().contains(repo.split(':').next().unwrap()),
+            "{e}"
+        );
+        assert!(s.resolve(&reg.name(repo)).is_none());
+    }
+    assert_eq!(entries(&t.path().join("store/layers")), 0);
+    assert_eq!(entries(&t.path().join("store/tmp")), 0);
+}
+
+/// HTTPS registries: trusted through hosts.toml's `ca`, or `skip_verify`; refused otherwise.
+#[test]
+fn tls_with_ca_and_skip_verify() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start_tls();
+    push(
+        &reg,
+        t.path(),
+        "tls/app:v1",
+        vec![image(vec![(busybox_layer(), Compression::Gzip)], "tls")],
+    );
+    let r = reg.name("tls/app:v1");
+    let hosts = |name: &str, body: &str| -> PathBuf {
+        let d = t.path().join(name);
+        std::fs::create_dir_all(d.join(&reg.addr)).unwrap();
+        std::fs::write(d.join(&reg.addr).join("hosts.toml"), body).unwrap();
+        d
+    };
+    let server = format!("server = \"https://{}\"\n", reg.addr);
+    std::fs::copy(reg.ca(), t.path().join("ca.pem")).unwrap();
+    let with_ca = hosts(
+        "ca",
+        &format!("{server}ca = \"{}\"\n", t.path().join("ca.pem").display()),
+    );
+    let skip = hosts("skip", &format!("{server}skip_verify = true\n"));
+    let plain = hosts("plain", &server);
+    rt().block_on(async {
+        let s = ImageStore::open(t.path().join("s1"), Some(plain)).unwrap();
+        let e = s.pull(&r, None).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        let s = ImageStore::open(t.path().join("s2"), Some(with_ca)).unwrap();
+        s.pull(&r, None).await.unwrap();
+        let s = ImageStore::open(t.path().join("s3"), Some(skip)).unwrap();
+        s.pull(&r, None).await.unwrap();
     });
 }

@@ -151,6 +151,18 @@ const WAIT_GO: &str = "while [ ! -e \"$GO\" ]; do sleep 0.01; done";
 /// Starts `sh -c 'SCRIPT'` with `fds` on 3, 4, ... and `$GO` set; SCRIPT ends in
 /// `exec "$0" "$@"`, which runs the monitor with `-e DIR/exit` and `args`.
 fn spawn(tmp: &TempDir, script: &str, fds: Vec<OwnedFd>, args: &[&str]) -> Monitor {
+    spawn_as(tmp, script, fds, args, false)
+}
+
+/// [`spawn`], and with `subreaper` the monitor is a child subreaper (as under an
+/// external OCI runtime), so orphans of the container become its children.
+fn spawn_as(
+    tmp: &TempDir,
+    script: &str,
+    fds: Vec<OwnedFd>,
+    args: &[&str],
+    subreaper: bool,
+) -> Monitor {
     let dir = tmp.path().to_path_buf();
     let binary = binary();
     let exit = dir.join("exit");
@@ -160,7 +172,7 @@ fn spawn(tmp: &TempDir, script: &str, fds: Vec<OwnedFd>, args: &[&str]) -> Monit
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(script)
-        .arg(&binary)
+        .arg(binary)
         .arg("-e")
         .arg(&exit)
         .args(args)
@@ -170,10 +182,13 @@ fn spawn(tmp: &TempDir, script: &str, fds: Vec<OwnedFd>, args: &[&str]) -> Monit
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    // SAFETY: between fork and exec the closure only calls fcntl and dup2, which are
-    // async-signal-safe, on fds that stay open in the parent until after the spawn.
+    // SAFETY: between fork and exec the closure only calls prctl, fcntl and dup2, which
+    // are async-signal-safe, on fds that stay open in the parent until after the spawn.
     unsafe {
         cmd.pre_exec(move || {
+            if subreaper && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // Out of the way of 3, 4, ... first (the originals may sit there), then in
             // place; dup2 clears close-on-exec on the copies only.
             let mut high = [0; 8];
@@ -286,7 +301,7 @@ fn parse_rfc3339_nano(t: &str) -> i64 {
     let nanos = if frac.is_empty() {
         0
     } else {
-        let digits = frac.strip_prefix('.').unwrap_or_else(|| bad());
+        let digits = frac.strip_prefix('.').unwrap_or_else(bad);
         if digits.is_empty()
             || digits.len() > 9
             || digits.ends_with('0')
@@ -632,7 +647,7 @@ fn bad_arguments_exit_2() {
         &["-e", "x", "-z", "1"][..],
         &["-e", "x", "-o", "3", "-t", "4"][..],
     ] {
-        let out = Command::new(&binary)
+        let out = Command::new(binary)
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -672,4 +687,121 @@ fn the_exit_record_appears_whole() {
     let (_, rec) = m.wait();
     assert_eq!(seen, rec);
     assert_eq!(rec.exit_code, 9);
+}
+
+/// Starts the monitor directly, after the forked child of `Command` (which becomes the
+/// monitor) forked a "container" that sleeps `delay` and exits with `code`. With
+/// `zombie`, the exec waits until that child has exited (unreaped), so its SIGCHLD
+/// came and went before the monitor ran; with `ignore`, SIGCHLD is SIG_IGN across the
+/// exec, which would let the kernel reap the child unless the monitor undoes it.
+fn spawn_forked(tmp: &TempDir, delay: Duration, code: i32, zombie: bool, ignore: bool) -> Monitor {
+    let dir = tmp.path().to_path_buf();
+    let exit = dir.join("exit");
+    let mut cmd = Command::new(binary());
+    cmd.arg("-e")
+        .arg(&exit)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let ts = libc::timespec {
+        tv_sec: delay.as_secs() as libc::time_t,
+        tv_nsec: delay.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+    // (signal, fork, nanosleep, _exit, waitid) on values prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if ignore {
+                libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            }
+            let pid = libc::fork();
+            if pid < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if pid == 0 {
+                libc::nanosleep(&ts, std::ptr::null_mut());
+                libc::_exit(code);
+            }
+            if zombie {
+                let mut si: libc::siginfo_t = std::mem::zeroed();
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut si,
+                    libc::WEXITED | libc::WNOWAIT,
+                );
+            }
+            Ok(())
+        });
+    }
+    let started = SystemTime::now();
+    let process = cmd.spawn().expect("spawn monitor");
+    Monitor {
+        process,
+        go: dir.join("go"),
+        log: dir.join("container.log"),
+        exit,
+        dir,
+        started,
+    }
+}
+
+/// The container may be dead before the monitor runs: no SIGCHLD will come.
+#[test]
+fn a_child_dead_before_the_monitor_started_is_recorded() {
+    let tmp = TempDir::new("mon");
+    let mut m = spawn_forked(&tmp, Duration::ZERO, 8, true, false);
+    let (status, rec) = m.wait();
+    assert!(status.success());
+    assert_eq!((rec.exit_code, rec.signal), (8, 0));
+    assert!(rec.pid > 0);
+}
+
+/// SIG_IGN for SIGCHLD survives execve; the monitor must restore the default or the
+/// kernel reaps its child and the exit status is lost.
+#[test]
+fn an_inherited_sig_ign_for_sigchld_is_undone() {
+    let tmp = TempDir::new("mon");
+    let mut m = spawn_forked(&tmp, Duration::from_millis(300), 11, false, true);
+    let (_, rec) = m.wait();
+    assert_eq!((rec.exit_code, rec.signal), (11, 0));
+}
+
+/// As a subreaper the monitor adopts the container's orphans; one that dies first must
+/// not be taken for the init. The init is named by `-p`, or found as the monitor's only
+/// child at start.
+#[test]
+fn an_adopted_orphan_is_reaped_but_not_taken_for_the_init() {
+    for with_pid in [true, false] {
+        let tmp = TempDir::new("mon");
+        let (out_r, out_w) = pipe();
+        // Once the monitor runs (it has made the log), the init starts a shell that
+        // leaves an orphan behind (exit 42 at once), and exits itself only when the
+        // test says so. The monitor looks for its one child before making the log.
+        let child = format!(
+            "while [ ! -e \"$LOG\" ]; do sleep 0.01; done; sh -c '(exit 42) &'; echo ready; \
+             {WAIT_GO}; exit 3"
+        );
+        let pid_arg = if with_pid { "-p \"$!\"" } else { "" };
+        let script =
+            format!("{{ {child}\n}} >&4 2>&4 3<&- 4>&- &\nexec 4>&- \"$0\" \"$@\" {pid_arg}");
+        let log = tmp.path().join("container.log");
+        let mut m = spawn_as(
+            &tmp,
+            &script,
+            vec![out_r, out_w],
+            &["-o", "3", "-l", log.to_str().unwrap()],
+            true,
+        );
+        m.log_until("ready", |r| !r.is_empty());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            m.alive(),
+            "the monitor took the orphan for the init (-p: {with_pid})"
+        );
+        assert!(!m.exit.exists());
+        m.go();
+        let (_, rec) = m.wait();
+        assert_eq!(rec.exit_code, 3, "-p: {with_pid}");
+    }
 }

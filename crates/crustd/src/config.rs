@@ -27,6 +27,9 @@ pub struct Config {
     pub registry: RegistryConfig,
     /// Runtime handlers RunPodSandbox accepts besides the default ("" and "crust").
     pub runtime_handlers: Vec<String>,
+    /// Runtime handlers whose containers an external OCI runtime runs: handler name →
+    /// the runtime's binary (`runc = "/usr/sbin/runc"`). Accepted by RunPodSandbox too.
+    pub oci_runtimes: std::collections::BTreeMap<String, PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +90,7 @@ impl Default for Config {
             cni: CniConfig::default(),
             registry: RegistryConfig::default(),
             runtime_handlers: vec![],
+            oci_runtimes: Default::default(),
         }
     }
 }

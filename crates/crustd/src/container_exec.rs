@@ -81,7 +81,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
         return Err(Error::InvalidArgument("cmd is empty".into()));
     }
     let c = crust.containers.get(&req.container_id)?;
-    let (state_dir, bundle, cgroup_procs) = {
+    let (state_dir, bundle, cgroup_procs, runtime) = {
         let mut rec = c.rec.lock().await;
         refresh(&crust, &mut rec);
         if rec.state != ContainerState::Running {
@@ -112,6 +112,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
             crust.containers.exec_state(&rec.id),
             crust.containers.bundle(&rec.id),
             procs,
+            rec.runtime.clone(),
         )
     };
     let spec_bytes = std::fs::read(bundle.join("config.json"))
@@ -123,6 +124,13 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     process.set_terminal(Some(false));
     spec.set_process(Some(process));
 
+    if let Some(rt) = crust
+        .oci_runtimes
+        .get(&runtime)
+        .filter(|_| !runtime.is_empty())
+    {
+        return exec_external(rt, &c.id, &bundle, spec, &req).await;
+    }
     let (out_r, out_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
             .map_err(|e| Error::Internal(format!("pipe: {e}")))?;
@@ -212,6 +220,102 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
             req.cmd, c.id, req.timeout
         )));
     }
+    Ok(ExecSyncResponse {
+        stdout,
+        stderr,
+        exit_code: code,
+    })
+}
+
+/// ExecSync through an external OCI runtime: `<runtime> exec --process` with the
+/// container's process (args replaced), its output piped to us, killed at the deadline.
+async fn exec_external(
+    rt: &container::executor::oci_runtime::OciRuntime,
+    id: &str,
+    bundle: &std::path::Path,
+    spec: executor::oci_spec::runtime::Spec,
+    req: &ExecSyncRequest,
+) -> Result<ExecSyncResponse> {
+    let tag = crate::util::new_id();
+    let proc_file = bundle.join(format!("exec-{}.json", &tag[..12]));
+    let pid_file = bundle.join(format!("exec-{}.pid", &tag[..12]));
+    let process =
+        serde_json::to_vec(&spec.process().clone().unwrap_or_default()).map_err(Error::internal)?;
+    std::fs::write(&proc_file, process)
+        .map_err(|e| Error::Internal(format!("writing {}: {e}", proc_file.display())))?;
+    let cleanup = || {
+        let _ = std::fs::remove_file(&proc_file);
+        let _ = std::fs::remove_file(&pid_file);
+    };
+    let mut cmd = tokio::process::Command::from(rt.exec_command(id, &proc_file, &pid_file));
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            cleanup();
+            return Err(Error::Internal(format!(
+                "running {}: {e}",
+                rt.binary.display()
+            )));
+        }
+    };
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let out_task = tokio::spawn(async move {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v).await;
+        v.truncate(MAX_OUTPUT);
+        v
+    });
+    let err_task = tokio::spawn(async move {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v).await;
+        v.truncate(MAX_OUTPUT);
+        v
+    });
+    let status = if req.timeout > 0 {
+        match tokio::time::timeout(Duration::from_secs(req.timeout as u64), child.wait()).await {
+            Ok(s) => Some(s),
+            Err(_) => None,
+        }
+    } else {
+        Some(child.wait().await)
+    };
+    let Some(status) = status else {
+        if let Some(pid) = container::executor::oci_runtime::read_pid(&pid_file) {
+            // SAFETY: the exec'd process, named by the runtime's pid file just now.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = child.kill().await;
+        out_task.abort();
+        err_task.abort();
+        cleanup();
+        return Err(Error::DeadlineExceeded(format!(
+            "command {:?} in container {id} timed out after {}s",
+            req.cmd, req.timeout
+        )));
+    };
+    cleanup();
+    let status = status.map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
+    let take = |t: tokio::task::JoinHandle<Vec<u8>>| async move {
+        let abort = t.abort_handle();
+        match tokio::time::timeout(DRAIN, t).await {
+            Ok(Ok(v)) => v,
+            _ => {
+                abort.abort();
+                vec![]
+            }
+        }
+    };
+    let stdout = take(out_task).await;
+    let stderr = take(err_task).await;
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     Ok(ExecSyncResponse {
         stdout,
         stderr,

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::store::{SandboxRecord, SandboxState};
 use crate::util;
 use cgroups::CgroupManager;
-use container::executor::{self, CreateOpts, MonitorOpts, RootfsMount, Step};
+use container::executor::{self, oci_runtime, CreateOpts, MonitorOpts, RootfsMount, Step};
 use cri_api::*;
 use prost::Message;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -82,6 +82,19 @@ fn create_err(e: container::Error) -> Error {
         container::Error::InvalidSpec { .. } => Error::InvalidArgument(e.to_string()),
         _ => Error::Internal(e.to_string()),
     }
+}
+
+/// The container cgroup as an external runtime's `cgroupsPath`: runc and crun take a
+/// relative path as relative to their own cgroup in each hierarchy, which is crustd's
+/// (they run as its descendants), so with `cgroup.nested` the logical path without its
+/// leading `/` names exactly the cgroup crustd made, in every hierarchy; otherwise the
+/// absolute logical path does.
+fn external_cgroup_path(crust: &Crust, cg: &str) -> Result<String> {
+    Ok(if crust.cfg.cgroup.nested {
+        cg.trim_start_matches('/').to_string()
+    } else {
+        cg.to_string()
+    })
 }
 
 /// CRI resources → the cgroups crate's.
@@ -193,6 +206,9 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
         monitor_pid: 0,
         monitor_start_time: 0,
         stop_signal,
+        pid_start_time: 0,
+        runtime: String::new(),
+        rootfs_mounted: false,
     };
     let sb_copy = sb_rec.clone();
     let c = crust.clone();
@@ -331,6 +347,18 @@ fn make(
         user: img.user.clone(),
         layers: snap.lowerdirs.clone(),
     };
+    let external = crust.oci_runtimes.get(&sb.runtime_handler).cloned();
+    if external.is_some() && cfg.tty {
+        return Err(Error::InvalidArgument(format!(
+            "runtime handler {:?} runs no tty containers: only crust's own executor gives a container a terminal",
+            sb.runtime_handler
+        )));
+    }
+    // An external runtime takes `cgroupsPath` as a path in each hierarchy.
+    let cgroup_for_spec = match (&external, &rec.cgroup) {
+        (Some(_), Some(cg)) => Some(external_cgroup_path(crust, cg)?),
+        (_, cg) => cg.clone(),
+    };
     let hostname = std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| sb_cfg.hostname.clone());
@@ -342,7 +370,7 @@ fn make(
             pod_dir: &crust.store.sandbox_dir(&sb.id),
             hostname,
             image: &info,
-            cgroup: rec.cgroup.as_deref(),
+            cgroup: cgroup_for_spec.as_deref(),
             cgroupns: crust.cgroups.version() == cgroups::Version::V2,
             target_pid_ns,
         },
@@ -351,6 +379,34 @@ fn make(
     util::write_atomic(&bundle.join("config.json"), &json)
         .map_err(|e| Error::Internal(format!("writing {}/config.json: {e}", bundle.display())))?;
 
+    let exit_file = crust.containers.exit_file(&id);
+    if let Some(dir) = exit_file.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
+    }
+    let monitor = MonitorOpts {
+        binary: crust.monitor_bin.clone(),
+        exit_file,
+        log: rec.log_path.clone(),
+        oom_events,
+        stdin: cfg.stdin,
+    };
+    if let Some(rt) = external {
+        rec.runtime = sb.runtime_handler.clone();
+        rec.rootfs_mounted = true;
+        crust.containers.save(rec)?;
+        oci_runtime::mount_rootfs(&bundle.join("rootfs"), &snap.overlay_options())
+            .map_err(|e| Error::Internal(format!("mounting the root file system of {id}: {e}")))?;
+        let c = rt
+            .create(&id, &bundle, &monitor)
+            .map_err(|e| Error::InvalidArgument(format!("{} create: {e}", sb.runtime_handler)))?;
+        rec.pid = c.pid;
+        rec.pid_start_time = start_time(c.pid).unwrap_or(0);
+        rec.monitor_pid = c.monitor;
+        rec.monitor_start_time = start_time(c.monitor).unwrap_or(0);
+        rec.state = ContainerState::Created;
+        return crust.containers.save(rec);
+    }
     let mut opts = CreateOpts::new(&id, &bundle, spec, crust.containers.exec_state(&id));
     opts.rootfs_mount = Some(RootfsMount {
         fstype: "overlay".into(),
@@ -358,15 +414,10 @@ fn make(
         options: snap.overlay_options(),
     });
     opts.cgroup_procs = procs;
-    opts.monitor = Some(MonitorOpts {
-        binary: crust.monitor_bin.clone(),
-        exit_file: crust.containers.exit_file(&id),
-        log: rec.log_path.clone(),
-        oom_events,
-        stdin: cfg.stdin,
-    });
+    opts.monitor = Some(monitor);
     let c = executor::create(opts).map_err(create_err)?;
     rec.pid = c.pid;
+    rec.pid_start_time = c.start_time;
     rec.monitor_pid = c.monitor.unwrap_or(0);
     rec.monitor_start_time = start_time(rec.monitor_pid).unwrap_or(0);
     rec.state = ContainerState::Created;
@@ -380,6 +431,24 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
     if let Ok(c) = executor::Container::load(&state_dir) {
         c.delete(true)
             .map_err(|e| Error::Internal(format!("deleting container {}: {e}", rec.id)))?;
+    }
+    if !rec.runtime.is_empty() {
+        if let Some(rt) = crust.oci_runtimes.get(&rec.runtime) {
+            if let Err(e) = rt.delete(&rec.id) {
+                // A container the runtime never made, or already deleted, is fine.
+                if !e.to_string().contains("does not exist") {
+                    return Err(Error::Internal(format!(
+                        "{} delete {}: {e}",
+                        rec.runtime, rec.id
+                    )));
+                }
+            }
+        }
+    }
+    if rec.rootfs_mounted {
+        oci_runtime::unmount_rootfs(&crust.containers.bundle(&rec.id).join("rootfs"))
+            .map_err(|e| Error::Internal(format!("unmounting the root of {}: {e}", rec.id)))?;
+        rec.rootfs_mounted = false;
     }
     if let Some(cg) = rec.cgroup.clone() {
         let path = cgroups::CgroupPath::new(&cg)
@@ -519,8 +588,11 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
             rec.id, rec.state
         )));
     }
-    let state_dir = crust.containers.exec_state(&rec.id);
-    let started = executor::Container::load(&state_dir).and_then(|mut x| x.start());
+    let started = match crust.oci_runtimes.get(&rec.runtime) {
+        Some(rt) if !rec.runtime.is_empty() => rt.start(&rec.id),
+        _ => executor::Container::load(&crust.containers.exec_state(&rec.id))
+            .and_then(|mut x| x.start()),
+    };
     if let Err(e) = started {
         refresh(&crust, &mut rec);
         return Err(Error::FailedPrecondition(format!(
@@ -548,6 +620,34 @@ fn signal_number(name: &str) -> i32 {
         .unwrap_or(libc::SIGTERM)
 }
 
+/// Signals the container's init through a pidfd opened before its start time is
+/// checked, so a reused pid is never signalled.
+fn signal_init(rec: &ContainerRecord, sig: i32) -> bool {
+    if rec.pid <= 0 {
+        return false;
+    }
+    // SAFETY: pidfd_open with a pid and no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, rec.pid, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: the kernel just gave us this fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if start_time(rec.pid) != Some(rec.pid_start_time) {
+        return false;
+    }
+    // SAFETY: pidfd_send_signal on an fd we own.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
+}
+
 async fn wait_monitor(rec: &ContainerRecord, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while monitor_alive(rec) {
@@ -565,23 +665,19 @@ async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> 
     if rec.state == ContainerState::Exited || rec.state == ContainerState::Creating {
         return Ok(());
     }
-    let state_dir = crust.containers.exec_state(&rec.id);
-    let x = executor::Container::load(&state_dir).ok();
-    if let Some(x) = &x {
-        if rec.state == ContainerState::Running && timeout > 0 {
-            let _ = x.kill(signal_number(&rec.stop_signal));
-            wait_monitor(rec, Duration::from_secs(timeout as u64)).await;
-        }
-        if monitor_alive(rec) {
-            let _ = x.kill(libc::SIGKILL);
-        }
+    if rec.state == ContainerState::Running && timeout > 0 {
+        signal_init(rec, signal_number(&rec.stop_signal));
+        wait_monitor(rec, Duration::from_secs(timeout as u64)).await;
+    }
+    if monitor_alive(rec) {
+        signal_init(rec, libc::SIGKILL);
     }
     if !wait_monitor(rec, KILL_WAIT).await {
         return Err(Error::Internal(format!(
             "container {} did not exit within {KILL_WAIT:?} of SIGKILL (init {} {}, monitor {} alive, exit record {})",
             rec.id,
             rec.pid,
-            if x.as_ref().is_some_and(|x| x.alive()) { "alive" } else { "gone" },
+            if start_time(rec.pid) == Some(rec.pid_start_time) { "alive" } else { "gone" },
             rec.monitor_pid,
             if crust.containers.exit_file(&rec.id).exists() { "written" } else { "missing" },
         )));

@@ -91,6 +91,17 @@ pub struct ContainerRecord {
     pub monitor_start_time: u64,
     /// The image's stop signal (`SIGTERM` when it names none).
     pub stop_signal: String,
+    /// The init's start time (`/proc/PID/stat`), to tell it from a reused pid.
+    #[serde(default)]
+    pub pid_start_time: u64,
+    /// The runtime handler whose external OCI runtime runs the container; empty for
+    /// crust's own executor.
+    #[serde(default)]
+    pub runtime: String,
+    /// The root file system is mounted on the host at `<bundle>/rootfs` (external
+    /// runtimes only; crust's executor mounts it inside the container).
+    #[serde(default)]
+    pub rootfs_mounted: bool,
 }
 
 impl ContainerRecord {

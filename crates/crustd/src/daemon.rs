@@ -19,6 +19,9 @@ pub struct Crust {
     pub pause_bin: PathBuf,
     /// Runtime handlers RunPodSandbox accepts.
     pub handlers: Vec<String>,
+    /// Handlers whose containers an external OCI runtime (runc, crun) runs.
+    pub oci_runtimes:
+        std::collections::HashMap<String, container::executor::oci_runtime::OciRuntime>,
 }
 
 impl Crust {
@@ -55,6 +58,20 @@ impl Crust {
         };
         let mut handlers = vec![String::new(), "crust".to_string()];
         handlers.extend(cfg.runtime_handlers.iter().cloned());
+        let mut oci_runtimes = std::collections::HashMap::new();
+        for (name, binary) in &cfg.oci_runtimes {
+            if name.is_empty() || name == "crust" || name.contains('/') {
+                anyhow::bail!("oci_runtimes: {name:?} cannot name a runtime handler");
+            }
+            handlers.push(name.clone());
+            oci_runtimes.insert(
+                name.clone(),
+                container::executor::oci_runtime::OciRuntime {
+                    binary: binary.clone(),
+                    root: cfg.state.join("runtimes").join(name),
+                },
+            );
+        }
         Ok(Crust {
             store: Store::new(cfg.root.join("sandboxes")),
             containers: crate::container_store::Containers::new(
@@ -67,6 +84,7 @@ impl Crust {
             cgroups,
             pause_bin,
             handlers,
+            oci_runtimes,
             cfg,
         })
     }

@@ -292,3 +292,8 @@ pub fn write_oci_layout(dir: &Path, entries: &[LayoutEntry]) {
     )
     .unwrap();
 }
+
+/// The `sha256:` digest of `data`, as manifests name blobs.
+pub fn digest(data: &[u8]) -> String {
+    digest::of(data)
+}

@@ -208,11 +208,22 @@ impl ImageStore {
         });
         let mut net_err = None;
         while let Some(chunk) = stream.next().await {
-            let failed = chunk.as_ref().err().map(|e| e.to_string());
+            let failed = chunk.as_ref().err().map(|e| {
+                // oci-client checks the digest too, and reports a mismatch as a stream error.
+                let mismatch = e.get_ref().is_some_and(|i| {
+                    i.downcast_ref::<oci_client::errors::DigestError>()
+                        .is_some()
+                });
+                (mismatch, e.to_string())
+            });
             if tx.send(chunk).await.is_err() {
                 break; // the unpacker stopped: its error says why
             }
-            if let Some(e) = failed {
+            if let Some((mismatch, e)) = failed {
+                if mismatch {
+                    let _ = unpacker.await;
+                    return Err(Error::DataLoss(format!("layer {}: {e}", l.digest)));
+                }
                 net_err = Some(e);
                 break;
             }

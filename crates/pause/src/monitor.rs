@@ -22,6 +22,7 @@
 //!
 //! ```text
 //! crust-monitor -e EXIT_FILE [-l LOG_PATH] [-o FD] [-r FD] [-t FD] [-i FD] [-m OOM_FILE]
+//!               [-p PID]
 //!   -e  where the exit record goes (written as EXIT_FILE.tmp, fsynced, renamed)
 //!   -l  the CRI log file, opened O_WRONLY|O_APPEND|O_CREAT|O_CLOEXEC, mode 0640;
 //!       without it the streams are read and their output dropped
@@ -32,7 +33,12 @@
 //!   -i  an fd held open and never touched (stdin's write end, for a later attach)
 //!   -m  cgroup v2 memory.events or v1 memory.oom_control: its `oom_kill N` line is read
 //!       at start and after the exit; a larger N marks the exit as an OOM kill
+//!   -p  the init's pid; without it, the one child listed in /proc/thread-self/children
+//!       at start (or, failing that, the first child reaped)
 //! ```
+//! Knowing the init matters when the monitor is a child subreaper (as it is under an
+//! external OCI runtime, see `container::executor::oci_runtime`): orphans may then be
+//! re-parented to it, and it reaps them without taking their exit for the init's.
 //! Every option takes its value in the next argument. A bad command line: a message on
 //! stderr, exit 2.
 //!
@@ -47,8 +53,9 @@
 //!    │                     may still run, so keep waiting for it ─────┤
 //!    ├─ SIGUSR1          → close the log, open LOG_PATH again ────────┤
 //!    ├─ SIGTERM/INT/HUP, others → ignored (crustd signals the container)
-//!    └─ SIGCHLD → wait4(-1, WNOHANG): child still running ────────────┘
-//!                                     child gone (or none: ECHILD)
+//!    └─ SIGCHLD → wait4(-1, WNOHANG) until 0: init still running ─────┘
+//!                 (other children: reaped, ignored)
+//!                                     init gone (or no child: ECHILD)
 //!                                       ▼
 //!  finish: time of reap; drain the streams without waiting for EOF (a daemonised
 //!          grandchild may hold them forever); pending partial lines as F; OOM counter;
@@ -76,16 +83,16 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
 use monitor_core::{
-    exit_from_status, format_exit, header, next_record, parse_args, parse_oom_kill, Args, Exit,
-    EXIT_MAX, HEADER_MAX, MAX_LINE, USAGE,
+    exit_from_status, format_exit, header, next_record, only_pid, parse_args, parse_oom_kill, Args,
+    Exit, EXIT_MAX, HEADER_MAX, MAX_LINE, USAGE,
 };
 use sys::{
-    close, exit, syscall, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR,
-    F_GETFL, F_SETFL, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_NONBLOCK, O_RDONLY, O_TRUNC,
-    O_WRONLY, POLLERR, POLLHUP, POLLIN, POLLNVAL, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD,
-    SIGINFO_SIZE, SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SYS_CLOCK_GETTIME, SYS_FCNTL,
-    SYS_FSYNC, SYS_OPEN, SYS_POLL, SYS_READ, SYS_RENAME, SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK,
-    SYS_SETSID, SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITEV, WNOHANG,
+    close, exit, syscall, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR, F_GETFL,
+    F_SETFL, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY,
+    POLLERR, POLLHUP, POLLIN, POLLNVAL, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE,
+    SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SYS_CLOCK_GETTIME, SYS_FCNTL, SYS_FSYNC, SYS_OPEN,
+    SYS_POLL, SYS_READ, SYS_RENAME, SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK, SYS_SETSID,
+    SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITEV, WNOHANG,
 };
 
 /// A stream's line buffer: one more byte than the longest record, so that a full buffer
@@ -228,6 +235,10 @@ extern "C" fn start(sp: *const usize) -> ! {
         Stream::new(args.tty_fd, b"stdout", tty_buf),
     ];
     let oom_before = args.oom_file.and_then(|p| read_oom(p, file));
+    let init = args.init_pid.or_else(|| {
+        let n = read_file(c"/proc/thread-self/children", file);
+        only_pid(&file[..n])
+    });
     let mut log = Log {
         path: args.log_path,
         fd: -1,
@@ -240,7 +251,7 @@ extern "C" fn start(sp: *const usize) -> ! {
     loop {
         if check_child {
             check_child = false;
-            if let Some(child) = reap() {
+            if let Some(child) = reap(init) {
                 finish(&args, child, &mut streams, &log, oom_before, file, path);
             }
         }
@@ -254,7 +265,13 @@ extern "C" fn start(sp: *const usize) -> ! {
             streams[1].poll_fd(),
             streams[2].poll_fd(),
         ];
-        let n = syscall(SYS_POLL, fds.as_mut_ptr() as usize, fds.len(), usize::MAX, 0);
+        let n = syscall(
+            SYS_POLL,
+            fds.as_mut_ptr() as usize,
+            fds.len(),
+            usize::MAX,
+            0,
+        );
         if n < 0 {
             continue; // EINTR (after SIGSTOP/SIGCONT, say)
         }
@@ -295,8 +312,10 @@ extern "C" fn start(sp: *const usize) -> ! {
 /// What `wait4` said of the child: its pid and status, or `None` for no child at all.
 type Child = Option<(i32, i32)>;
 
-/// `Some` when the child is gone (reaped, or there never was one); `None` while it runs.
-fn reap() -> Option<Child> {
+/// Reaps every child that has exited. `Some` when the init is gone (reaped, or there
+/// never was a child); `None` while it runs. Without a known init, the first child
+/// reaped is taken for it.
+fn reap(init: Option<i32>) -> Option<Child> {
     loop {
         let mut status: i32 = 0;
         let pid = syscall(
@@ -307,7 +326,12 @@ fn reap() -> Option<Child> {
             0,
         );
         match pid {
-            p if p > 0 => return Some(Some((p as i32, status))),
+            p if p > 0 => {
+                if init.is_none_or(|i| i == p as i32) {
+                    return Some(Some((p as i32, status)));
+                }
+                // An orphan re-parented to us as a subreaper: reaped, nothing more.
+            }
             0 => return None,
             e if e == -EINTR => continue,
             e if e == -ECHILD => return Some(None),
@@ -361,11 +385,7 @@ fn finish(
 }
 
 impl Stream {
-    fn new(
-        fd: Option<i32>,
-        name: &'static [u8],
-        buf: &'static mut [u8; LINE_BUF],
-    ) -> Stream {
+    fn new(fd: Option<i32>, name: &'static [u8], buf: &'static mut [u8; LINE_BUF]) -> Stream {
         let mut s = Stream {
             fd: -1,
             name,
@@ -442,7 +462,13 @@ impl Stream {
         let (sec, nsec) = now();
         let mut start = 0;
         while let Some(r) = next_record(&self.buf[start..self.len], eof) {
-            log.write(sec, nsec, self.name, r.full, &self.buf[start..start + r.len]);
+            log.write(
+                sec,
+                nsec,
+                self.name,
+                r.full,
+                &self.buf[start..start + r.len],
+            );
             start += r.consumed;
         }
         if start > 0 {
@@ -523,9 +549,18 @@ fn now() -> (i64, u32) {
 
 /// The `oom_kill` counter of the `-m` file, if it can be read.
 fn read_oom(path: &CStr, buf: &mut [u8; FILE_BUF]) -> Option<u64> {
+    let len = read_file(path, buf);
+    if len == 0 {
+        return None;
+    }
+    parse_oom_kill(&buf[..len])
+}
+
+/// Reads the start of a file into `buf`; returns the length (0 when it cannot be read).
+fn read_file(path: &CStr, buf: &mut [u8; FILE_BUF]) -> usize {
     let fd = syscall(SYS_OPEN, path.as_ptr() as usize, O_RDONLY | O_CLOEXEC, 0, 0);
     if fd < 0 {
-        return None;
+        return 0;
     }
     let mut len = 0;
     while len < buf.len() {
@@ -545,7 +580,7 @@ fn read_oom(path: &CStr, buf: &mut [u8; FILE_BUF]) -> Option<u64> {
         len += n as usize;
     }
     close(fd as usize);
-    parse_oom_kill(&buf[..len])
+    len
 }
 
 /// Writes the record durably: `EXIT_FILE.tmp`, fsync, rename over EXIT_FILE, fsync of

@@ -35,6 +35,8 @@ pub struct Args<'a> {
     pub tty_fd: Option<i32>,
     pub stdin_fd: Option<i32>,
     pub oom_file: Option<&'a CStr>,
+    /// The container init's pid, when the caller knows it.
+    pub init_pid: Option<i32>,
 }
 
 /// Why a command line was refused: a message and the argument it is about (may be empty).
@@ -45,7 +47,7 @@ pub struct ArgError<'a> {
 }
 
 pub const USAGE: &[u8] = b"usage: crust-monitor -e EXIT_FILE [-l LOG_PATH] [-o FD] [-r FD] \
-[-t FD] [-i FD] [-m OOM_EVENTS_FILE]\n";
+[-t FD] [-i FD] [-m OOM_EVENTS_FILE] [-p PID]\n";
 
 /// Parses the arguments after argv[0]. Every option takes a value in the next argument.
 pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'a>, ArgError<'a>> {
@@ -58,6 +60,7 @@ pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'
         tty_fd: None,
         stdin_fd: None,
         oom_file: None,
+        init_pid: None,
     };
     while let Some(opt) = args.next() {
         let opt = opt.to_bytes();
@@ -91,6 +94,14 @@ pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'
             b"-r" => out.stderr_fd = Some(fd()?),
             b"-t" => out.tty_fd = Some(fd()?),
             b"-i" => out.stdin_fd = Some(fd()?),
+            b"-p" => {
+                out.init_pid = Some(parse_fd(value.to_bytes()).filter(|&p| p > 0).ok_or(
+                    ArgError {
+                        message: "not a pid: ",
+                        arg: value.to_bytes(),
+                    },
+                )?)
+            }
             _ => {
                 return Err(ArgError {
                     message: "unknown option ",
@@ -125,6 +136,19 @@ pub fn parse_fd(s: &[u8]) -> Option<i32> {
         v = v * 10 + (b - b'0') as u64;
     }
     i32::try_from(v).ok()
+}
+
+/// The one pid in a `/proc/PID/task/TID/children` file (pids separated by spaces);
+/// `None` when it lists none or several.
+pub fn only_pid(content: &[u8]) -> Option<i32> {
+    let mut pids = content
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty());
+    let first = parse_fd(pids.next()?).filter(|&p| p > 0)?;
+    match pids.next() {
+        None => Some(first),
+        Some(_) => None,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -210,7 +234,7 @@ pub fn format_time(sec: i64, nsec: u32, out: &mut [u8; TIME_MAX]) -> usize {
     let mut frac = nsec.min(999_999_999);
     if frac != 0 {
         let mut width = 9;
-        while frac % 10 == 0 {
+        while frac.is_multiple_of(10) {
             frac /= 10;
             width -= 1;
         }
@@ -583,8 +607,11 @@ mod tests {
         );
         assert_eq!(a.oom_file, Some(c"/sys/fs/cgroup/x/memory.events"));
 
-        let a = args(&[c"-t", c"7", c"-e", c"e"]).unwrap();
+        assert_eq!(a.init_pid, None);
+
+        let a = args(&[c"-t", c"7", c"-e", c"e", c"-p", c"42"]).unwrap();
         assert_eq!((a.tty_fd, a.stdout_fd, a.log_path), (Some(7), None, None));
+        assert_eq!(a.init_pid, Some(42));
 
         let err = |v: &[&CStr]| {
             let e = args(v).unwrap_err();
@@ -604,9 +631,22 @@ mod tests {
             ("not a file descriptor: ", "-1".into())
         );
         assert_eq!(
+            err(&[c"-e", c"e", c"-p", c"0"]),
+            ("not a pid: ", "0".into())
+        );
+        assert_eq!(
             err(&[c"-e", c"e", c"-o", c"3", c"-t", c"4"]).0,
             "-t and -o both name the stdout stream"
         );
+    }
+
+    #[test]
+    fn only_child() {
+        assert_eq!(only_pid(b"4242 "), Some(4242));
+        assert_eq!(only_pid(b"4242"), Some(4242));
+        assert_eq!(only_pid(b"4242 4243 "), None);
+        assert_eq!(only_pid(b""), None);
+        assert_eq!(only_pid(b"x "), None);
     }
 
     #[test]

@@ -69,6 +69,7 @@ mod channel;
 mod dev;
 mod exec;
 mod init;
+pub mod oci_runtime;
 mod process;
 mod resolve;
 mod rootfs;
