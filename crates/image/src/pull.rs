@@ -81,7 +81,6 @@ impl ImageStore {
         {
             r.set_mirror_registry(ep.host.clone());
         }
-        let what = named.to_string();
         let (data, _) = client
             .pull_manifest_raw(&r, auth, ACCEPTED)
             .await
@@ -172,7 +171,6 @@ impl ImageStore {
             blobs,
             layers: config.rootfs.diff_ids.clone(),
         };
-        let _ = what;
         self.commit(rec)
     }
 
