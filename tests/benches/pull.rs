@@ -261,7 +261,7 @@ fn main() {
     let crust = Crustd::start_with(Options {
         cni_conf: false,
         subnet: 92,
-        extra_args: vec!["--log-level".into(), "info".into()],
+        extra_args: vec![],
     });
     let reg = Registry::start_with(None, Some(&crust.node));
 

@@ -720,7 +720,8 @@ async fn containers_survive_crustd_restart_and_logs_reopen() {
     assert!(container_dirs(&e.d).is_empty());
 }
 
-/// A tty container gets a terminal; its output is logged like any other.
+/// A tty container gets a terminal of its own devpts; its output is logged like any
+/// other.
 #[tokio::test]
 async fn tty_container() {
     if !root() {

@@ -145,6 +145,66 @@ pub fn is_pinned(target: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The pod's `/dev/shm`: a tmpfs of `size` bytes at `target` (a directory, created),
+/// bind-mounted into every container of a pod that shares the pod's IPC namespace, so
+/// POSIX shared memory is shared the way System V IPC is. Idempotent.
+pub fn mount_shm(target: &Path, size: u64) -> Result<()> {
+    let err = |step: &'static str, source: io::Error| Error::Unpin {
+        target: target.to_path_buf(),
+        step,
+        source,
+    };
+    fs::create_dir_all(target).map_err(|e| err("create shm dir", e))?;
+    if is_mount_point(target) {
+        return Ok(());
+    }
+    mount(
+        Some("shm"),
+        target,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(format!("mode=1777,size={size}").as_str()),
+    )
+    .map_err(|e| err("mount shm tmpfs", e.into()))
+}
+
+/// Unmounts the pod's `/dev/shm` and removes the directory. Idempotent.
+pub fn unmount_shm(target: &Path) -> Result<()> {
+    let err = |step: &'static str, source: io::Error| Error::Unpin {
+        target: target.to_path_buf(),
+        step,
+        source,
+    };
+    for _ in 0..16 {
+        if !is_mount_point(target) {
+            break;
+        }
+        match umount2(target, MntFlags::MNT_DETACH) {
+            Ok(()) => {}
+            Err(Errno::EINVAL) | Err(Errno::ENOENT) => break,
+            Err(e) => return Err(err("unmount shm", e.into())),
+        }
+    }
+    match fs::remove_dir(target) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(err("remove shm dir", e)),
+    }
+}
+
+/// True when `p` is a mount point: its device differs from its parent's (or it is a
+/// mount of the same file system, which `/proc/self/mountinfo` would show; for the tmpfs
+/// mounted here the device check suffices).
+fn is_mount_point(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(m), Some(parent)) = (fs::symlink_metadata(p), p.parent()) else {
+        return false;
+    };
+    fs::symlink_metadata(parent)
+        .map(|pm| pm.dev() != m.dev())
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,64 +269,4 @@ mod tests {
         assert!(!target.exists());
         fs::remove_dir_all(&d).unwrap();
     }
-}
-
-/// The pod's `/dev/shm`: a tmpfs of `size` bytes at `target` (a directory, created),
-/// bind-mounted into every container of a pod that shares the pod's IPC namespace, so
-/// POSIX shared memory is shared the way System V IPC is. Idempotent.
-pub fn mount_shm(target: &Path, size: u64) -> Result<()> {
-    let err = |step: &'static str, source: io::Error| Error::Unpin {
-        target: target.to_path_buf(),
-        step,
-        source,
-    };
-    fs::create_dir_all(target).map_err(|e| err("create shm dir", e))?;
-    if is_mount_point(target) {
-        return Ok(());
-    }
-    mount(
-        Some("shm"),
-        target,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some(format!("mode=1777,size={size}").as_str()),
-    )
-    .map_err(|e| err("mount shm tmpfs", e.into()))
-}
-
-/// Unmounts the pod's `/dev/shm` and removes the directory. Idempotent.
-pub fn unmount_shm(target: &Path) -> Result<()> {
-    let err = |step: &'static str, source: io::Error| Error::Unpin {
-        target: target.to_path_buf(),
-        step,
-        source,
-    };
-    for _ in 0..16 {
-        if !is_mount_point(target) {
-            break;
-        }
-        match umount2(target, MntFlags::MNT_DETACH) {
-            Ok(()) => {}
-            Err(Errno::EINVAL) | Err(Errno::ENOENT) => break,
-            Err(e) => return Err(err("unmount shm", e.into())),
-        }
-    }
-    match fs::remove_dir(target) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(err("remove shm dir", e)),
-    }
-}
-
-/// True when `p` is a mount point: its device differs from its parent's (or it is a
-/// mount of the same file system, which `/proc/self/mountinfo` would show; for the tmpfs
-/// mounted here the device check suffices).
-fn is_mount_point(p: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(m), Some(parent)) = (fs::symlink_metadata(p), p.parent()) else {
-        return false;
-    };
-    fs::symlink_metadata(parent)
-        .map(|pm| pm.dev() != m.dev())
-        .unwrap_or(false)
 }

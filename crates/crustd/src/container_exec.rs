@@ -277,10 +277,9 @@ async fn exec_external(
         v
     });
     let status = if req.timeout > 0 {
-        match tokio::time::timeout(Duration::from_secs(req.timeout as u64), child.wait()).await {
-            Ok(s) => Some(s),
-            Err(_) => None,
-        }
+        tokio::time::timeout(Duration::from_secs(req.timeout as u64), child.wait())
+            .await
+            .ok()
     } else {
         Some(child.wait().await)
     };

@@ -63,23 +63,14 @@ fn cgroup_err(what: String) -> impl FnOnce(cgroups::Error) -> Error {
 /// The executor's errors: those caused by the request (a missing binary or working
 /// directory, a bad mount source) are InvalidArgument; the rest Internal.
 fn create_err(e: container::Error) -> Error {
+    use Step::*;
     match &e {
-        container::Error::Create { step, .. }
-            if matches!(
-                step,
-                Step::Executable
-                    | Step::Cwd
-                    | Step::Mount
-                    | Step::MountTarget
-                    | Step::Device
-                    | Step::Setuid
-                    | Step::Setgid
-                    | Step::Setgroups
-            ) =>
-        {
-            Error::InvalidArgument(e.to_string())
+        container::Error::Create {
+            step:
+                Executable | Cwd | Mount | MountTarget | Device | Setuid | Setgid | Setgroups | Seccomp,
+            ..
         }
-        container::Error::InvalidSpec { .. } => Error::InvalidArgument(e.to_string()),
+        | container::Error::InvalidSpec { .. } => Error::InvalidArgument(e.to_string()),
         _ => Error::Internal(e.to_string()),
     }
 }
@@ -588,6 +579,9 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
             rec.id, rec.state
         )));
     }
+    // Taken before the gate opens: a process that exits at once must not have finished
+    // before it started.
+    let started_at = util::now_ns();
     let started = match crust.oci_runtimes.get(&rec.runtime) {
         Some(rt) if !rec.runtime.is_empty() => rt.start(&rec.id),
         _ => executor::Container::load(&crust.containers.exec_state(&rec.id))
@@ -601,7 +595,7 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
         )));
     }
     rec.state = ContainerState::Running;
-    rec.started_at = util::now_ns();
+    rec.started_at = started_at;
     crust.containers.save(&rec)
 }
 

@@ -66,7 +66,9 @@
 //! each written by one `writev` to the O_APPEND file, so records of the two streams
 //! never interleave inside a line. A line longer than 16 KiB becomes `P` records of
 //! 16 KiB and a final `F`. Errors writing the log are ignored: the container must never
-//! block on its output, so the streams are always read.
+//! block on its output, so the streams are always read (a LOG_PATH that cannot be
+//! opened drops the output until a SIGUSR1 opens it). Each record carries the time its
+//! bytes were read, so output still in a pipe at the exit is stamped after the reap.
 //!
 //! The exit record, one line of JSON:
 //! `{"pid":123,"exit_code":0,"signal":0,"finished_ns":1700000000000000000,"oom_killed":false}`
@@ -248,6 +250,7 @@ extern "C" fn start(sp: *const usize) -> ! {
     // The child may have exited before SIGCHLD was blocked, or before the exec while
     // the signal was ignored by default: look once before waiting for the signal.
     let mut check_child = true;
+    let mut tty_socket: i32 = args.tty_socket.unwrap_or(-1);
     loop {
         if check_child {
             check_child = false;
@@ -264,6 +267,11 @@ extern "C" fn start(sp: *const usize) -> ! {
             streams[0].poll_fd(),
             streams[1].poll_fd(),
             streams[2].poll_fd(),
+            PollFd {
+                fd: tty_socket,
+                events: POLLIN,
+                revents: 0,
+            },
         ];
         let n = syscall(
             SYS_POLL,
@@ -275,7 +283,16 @@ extern "C" fn start(sp: *const usize) -> ! {
         if n < 0 {
             continue; // EINTR (after SIGSTOP/SIGCONT, say)
         }
-        for (s, p) in streams.iter_mut().zip(&fds[1..]) {
+        if tty_socket >= 0 && fds[4].revents != 0 {
+            // The pty master from the init (or the init's end closed: no terminal).
+            let master = recv_fd(tty_socket);
+            close(tty_socket as usize);
+            tty_socket = -1;
+            if master >= 0 {
+                streams[2].adopt(master);
+            }
+        }
+        for (s, p) in streams.iter_mut().zip(&fds[1..4]) {
             if p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
                 s.pump(&log, 1);
             }
@@ -407,6 +424,15 @@ impl Stream {
             }
         }
         s
+    }
+
+    /// Takes `fd` as this stream's source (non-blocking, like those given at start).
+    fn adopt(&mut self, fd: i32) {
+        let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
+        if flags >= 0 {
+            syscall(SYS_FCNTL, fd as usize, F_SETFL, flags as usize | O_NONBLOCK, 0);
+        }
+        self.fd = fd;
     }
 
     fn poll_fd(&self) -> PollFd {
@@ -637,4 +663,63 @@ fn write_exit(path: &CStr, record: &Exit, buf: &mut [u8; PATH_BUF]) -> bool {
         close(dfd as usize);
     }
     true
+}
+
+/// `struct msghdr` of x86_64 Linux.
+#[repr(C)]
+struct MsgHdr {
+    name: usize,
+    namelen: u32,
+    iov: *mut IoVec,
+    iovlen: usize,
+    control: *mut u8,
+    controllen: usize,
+    flags: i32,
+}
+
+const SYS_RECVMSG: usize = 47;
+const SOL_SOCKET: i32 = 1;
+const SCM_RIGHTS: i32 = 1;
+const MSG_CMSG_CLOEXEC: usize = 0x4000_0000;
+
+/// Receives one fd sent with SCM_RIGHTS on `sock`; -1 on EOF or anything else.
+fn recv_fd(sock: i32) -> i32 {
+    let mut byte = [0u8; 1];
+    let mut iov = IoVec {
+        base: byte.as_mut_ptr() as *const u8,
+        len: 1,
+    };
+    // cmsghdr (len: usize, level: i32, type: i32) and one int, 8-aligned.
+    let mut control = [0u64; 4];
+    let mut msg = MsgHdr {
+        name: 0,
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: control.as_mut_ptr() as *mut u8,
+        controllen: core::mem::size_of_val(&control),
+        flags: 0,
+    };
+    let n = loop {
+        let n = syscall(
+            SYS_RECVMSG,
+            sock as usize,
+            &mut msg as *mut MsgHdr as usize,
+            MSG_CMSG_CLOEXEC,
+            0,
+        );
+        if n != -EINTR {
+            break n;
+        }
+    };
+    if n <= 0 || msg.controllen < 20 {
+        return -1;
+    }
+    let words = control;
+    let level = (words[1] & 0xffff_ffff) as i32;
+    let kind = (words[1] >> 32) as i32;
+    if level != SOL_SOCKET || kind != SCM_RIGHTS {
+        return -1;
+    }
+    (words[2] & 0xffff_ffff) as i32
 }

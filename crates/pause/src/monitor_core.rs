@@ -33,6 +33,9 @@ pub struct Args<'a> {
     pub stdout_fd: Option<i32>,
     pub stderr_fd: Option<i32>,
     pub tty_fd: Option<i32>,
+    /// A unix socket over which the container's init sends a pty master (SCM_RIGHTS),
+    /// read as `stdout` once it came.
+    pub tty_socket: Option<i32>,
     pub stdin_fd: Option<i32>,
     pub oom_file: Option<&'a CStr>,
     /// The container init's pid, when the caller knows it.
@@ -47,7 +50,7 @@ pub struct ArgError<'a> {
 }
 
 pub const USAGE: &[u8] = b"usage: crust-monitor -e EXIT_FILE [-l LOG_PATH] [-o FD] [-r FD] \
-[-t FD] [-i FD] [-m OOM_EVENTS_FILE] [-p PID]\n";
+[-t FD] [-T FD] [-i FD] [-m OOM_EVENTS_FILE] [-p PID]\n";
 
 /// Parses the arguments after argv[0]. Every option takes a value in the next argument.
 pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'a>, ArgError<'a>> {
@@ -58,6 +61,7 @@ pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'
         stdout_fd: None,
         stderr_fd: None,
         tty_fd: None,
+        tty_socket: None,
         stdin_fd: None,
         oom_file: None,
         init_pid: None,
@@ -93,6 +97,7 @@ pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'
             b"-o" => out.stdout_fd = Some(fd()?),
             b"-r" => out.stderr_fd = Some(fd()?),
             b"-t" => out.tty_fd = Some(fd()?),
+            b"-T" => out.tty_socket = Some(fd()?),
             b"-i" => out.stdin_fd = Some(fd()?),
             b"-p" => {
                 out.init_pid = Some(parse_fd(value.to_bytes()).filter(|&p| p > 0).ok_or(
@@ -110,7 +115,9 @@ pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'
             }
         }
     }
-    if out.tty_fd.is_some() && out.stdout_fd.is_some() {
+    if (out.tty_fd.is_some() || out.tty_socket.is_some()) && out.stdout_fd.is_some()
+        || (out.tty_fd.is_some() && out.tty_socket.is_some())
+    {
         return Err(ArgError {
             message: "-t and -o both name the stdout stream",
             arg: b"",
@@ -612,6 +619,13 @@ mod tests {
         let a = args(&[c"-t", c"7", c"-e", c"e", c"-p", c"42"]).unwrap();
         assert_eq!((a.tty_fd, a.stdout_fd, a.log_path), (Some(7), None, None));
         assert_eq!(a.init_pid, Some(42));
+        let a = args(&[c"-T", c"9", c"-e", c"e", c"-r", c"4"]).unwrap();
+        assert_eq!(
+            (a.tty_socket, a.tty_fd, a.stderr_fd),
+            (Some(9), None, Some(4))
+        );
+        assert!(args(&[c"-T", c"9", c"-e", c"e", c"-o", c"3"]).is_err());
+        assert!(args(&[c"-T", c"9", c"-e", c"e", c"-t", c"3"]).is_err());
 
         let err = |v: &[&CStr]| {
             let e = args(v).unwrap_err();

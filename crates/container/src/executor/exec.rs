@@ -125,6 +125,7 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             .iter()
             .map(|(f, p)| (f.as_raw_fd(), p.clone()))
             .collect(),
+        tty_sock: None,
     };
     // SAFETY: as in `process::spawn`: the child runs only `intermediate` and leaves by
     // `_exit` or `execve`.

@@ -102,6 +102,8 @@ pub(crate) struct ChildFds {
     pub namespaces: Vec<(RawFd, libc::c_int, PathBuf)>,
     /// `cgroup.procs` files the intermediate writes itself into (fd, path).
     pub cgroup_procs: Vec<(RawFd, PathBuf)>,
+    /// A tty container's socket to the monitor (see [`console`]).
+    pub tty_sock: Option<RawFd>,
 }
 
 pub(crate) fn exit(code: libc::c_int) -> ! {
@@ -170,9 +172,10 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
                 }
             }
         }
-        // A tty container's stdio is a pty slave: it becomes the controlling terminal
-        // of the new session, so ^C and job control reach the container's processes.
-        if p.terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+        // A tty container whose caller gave it a pty slave as stdio: it becomes the
+        // controlling terminal of the new session, so ^C and job control reach the
+        // container's processes. (Under a monitor the pty is made after pivot_root.)
+        if p.terminal && fds.tty_sock.is_none() && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
             return os_err(Step::Terminal, "stdin");
         }
     }
@@ -186,6 +189,9 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
     drop(root);
     oom_score_adj(p)?;
     rootfs::pivot_root(p)?;
+    if let Some(sock) = fds.tty_sock {
+        console(sock)?;
+    }
 
     rootfs::sysctl(p)?;
     rootfs::mask_and_protect(p)?;
@@ -403,4 +409,73 @@ pub(crate) fn exec(p: &Plan, exe: &CStr, report: Option<RawFd>) -> ! {
     } else {
         126
     })
+}
+
+/// A tty container's terminal, as runc makes it: a pty of the container's own devpts
+/// (so `ttyname()` finds `/dev/pts/N` inside), its slave on 0, 1 and 2 as the
+/// controlling terminal, its master sent to the monitor over `sock` (SCM_RIGHTS).
+fn console(sock: RawFd) -> Result<(), Fail> {
+    // SAFETY: plain syscalls on fds this process owns; the message points into locals
+    // that outlive the call.
+    unsafe {
+        let master = libc::open(
+            c"/dev/ptmx".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if master < 0 {
+            return os_err(Step::Terminal, "/dev/ptmx");
+        }
+        let unlock: libc::c_int = 0;
+        if libc::ioctl(master, libc::TIOCSPTLCK, &unlock) < 0 {
+            return os_err(Step::Terminal, "unlock pty");
+        }
+        // The peer through the master itself: no path lookup that could be raced.
+        let mut slave = libc::ioctl(master, libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY);
+        if slave < 0 {
+            let mut n: libc::c_uint = 0;
+            if libc::ioctl(master, libc::TIOCGPTN, &mut n) < 0 {
+                return os_err(Step::Terminal, "pty number");
+            }
+            let path = CString::new(format!("/dev/pts/{n}")).unwrap_or_default();
+            slave = libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            if slave < 0 {
+                return os_err(Step::Terminal, format!("/dev/pts/{n}"));
+            }
+        }
+        for target in 0..3 {
+            if libc::dup2(slave, target) < 0 {
+                return os_err(Step::Terminal, "dup pty");
+            }
+        }
+        libc::close(slave);
+        if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            return os_err(Step::Terminal, "controlling terminal");
+        }
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u64; 4];
+        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), master);
+        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
+            return os_err(Step::Terminal, "send pty to the monitor");
+        }
+        libc::close(master);
+        libc::close(sock);
+    }
+    Ok(())
 }

@@ -229,7 +229,11 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// The container's stdio and the monitor's command line: pipes for stdout and stderr
 /// (or a pty for a terminal) whose reading ends the monitor gets, and a stdin pipe
 /// whose writing end it holds open when asked.
-fn monitor_io(m: &MonitorOpts, terminal: bool) -> io::Result<([OwnedFd; 3], process::MonitorExec)> {
+#[allow(clippy::type_complexity)]
+fn monitor_io(
+    m: &MonitorOpts,
+    terminal: bool,
+) -> io::Result<([OwnedFd; 3], process::MonitorExec, Option<OwnedFd>)> {
     use std::ffi::CString;
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -261,22 +265,23 @@ fn monitor_io(m: &MonitorOpts, terminal: bool) -> io::Result<([OwnedFd; 3], proc
         .write(true)
         .open("/dev/null")?
         .into();
+    let mut tty_sock = None;
     let stdio = if terminal {
-        let master = nix::pty::posix_openpt(
-            nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NOCTTY | nix::fcntl::OFlag::O_CLOEXEC,
+        // The pty is made by the init inside the container (see `init::console`); its
+        // stdio are /dev/null until then.
+        let (mon, init) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
         )?;
-        nix::pty::grantpt(&master)?;
-        nix::pty::unlockpt(&master)?;
-        let name = nix::pty::ptsname_r(&master)?;
-        let slave: OwnedFd = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
-            .open(&name)?
-            .into();
-        let master: OwnedFd = master.into();
-        give("-t", master, &mut argv)?;
-        [slave.try_clone()?, slave.try_clone()?, slave]
+        give("-T", mon, &mut argv)?;
+        tty_sock = Some(process::above_stdio(init)?);
+        [
+            devnull.try_clone()?,
+            devnull.try_clone()?,
+            devnull.try_clone()?,
+        ]
     } else {
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
@@ -308,6 +313,7 @@ fn monitor_io(m: &MonitorOpts, terminal: bool) -> io::Result<([OwnedFd; 3], proc
             keep,
             devnull: process::above_stdio(devnull)?,
         },
+        tty_sock,
     ))
 }
 
@@ -359,11 +365,13 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e))?;
 
     let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
+    let mut tty_sock = None;
     let monitor = match monitor {
         Some(m) => {
-            let (fds, exec) = monitor_io(&m, plan.terminal)
+            let (fds, exec, sock) = monitor_io(&m, plan.terminal)
                 .map_err(|e| err(Step::Monitor, m.binary.display().to_string(), e))?;
             stdio = fds.map(Some);
+            tty_sock = sock;
             Some(exec)
         }
         None => {
@@ -393,6 +401,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
             stdio,
             cgroup_procs: procs,
             monitor,
+            tty_sock,
         },
         begun + process::CREATE_TIMEOUT,
     )?;

@@ -62,6 +62,9 @@ pub(crate) struct SpawnFds {
     pub cgroup_procs: Vec<(OwnedFd, PathBuf)>,
     /// When set, the init's parent is a monitor process instead of the caller.
     pub monitor: Option<MonitorExec>,
+    /// A tty container's end of a socket to the monitor: the init makes the pty in the
+    /// container's own devpts and sends the master over it.
+    pub tty_sock: Option<OwnedFd>,
 }
 
 /// How the monitor is started: a child of the caller forks the intermediate (so the
@@ -244,6 +247,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
             .iter()
             .map(|(f, path)| (f.as_raw_fd(), path.clone()))
             .collect(),
+        tty_sock: fds.tty_sock.as_ref().map(|f| f.as_raw_fd()),
     };
 
     // SAFETY: fork in a possibly multi-threaded process. The child is single-threaded;
@@ -369,8 +373,13 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
 /// the intermediate (the init is then its only child) and becomes the monitor by
 /// `execve`. Never returns. Failures end it with 1; the main process sees it gone.
 fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
-    // SAFETY: prctl with integer arguments; see `intermediate`.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    // SAFETY: prctl with integer arguments; see `intermediate`. A session of its own
+    // at once: a signal to the caller's process group (^C on a terminal) must not
+    // reach the future monitor before it blocks signals itself.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::setsid();
+    }
     // SAFETY: fork of this single-threaded copy; the child runs `intermediate`.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -404,9 +413,8 @@ fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
         for f in &m.keep {
             libc::fcntl(f.as_raw_fd(), libc::F_SETFD, 0);
         }
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        // The signal mask stays as it is across the exec: the monitor blocks every
+        // signal first thing anyway, and none may kill it in between.
         libc::execve(m.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
     }
     init::exit(127)
@@ -517,6 +525,7 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     keep.extend(fds.stdio.iter().flatten());
     keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
     keep.extend(fds.cgroup_procs.iter().map(|(fd, _)| *fd));
+    keep.extend(fds.tty_sock);
     close_all_but(&mut keep);
 
     // Into the container's cgroups first ("0" is the writer itself): the init and

@@ -839,6 +839,33 @@ mod tests {
     }
 
     #[test]
+    fn seccomp_is_compiled_at_plan_time() {
+        use oci_spec::runtime::{LinuxSeccompAction, LinuxSeccompBuilder, LinuxSyscallBuilder};
+        let with = |action| {
+            let mut spec = Spec::default();
+            let mut linux = spec.linux().clone().unwrap();
+            linux.set_seccomp(Some(
+                LinuxSeccompBuilder::default()
+                    .default_action(LinuxSeccompAction::ScmpActAllow)
+                    .syscalls(vec![LinuxSyscallBuilder::default()
+                        .names(vec!["mkdir".to_string()])
+                        .action(action)
+                        .build()
+                        .unwrap()])
+                    .build()
+                    .unwrap(),
+            ));
+            spec.set_linux(Some(linux));
+            spec
+        };
+        assert!(ok(&Spec::default(), "noseccomp").seccomp.is_none());
+        let f = ok(&with(LinuxSeccompAction::ScmpActErrno), "seccomp").seccomp;
+        assert!(f.unwrap().program.len() > 6);
+        let e = err(&with(LinuxSeccompAction::ScmpActNotify), "notify");
+        assert!(e.contains("SCMP_ACT_NOTIFY"), "{e}");
+    }
+
+    #[test]
     fn a_read_only_dev_is_populated_first() {
         let mut spec = Spec::default();
         let mut mounts = spec.mounts().clone().unwrap();
