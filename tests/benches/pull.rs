@@ -7,8 +7,9 @@
 //! makes (crustd's, from the test harness); the registry holds one image of five gzip
 //! layers of about 20 MB each (many small files of text-like data, so compression and
 //! per-file work both count), pushed with `skopeo`. A round, for each daemon in turn:
-//! reset the daemon's peak RSS (`/proc/PID/clear_refs`), PullImage, read the peak
-//! (`VmHWM`), RemoveImage (both delete content and snapshots synchronously). Reported:
+//! `sync` (so neither pays for the other's writeback), reset the daemon's peak RSS (`/proc/PID/clear_refs`), PullImage, read the peak
+//! (`VmHWM`), RemoveImage, and wait until the layers are really gone from the disk
+//! (containerd deletes snapshot directories in the background). Reported:
 //! the median wall time of PullImage as the client sees it, and the median peak RSS of
 //! the daemon during the pull (and its RSS before), with crust/containerd ratios.
 
@@ -196,6 +197,9 @@ struct Side {
     name: &'static str,
     socket: PathBuf,
     pid: u32,
+    /// Empty once the daemon has really deleted what RemoveImage removed (containerd
+    /// removes snapshot directories in the background).
+    settle: PathBuf,
     walls: Vec<Duration>,
     peaks: Vec<u64>,
     before: Vec<u64>,
@@ -210,6 +214,8 @@ async fn round(side: &mut Side, reference: &str) -> Result<(), String> {
         image: reference.to_string(),
         ..Default::default()
     });
+    // Neither daemon pays for the other's writeback.
+    let _ = Command::new("sync").status();
     reset_hwm(side.pid);
     let (_, rss_before) = hwm(side.pid);
     let t = Instant::now();
@@ -224,6 +230,21 @@ async fn round(side: &mut Side, reference: &str) -> Result<(), String> {
     c.remove_image(RemoveImageRequest { image: spec })
         .await
         .map_err(|e| format!("{} RemoveImage: {e:?}", side.name))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_dir(&side.settle)
+        .map(|r| r.count())
+        .unwrap_or(0)
+        > 0
+    {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{}: {} not emptied after RemoveImage",
+                side.name,
+                side.settle.display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     side.walls.push(wall);
     side.peaks.push(peak);
     side.before.push(rss_before);
@@ -302,6 +323,7 @@ fn main() {
         name: "crust",
         socket: crust.socket.clone(),
         pid: crust.pid().unwrap(),
+        settle: crust.root.path().join("images/layers"),
         walls: vec![],
         peaks: vec![],
         before: vec![],
@@ -318,6 +340,10 @@ fn main() {
             name: "containerd",
             socket: c.socket.clone(),
             pid: c.child.id(),
+            settle: c
+                .dir
+                .path()
+                .join("root/io.containerd.snapshotter.v1.overlayfs/snapshots"),
             walls: vec![],
             peaks: vec![],
             before: vec![],

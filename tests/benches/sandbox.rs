@@ -107,6 +107,7 @@ fn pod_config(name: &str, uid: &str, cgroup_parent: &str) -> PodSandboxConfig {
     }
 }
 
+/// Runs `f(0..n)` with `par` calls in flight; returns every call's duration and the
 /// phase's wall time.
 async fn phase<F, Fut>(n: usize, par: usize, f: F) -> Result<(Vec<Duration>, Duration), String>
 where

@@ -254,8 +254,11 @@ fn make(
     let bundle = crust.containers.bundle(&id);
     std::fs::create_dir_all(bundle.join("rootfs"))
         .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
+    // Cumulative times of the steps, logged at debug: where a slow create spends it.
+    let t0 = Instant::now();
     crust.containers.save(rec)?;
 
+    let t_saved = t0.elapsed();
     let snap = crust
         .images
         .prepare_snapshot(&id, &rec.image_id)
@@ -279,6 +282,7 @@ fn make(
         rec.log_path = Some(p);
     }
 
+    let t_snap = t0.elapsed();
     // The container's cgroup: a child of the pod's.
     let mut procs: Vec<PathBuf> = vec![];
     let mut oom_events = None;
@@ -353,6 +357,7 @@ fn make(
     let hostname = std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| sb_cfg.hostname.clone());
+    let t_cgroup = t0.elapsed();
     let spec = container_spec::build(
         cfg,
         &SpecInput {
@@ -367,7 +372,9 @@ fn make(
         },
     )?;
     let json = serde_json::to_vec_pretty(&spec).map_err(Error::internal)?;
-    util::write_atomic(&bundle.join("config.json"), &json)
+    // Not synced: a crash before the record says `created` rolls the container back,
+    // and the page cache outlives crustd itself.
+    std::fs::write(bundle.join("config.json"), &json)
         .map_err(|e| Error::Internal(format!("writing {}/config.json: {e}", bundle.display())))?;
 
     let exit_file = crust.containers.exit_file(&id);
@@ -406,12 +413,15 @@ fn make(
     });
     opts.cgroup_procs = procs;
     opts.monitor = Some(monitor);
+    let t_spec = t0.elapsed();
     let c = executor::create(opts).map_err(create_err)?;
     rec.pid = c.pid;
     rec.pid_start_time = c.start_time;
     rec.monitor_pid = c.monitor.unwrap_or(0);
     rec.monitor_start_time = start_time(rec.monitor_pid).unwrap_or(0);
     rec.state = ContainerState::Created;
+    let t_exec = t0.elapsed();
+    tracing::debug!(container = %id, ?t_saved, ?t_snap, ?t_cgroup, ?t_spec, ?t_exec, "create phases");
     crust.containers.save(rec)
 }
 
@@ -456,14 +466,15 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
         }
         rec.cgroup = None;
     }
-    // The monitor goes with its init; reap it if it is ours.
+    // The monitor goes with its init. Once its exit record is in place it touches
+    // nothing of the container's any more (it only syncs the folder and exits), so the
+    // files can go; the watch task reaps it.
     if rec.monitor_pid > 0 {
+        let exit = crust.containers.exit_file(&rec.id);
         let deadline = Instant::now() + KILL_WAIT;
-        while monitor_alive(rec) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
+        while monitor_alive(rec) && !exit.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
         }
-        // SAFETY: WNOHANG wait on a pid that is our child or not (ECHILD).
-        unsafe { libc::waitpid(rec.monitor_pid, std::ptr::null_mut(), libc::WNOHANG) };
     }
     if rec.snapshot {
         crust
@@ -642,13 +653,22 @@ fn signal_init(rec: &ContainerRecord, sig: i32) -> bool {
     }
 }
 
-async fn wait_monitor(rec: &ContainerRecord, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while monitor_alive(rec) {
-        if Instant::now() >= deadline {
+/// Waits until the container's process is gone: its monitor wrote the exit record (or
+/// is gone without one). Polls finely at first, when a killed init is usually gone.
+async fn wait_monitor(crust: &Crust, rec: &ContainerRecord, timeout: Duration) -> bool {
+    let exit = crust.containers.exit_file(&rec.id);
+    let begun = Instant::now();
+    while monitor_alive(rec) && !exit.exists() {
+        let waited = begun.elapsed();
+        if waited >= timeout {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        let tick = if waited < Duration::from_millis(50) {
+            1
+        } else {
+            5
+        };
+        tokio::time::sleep(Duration::from_millis(tick)).await;
     }
     true
 }
@@ -661,12 +681,12 @@ async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> 
     }
     if rec.state == ContainerState::Running && timeout > 0 {
         signal_init(rec, signal_number(&rec.stop_signal));
-        wait_monitor(rec, Duration::from_secs(timeout as u64)).await;
+        wait_monitor(crust, rec, Duration::from_secs(timeout as u64)).await;
     }
     if monitor_alive(rec) {
         signal_init(rec, libc::SIGKILL);
     }
-    if !wait_monitor(rec, KILL_WAIT).await {
+    if !wait_monitor(crust, rec, KILL_WAIT).await {
         return Err(Error::Internal(format!(
             "container {} did not exit within {KILL_WAIT:?} of SIGKILL (init {} {}, monitor {} alive, exit record {})",
             rec.id,

@@ -44,6 +44,10 @@ impl Crust {
         })?;
         let images = image::ImageStore::open(cfg.root.join("images"), cfg.registry_config_dir())
             .map_err(|e| anyhow::anyhow!("opening the image store: {e}"))?;
+        // Layers an interrupted pull left unrecorded go (snapshots keep theirs).
+        images
+            .gc()
+            .map_err(|e| anyhow::anyhow!("cleaning the image store: {e}"))?;
         let mut cgroups =
             cgroups::Hierarchy::detect().map_err(|e| anyhow::anyhow!("detecting cgroups: {e}"))?;
         if cfg.cgroup.nested {

@@ -290,6 +290,9 @@ impl ImageStore {
 
     /// Records a pulled or imported image. Its names move to it from any other image.
     pub(crate) fn commit(&self, rec: Record) -> Result<Image> {
+        // Layers and blobs reach the disk before the record naming them: one syncfs
+        // for the whole pull, cheaper than an fsync per unpacked file.
+        syncfs(&self.root).ctx(format!("syncing {}", self.root.display()))?;
         let _l = self.lock()?;
         for d in &rec.layers {
             let p = self.layer_dir(d)?;
@@ -387,6 +390,8 @@ impl ImageStore {
     }
 
     /// Removes layers and blobs that no image, snapshot or unfinished pull refers to.
+    /// The daemon runs it once at start: a layer is durable only once an image record
+    /// names it, so one left unnamed by a crash (or power loss) is not trusted.
     pub fn gc(&self) -> Result<()> {
         let _l = self.lock()?;
         let mut keep: HashSet<String> = HashSet::new();
@@ -513,14 +518,13 @@ pub(crate) fn unpack_layer_at(
                 u.diff_id
             )));
         }
-        syncfs(&tmp);
+        // Made durable by the syncfs of the commit that records an image using it.
         match std::fs::rename(&tmp, &dest) {
             Ok(()) => {}
             // Another pull of the same layer won.
             Err(_) if dest.is_dir() => fsutil::remove_all(&tmp).ctx("removing a temp layer")?,
             Err(e) => return Err(Error::io(format!("storing layer {diff_id}"), e)),
         }
-        fsutil::sync_dir(&root.join("layers")).ctx("syncing layers/")?;
         tracing::debug!(
             layer = diff_id,
             size = u.uncompressed_size,
@@ -534,12 +538,14 @@ pub(crate) fn unpack_layer_at(
     res
 }
 
-fn syncfs(p: &Path) {
-    if let Ok(f) = std::fs::File::open(p) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid open fd.
-        unsafe { libc::syncfs(f.as_raw_fd()) };
+fn syncfs(p: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(p)?;
+    // SAFETY: a valid open fd.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(())
 }
 
 /// Index of the record `reference` names.

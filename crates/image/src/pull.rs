@@ -29,6 +29,18 @@ impl ImageStore {
     /// Pulls `reference` (normalised: `busybox` is `docker.io/library/busybox:latest`)
     /// for linux/amd64 and returns the image, recorded under that name.
     pub async fn pull(&self, reference: &str, auth: Option<Auth>) -> Result<Image> {
+        let res = self.pull_named(reference, auth).await;
+        // Give the download and unpack buffers back to the system: a daemon pulls
+        // rarely and should not keep a pull's peak resident.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        res
+    }
+
+    async fn pull_named(&self, reference: &str, auth: Option<Auth>) -> Result<Image> {
         let named = Named::parse(reference)?;
         let what = named.to_string();
         let lock = Self::lock_key(&self.pulls, &what);
@@ -194,7 +206,7 @@ impl ImageStore {
             .await
             .map_err(|e| map_err(e, &format!("layer {}", l.digest)))?;
         let mut stream = sized.stream;
-        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(32);
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
         let root = self.root.clone();
         let (dg, di) = (l.digest.clone(), diff_id.to_string());
         let unpacker = tokio::task::spawn_blocking(move || {
@@ -202,7 +214,9 @@ impl ImageStore {
                 rx,
                 cur: bytes::Bytes::new(),
             };
-            crate::unpack_layer_at(&root, reader, Some(&dg), &di, &dg)
+            // The compressed digest is checked by oci-client's stream (a mismatch ends it
+            // with an error, see below); the diff id is checked here.
+            crate::unpack_layer_at(&root, reader, None, &di, &dg)
         });
         let mut net_err = None;
         while let Some(chunk) = stream.next().await {

@@ -104,8 +104,6 @@ pub async fn rpc<T>(
     }
 }
 
-/// Runs `f(0..n)` with `par` calls in flight; returns every call's duration and the
-
 /// Waits until the daemon reports RuntimeReady and NetworkReady.
 pub async fn wait_ready(socket: &Path, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;

@@ -234,6 +234,12 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     let (sock, child_sock) = channel::pair()
         .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
         .map_err(|e| create_err(Step::Socketpair, String::new(), e))?;
+    // Moving a process into a v1 cgroup waits for an RCU grace period per hierarchy
+    // (the kernel's threadgroup lock), tens of ms in all. Unless the init gets a cgroup
+    // namespace of its own (whose root is fixed at clone time), the main process moves
+    // it after `Go`, while the init sets up its mounts, and before it reports `Ready`:
+    // no code of the container's runs before it is in its cgroup either way.
+    let late_cgroups = !p.is_new(LinuxNamespaceType::Cgroup);
     let child_fds = ChildFds {
         sock: child_sock.as_raw_fd(),
         gate: fds.gate.as_raw_fd(),
@@ -242,11 +248,14 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
             .iter()
             .map(|(f, flag, path)| (f.as_raw_fd(), *flag, path.clone()))
             .collect(),
-        cgroup_procs: fds
-            .cgroup_procs
-            .iter()
-            .map(|(f, path)| (f.as_raw_fd(), path.clone()))
-            .collect(),
+        cgroup_procs: if late_cgroups {
+            vec![]
+        } else {
+            fds.cgroup_procs
+                .iter()
+                .map(|(f, path)| (f.as_raw_fd(), path.clone()))
+                .collect()
+        },
         tty_sock: fds.tty_sock.as_ref().map(|f| f.as_raw_fd()),
     };
 
@@ -269,8 +278,12 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         }
     }
     let monitored = fds.monitor.is_some();
+    let mut late_procs = vec![];
+    if late_cgroups {
+        late_procs = std::mem::take(&mut { fds }.cgroup_procs);
+    }
     // The children's fds are theirs now.
-    drop((child_sock, fds, namespaces));
+    drop((child_sock, namespaces));
     // Without a monitor this is the intermediate; with one, the future monitor, which
     // stays alive as long as the init does and so stands for it in the waits below.
     let mut first = Child::new(pid);
@@ -334,6 +347,17 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     };
     // A send that fails means the init is gone already: the wait below reports it.
     let _ = channel::send(sock.as_fd(), &Message::Go);
+    for (f, path) in &late_procs {
+        let pid = init_pid.to_string();
+        // SAFETY: a write from a local buffer to an fd we own.
+        let rc = unsafe { libc::write(f.as_raw_fd(), pid.as_ptr().cast(), pid.len()) };
+        if rc != pid.len() as isize {
+            let e = io::Error::last_os_error();
+            kill_init(&mut watched);
+            return Err(create_err(Step::Cgroup, path.display().to_string(), e));
+        }
+    }
+    drop(late_procs);
 
     match await_message(&sock, &mut watched, deadline) {
         Ok(Outcome::Message(Message::Ready)) => Ok(Spawned {
