@@ -378,6 +378,16 @@ fn main() {
             median(&s.before)
         );
     }
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        println!("\ncrustd's log of the pulls:");
+        for l in crust
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("layer") || l.contains("PullImage"))
+        {
+            println!("  {l}");
+        }
+    }
     if sides.len() == 2 {
         let (c, d) = (&sides[0], &sides[1]);
         println!(

@@ -6,187 +6,31 @@
 //! `InvalidArgument` and leaves nothing behind.
 
 use cri_api::*;
-use crust_e2e::crustd::Crustd;
-use crust_e2e::{require_root, which, TempDir};
-use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, LayoutImage};
-use std::time::{Duration, Instant};
-use tonic::transport::Channel;
+use crust_e2e::cri::{container_dirs, sc, setup, Env};
+use crust_e2e::{require_root, TempDir};
 use tonic::Code;
-
-type Client = RuntimeServiceClient<Channel>;
-
-const IMAGE: &str = "docker.io/library/busybox:seccomp";
-
-const APPLETS: &[&str] = &[
-    "sh", "echo", "cat", "grep", "sleep", "mkdir", "unshare", "true",
-];
 
 fn root() -> bool {
     require_root(&["ip", "nsenter", "nft", "busybox"])
 }
 
-/// Imports a busybox image with the applets above into the daemon's store.
-fn import_busybox(d: &Crustd) {
-    let bb = which("busybox").expect("busybox");
-    let mut l = LayerBuilder::new()
-        .dir("bin", 0o755)
-        .file_from("bin/busybox", &bb, 0o755)
-        .dir("etc", 0o755)
-        .file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
-        .file("etc/group", b"root:x:0:\n", 0o644)
-        .dir("tmp", 0o1777);
-    for a in APPLETS {
-        l = l.symlink(&format!("bin/{a}"), "busybox");
-    }
-    let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
-    img.config.cmd = vec!["/bin/sh".into()];
-    img.config.env = vec!["PATH=/bin".into()];
-    let t = TempDir::new("layout");
-    write_oci_layout(
-        t.path(),
-        &[LayoutEntry {
-            ref_name: Some("seccomp".into()),
-            image_name: Some(IMAGE.into()),
-            platforms: vec![img],
-        }],
-    );
-    let store = image::ImageStore::open(d.root.path().join("images"), None).unwrap();
-    store.import(t.path()).expect("importing busybox");
+/// Creates and starts a container, waits for it to exit; its exit code and log text.
+async fn run(e: &mut Env, pod: &(String, PodSandboxConfig), cfg: ContainerConfig) -> (i32, String) {
+    let id = e.create(pod, cfg).await;
+    e.start(&id).await;
+    let s = e.wait_exited(&id).await;
+    let log = std::fs::read_to_string(&s.log_path).unwrap_or_default();
+    (s.exit_code, log)
 }
 
-struct Env {
-    d: Crustd,
-    c: Client,
-    logs: TempDir,
-}
-
-async fn setup() -> Env {
-    let d = Crustd::start();
-    import_busybox(&d);
-    let c = d.client().await;
-    Env {
-        d,
-        c,
-        logs: TempDir::new("logs"),
-    }
-}
-
-impl Env {
-    async fn pod(&mut self, name: &str) -> (String, PodSandboxConfig) {
-        let cfg = PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata {
-                name: name.into(),
-                uid: format!("uid-{name}"),
-                namespace: "default".into(),
-                attempt: 0,
-            }),
-            hostname: name.into(),
-            log_directory: self.logs.path().join(name).display().to_string(),
-            linux: Some(LinuxPodSandboxConfig::default()),
-            ..Default::default()
-        };
-        let id = self
-            .c
-            .run_pod_sandbox(RunPodSandboxRequest {
-                config: Some(cfg.clone()),
-                runtime_handler: String::new(),
-            })
-            .await
-            .expect("RunPodSandbox")
-            .into_inner()
-            .pod_sandbox_id;
-        (id, cfg)
-    }
-
-    async fn try_create(
-        &mut self,
-        pod: &(String, PodSandboxConfig),
-        cfg: ContainerConfig,
-    ) -> Result<String, tonic::Status> {
-        self.c
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.0.clone(),
-                config: Some(cfg),
-                sandbox_config: Some(pod.1.clone()),
-            })
-            .await
-            .map(|r| r.into_inner().container_id)
-    }
-
-    async fn start(&mut self, id: &str) {
-        self.c
-            .start_container(StartContainerRequest {
-                container_id: id.into(),
-            })
-            .await
-            .expect("StartContainer");
-    }
-
-    /// Creates and starts a container, waits for it to exit; its status and log text.
-    async fn run(
-        &mut self,
-        pod: &(String, PodSandboxConfig),
-        cfg: ContainerConfig,
-    ) -> (i32, String) {
-        let id = self.try_create(pod, cfg).await.expect("CreateContainer");
-        self.start(&id).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let s = loop {
-            let s = self
-                .c
-                .container_status(ContainerStatusRequest {
-                    container_id: id.clone(),
-                    verbose: false,
-                })
-                .await
-                .expect("ContainerStatus")
-                .into_inner()
-                .status
-                .unwrap();
-            if s.state == ContainerState::ContainerExited as i32 {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "{id} did not exit: {s:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let log = std::fs::read_to_string(&s.log_path).unwrap_or_default();
-        (s.exit_code, log)
-    }
-
-    async fn exec(&mut self, id: &str, cmd: &[&str]) -> ExecSyncResponse {
-        self.c
-            .exec_sync(ExecSyncRequest {
-                container_id: id.into(),
-                cmd: cmd.iter().map(|s| s.to_string()).collect(),
-                timeout: 10,
-            })
-            .await
-            .expect("ExecSync")
-            .into_inner()
-    }
+async fn exec(e: &mut Env, id: &str, cmd: &[&str]) -> ExecSyncResponse {
+    e.exec(id, cmd, 10).await.expect("ExecSync")
 }
 
 fn ctr(name: &str, cmd: &[&str], seccomp: Option<SecurityProfile>) -> ContainerConfig {
-    ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: IMAGE.into(),
-            ..Default::default()
-        }),
-        command: cmd.iter().map(|s| s.to_string()).collect(),
-        log_path: format!("{name}/0.log"),
-        linux: Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                seccomp,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let mut c = crust_e2e::cri::ctr(name, cmd);
+    sc(&mut c).seccomp = seccomp;
+    c
 }
 
 fn profile(t: security_profile::ProfileType, localhost_ref: &str) -> Option<SecurityProfile> {
@@ -198,16 +42,6 @@ fn profile(t: security_profile::ProfileType, localhost_ref: &str) -> Option<Secu
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn container_dirs(d: &Crustd) -> Vec<String> {
-    std::fs::read_dir(d.root.path().join("containers"))
-        .map(|r| {
-            r.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// `unshare -U` (a new user namespace, which needs no capability) works unconfined
@@ -223,25 +57,25 @@ async fn runtime_default_refuses_unshare_and_runs_the_rest() {
     let pod = e.pod("scdefault").await;
     let script = "echo hello; grep Seccomp: /proc/self/status; unshare -U true; echo rc=$?";
 
-    let (code, log) = e
-        .run(
-            &pod,
-            ctr("free", &["sh", "-c", script], profile(T::Unconfined, "")),
-        )
-        .await;
+    let (code, log) = run(
+        &mut e,
+        &pod,
+        ctr("free", &["sh", "-c", script], profile(T::Unconfined, "")),
+    )
+    .await;
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("Seccomp:\t0") && log.contains("rc=0"), "{log}");
 
-    let (code, log) = e
-        .run(
-            &pod,
-            ctr(
-                "dflt",
-                &["sh", "-c", script],
-                profile(T::RuntimeDefault, ""),
-            ),
-        )
-        .await;
+    let (code, log) = run(
+        &mut e,
+        &pod,
+        ctr(
+            "dflt",
+            &["sh", "-c", script],
+            profile(T::RuntimeDefault, ""),
+        ),
+    )
+    .await;
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("hello"), "{log}");
     assert!(log.contains("Seccomp:\t2"), "{log}");
@@ -259,13 +93,11 @@ async fn runtime_default_refuses_unshare_and_runs_the_rest() {
         .await
         .expect("CreateContainer");
     e.start(&id).await;
-    let r = e.exec(&id, &["echo", "ok"]).await;
+    let r = exec(&mut e, &id, &["echo", "ok"]).await;
     assert_eq!((r.exit_code, text(&r.stdout)), (0, "ok\n".into()));
-    let r = e
-        .exec(&id, &["grep", "Seccomp:", "/proc/self/status"])
-        .await;
+    let r = exec(&mut e, &id, &["grep", "Seccomp:", "/proc/self/status"]).await;
     assert_eq!(text(&r.stdout), "Seccomp:\t2\n");
-    let r = e.exec(&id, &["unshare", "-U", "true"]).await;
+    let r = exec(&mut e, &id, &["unshare", "-U", "true"]).await;
     assert_ne!(r.exit_code, 0);
     assert!(text(&r.stderr).contains("Operation not permitted"), "{r:?}");
 }
@@ -306,7 +138,7 @@ async fn localhost_profiles_are_enforced() {
             oci.to_str().unwrap(),
         ),
     );
-    let (code, log) = e.run(&pod, cfg).await;
+    let (code, log) = run(&mut e, &pod, cfg).await;
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("start") && log.contains("rc=1"), "{log}");
     assert!(log.contains("Operation not permitted"), "{log}");
@@ -322,7 +154,7 @@ async fn localhost_profiles_are_enforced() {
             .unwrap()
             .seccomp_profile_path = format!("localhost/{}", docker.display());
     }
-    let (code, log) = e.run(&pod, cfg).await;
+    let (code, log) = run(&mut e, &pod, cfg).await;
     assert_eq!(code, 0, "{log}");
     assert!(
         log.contains("rc=1") && log.contains("Operation not permitted"),

@@ -1,0 +1,272 @@
+//! CRI helpers for the container tests: a crustd with a busybox-static image in its
+//! store, pods with a log directory, containers configured the way the kubelet does,
+//! and readers of what they leave (CRI log lines, bundles, snapshots).
+
+use crate::crustd::Crustd;
+use crate::{which, TempDir};
+use cri_api::*;
+use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, LayoutImage};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+use tonic::Code;
+
+pub type Client = RuntimeServiceClient<Channel>;
+
+/// The image [`import_busybox`] imports (`busybox:e2e` resolves to it).
+pub const IMAGE: &str = "docker.io/library/busybox:e2e";
+
+/// The applets the image links to `/bin/busybox`.
+pub const APPLETS: &[&str] = &[
+    "sh", "echo", "cat", "ls", "sleep", "id", "head", "tr", "touch", "grep", "pwd", "tty", "true",
+    "printf", "dd", "wc", "seq", "kill", "mkdir", "unshare",
+];
+
+/// Imports the busybox image into the daemon's store (the store is shared on disk).
+pub fn import_busybox(d: &Crustd) {
+    let bb = which("busybox").expect("busybox");
+    let mut l = LayerBuilder::new()
+        .dir("bin", 0o755)
+        .file_from("bin/busybox", &bb, 0o755)
+        .dir("etc", 0o755)
+        .file(
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+            0o644,
+        )
+        .file(
+            "etc/group",
+            b"root:x:0:\nuser:x:1000:\nextra:x:2000:user\n",
+            0o644,
+        )
+        .dir("data", 0o755)
+        .dir("tmp", 0o1777);
+    for a in APPLETS {
+        l = l.symlink(&format!("bin/{a}"), "busybox");
+    }
+    let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
+    img.config.cmd = vec!["/bin/sh".into()];
+    img.config.env = vec!["PATH=/bin".into(), "FROM_IMAGE=yes".into()];
+    let t = TempDir::new("layout");
+    write_oci_layout(
+        t.path(),
+        &[LayoutEntry {
+            ref_name: Some("e2e".into()),
+            image_name: Some(IMAGE.into()),
+            platforms: vec![img],
+        }],
+    );
+    let store = image::ImageStore::open(d.root.path().join("images"), None).unwrap();
+    store.import(t.path()).expect("importing busybox");
+}
+
+/// A crustd with the busybox image, a CRI client, and a folder for pod logs.
+pub struct Env {
+    pub d: Crustd,
+    pub c: Client,
+    pub logs: TempDir,
+}
+
+/// A crustd started with every default and the busybox image imported.
+pub async fn setup() -> Env {
+    Env::with(Crustd::start()).await
+}
+
+impl Env {
+    /// Around a crustd already started; imports the busybox image.
+    pub async fn with(d: Crustd) -> Env {
+        import_busybox(&d);
+        let c = d.client().await;
+        Env {
+            d,
+            c,
+            logs: TempDir::new("logs"),
+        }
+    }
+
+    pub async fn pod(&mut self, name: &str) -> (String, PodSandboxConfig) {
+        let cfg = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            hostname: name.into(),
+            log_directory: self.logs.path().join(name).display().to_string(),
+            linux: Some(LinuxPodSandboxConfig::default()),
+            ..Default::default()
+        };
+        let id = self
+            .c
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(cfg.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("RunPodSandbox")
+            .into_inner()
+            .pod_sandbox_id;
+        (id, cfg)
+    }
+
+    pub async fn try_create(
+        &mut self,
+        pod: &(String, PodSandboxConfig),
+        cfg: ContainerConfig,
+    ) -> Result<String, tonic::Status> {
+        self.c
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(cfg),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .map(|r| r.into_inner().container_id)
+    }
+
+    pub async fn create(
+        &mut self,
+        pod: &(String, PodSandboxConfig),
+        cfg: ContainerConfig,
+    ) -> String {
+        self.try_create(pod, cfg).await.expect("CreateContainer")
+    }
+
+    pub async fn start(&mut self, id: &str) {
+        self.c
+            .start_container(StartContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .expect("StartContainer");
+    }
+
+    pub async fn status(&mut self, id: &str) -> (ContainerStatus, serde_json::Value) {
+        let r = self
+            .c
+            .container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner();
+        let info = r
+            .info
+            .get("info")
+            .map(|s| serde_json::from_str(s).unwrap())
+            .unwrap_or_default();
+        (r.status.unwrap(), info)
+    }
+
+    pub async fn wait_exited(&mut self, id: &str) -> ContainerStatus {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (s, _) = self.status(id).await;
+            if s.state == ContainerState::ContainerExited as i32 {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{id} did not exit: {s:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn exec(
+        &mut self,
+        id: &str,
+        cmd: &[&str],
+        timeout: i64,
+    ) -> Result<ExecSyncResponse, tonic::Status> {
+        self.c
+            .exec_sync(ExecSyncRequest {
+                container_id: id.into(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout,
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub async fn remove(&mut self, id: &str) {
+        self.c
+            .remove_container(RemoveContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .expect("RemoveContainer");
+    }
+}
+
+pub fn ctr(name: &str, cmd: &[&str]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: "busybox:e2e".into(),
+            ..Default::default()
+        }),
+        command: cmd.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}/0.log"),
+        linux: Some(LinuxContainerConfig::default()),
+        ..Default::default()
+    }
+}
+
+pub fn sc(c: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
+pub fn res(c: &mut ContainerConfig) -> &mut LinuxContainerResources {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .resources
+        .get_or_insert_with(Default::default)
+}
+
+/// One parsed CRI log line: time, stream, tag, text.
+pub fn log_lines(path: &Path) -> Vec<(String, String, String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut it = l.splitn(4, ' ');
+            let t = it.next().unwrap().to_string();
+            let s = it.next().unwrap_or("").to_string();
+            let tag = it.next().unwrap_or("").to_string();
+            let text = it.next().unwrap_or("").to_string();
+            (t, s, tag, text)
+        })
+        .collect()
+}
+
+pub fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, what: &str) {
+    match r {
+        Ok(v) => panic!("{what}: succeeded ({v:?}) but should fail with {code:?}"),
+        Err(s) => {
+            assert_eq!(s.code(), code, "{what}: {}", s.message());
+            assert!(!s.message().is_empty(), "{what}: error without a message");
+        }
+    }
+}
+
+pub fn container_dirs(d: &Crustd) -> Vec<String> {
+    std::fs::read_dir(d.root.path().join("containers"))
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn snapshots(d: &Crustd) -> usize {
+    std::fs::read_dir(d.root.path().join("images/snapshots"))
+        .map(|r| r.count())
+        .unwrap_or(0)
+}
