@@ -1,7 +1,8 @@
 //! PullImage of a ~100 MB multi-layer image from a local registry: `crustd` against
 //! containerd 1.6 (its CRI plugin, overlayfs snapshotter) on the same machine in one
 //! run, through the same CRI client. Run as root through `hack/bench-pull`, or
-//! `cargo bench -p crust-e2e --bench pull`. `BENCH_ROUNDS` pulls per daemon (default 3).
+//! `cargo bench -p crust-e2e --bench pull`. `BENCH_ROUNDS` pulls per daemon (default 3);
+//! `BENCH_VERBOSE=1` also prints crustd's per-layer timings.
 //!
 //! Both daemons and a `docker-registry` run in one node network namespace the bench
 //! makes (crustd's, from the test harness); the registry holds one image of five gzip

@@ -64,7 +64,8 @@ fn cri_image(i: &image::Image) -> Image {
     let user = i.config.user.split(':').next().unwrap_or("");
     let (uid, username) = match user.parse::<i64>() {
         Ok(n) => (Some(Int64Value { value: n }), String::new()),
-        Err(_) if user.is_empty() => (Some(Int64Value { value: 0 }), String::new()),
+        // Unset: neither, as containerd answers (the kubelet then assumes root).
+        Err(_) if user.is_empty() => (None, String::new()),
         Err(_) => (None, user.to_string()),
     };
     Image {

@@ -499,6 +499,10 @@ pub(crate) fn unpack_layer_at(
     }
     let tmp = root.join("tmp").join(fsutil::tmp_name("layer"));
     std::fs::create_dir(&tmp).ctx(format!("creating {}", tmp.display()))?;
+    // A layer's root is the container's "/": 0755 whatever crustd's umask, unless the
+    // layer says otherwise with a "./" entry.
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .ctx(format!("chmod {}", tmp.display()))?;
     let res = (|| {
         let mut hr = digest::HashReader::new(r);
         let u = unpack::unpack(&mut hr, &tmp, what)?;

@@ -52,8 +52,22 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
         for entry in entries {
             let mut entry = entry.map_err(corrupt)?;
             let raw = entry.path().map_err(corrupt)?.into_owned();
-            let Some(rel) = clean(&raw).map_err(|m| bad(format!("{}: {m}", raw.display())))? else {
-                continue; // the root itself
+            let rel = clean(&raw).map_err(|m| bad(format!("{}: {m}", raw.display())))?;
+            let Some(rel) = rel else {
+                // The root itself ("./"): its mode and owner become the container's "/".
+                if entry.header().entry_type() == tar::EntryType::Directory {
+                    let h = entry.header();
+                    let mode = h.mode().map_err(corrupt)? & 0o7777;
+                    let (uid, gid) = (
+                        h.uid().map_err(corrupt)? as u32,
+                        h.gid().map_err(corrupt)? as u32,
+                    );
+                    std::os::unix::fs::lchown(root, Some(uid), Some(gid))
+                        .map_err(|e| io_err(what, root, e))?;
+                    std::fs::set_permissions(root, std::fs::Permissions::from_mode(mode))
+                        .map_err(|e| io_err(what, root, e))?;
+                }
+                continue;
             };
             let (parent, name) = match rel.parent() {
                 Some(p) => (p.to_path_buf(), rel.file_name().unwrap().to_owned()),

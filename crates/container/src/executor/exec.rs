@@ -27,7 +27,7 @@ use oci_spec::runtime::Spec;
 
 use super::channel::{self, Message, Received, Step};
 use super::init::{self, At, ChildFds, Fail};
-use super::process::{above_stdio, clone_init, close_all_but};
+use super::process::{above_stdio, clone_init, enter};
 use super::spec::{self, Plan};
 use super::{open_stdio, Container, Stdio};
 use crate::error::{Error, Result};
@@ -247,34 +247,8 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     };
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    let mut keep: Vec<RawFd> = vec![fds.sock];
-    keep.extend(fds.stdio.iter().flatten());
-    keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
-    keep.extend(fds.cgroup_procs.iter().map(|(fd, _)| *fd));
-    close_all_but(&mut keep);
-    for (fd, path) in &fds.cgroup_procs {
-        // SAFETY: a write from a static buffer to an fd we hold.
-        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
-            fail(Fail {
-                step: Step::Cgroup,
-                path: path.display().to_string(),
-                err: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: ours, not used again.
-        unsafe { libc::close(*fd) };
-    }
-    for (fd, flag, path) in &fds.namespaces {
-        // SAFETY: setns on an fd we hold; this process is single-threaded.
-        if unsafe { libc::setns(*fd, *flag) } != 0 {
-            fail(Fail {
-                step: Step::Setns,
-                path: path.display().to_string(),
-                err: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: ours, not used again.
-        unsafe { libc::close(*fd) };
+    if let Err(f) = enter(fds, &[fds.sock]) {
+        fail(f)
     }
     match clone_init(0) {
         Err(err) => fail(Fail {

@@ -353,6 +353,10 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         let rc = unsafe { libc::write(f.as_raw_fd(), pid.as_ptr().cast(), pid.len()) };
         if rc != pid.len() as isize {
             let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                // The init is gone already: its own report (below) says why.
+                break;
+            }
             kill_init(&mut watched);
             return Err(create_err(Step::Cgroup, path.display().to_string(), e));
         }
@@ -533,6 +537,44 @@ pub(crate) fn clone_init(flags: libc::c_int) -> io::Result<libc::pid_t> {
     Ok(rc as libc::pid_t)
 }
 
+/// The intermediate's first steps, for a container's init and an exec alike: keep
+/// only its own fds (`extra`, stdio, namespaces, cgroup files, the tty socket), move
+/// into the cgroups ("0" is the writer itself: what it clones is born there), then
+/// join the namespaces, each fd closed once used.
+pub(crate) fn enter(fds: &ChildFds, extra: &[RawFd]) -> std::result::Result<(), Fail> {
+    let mut keep: Vec<RawFd> = extra.to_vec();
+    keep.extend(fds.stdio.iter().flatten());
+    keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
+    keep.extend(fds.cgroup_procs.iter().map(|(fd, _)| *fd));
+    keep.extend(fds.tty_sock);
+    close_all_but(&mut keep);
+    for (fd, path) in &fds.cgroup_procs {
+        // SAFETY: a write from a static buffer to an fd we hold.
+        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(Fail {
+                step: Step::Cgroup,
+                path: path.display().to_string(),
+                err: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: the fd is ours and not used again.
+        unsafe { libc::close(*fd) };
+    }
+    for (fd, flag, path) in &fds.namespaces {
+        // SAFETY: setns on an fd we hold; this process is single-threaded.
+        if unsafe { libc::setns(*fd, *flag) } != 0 {
+            return Err(Fail {
+                step: Step::Setns,
+                path: path.display().to_string(),
+                err: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: the fd is ours and not used again.
+        unsafe { libc::close(*fd) };
+    }
+    Ok(())
+}
+
 /// The intermediate process; never returns.
 fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     // SAFETY: the fd numbers are ours in this process.
@@ -545,39 +587,8 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     // joins) may open /proc/PID/{exe,fd,mem} of this copy of the caller.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    let mut keep: Vec<RawFd> = vec![fds.sock, fds.gate];
-    keep.extend(fds.stdio.iter().flatten());
-    keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
-    keep.extend(fds.cgroup_procs.iter().map(|(fd, _)| *fd));
-    keep.extend(fds.tty_sock);
-    close_all_but(&mut keep);
-
-    // Into the container's cgroups first ("0" is the writer itself): the init and
-    // everything it starts are born there, before any of its code runs.
-    for (fd, path) in &fds.cgroup_procs {
-        // SAFETY: a write from a static buffer to an fd we hold.
-        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
-            fail(Fail {
-                step: Step::Cgroup,
-                path: path.display().to_string(),
-                err: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: the fd is ours and not used again.
-        unsafe { libc::close(*fd) };
-    }
-
-    for (fd, flag, path) in &fds.namespaces {
-        // SAFETY: setns on an fd we hold; this process is single-threaded.
-        if unsafe { libc::setns(*fd, *flag) } != 0 {
-            fail(Fail {
-                step: Step::Setns,
-                path: path.display().to_string(),
-                err: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: the fd is ours and not used again.
-        unsafe { libc::close(*fd) };
+    if let Err(f) = enter(fds, &[fds.sock, fds.gate]) {
+        fail(f)
     }
     match clone_init(p.clone_flags()) {
         Err(err) => fail(Fail {

@@ -160,6 +160,21 @@ fn truncated_layer_is_an_error() {
 }
 
 #[test]
+fn root_entry_sets_the_root_mode() {
+    if !root() {
+        return;
+    }
+    let d = tmp("rootmode");
+    let tar = LayerBuilder::new()
+        .dir("./", 0o751)
+        .file("a", b"x", 0o644)
+        .finish();
+    unpack(&tar[..], &d, "root").unwrap();
+    assert_eq!(std::fs::metadata(&d).unwrap().mode() & 0o7777, 0o751);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn clean_paths() {
     assert_eq!(
         clean(Path::new("/a/./b/")).unwrap(),
