@@ -852,3 +852,91 @@ fn tls_with_ca_and_skip_verify() {
         s.pull(&r, None).await.unwrap();
     });
 }
+
+/// A container runs from a pulled image and sees its files: a top layer adds a file,
+/// deletes one of the base layer (whiteout) and replaces a directory (opaque); the
+/// container's root is the overlay of exactly that.
+#[test]
+fn a_container_runs_from_a_pulled_image() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let d = crust_e2e::crustd::Crustd::start();
+    let reg = Registry::start_with(None, Some(&d.node));
+    let base = LayerBuilder::new()
+        .dir("data", 0o755)
+        .file("data/gone", b"deleted above\n", 0o644)
+        .dir("data/old", 0o755)
+        .file("data/old/a", b"old\n", 0o644)
+        .finish();
+    let top = LayerBuilder::new()
+        .dir("data", 0o755)
+        .file("data/hello", b"from the pulled image\n", 0o644)
+        .whiteout("data/gone")
+        .dir("data/old", 0o755)
+        .opaque("data/old")
+        .file("data/old/b", b"new\n", 0o644)
+        .finish();
+    push(
+        &reg,
+        t.path(),
+        "run/app:v1",
+        vec![image(
+            vec![
+                (busybox_layer(), Compression::Gzip),
+                (base, Compression::Zstd),
+                (top, Compression::Gzip),
+            ],
+            "cat /data/hello; ls /data /data/old",
+        )],
+    );
+    let name = reg.name("run/app:v1");
+    rt().block_on(async {
+        use cri_api::*;
+        let mut e = crust_e2e::cri::Env::with(d).await;
+        let r =
+            e.d.images()
+                .await
+                .pull_image(PullImageRequest {
+                    image: Some(ImageSpec {
+                        image: name.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .expect("PullImage")
+                .into_inner();
+        assert!(r.image_ref.starts_with("sha256:"), "{}", r.image_ref);
+        let pod = e.pod("pulled").await;
+        let mut cfg = crust_e2e::cri::ctr("app", &[]);
+        cfg.image = Some(ImageSpec {
+            image: name.clone(),
+            ..Default::default()
+        });
+        let id = e.create(&pod, cfg).await;
+        e.start(&id).await;
+        let s = e.wait_exited(&id).await;
+        assert_eq!(s.exit_code, 0, "{s:?}");
+        let text: Vec<String> = crust_e2e::cri::log_lines(Path::new(&s.log_path))
+            .into_iter()
+            .map(|l| l.3)
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "from the pulled image",
+                "/data:",
+                "hello",
+                "old",
+                "",
+                "/data/old:",
+                "b"
+            ],
+            "{text:?}"
+        );
+        assert_eq!(s.image_id, r.image_ref);
+        e.remove(&id).await;
+    });
+}
