@@ -177,6 +177,10 @@ async fn process_environment_and_exec_sync() {
         host_path: term.display().to_string(),
         ..Default::default()
     });
+    cfg.annotations.insert(
+        "io.kubernetes.container.terminationMessagePath".into(),
+        "/dev/termination-log".into(),
+    );
     sc(&mut cfg).run_as_user = Some(Int64Value { value: 1000 });
     sc(&mut cfg).readonly_rootfs = true;
     sc(&mut cfg).capabilities = Some(Capability {
@@ -257,6 +261,7 @@ async fn process_environment_and_exec_sync() {
     .unwrap();
     let s = e.wait_exited(&id).await;
     assert_eq!(s.exit_code, 5, "{s:?}");
+    assert_eq!(s.message, "bye\n", "the termination message is kept");
     e.c.stop_container(StopContainerRequest {
         container_id: id.clone(),
         timeout: 5,
@@ -736,4 +741,111 @@ async fn runc_runtime_handler() {
     assert!(container_dirs(&e.d).is_empty());
     assert_eq!(e.d.leftovers(), before);
     assert!(e.d.mounts().iter().all(|m| !m.contains("rootfs")));
+}
+
+/// Unmounts what a test mounted on the host, also when it fails.
+struct HostMounts(Vec<PathBuf>);
+
+impl Drop for HostMounts {
+    fn drop(&mut self) {
+        for m in self.0.iter().rev() {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(m)
+                .status();
+        }
+    }
+}
+
+/// Mount propagation: a mount made on the host under a HostToContainer (rslave) mount
+/// after the container started shows inside it; under a private one it does not; and
+/// a Bidirectional (rshared) mount of a privileged container shows a mount made
+/// inside on the host.
+#[tokio::test]
+async fn mount_propagation() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("prop").await;
+    let host = TempDir::new("prop");
+    let src = host.path().join("src");
+    std::fs::create_dir_all(src.join("late")).unwrap();
+    let sh = |args: &[&str]| {
+        let st = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .unwrap();
+        assert!(st.success(), "{args:?}");
+    };
+    // A shared mount point, as the kubelet's pod volumes dir is on a systemd host.
+    let src_s = src.display().to_string();
+    let mut guard = HostMounts(vec![]);
+    sh(&["mount", "--bind", &src_s, &src_s]);
+    guard.0.push(src.clone());
+    sh(&["mount", "--make-shared", &src_s]);
+
+    let mut cfg = ctr("c", &["sleep", "1000"]);
+    for (dest, prop) in [
+        ("/slave", MountPropagation::PropagationHostToContainer),
+        ("/private", MountPropagation::PropagationPrivate),
+    ] {
+        cfg.mounts.push(Mount {
+            container_path: dest.into(),
+            host_path: src_s.clone(),
+            propagation: prop as i32,
+            ..Default::default()
+        });
+    }
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+
+    let late = src.join("late");
+    sh(&[
+        "mount",
+        "-t",
+        "tmpfs",
+        "-o",
+        "size=1m",
+        "late",
+        &late.display().to_string(),
+    ]);
+    guard.0.push(late.clone());
+    std::fs::write(late.join("marker"), "propagated").unwrap();
+    let out = |r: ExecSyncResponse| String::from_utf8_lossy(&r.stdout).trim().to_string();
+    let r = e
+        .exec(&id, &["cat", "/slave/late/marker"], 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        out(r),
+        "propagated",
+        "HostToContainer sees later host mounts"
+    );
+    let r = e.exec(&id, &["ls", "/private/late"], 10).await.unwrap();
+    assert_eq!(out(r), "", "a private mount does not");
+    e.remove(&id).await;
+
+    // Bidirectional: a privileged container's mount reaches the host.
+    let mut cfg = ctr("b", &["sh", "-c", "mkdir -p /shared/inner && busybox mount -t tmpfs inner /shared/inner && echo x > /shared/inner/f && sleep 1000"]);
+    cfg.mounts.push(Mount {
+        container_path: "/shared".into(),
+        host_path: src_s.clone(),
+        propagation: MountPropagation::PropagationBidirectional as i32,
+        ..Default::default()
+    });
+    sc(&mut cfg).privileged = true;
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let inner = src.join("inner");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !inner.join("f").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the container's mount did not reach the host"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    guard.0.push(inner);
+    e.remove(&id).await;
 }

@@ -63,8 +63,22 @@ pub const DEFAULT_READONLY: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-/// Every capability this kernel knows, for privileged containers and `ALL`.
+/// Every capability crustd itself may grant (its bounding set), for privileged
+/// containers and `ALL`, as containerd's "all current capabilities": a capability the
+/// node's bounding set lacks (`CAP_SYS_RESOURCE` on some machines) cannot be given.
 fn all_caps() -> Vec<String> {
+    let mut v: Vec<String> = caps::read(None, caps::CapSet::Bounding)
+        .or_else(|_| caps::runtime::procfs_all_supported(None))
+        .unwrap_or_else(|_| caps::all())
+        .into_iter()
+        .map(|c| c.to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every capability the kernel knows, to tell an unknown name from one crustd lacks.
+fn known_caps() -> Vec<String> {
     caps::runtime::procfs_all_supported(None)
         .unwrap_or_else(|_| caps::all())
         .into_iter()
@@ -348,7 +362,8 @@ fn capabilities(cfg: &ContainerConfig, privileged: bool) -> Result<Vec<String>> 
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.capabilities.clone())
         .unwrap_or_default();
-    let known = all_caps();
+    let known = known_caps();
+    let grantable = all_caps();
     let add: Vec<String> = c
         .add_capabilities
         .iter()
@@ -367,7 +382,7 @@ fn capabilities(cfg: &ContainerConfig, privileged: bool) -> Result<Vec<String>> 
         }
     }
     let mut set: Vec<String> = if add.iter().any(|c| c == "ALL") {
-        known.clone()
+        grantable.clone()
     } else {
         DEFAULT_CAPS.iter().map(|s| s.to_string()).collect()
     };
