@@ -384,6 +384,7 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
     }
     unified
 }
+pub mod bundle;
 pub mod cri;
 pub mod crustd;
 pub mod registry;

@@ -10,133 +10,23 @@
 //! namespaces (or one the test made), so nothing here touches the host's network.
 
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use container::executor::oci_spec::runtime::{
     Capability, LinuxCapabilitiesBuilder, LinuxDeviceBuilder, LinuxDeviceType, LinuxNamespace,
-    LinuxNamespaceBuilder, LinuxNamespaceType, Mount, MountBuilder, Spec,
+    LinuxNamespaceBuilder, LinuxNamespaceType, MountBuilder, Spec,
 };
 use container::executor::RootfsMount;
-use container::executor::{self, Container, CreateOpts, Status, Stdio};
+use container::executor::{self, Container, Status};
 use container::pause::{self, PauseSpec};
-use crust_e2e::{busybox_rootfs, require_root, unique, Netns, TempDir};
+use crust_e2e::bundle::{bind, Bundle, Guard};
+use crust_e2e::{require_root, unique, Netns};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
-
-const APPLETS: &[&str] = &[
-    "sh", "cat", "echo", "id", "ls", "hostname", "sleep", "grep", "touch", "readlink", "wc", "true",
-];
-
-/// Force-deletes the container on drop (kills, reaps, removes its state dir).
-struct Guard(Option<Container>);
-
-impl Guard {
-    fn get(&mut self) -> &mut Container {
-        self.0.as_mut().unwrap()
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            let _ = c.delete(true);
-        }
-    }
-}
-
-/// A bundle with a busybox rootfs, an `out` dir for results (bind-mounted at `/out`
-/// by the specs made here) and a state root, all in one temp dir.
-struct Bundle {
-    tmp: TempDir,
-}
-
-impl Bundle {
-    fn new(tag: &str) -> Bundle {
-        let tmp = TempDir::new(tag);
-        busybox_rootfs(&tmp.path().join("bundle/rootfs"), APPLETS);
-        let out = tmp.path().join("out");
-        std::fs::create_dir_all(&out).unwrap();
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
-        Bundle { tmp }
-    }
-
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join("bundle")
-    }
-
-    fn rootfs(&self) -> PathBuf {
-        self.dir().join("rootfs")
-    }
-
-    fn out(&self) -> PathBuf {
-        self.tmp.path().join("out")
-    }
-
-    fn state_dir(&self, id: &str) -> PathBuf {
-        self.tmp.path().join("state").join(id)
-    }
-
-    /// The default spec (new pid/net/ipc/uts/mnt/cgroup namespaces, its mounts, masked
-    /// and read-only paths, three capabilities, no_new_privs) running `args`, with
-    /// `/out` bound read-write and no hostname.
-    fn spec(&self, args: &[&str]) -> Spec {
-        let mut spec = Spec::default();
-        spec.set_hostname(None);
-        let mut p = spec.process().clone().unwrap();
-        p.set_args(Some(args.iter().map(|s| s.to_string()).collect()));
-        spec.set_process(Some(p));
-        let mut mounts = spec.mounts().clone().unwrap();
-        mounts.push(bind(&self.out(), "/out", &["rbind", "rw"]));
-        spec.set_mounts(Some(mounts));
-        spec
-    }
-
-    fn opts(&self, id: &str, spec: Spec) -> CreateOpts {
-        let mut o = CreateOpts::new(id, self.dir(), spec, self.state_dir(id));
-        o.stdout = Stdio::File(self.out().join(format!("{id}.stdout")));
-        o.stderr = Stdio::File(self.out().join(format!("{id}.stderr")));
-        o
-    }
-
-    fn create(&self, spec: Spec) -> (String, Guard) {
-        let id = unique("ctr");
-        let c = executor::create(self.opts(&id, spec)).expect("create");
-        (id, Guard(Some(c)))
-    }
-
-    /// Creates, starts and waits for the container; its exit status, stdout, stderr.
-    fn run(&self, spec: Spec) -> (ExitStatus, String, String) {
-        let (id, mut g) = self.create(spec);
-        g.get().start().expect("start");
-        let status = g.get().wait().expect("wait");
-        let read = |ext| {
-            std::fs::read_to_string(self.out().join(format!("{id}.{ext}"))).unwrap_or_default()
-        };
-        (status, read("stdout"), read("stderr"))
-    }
-
-    /// Runs `sh -c script` and returns stdout, asserting it exited 0.
-    fn sh(&self, spec: Spec) -> String {
-        let (status, out, err) = self.run(spec);
-        assert_eq!(status.code(), Some(0), "stdout: {out}\nstderr: {err}");
-        out
-    }
-}
-
-fn bind(source: &Path, dest: &str, options: &[&str]) -> Mount {
-    MountBuilder::default()
-        .destination(dest)
-        .typ("bind")
-        .source(source)
-        .options(options.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        .build()
-        .unwrap()
-}
 
 fn ns(typ: LinuxNamespaceType, path: Option<&Path>) -> LinuxNamespace {
     let b = LinuxNamespaceBuilder::default().typ(typ);

@@ -8,109 +8,24 @@
 //! Containers are force-deleted by a guard, temp dirs removed by theirs; every
 //! container has a new network namespace.
 
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 
 use container::executor::oci_spec::runtime::{
     LinuxSeccomp, LinuxSeccompAction, LinuxSeccompArgBuilder, LinuxSeccompBuilder,
-    LinuxSeccompOperator, LinuxSyscall, LinuxSyscallBuilder, Mount, MountBuilder, Spec,
+    LinuxSeccompOperator, LinuxSyscall, LinuxSyscallBuilder, Spec,
 };
-use container::executor::{self, Container, CreateOpts, ExecOpts, Stdio};
-use crust_e2e::{busybox_rootfs, require_root, unique, TempDir};
+use container::executor::{self, CreateOpts, ExecOpts, Stdio};
+use crust_e2e::bundle::Bundle;
+use crust_e2e::{require_root, unique};
 
-const APPLETS: &[&str] = &[
-    "sh", "cat", "echo", "mkdir", "grep", "kill", "true", "sleep",
-];
-
-/// Force-deletes the container on drop.
-struct Guard(Option<Container>);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            let _ = c.delete(true);
-        }
-    }
-}
-
-/// A busybox bundle with an `out` dir bound read-write at `/out`.
-struct Bundle {
-    tmp: TempDir,
-}
-
-impl Bundle {
-    fn new(tag: &str) -> Bundle {
-        let tmp = TempDir::new(tag);
-        busybox_rootfs(&tmp.path().join("bundle/rootfs"), APPLETS);
-        let out = tmp.path().join("out");
-        std::fs::create_dir_all(&out).unwrap();
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
-        Bundle { tmp }
-    }
-
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join("bundle")
-    }
-
-    fn out(&self) -> PathBuf {
-        self.tmp.path().join("out")
-    }
-
-    /// The default spec (three capabilities, none of them `CAP_SYS_ADMIN`;
-    /// no_new_privs) running `args` under `seccomp`.
-    fn spec(&self, args: &[&str], seccomp: LinuxSeccomp) -> Spec {
-        let mut spec = Spec::default();
-        spec.set_hostname(None);
-        let mut p = spec.process().clone().unwrap();
-        p.set_args(Some(args.iter().map(|s| s.to_string()).collect()));
-        spec.set_process(Some(p));
-        let mut mounts = spec.mounts().clone().unwrap();
-        mounts.push(bind(&self.out(), "/out"));
-        spec.set_mounts(Some(mounts));
-        let mut linux = spec.linux().clone().unwrap();
-        linux.set_seccomp(Some(seccomp));
-        spec.set_linux(Some(linux));
-        spec
-    }
-
-    fn create(&self, spec: Spec) -> (String, Guard) {
-        let id = unique("sc");
-        let mut o = CreateOpts::new(
-            &id,
-            self.dir(),
-            spec,
-            self.tmp.path().join("state").join(&id),
-        );
-        o.stdout = Stdio::File(self.out().join(format!("{id}.stdout")));
-        o.stderr = Stdio::File(self.out().join(format!("{id}.stderr")));
-        let c = executor::create(o).expect("create");
-        (id, Guard(Some(c)))
-    }
-
-    fn read(&self, id: &str, ext: &str) -> String {
-        std::fs::read_to_string(self.out().join(format!("{id}.{ext}"))).unwrap_or_default()
-    }
-
-    /// Creates, starts and waits for the container: exit status, stdout, stderr.
-    fn run(&self, spec: Spec) -> (ExitStatus, String, String) {
-        let (id, mut g) = self.create(spec);
-        let c = g.0.as_mut().unwrap();
-        c.start().expect("start");
-        let status = c.wait().expect("wait");
-        (status, self.read(&id, "stdout"), self.read(&id, "stderr"))
-    }
-}
-
-fn bind(source: &Path, dest: &str) -> Mount {
-    MountBuilder::default()
-        .destination(dest)
-        .typ("bind")
-        .source(source)
-        .options(vec!["rbind".to_string(), "rw".to_string()])
-        .build()
-        .unwrap()
+/// The shared bundle's spec (three capabilities, none of them `CAP_SYS_ADMIN`;
+/// no_new_privs) running `args` under `seccomp`.
+fn spec(b: &Bundle, args: &[&str], seccomp: LinuxSeccomp) -> Spec {
+    let mut spec = b.spec(args);
+    let mut linux = spec.linux().clone().unwrap();
+    linux.set_seccomp(Some(seccomp));
+    spec.set_linux(Some(linux));
+    spec
 }
 
 fn rule(names: &[&str], action: LinuxSeccompAction) -> LinuxSyscall {
@@ -143,7 +58,8 @@ fn a_denied_syscall_fails_with_eperm_and_others_work() {
         return;
     }
     let b = Bundle::new("sc-errno");
-    let spec = b.spec(
+    let spec = spec(
+        &b,
         &[
             "/bin/sh",
             "-c",
@@ -176,7 +92,8 @@ fn an_argument_conditioned_rule_denies_only_matching_calls() {
         .op(LinuxSeccompOperator::ScmpCmpEq)
         .build()
         .unwrap()]));
-    let spec = b.spec(
+    let spec = spec(
+        &b,
         &[
             "/bin/sh",
             "-c",
@@ -196,7 +113,8 @@ fn kill_process_ends_the_container_with_sigsys() {
         return;
     }
     let b = Bundle::new("sc-kill");
-    let spec = b.spec(
+    let spec = spec(
+        &b,
         &["/bin/mkdir", "/out/made"],
         deny_mkdir(LinuxSeccompAction::ScmpActKillProcess),
     );
@@ -217,7 +135,7 @@ fn a_filter_installs_without_no_new_privs_or_cap_sys_admin() {
         return;
     }
     let b = Bundle::new("sc-nonnp");
-    let mut spec = b.spec(
+    let mut spec = spec(&b, 
         &[
             "/bin/sh",
             "-c",
@@ -257,7 +175,7 @@ fn exec_installs_the_same_filter() {
     let b = Bundle::new("sc-exec");
     for nnp in [true, false] {
         let seccomp = deny_mkdir(LinuxSeccompAction::ScmpActErrno);
-        let mut spec = b.spec(&["/bin/sleep", "60"], seccomp);
+        let mut spec = spec(&b, &["/bin/sleep", "60"], seccomp);
         let mut p = spec.process().clone().unwrap();
         p.set_no_new_privileges(Some(nnp));
         spec.set_process(Some(p.clone()));
@@ -304,7 +222,8 @@ fn an_unsupported_action_is_a_spec_error_before_any_process() {
         return;
     }
     let b = Bundle::new("sc-notify");
-    let spec = b.spec(
+    let spec = spec(
+        &b,
         &["/bin/true"],
         deny_mkdir(LinuxSeccompAction::ScmpActNotify),
     );
