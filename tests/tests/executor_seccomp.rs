@@ -135,7 +135,7 @@ fn a_filter_installs_without_no_new_privs_or_cap_sys_admin() {
         return;
     }
     let b = Bundle::new("sc-nonnp");
-    let mut spec = spec(&b, 
+    let mut spec = spec(&b,
         &[
             "/bin/sh",
             "-c",
