@@ -431,10 +431,25 @@ async fn containers_survive_crustd_restart_and_logs_reopen() {
         Path::new(&format!("/proc/{pid}")).exists(),
         "container died with crustd"
     );
+    // What a create cut off by a node crash could leave: a folder without its (unsynced)
+    // record, and a snapshot nobody names. The restart sweeps both.
+    let orphan = e.d.root.path().join("containers").join("0123orphan");
+    std::fs::create_dir_all(orphan.join("rootfs")).unwrap();
+    let store = image::ImageStore::open(e.d.root.path().join("images"), None).unwrap();
+    store.prepare_snapshot("0123orphan", IMAGE).unwrap();
     e.d.spawn();
     e.c = e.d.client().await;
     let (s, _) = e.status(&id).await;
     assert_eq!(s.state, ContainerState::ContainerRunning as i32);
+    assert!(!orphan.exists(), "the orphaned container folder is swept");
+    assert!(
+        store.snapshot("0123orphan").is_none(),
+        "the orphaned snapshot is swept"
+    );
+    assert!(
+        store.snapshot(&id).is_some(),
+        "the running container's snapshot stays"
+    );
 
     // Rotation: rename the log, reopen, new lines go to a new file.
     let log = PathBuf::from(&s.log_path);

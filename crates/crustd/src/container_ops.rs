@@ -256,7 +256,7 @@ fn make(
         .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
     // Cumulative times of the steps, logged at debug: where a slow create spends it.
     let t0 = Instant::now();
-    crust.containers.save(rec)?;
+    crust.containers.save_unsynced(rec)?;
 
     let t_saved = t0.elapsed();
     let snap = crust
@@ -1024,6 +1024,13 @@ pub async fn reopen_log(crust: Arc<Crust>, id: &str) -> Result<()> {
 /// Start-up: container records back into the store; half-made ones rolled back, the
 /// rest watched again.
 pub fn recover(crust: &Arc<Crust>) {
+    for dir in crust.containers.orphan_dirs() {
+        tracing::warn!(dir = %dir.display(), "removing a container folder without a record");
+        let _ = oci_runtime::unmount_rootfs(&dir.join("rootfs"));
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "removing an orphaned container folder");
+        }
+    }
     for r in crust.containers.load_records() {
         let mut rec = match r {
             Ok(r) => r,
@@ -1052,6 +1059,25 @@ pub fn recover(crust: &Arc<Crust>) {
             tracing::warn!(container = %rec.id, error = %e, "container name taken twice");
         }
         crust.containers.insert(rec);
+    }
+}
+
+/// Removes image snapshots that no container record names (their container's create
+/// was cut off before its record was synced); after [`recover`].
+pub fn sweep_snapshots(crust: &Crust) {
+    let known: std::collections::HashSet<String> = crust
+        .containers
+        .list()
+        .iter()
+        .map(|c| c.id.clone())
+        .collect();
+    for key in crust.images.snapshots() {
+        if !known.contains(&key) {
+            tracing::warn!(snapshot = %key, "removing a snapshot no container has");
+            if let Err(e) = crust.images.remove_snapshot(&key) {
+                tracing::warn!(snapshot = %key, error = %e, "removing an orphaned snapshot");
+            }
+        }
     }
 }
 

@@ -183,6 +183,31 @@ impl Containers {
         out
     }
 
+    /// Writes the record without syncing it: for the `creating` record, which only
+    /// tells a restarted crustd what to roll back. A node crash may lose it; the
+    /// sweep at start (`container_ops::recover`) removes what it would have named.
+    pub fn save_unsynced(&self, rec: &ContainerRecord) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
+        let path = self.bundle(&rec.id).join("record.json");
+        let tmp = self.bundle(&rec.id).join(".record.json.tmp");
+        std::fs::create_dir_all(self.bundle(&rec.id))
+            .and_then(|()| std::fs::write(&tmp, &bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| Error::Internal(format!("saving container record {}: {e}", rec.id)))
+    }
+
+    /// Container folders without a readable record (a create cut off by a crash
+    /// before its first record reached the disk).
+    pub fn orphan_dirs(&self) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return vec![];
+        };
+        rd.flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir() && !p.join("record.json").exists())
+            .collect()
+    }
+
     pub fn save(&self, rec: &ContainerRecord) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
         util::write_atomic(&self.bundle(&rec.id).join("record.json"), &bytes)

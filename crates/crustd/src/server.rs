@@ -47,6 +47,7 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || {
             crate::recovery::recover(&c);
             crate::container_ops::recover(&c);
+            crate::container_ops::sweep_snapshots(&c);
         })
         .await?;
         crate::container_ops::watch_all(&crust);

@@ -120,9 +120,13 @@ impl ImageStore {
             }
             let data = serde_json::to_vec_pretty(&rec)
                 .map_err(|e| Error::Internal(format!("encoding snapshot {key}: {e}")))?;
-            fsutil::write_atomic(&tmp.join("snapshot.json"), &data)?;
-            std::fs::rename(&tmp, &dir).ctx(format!("creating {}", dir.display()))?;
-            fsutil::sync_dir(&self.root.join("snapshots")).ctx("syncing snapshots/")
+            // Not synced: a snapshot lives no longer than its container, whose record
+            // the runtime syncs after this; at start the runtime removes snapshots no
+            // record names, and the page cache outlives the runtime's own crashes.
+            // (Each fsync here cost milliseconds of every container start.)
+            std::fs::write(tmp.join("snapshot.json"), &data)
+                .ctx(format!("writing {}/snapshot.json", tmp.display()))?;
+            std::fs::rename(&tmp, &dir).ctx(format!("creating {}", dir.display()))
         })();
         if res.is_err() {
             let _ = fsutil::remove_all(&tmp);
