@@ -18,7 +18,7 @@ use crate::util;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -136,7 +136,7 @@ pub struct Containers {
     dir: PathBuf,
     state_dir: PathBuf,
     map: RwLock<HashMap<String, Arc<Container>>>,
-    names: Mutex<HashMap<String, String>>,
+    names: crate::store::Names,
 }
 
 impl Containers {
@@ -145,7 +145,7 @@ impl Containers {
             dir,
             state_dir,
             map: RwLock::new(HashMap::new()),
-            names: Mutex::new(HashMap::new()),
+            names: Default::default(),
         }
     }
 
@@ -233,23 +233,11 @@ impl Containers {
     }
 
     pub fn reserve_name(&self, key: &str, id: &str) -> Result<()> {
-        let mut names = self.names.lock().unwrap();
-        if let Some(owner) = names.get(key) {
-            if owner != id {
-                return Err(Error::AlreadyExists(format!(
-                    "failed to reserve container name {key:?}: name {key:?} is reserved for {owner:?}"
-                )));
-            }
-        }
-        names.insert(key.to_string(), id.to_string());
-        Ok(())
+        self.names.reserve("container", key, id)
     }
 
     pub fn release_name(&self, key: &str, id: &str) {
-        let mut names = self.names.lock().unwrap();
-        if names.get(key).map(|o| o == id).unwrap_or(false) {
-            names.remove(key);
-        }
+        self.names.release(key, id)
     }
 
     pub fn insert(&self, rec: ContainerRecord) -> Arc<Container> {
@@ -268,21 +256,7 @@ impl Containers {
 
     /// By full id or a unique prefix of one.
     pub fn get(&self, id: &str) -> Result<Arc<Container>> {
-        if id.is_empty() {
-            return Err(Error::InvalidArgument("container id is empty".into()));
-        }
-        let map = self.map.read().unwrap();
-        if let Some(c) = map.get(id) {
-            return Ok(c.clone());
-        }
-        let mut hits = map.values().filter(|c| c.id.starts_with(id));
-        match (hits.next(), hits.next()) {
-            (Some(c), None) => Ok(c.clone()),
-            (Some(_), Some(_)) => Err(Error::InvalidArgument(format!(
-                "container id prefix {id:?} is ambiguous"
-            ))),
-            _ => Err(Error::NotFound(format!("container {id:?} not found"))),
-        }
+        crate::store::by_id_or_prefix(&self.map.read().unwrap(), "container", id)
     }
 
     pub fn list(&self) -> Vec<Arc<Container>> {

@@ -117,7 +117,7 @@ pub struct Sandbox {
 pub struct Store {
     dir: PathBuf,
     map: RwLock<HashMap<String, Arc<Sandbox>>>,
-    names: Mutex<HashMap<String, String>>,
+    names: Names,
 }
 
 impl Store {
@@ -125,7 +125,7 @@ impl Store {
         Store {
             dir,
             map: RwLock::new(HashMap::new()),
-            names: Mutex::new(HashMap::new()),
+            names: Names::default(),
         }
     }
 
@@ -177,23 +177,11 @@ impl Store {
 
     /// Reserves a pod's name for `id`, failing as containerd does when it is taken.
     pub fn reserve_name(&self, key: &str, id: &str) -> Result<()> {
-        let mut names = self.names.lock().unwrap();
-        if let Some(owner) = names.get(key) {
-            if owner != id {
-                return Err(Error::AlreadyExists(format!(
-                    "failed to reserve sandbox name {key:?}: name {key:?} is reserved for {owner:?}"
-                )));
-            }
-        }
-        names.insert(key.to_string(), id.to_string());
-        Ok(())
+        self.names.reserve("sandbox", key, id)
     }
 
     pub fn release_name(&self, key: &str, id: &str) {
-        let mut names = self.names.lock().unwrap();
-        if names.get(key).map(|o| o == id).unwrap_or(false) {
-            names.remove(key);
-        }
+        self.names.release(key, id)
     }
 
     pub fn insert(&self, rec: SandboxRecord) -> Arc<Sandbox> {
@@ -211,25 +199,59 @@ impl Store {
 
     /// By full id or a unique prefix of one.
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
-        if id.is_empty() {
-            return Err(Error::InvalidArgument("sandbox id is empty".into()));
-        }
-        let map = self.map.read().unwrap();
-        if let Some(sb) = map.get(id) {
-            return Ok(sb.clone());
-        }
-        let mut hits = map.values().filter(|s| s.id.starts_with(id));
-        match (hits.next(), hits.next()) {
-            (Some(sb), None) => Ok(sb.clone()),
-            (Some(_), Some(_)) => Err(Error::InvalidArgument(format!(
-                "sandbox id prefix {id:?} is ambiguous"
-            ))),
-            _ => Err(Error::NotFound(format!("sandbox {id:?} not found"))),
-        }
+        by_id_or_prefix(&self.map.read().unwrap(), "sandbox", id)
     }
 
     pub fn list(&self) -> Vec<Arc<Sandbox>> {
         self.map.read().unwrap().values().cloned().collect()
+    }
+}
+
+/// Names reserved for ids (a pod's or a container's), so that two concurrent creates of
+/// one name cannot both win, as containerd's name index does.
+#[derive(Default)]
+pub struct Names(Mutex<HashMap<String, String>>);
+
+impl Names {
+    /// Reserves `key` for `id` (again for the same id is fine); AlreadyExists when
+    /// another id holds it.
+    pub fn reserve(&self, what: &str, key: &str, id: &str) -> Result<()> {
+        let mut names = self.0.lock().unwrap();
+        if let Some(owner) = names.get(key) {
+            if owner != id {
+                return Err(Error::AlreadyExists(format!(
+                    "failed to reserve {what} name {key:?}: name {key:?} is reserved for {owner:?}"
+                )));
+            }
+        }
+        names.insert(key.to_string(), id.to_string());
+        Ok(())
+    }
+
+    /// Releases `key` if `id` holds it.
+    pub fn release(&self, key: &str, id: &str) {
+        let mut names = self.0.lock().unwrap();
+        if names.get(key).map(|o| o == id).unwrap_or(false) {
+            names.remove(key);
+        }
+    }
+}
+
+/// An entry by its full id or a unique prefix of one (as crictl and containerd accept).
+pub fn by_id_or_prefix<T>(map: &HashMap<String, Arc<T>>, what: &str, id: &str) -> Result<Arc<T>> {
+    if id.is_empty() {
+        return Err(Error::InvalidArgument(format!("{what} id is empty")));
+    }
+    if let Some(v) = map.get(id) {
+        return Ok(v.clone());
+    }
+    let mut hits = map.iter().filter(|(k, _)| k.starts_with(id));
+    match (hits.next(), hits.next()) {
+        (Some((_, v)), None) => Ok(v.clone()),
+        (Some(_), Some(_)) => Err(Error::InvalidArgument(format!(
+            "{what} id prefix {id:?} is ambiguous"
+        ))),
+        _ => Err(Error::NotFound(format!("{what} {id:?} not found"))),
     }
 }
 
