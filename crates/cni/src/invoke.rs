@@ -59,9 +59,23 @@ pub fn exec(plugin: &Path, command: &str, env: &InvokeEnv, stdin: &[u8]) -> CniR
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| CniError::io(format!("failed to run plugin {}: {e}", plugin.display())))?;
+    // ETXTBSY: another thread of this process forked while a plugin file was open for
+    // writing (being installed next to us); the copy holds it until its own exec, a
+    // moment later. Worth a few short retries, never a failed pod.
+    let mut tries = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            r => {
+                break r.map_err(|e| {
+                    CniError::io(format!("failed to run plugin {}: {e}", plugin.display()))
+                })?
+            }
+        }
+    };
     // Write on a thread so a plugin that prints before reading all of stdin cannot deadlock us.
     let mut pipe = child.stdin.take().expect("stdin is piped");
     let input = stdin.to_vec();
