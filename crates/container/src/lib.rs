@@ -11,6 +11,7 @@ pub mod executor;
 pub mod monitor;
 pub mod ns;
 pub mod pause;
+pub mod proc;
 
 pub use error::{Error, Result};
 pub use ns::NsKind;

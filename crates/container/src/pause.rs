@@ -19,7 +19,6 @@
 //!   crustd ◀── "PID\n" ── launcher exits 0
 //! ```
 
-use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -272,44 +271,8 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
     })
 }
 
-/// The parts of `/proc/PID/stat` this module needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    state: char,
-    start_time: u64,
-}
-
-impl Stat {
-    /// A zombie (or a task being torn down) is gone for our purposes: it runs nothing
-    /// and holds no namespace; only its parent's wait is missing.
-    fn is_dead(&self) -> bool {
-        matches!(self.state, 'Z' | 'X' | 'x')
-    }
-}
-
-/// Parses `/proc/PID/stat`. The command name (field 2) is in parentheses and may hold
-/// spaces and parentheses itself, so fields are counted from the last `)`.
-fn parse_stat(s: &str) -> Option<Stat> {
-    let rest = &s[s.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    // Fields 3 (state) to 22 (starttime).
-    let state = fields.next()?.chars().next()?;
-    let start_time = fields.nth(22 - 4)?.parse().ok()?;
-    Some(Stat { state, start_time })
-}
-
-fn read_stat(pid: i32) -> Option<Stat> {
-    if pid <= 0 {
-        return None;
-    }
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// True when process `pid` exists, started at `start_time`, and is not a zombie.
-/// A pid of 0 or below is never alive (so it can never reach `kill`).
-pub fn alive(pid: i32, start_time: u64) -> bool {
-    read_stat(pid).is_some_and(|s| s.start_time == start_time && !s.is_dead())
-}
+pub use crate::proc::alive;
+use crate::proc::read_stat;
 
 /// Stops the pause: SIGTERM, wait up to `timeout` for it to go, then SIGKILL. A pause
 /// that is already gone (no such pid, a zombie, or another process on the pid) is
@@ -421,6 +384,7 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::fs::Permissions;
     use std::os::unix::fs::PermissionsExt;
 
@@ -436,36 +400,6 @@ mod tests {
     fn embedded_binary_is_a_small_static_elf() {
         assert_eq!(&BINARY[..4], b"\x7fELF");
         assert!(BINARY.len() < 16 * 1024, "{} bytes", BINARY.len());
-    }
-
-    #[test]
-    fn parse_stat_counts_fields_after_the_last_paren() {
-        let line = "4242 (we ird) (name) S 1 4242 4242 0 -1 4194560 95 0 0 0 0 0 0 0 \
-                    20 0 1 0 987654 1585152 3 18446744073709551615 1 1 0 0 0 0 \
-                    4294967295 0 0 0 0 0 17 1 0 0 0 0 0\n";
-        assert_eq!(
-            parse_stat(line),
-            Some(Stat {
-                state: 'S',
-                start_time: 987654
-            })
-        );
-        assert_eq!(parse_stat("12 (x) Z 1"), None);
-        assert_eq!(parse_stat("garbage"), None);
-    }
-
-    #[test]
-    fn alive_checks_start_time_and_refuses_non_positive_pids() {
-        let me = std::process::id() as i32;
-        let st = read_stat(me).unwrap();
-        assert!(alive(me, st.start_time));
-        assert!(
-            !alive(me, st.start_time + 1),
-            "another start time is another process"
-        );
-        assert!(!alive(0, 0));
-        assert!(!alive(-1, st.start_time));
-        assert!(!alive(1 << 23, 0));
     }
 
     #[test]

@@ -31,23 +31,10 @@ use std::time::{Duration, Instant};
 /// How long a SIGKILLed container may take to be reported gone.
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
-/// `/proc/PID/stat` start time (field 22), to tell a pid from its reuse.
-pub fn start_time(pid: i32) -> Option<u64> {
-    if pid <= 0 {
-        return None;
-    }
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
-    let mut f = rest.split_ascii_whitespace();
-    let state = f.next()?;
-    if state == "Z" || state == "X" {
-        return None;
-    }
-    f.nth(22 - 4)?.parse().ok()
-}
+use container::proc::start_time;
 
 fn monitor_alive(rec: &ContainerRecord) -> bool {
-    rec.monitor_pid > 0 && start_time(rec.monitor_pid) == Some(rec.monitor_start_time)
+    container::proc::alive(rec.monitor_pid, rec.monitor_start_time)
 }
 
 /// cgroups errors: a limit the kernel refuses is the caller's fault.
@@ -80,12 +67,12 @@ fn create_err(e: container::Error) -> Error {
 /// (they run as its descendants), so with `cgroup.nested` the logical path without its
 /// leading `/` names exactly the cgroup crustd made, in every hierarchy; otherwise the
 /// absolute logical path does.
-fn external_cgroup_path(crust: &Crust, cg: &str) -> Result<String> {
-    Ok(if crust.cfg.cgroup.nested {
+fn external_cgroup_path(crust: &Crust, cg: &str) -> String {
+    if crust.cfg.cgroup.nested {
         cg.trim_start_matches('/').to_string()
     } else {
         cg.to_string()
-    })
+    }
 }
 
 /// CRI resources → the cgroups crate's.
@@ -351,7 +338,7 @@ fn make(
     }
     // An external runtime takes `cgroupsPath` as a path in each hierarchy.
     let cgroup_for_spec = match (&external, &rec.cgroup) {
-        (Some(_), Some(cg)) => Some(external_cgroup_path(crust, cg)?),
+        (Some(_), Some(cg)) => Some(external_cgroup_path(crust, cg)),
         (_, cg) => cg.clone(),
     };
     let hostname = std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
@@ -655,31 +642,10 @@ fn signal_number(name: &str) -> i32 {
         .unwrap_or(libc::SIGTERM)
 }
 
-/// Signals the container's init through a pidfd opened before its start time is
-/// checked, so a reused pid is never signalled.
-fn signal_init(rec: &ContainerRecord, sig: i32) -> bool {
-    if rec.pid <= 0 {
-        return false;
-    }
-    // SAFETY: pidfd_open with a pid and no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, rec.pid, 0) };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: the kernel just gave us this fd.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    if start_time(rec.pid) != Some(rec.pid_start_time) {
-        return false;
-    }
-    // SAFETY: pidfd_send_signal on an fd we own.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        ) == 0
+/// Signals the container's init (pid and start time: never a reused pid).
+fn signal_init(rec: &ContainerRecord, sig: i32) {
+    if let Err(e) = container::proc::signal(rec.pid, rec.pid_start_time, sig) {
+        tracing::warn!(container = %rec.id, sig, error = %e, "signalling the init");
     }
 }
 
@@ -721,7 +687,7 @@ async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> 
             "container {} did not exit within {KILL_WAIT:?} of SIGKILL (init {} {}, monitor {} alive, exit record {})",
             rec.id,
             rec.pid,
-            if start_time(rec.pid) == Some(rec.pid_start_time) { "alive" } else { "gone" },
+            if container::proc::alive(rec.pid, rec.pid_start_time) { "alive" } else { "gone" },
             rec.monitor_pid,
             if crust.containers.exit_file(&rec.id).exists() { "written" } else { "missing" },
         )));

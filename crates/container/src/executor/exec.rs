@@ -27,7 +27,7 @@ use oci_spec::runtime::Spec;
 
 use super::channel::{self, Message, Received, Step};
 use super::init::{self, At, ChildFds, Fail};
-use super::process::{above_stdio, clone_init, enter};
+use super::process::{above_stdio, clone_init, enter, hand_over};
 use super::spec::{self, Plan};
 use super::{open_stdio, Container, Stdio};
 use crate::error::{Error, Result};
@@ -260,17 +260,7 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
             Ok(exe) => init::exec(p, &exe, Some(fds.sock)),
             Err(f) => fail(f),
         },
-        Ok(pid) => {
-            let code = match channel::send(sock, &Message::InitPid(pid)) {
-                Ok(()) => 0,
-                Err(_) => {
-                    // SAFETY: our own (by CLONE_PARENT, main's) child nobody waits for.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    1
-                }
-            };
-            init::exit(code)
-        }
+        Ok(pid) => hand_over(sock, pid),
     }
 }
 

@@ -597,19 +597,22 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
             err,
         }),
         Ok(0) => init::run(p, fds),
-        Ok(pid) => {
-            let code = match channel::send(sock, &Message::InitPid(pid)) {
-                Ok(()) => 0,
-                Err(_) => {
-                    // SAFETY: our own child (by CLONE_PARENT, main's): nobody will
-                    // start it, so it must not linger.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    1
-                }
-            };
-            init::exit(code)
-        }
+        Ok(pid) => hand_over(sock, pid),
     }
+}
+
+/// The intermediate's last act: tells the main process the pid of the child it cloned
+/// and exits. A child nobody heard of must not linger: it is killed if that fails.
+pub(crate) fn hand_over(sock: std::os::fd::BorrowedFd<'_>, pid: libc::pid_t) -> ! {
+    let code = match channel::send(sock, &Message::InitPid(pid)) {
+        Ok(()) => 0,
+        Err(_) => {
+            // SAFETY: our own child (by CLONE_PARENT, main's), not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            1
+        }
+    };
+    init::exit(code)
 }
 
 #[cfg(test)]

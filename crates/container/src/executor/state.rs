@@ -8,7 +8,6 @@
 use std::fmt;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -89,24 +88,7 @@ fn time(n: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(n)
 }
 
-/// State and start time of a process (`/proc/PID/stat` fields 3 and 22). The command
-/// name (field 2) may hold spaces and parentheses, so fields count from the last `)`.
-fn stat(pid: i32) -> Option<(char, u64)> {
-    if pid <= 0 {
-        return None;
-    }
-    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let start_time = fields.nth(22 - 4)?.parse().ok()?;
-    Some((state, start_time))
-}
-
-/// The start time of process `pid`, zombie or not.
-pub(crate) fn start_time(pid: i32) -> Option<u64> {
-    stat(pid).map(|(_, t)| t)
-}
+pub(crate) use crate::proc::start_time;
 
 impl Container {
     fn err(&self, step: &'static str, path: &Path, source: io::Error) -> Error {
@@ -193,7 +175,7 @@ impl Container {
 
     /// True while the init (this pid with this start time) exists and is no zombie.
     pub fn alive(&self) -> bool {
-        stat(self.pid).is_some_and(|(s, t)| t == self.start_time && !matches!(s, 'Z' | 'X' | 'x'))
+        crate::proc::alive(self.pid, self.start_time)
     }
 
     pub fn status(&self) -> Status {
@@ -251,41 +233,7 @@ impl Container {
             path: PathBuf::from(format!("/proc/{}", self.pid)),
             source: e,
         };
-        if self.pid <= 0 {
-            return Ok(false);
-        }
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ESRCH) => Ok(false),
-                _ => Err(err(e)),
-            };
-        }
-        // SAFETY: the kernel just gave us this fd.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        if !self.alive() {
-            return Ok(false);
-        }
-        // SAFETY: pidfd_send_signal on an fd we own.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pidfd.as_raw_fd(),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ESRCH) => Ok(false),
-            _ => Err(err(e)),
-        }
+        crate::proc::signal(self.pid, self.start_time, signal).map_err(err)
     }
 
     /// Waits for the init to exit and reaps it. Only the process that called `create`
@@ -336,7 +284,9 @@ impl Container {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        if stat(self.pid).is_some_and(|(s, t)| s == 'Z' && t == self.start_time) {
+        if crate::proc::read_stat(self.pid)
+            .is_some_and(|s| s.is_dead() && s.start_time == self.start_time)
+        {
             // SAFETY: our zombie child (checked by start time) or not ours (ECHILD).
             unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), libc::WNOHANG) };
         }

@@ -1,0 +1,128 @@
+//! A process named by pid *and* start time (`/proc/PID/stat` field 22): the pause, a
+//! container's init, its monitor. A pid alone can be reused; the pair cannot, so every
+//! check and every signal here goes through it.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The parts of `/proc/PID/stat` crust needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stat {
+    pub state: char,
+    pub start_time: u64,
+}
+
+impl Stat {
+    /// A zombie (or a task being torn down) is gone for our purposes: it runs nothing
+    /// and holds no namespace; only its parent's wait is missing.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses `/proc/PID/stat`. The command name (field 2) is in parentheses and may hold
+/// spaces and parentheses itself, so fields are counted from the last `)`.
+pub(crate) fn parse_stat(s: &str) -> Option<Stat> {
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    // Fields 3 (state) to 22 (starttime).
+    let state = fields.next()?.chars().next()?;
+    let start_time = fields.nth(22 - 4)?.parse().ok()?;
+    Some(Stat { state, start_time })
+}
+
+pub(crate) fn read_stat(pid: i32) -> Option<Stat> {
+    if pid <= 0 {
+        return None;
+    }
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The start time of process `pid`, zombie or not; `None` when there is none.
+pub fn start_time(pid: i32) -> Option<u64> {
+    read_stat(pid).map(|s| s.start_time)
+}
+
+/// True when process `pid` exists, started at `start_time`, and is not a zombie.
+/// A pid of 0 or below is never alive (so it can never reach `kill`).
+pub fn alive(pid: i32, start_time: u64) -> bool {
+    read_stat(pid).is_some_and(|s| s.start_time == start_time && !s.is_dead())
+}
+
+/// Sends `signal` to the process `pid` started at `start_time`; false when it was gone
+/// already. Through a pidfd opened *before* the start time is checked, so a pid reused
+/// in between is never signalled.
+pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
+    if pid <= 0 {
+        return Ok(false);
+    }
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ESRCH) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: the kernel just gave us this fd.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if !alive(pid, start_time) {
+        return Ok(false);
+    }
+    // SAFETY: pidfd_send_signal on an fd we own.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ESRCH) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_stat_counts_fields_after_the_last_paren() {
+        let line = "4242 (we ird) (name) S 1 4242 4242 0 -1 4194560 95 0 0 0 0 0 0 0 \
+                    20 0 1 0 987654 1585152 3 18446744073709551615 1 1 0 0 0 0 \
+                    4294967295 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                state: 'S',
+                start_time: 987654
+            })
+        );
+        assert_eq!(parse_stat("12 (x) Z 1"), None);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn alive_checks_start_time_and_refuses_non_positive_pids() {
+        let me = std::process::id() as i32;
+        let st = start_time(me).unwrap();
+        assert!(alive(me, st));
+        assert!(!alive(me, st + 1), "another start time is another process");
+        assert!(!alive(0, 0));
+        assert!(!alive(-1, st));
+        assert!(!alive(1 << 23, 0));
+        // Signal 0: a check that reaches only the process meant.
+        assert!(signal(me, st, 0).unwrap());
+        assert!(!signal(me, st + 1, 0).unwrap());
+        assert!(!signal(0, 0, 0).unwrap());
+    }
+}
