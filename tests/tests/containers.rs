@@ -322,9 +322,15 @@ async fn resources_oom_and_update() {
             .trim(),
         (64u64 << 20).to_string()
     );
-    // The init runs in the container's cgroup.
-    let procs = h.procs(&path).unwrap();
-    assert!(!procs.is_empty());
+    // The init runs in the container's cgroup, in every hierarchy (each v1
+    // controller's and the cgroup2 one), and nothing else does.
+    let pid = info["pid"].as_i64().unwrap();
+    let dirs = h.dirs(&path);
+    assert!(!dirs.is_empty());
+    for dir in &dirs {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert_eq!(procs.trim(), pid.to_string(), "{}", dir.display());
+    }
     // An exec joins the container's cgroup too.
     let r = e
         .exec(&id2, &["sh", "-c", "cat /proc/self/cgroup"], 5)

@@ -441,12 +441,15 @@ async fn status_reports_what_was_asked() {
         !pod_cgroups.is_empty() && pod_cgroups.iter().all(|p| p.ends_with(&id)),
         "{pod_cgroups:?}"
     );
-    let procs = std::fs::read_to_string(pod_cgroups[0].join("cgroup.procs")).unwrap();
-    assert!(
-        procs.lines().any(|l| l.trim() == pid.to_string()),
-        "pause {pid} not in {}: {procs}",
-        pod_cgroups[0].display()
-    );
+    // In every hierarchy (each v1 controller's and the cgroup2 one): it is born there.
+    for dir in &pod_cgroups {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert!(
+            procs.lines().any(|l| l.trim() == pid.to_string()),
+            "pause {pid} not in {}: {procs}",
+            dir.display()
+        );
+    }
 
     // Without verbose, no info.
     let r = c

@@ -197,6 +197,7 @@ fn joins_a_pods_namespaces_including_pid() {
             new_ipc: true,
             new_uts: true,
             new_pid: true,
+            ..Default::default()
         })
         .unwrap(),
     );
@@ -698,4 +699,83 @@ fn kill_a_running_container() {
         "init {pid} still there"
     );
     assert!(!b.state_dir(&id).exists());
+}
+
+/// The init is born in the cgroups the caller names, in every hierarchy (each v1
+/// controller's by writing itself to `tasks`, the cgroup2 one by `CLONE_INTO_CGROUP`),
+/// and the cgroup namespace it makes afterwards is rooted there: `/proc/self/cgroup`
+/// shows `/` everywhere. An exec lands in the same cgroups and namespace.
+#[test]
+fn born_in_its_cgroups_with_a_cgroup_namespace_rooted_there() {
+    use cgroups::CgroupManager;
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let h = cgroups::Hierarchy::detect()
+        .and_then(|h| h.nested_in_own_cgroup())
+        .unwrap();
+    let path = cgroups::CgroupPath::new(&format!("/{}", unique("crust-e2e-cg"))).unwrap();
+    h.create(&path).unwrap();
+    struct CgGuard<'a>(&'a cgroups::Hierarchy, &'a cgroups::CgroupPath);
+    impl Drop for CgGuard<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill_all(self.1);
+            let _ = self.0.remove(self.1);
+        }
+    }
+    let _cg = CgGuard(&h, &path);
+    let dirs = h.dirs(&path);
+
+    let b = Bundle::new("exec-cgroup");
+    // The default spec has a cgroup namespace of its own.
+    let spec = b.spec(&["/bin/sh", "-c", "cat /proc/self/cgroup; sleep 30"]);
+    let id = unique("ctr");
+    let mut opts = b.opts(&id, spec.clone());
+    opts.cgroup_dirs = dirs.clone();
+    let mut g = Guard(Some(executor::create(opts).expect("create")));
+    let pid = g.get().pid;
+    // Already there while it waits at the gate, and alone.
+    for dir in &dirs {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert_eq!(procs.trim(), pid.to_string(), "{}", dir.display());
+    }
+    g.get().start().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        let out = b.read(&id, "stdout");
+        if out.lines().count() >= dirs.len() || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.len() >= dirs.len(), "{out}");
+    assert!(lines.iter().all(|l| l.ends_with(":/")), "{out}");
+
+    let mut exec_spec = spec;
+    let mut p = exec_spec.process().clone().unwrap();
+    p.set_args(Some(vec!["cat".into(), "/proc/self/cgroup".into()]));
+    exec_spec.set_process(Some(p));
+    let exec_pid = executor::exec(
+        g.get(),
+        executor::ExecOpts {
+            spec: exec_spec,
+            stdin: executor::Stdio::Null,
+            stdout: executor::Stdio::File(b.out().join("exec.stdout")),
+            stderr: executor::Stdio::File(b.out().join("exec.stderr")),
+            cgroup_dirs: dirs.clone(),
+        },
+    )
+    .expect("exec");
+    let mut status = 0;
+    // SAFETY: our own child.
+    unsafe { libc::waitpid(exec_pid, &mut status, 0) };
+    let out = b.read("exec", "stdout");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{out} {}",
+        b.read("exec", "stderr")
+    );
+    assert_eq!(out.lines().count(), lines.len(), "{out}");
+    assert!(out.lines().all(|l| l.ends_with(":/")), "{out}");
 }

@@ -196,7 +196,7 @@ fn exec_installs_the_same_filter() {
                 stdin: Stdio::Null,
                 stdout: Stdio::File(b.out().join(format!("{tag}.stdout"))),
                 stderr: Stdio::File(b.out().join(format!("{tag}.stderr"))),
-                cgroup_procs: vec![],
+                cgroup_dirs: vec![],
             },
         )
         .expect("exec");

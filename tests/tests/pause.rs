@@ -124,6 +124,7 @@ fn pod_spec(hostname: &str) -> PauseSpec {
         new_ipc: true,
         new_uts: true,
         new_pid: true,
+        cgroup_dirs: vec![],
     }
 }
 

@@ -5,6 +5,7 @@
 //! `crustd` makes no namespace or mount syscalls itself (see DESIGN.md); it calls this
 //! crate. The crate knows nothing of CRI.
 
+mod cgroup_join;
 mod embedded;
 pub mod error;
 pub mod executor;

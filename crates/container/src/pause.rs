@@ -14,13 +14,15 @@
 //! signals a stranger who got the pid.
 //!
 //! ```text
-//!   crustd ──fork──▶ child: unshare(flags), sethostname, setsid, exec `crust-pause fork`
-//!                       └─clone──▶ pause (PID 1 of the pod's PID namespace if new)
+//!   crustd ──fork──▶ child: into the pod's v1 cgroups, unshare(flags), sethostname,
+//!                    setsid, exec `crust-pause fork [CGROUP2_FD]`
+//!                       └─clone──▶ pause (PID 1 of the pod's PID namespace if new, born
+//!                                  in the pod's cgroups)
 //!   crustd ◀── "PID\n" ── launcher exits 0
 //! ```
 
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,6 +32,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use nix::fcntl::OFlag;
 
+use crate::cgroup_join::CgroupJoin;
 use crate::embedded;
 use crate::error::{Error, Result};
 use crate::ns::NsKind;
@@ -68,6 +71,9 @@ pub struct PauseSpec {
     pub new_ipc: bool,
     pub new_uts: bool,
     pub new_pid: bool,
+    /// The pod's cgroup directories (each v1 hierarchy's and/or the cgroup2 one) the
+    /// pause is born in; empty: the caller's. See `crate::cgroup_join` for how.
+    pub cgroup_dirs: Vec<PathBuf>,
 }
 
 impl PauseSpec {
@@ -115,12 +121,14 @@ impl Pause {
 const STEP_UNSHARE: u8 = 1;
 const STEP_SETHOSTNAME: u8 = 2;
 const STEP_SETSID: u8 = 3;
+const STEP_CGROUP: u8 = 4;
 
 fn step_name(code: Option<u8>) -> &'static str {
     match code {
         Some(STEP_UNSHARE) => "unshare",
         Some(STEP_SETHOSTNAME) => "sethostname",
         Some(STEP_SETSID) => "setsid",
+        Some(STEP_CGROUP) => "cgroup",
         _ => "exec",
     }
 }
@@ -185,10 +193,23 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
             }
         })?;
     let step_fd = step_w.as_raw_fd();
+    let cgroups =
+        CgroupJoin::open(&spec.cgroup_dirs).map_err(|(path, source)| Error::SpawnPause {
+            binary: binary.clone(),
+            step: "cgroup",
+            source: io::Error::new(source.kind(), format!("{}: {source}", path.display())),
+        })?;
+    let (tasks, unified) = cgroups.raw();
+    let tasks: Vec<RawFd> = tasks.into_iter().map(|(fd, _)| fd).collect();
+    let unified = unified.map(|(fd, _)| fd);
 
     let mut cmd = Command::new(&binary);
-    cmd.arg("fork")
-        .stdin(Stdio::null())
+    cmd.arg("fork");
+    if let Some(fd) = unified {
+        // The launcher clones the pause into this cgroup2 directory.
+        cmd.arg(fd.to_string());
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         // The pause must not hold a mount busy through its working directory.
@@ -204,6 +225,19 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
                 libc::write(step_fd, (&step as *const u8).cast(), 1);
                 e
             };
+            // Into the pod's v1 cgroups first ("0": this single-threaded child
+            // itself, which skips the kernel's global cgroup lock); the pause forked
+            // from it is born there.
+            for &fd in &tasks {
+                if crate::cgroup_join::move_self_v1(fd).is_err() {
+                    return Err(fail(STEP_CGROUP));
+                }
+            }
+            if let Some(fd) = unified {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(fail(STEP_CGROUP));
+                }
+            }
             if flags != 0 && libc::unshare(flags) != 0 {
                 return Err(fail(STEP_UNSHARE));
             }
@@ -219,7 +253,7 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
         });
     }
     let spawned = cmd.spawn();
-    drop(step_w);
+    drop((step_w, cgroups));
     let mut launcher = match spawned {
         Ok(c) => c,
         Err(source) => {
@@ -553,6 +587,7 @@ mod tests {
         assert_eq!(step_name(Some(STEP_UNSHARE)), "unshare");
         assert_eq!(step_name(Some(STEP_SETHOSTNAME)), "sethostname");
         assert_eq!(step_name(Some(STEP_SETSID)), "setsid");
+        assert_eq!(step_name(Some(STEP_CGROUP)), "cgroup");
         assert_eq!(step_name(None), "exec");
     }
 }

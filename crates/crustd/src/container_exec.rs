@@ -81,7 +81,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
         return Err(Error::InvalidArgument("cmd is empty".into()));
     }
     let c = crust.containers.get(&req.container_id)?;
-    let (state_dir, bundle, cgroup_procs, runtime) = {
+    let (state_dir, bundle, cgroup_dirs, runtime) = {
         let mut rec = c.rec.lock().await;
         refresh(&crust, &mut rec);
         if rec.state != ContainerState::Running {
@@ -90,19 +90,11 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
                 rec.id
             )));
         }
-        let procs: Vec<PathBuf> = match &rec.cgroup {
+        let dirs: Vec<PathBuf> = match &rec.cgroup {
             Some(cg) => match cgroups::CgroupPath::new(cg) {
                 Ok(p) => {
                     use cgroups::CgroupManager;
-                    let mut v: Vec<PathBuf> = crust
-                        .cgroups
-                        .dirs(&p)
-                        .into_iter()
-                        .map(|d| d.join("cgroup.procs"))
-                        .collect();
-                    v.sort();
-                    v.dedup();
-                    v
+                    crust.cgroups.dirs(&p)
                 }
                 Err(_) => vec![],
             },
@@ -111,7 +103,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
         (
             crust.containers.exec_state(&rec.id),
             crust.containers.bundle(&rec.id),
-            procs,
+            dirs,
             rec.runtime.clone(),
         )
     };
@@ -151,7 +143,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
                 stdin: Stdio::Null,
                 stdout: Stdio::Fd(out_w),
                 stderr: Stdio::Fd(err_w),
-                cgroup_procs,
+                cgroup_dirs,
             },
         )
     })

@@ -271,7 +271,7 @@ fn make(
 
     let t_snap = t0.elapsed();
     // The container's cgroup: a child of the pod's.
-    let mut procs: Vec<PathBuf> = vec![];
+    let mut cgroup_dirs: Vec<PathBuf> = vec![];
     let mut oom_events = None;
     if let Some(pod_cg) = &sb.cgroup {
         let cg_s = format!("{}/{}", pod_cg.trim_end_matches('/'), id);
@@ -288,14 +288,7 @@ fn make(
                 .apply(&cg, &resources(&r))
                 .map_err(cgroup_err(format!("container resources of {id}")))?;
         }
-        procs = crust
-            .cgroups
-            .dirs(&cg)
-            .into_iter()
-            .map(|d| d.join("cgroup.procs"))
-            .collect();
-        procs.sort();
-        procs.dedup();
+        cgroup_dirs = crust.cgroups.dirs(&cg);
         oom_events = crust.cgroups.dir("memory", &cg).map(|d| {
             d.join(match crust.cgroups.version() {
                 cgroups::Version::V2 => "memory.events",
@@ -398,7 +391,7 @@ fn make(
         source: "overlay".into(),
         options: snap.overlay_options(),
     });
-    opts.cgroup_procs = procs;
+    opts.cgroup_dirs = cgroup_dirs;
     opts.monitor = Some(monitor);
     let t_spec = t0.elapsed();
     let c = executor::create(opts).map_err(create_err)?;

@@ -133,6 +133,22 @@ fn create(
     let id = rec.id.clone();
     crust.store.save(rec)?;
 
+    // The pod cgroup first: the pause is born in it (no move afterwards, which would
+    // wait for the kernel's global cgroup lock).
+    let cgroup = crust.pod_cgroup(
+        &cfg.linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default(),
+        &id,
+    )?;
+    rec.cgroup = Some(cgroup.to_string());
+    crust.store.save(rec)?;
+    crust
+        .cgroups
+        .create(&cgroup)
+        .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))?;
+
     // The pause process and its namespaces.
     let spec = container::pause::PauseSpec {
         binary: crust.pause_bin.clone(),
@@ -141,6 +157,7 @@ fn create(
         new_ipc: !rec.host_ipc,
         new_uts: !rec.host_network,
         new_pid: !rec.host_pid,
+        cgroup_dirs: crust.cgroups.dirs(&cgroup),
     };
     let pause = container::pause::spawn(&spec).map_err(|e| match e {
         // The kubelet's input, not our failure.
@@ -180,24 +197,6 @@ fn create(
     }
 
     set_oom_score_adj(pause.pid, PAUSE_OOM_SCORE_ADJ);
-
-    let cgroup = crust.pod_cgroup(
-        &cfg.linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.clone())
-            .unwrap_or_default(),
-        &id,
-    )?;
-    rec.cgroup = Some(cgroup.to_string());
-    crust.store.save(rec)?;
-    crust
-        .cgroups
-        .create(&cgroup)
-        .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))?;
-    crust
-        .cgroups
-        .add_process(&cgroup, pause.pid)
-        .map_err(|e| Error::Internal(format!("moving the pause process into {cgroup}: {e}")))?;
 
     podns::apply_sysctls(sysctls, &rec.pins)?;
 

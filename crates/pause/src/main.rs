@@ -13,8 +13,10 @@
 //!   orphans), SIGTERM and SIGINT exit 0, anything else is ignored. Blocked signals that
 //!   are waited for are delivered even to the init of a PID namespace, which the kernel
 //!   otherwise shields from every signal it has no handler for.
-//! - `crust-pause fork`: forks; the parent prints the child's pid and `\n` on stdout and
-//!   exits 0; the child points fds 0, 1 and 2 at `/dev/null` (closing the launcher's
+//! - `crust-pause fork [FD]`: forks; the parent prints the child's pid and `\n` on stdout and
+//!   exits 0; with FD (a cgroup2 directory) the child is cloned into that cgroup
+//!   (`CLONE_INTO_CGROUP`: no global cgroup lock, unlike a write of its pid to
+//!   `cgroup.procs`; kernels before 5.7 get the launcher moved there first instead); the child points fds 0, 1 and 2 at `/dev/null` (closing the launcher's
 //!   pipe) and runs the loop above. The pause is thus reparented away from whoever
 //!   started it, and when the launcher was started after `unshare(CLONE_NEWPID)` the
 //!   child is PID 1 of the new PID namespace.
@@ -26,22 +28,24 @@
 mod sys;
 
 use sys::{
-    c_str_eq, close, exit, syscall, write_all, ANY_CHILD, O_CLOEXEC, O_RDWR, SIGCHLD, SIGINT,
-    SIGKILL, SIGSET_SIZE, SIGTERM, SIG_BLOCK, SYS_CLONE, SYS_DUP2, SYS_KILL, SYS_OPEN,
-    SYS_RT_SIGPROCMASK, SYS_RT_SIGTIMEDWAIT, SYS_WAIT4, WNOHANG,
+    c_str_eq, close, exit, syscall, write_all, ANY_CHILD, O_CLOEXEC, O_RDWR, O_WRONLY, SIGCHLD,
+    SIGINT, SIGKILL, SIGSET_SIZE, SIGTERM, SIG_BLOCK, SYS_CLONE, SYS_CLONE3, SYS_DUP2, SYS_KILL,
+    SYS_OPEN, SYS_OPENAT, SYS_RT_SIGPROCMASK, SYS_RT_SIGTIMEDWAIT, SYS_WAIT4, SYS_WRITE, WNOHANG,
 };
 
 extern "C" fn start(sp: *const usize) -> ! {
     // SAFETY: `sp` is the initial stack pointer the kernel set up: argc, then argc
     // pointers to NUL-terminated strings.
-    let (argc, arg1) = unsafe {
+    let (argc, arg1, arg2) = unsafe {
         let argc = *sp;
-        let arg1 = if argc >= 2 {
-            *sp.add(2) as *const u8
-        } else {
-            core::ptr::null()
+        let arg = |i: usize| {
+            if argc > i {
+                *sp.add(1 + i) as *const u8
+            } else {
+                core::ptr::null()
+            }
         };
-        (argc, arg1)
+        (argc, arg(1), arg(2))
     };
 
     // Block first, so neither the parent nor the child can be killed by a signal's
@@ -57,21 +61,123 @@ extern "C" fn start(sp: *const usize) -> ! {
 
     if argc >= 2 {
         // SAFETY: argv[1] exists and is NUL-terminated.
-        if unsafe { c_str_eq(arg1, b"fork\0") } {
-            fork_and_detach();
+        // SAFETY: argv[2], when there, is NUL-terminated too.
+        let cgroup = if arg2.is_null() {
+            Some(None)
         } else {
-            write_all(2, b"usage: crust-pause [fork]\n");
-            exit(2);
+            unsafe { parse_fd(arg2) }.map(Some)
+        };
+        match cgroup {
+            // SAFETY: argv[1] exists and is NUL-terminated.
+            Some(cgroup) if argc <= 3 && unsafe { c_str_eq(arg1, b"fork\0") } => {
+                fork_and_detach(cgroup)
+            }
+            _ => {
+                write_all(2, b"usage: crust-pause [fork [CGROUP2_DIR_FD]]\n");
+                exit(2);
+            }
         }
     }
     wait_loop(&all)
 }
 
+/// A decimal fd number; `None` for anything else.
+///
+/// # Safety
+/// `p` points to a NUL-terminated string.
+unsafe fn parse_fd(mut p: *const u8) -> Option<usize> {
+    let mut n: usize = 0;
+    let mut digits = 0;
+    loop {
+        let c = *p;
+        if c == 0 {
+            break;
+        }
+        if !c.is_ascii_digit() || digits == 9 {
+            return None;
+        }
+        n = n * 10 + (c - b'0') as usize;
+        digits += 1;
+        p = p.add(1);
+    }
+    (digits > 0).then_some(n)
+}
+
+/// The kernel's `struct clone_args` up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+const E2BIG: isize = 7;
+const EINVAL: isize = 22;
+const ENOSYS: isize = 38;
+
+/// fork(), into the cgroup2 directory `cgroup` when given.
+fn fork_into(cgroup: Option<usize>) -> isize {
+    if let Some(fd) = cgroup {
+        let args = CloneArgs {
+            flags: CLONE_INTO_CGROUP,
+            pidfd: 0,
+            child_tid: 0,
+            parent_tid: 0,
+            exit_signal: SIGCHLD as u64,
+            stack: 0,
+            stack_size: 0,
+            tls: 0,
+            set_tid: 0,
+            set_tid_size: 0,
+            cgroup: fd as u64,
+        };
+        let pid = syscall(
+            SYS_CLONE3,
+            &args as *const CloneArgs as usize,
+            core::mem::size_of::<CloneArgs>(),
+            0,
+            0,
+        );
+        if pid >= 0 || !matches!(-pid, E2BIG | EINVAL | ENOSYS) {
+            return pid;
+        }
+        // No CLONE_INTO_CGROUP here: move this process, and so the child, the slow way.
+        let procs = syscall(
+            SYS_OPENAT,
+            fd,
+            c"cgroup.procs".as_ptr() as usize,
+            O_WRONLY | O_CLOEXEC,
+            0,
+        );
+        if procs < 0 {
+            return procs;
+        }
+        let rc = syscall(SYS_WRITE, procs as usize, b"0".as_ptr() as usize, 1, 0);
+        close(procs as usize);
+        if rc != 1 {
+            return if rc < 0 { rc } else { -EINVAL };
+        }
+    }
+    // clone(SIGCHLD) with no new stack is fork(): the child continues on a copy of ours.
+    syscall(SYS_CLONE, SIGCHLD, 0, 0, 0)
+}
+
 /// Forks; the parent reports the child's pid and exits, the child returns with its
 /// standard fds on /dev/null.
-fn fork_and_detach() {
-    // clone(SIGCHLD) with no new stack is fork(): the child continues on a copy of ours.
-    let pid = syscall(SYS_CLONE, SIGCHLD, 0, 0, 0);
+fn fork_and_detach(cgroup: Option<usize>) {
+    let pid = fork_into(cgroup);
+    if let Some(fd) = cgroup {
+        close(fd);
+    }
     if pid < 0 {
         write_all(2, b"crust-pause: fork failed\n");
         exit(1);

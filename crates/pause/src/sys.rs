@@ -31,6 +31,8 @@ pub const SYS_RT_SIGTIMEDWAIT: usize = 128;
 pub const SYS_CLOCK_GETTIME: usize = 228;
 pub const SYS_EXIT_GROUP: usize = 231;
 pub const SYS_SIGNALFD4: usize = 289;
+pub const SYS_OPENAT: usize = 257;
+pub const SYS_CLONE3: usize = 435;
 
 pub const SIGHUP: usize = 1;
 pub const SIGINT: usize = 2;

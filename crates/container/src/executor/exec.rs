@@ -17,7 +17,7 @@
 //! protections as `create` hold: nothing of the caller's but 0, 1, 2 survives into
 //! the process, and the copies of the caller are not dumpable until `execve`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -54,8 +54,8 @@ pub struct ExecOpts {
     pub stdin: Stdio,
     pub stdout: Stdio,
     pub stderr: Stdio,
-    /// `cgroup.procs` files of the container's cgroup(s).
-    pub cgroup_procs: Vec<PathBuf>,
+    /// The container's cgroup directories (see [`super::CreateOpts::cgroup_dirs`]).
+    pub cgroup_dirs: Vec<PathBuf>,
 }
 
 /// Starts a process in the running container `c`; returns its pid once it has
@@ -102,14 +102,9 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
         };
         stdio[i] = open_stdio(s, i).map_err(|e| err(Step::OpenStdio, what, e))?;
     }
-    let mut procs: Vec<(OwnedFd, PathBuf)> = vec![];
-    for p in opts.cgroup_procs {
-        let f = OpenOptions::new()
-            .write(true)
-            .open(&p)
-            .map_err(|e| err(Step::Cgroup, p.display().to_string(), e))?;
-        procs.push((f.into(), p));
-    }
+    let cgroups = crate::cgroup_join::CgroupJoin::open(&opts.cgroup_dirs)
+        .map_err(|(p, e)| err(Step::Cgroup, p.display().to_string(), e))?;
+    let (cgroup_tasks, cgroup_dir) = cgroups.raw();
     let (sock, child_sock) = channel::pair()
         .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
         .map_err(|e| err(Step::Socketpair, String::new(), e))?;
@@ -121,10 +116,8 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             .iter()
             .map(|(f, flag, path)| (f.as_raw_fd(), *flag, path.clone()))
             .collect(),
-        cgroup_procs: procs
-            .iter()
-            .map(|(f, p)| (f.as_raw_fd(), p.clone()))
-            .collect(),
+        cgroup_tasks,
+        cgroup_dir,
         tty_sock: None,
     };
     // SAFETY: as in `process::spawn`: the child runs only `intermediate` and leaves by
@@ -136,7 +129,7 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
     if pid == 0 {
         intermediate(&plan, &fds);
     }
-    drop((child_sock, stdio, procs, namespaces));
+    drop((child_sock, stdio, cgroups, namespaces));
     let deadline = Instant::now() + EXEC_TIMEOUT;
 
     let first = receive(&sock, deadline);
@@ -250,13 +243,13 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     if let Err(f) = enter(fds, &[fds.sock]) {
         fail(f)
     }
-    match clone_init(0) {
+    match clone_init(0, fds.cgroup_dir.as_ref()) {
         Err(err) => fail(Fail {
             step: Step::Clone,
             path: "exec process".into(),
             err,
         }),
-        Ok(0) => match setup(p, fds) {
+        Ok(0) => match init::join_cgroups(fds, false).and_then(|()| setup(p, fds)) {
             Ok(exe) => init::exec(p, &exe, Some(fds.sock)),
             Err(f) => fail(f),
         },

@@ -38,6 +38,8 @@ use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use oci_spec::runtime::LinuxNamespaceType;
+
 use super::caps;
 use super::channel::{self, Message, Step};
 use super::dev;
@@ -100,8 +102,10 @@ pub(crate) struct ChildFds {
     pub stdio: [Option<RawFd>; 3],
     /// Namespaces to join: fd, `CLONE_NEW*` flag, path (for messages).
     pub namespaces: Vec<(RawFd, libc::c_int, PathBuf)>,
-    /// `cgroup.procs` files the intermediate writes itself into (fd, path).
-    pub cgroup_procs: Vec<(RawFd, PathBuf)>,
+    /// v1 `tasks` files the cloned child writes itself into (fd, path).
+    pub cgroup_tasks: Vec<(RawFd, PathBuf)>,
+    /// The cgroup2 directory the child is cloned into (`CLONE_INTO_CGROUP`).
+    pub cgroup_dir: Option<(RawFd, PathBuf)>,
     /// A tty container's socket to the monitor (see [`console`]).
     pub tty_sock: Option<RawFd>,
 }
@@ -124,7 +128,9 @@ pub(crate) fn run(p: &Plan, fds: &ChildFds) -> ! {
     ) {
         exit(1)
     }
-    let exe = match setup(p, fds) {
+    let exe = match join_cgroups(fds, p.is_new(LinuxNamespaceType::Cgroup))
+        .and_then(|()| setup(p, fds))
+    {
         Ok(exe) => exe,
         Err(f) => {
             let _ = channel::send(sock, &f.message());
@@ -137,6 +143,38 @@ pub(crate) fn run(p: &Plan, fds: &ChildFds) -> ! {
     }
     wait_gate(fds.gate);
     exec(p, &exe, None)
+}
+
+/// The cloned child's first act (an init's or an exec's): it moves itself into its v1
+/// cgroups (it was cloned into the cgroup2 one already, see `cgroup_join`), then makes
+/// or joins its cgroup namespace, whose root is thereby the container's cgroup.
+pub(crate) fn join_cgroups(fds: &ChildFds, new_cgroupns: bool) -> Result<(), Fail> {
+    for (fd, path) in &fds.cgroup_tasks {
+        crate::cgroup_join::move_self_v1(*fd).at(Step::Cgroup, path.display())?;
+        // SAFETY: the fd is ours and not used again.
+        unsafe { libc::close(*fd) };
+    }
+    if let Some((fd, _)) = &fds.cgroup_dir {
+        // SAFETY: as above.
+        unsafe { libc::close(*fd) };
+    }
+    for (fd, flag, path) in fds
+        .namespaces
+        .iter()
+        .filter(|n| n.1 == libc::CLONE_NEWCGROUP)
+    {
+        // SAFETY: setns on an fd we hold; this process is single-threaded.
+        if unsafe { libc::setns(*fd, *flag) } != 0 {
+            return os_err(Step::Setns, path.display());
+        }
+        // SAFETY: the fd is ours and not used again.
+        unsafe { libc::close(*fd) };
+    }
+    // SAFETY: unshare of this single-threaded process.
+    if new_cgroupns && unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } != 0 {
+        return os_err(Step::Setns, "a new cgroup namespace");
+    }
+    Ok(())
 }
 
 /// Blocks until `start` writes a byte to the gate. The fifo is open read-write here,

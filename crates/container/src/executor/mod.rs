@@ -57,9 +57,7 @@
 //!
 //! ## Not yet
 //! seccomp notify (`SCMP_ACT_NOTIFY`, refused), user namespaces and id-mapped mounts (refused),
-//! terminals (refused), cgroup placement and resources (a later step: the main process
-//! will put the intermediate into the container's cgroup before it clones the init, or
-//! use `CLONE_INTO_CGROUP`), AppArmor/SELinux labels, hooks, `rro`-style recursive
+//! terminals (refused), AppArmor/SELinux labels, hooks, `rro`-style recursive
 //! flags (refused), time namespaces (refused), the monitor (the caller is the init's
 //! parent until then).
 
@@ -140,9 +138,10 @@ pub struct CreateOpts {
     pub stdout: Stdio,
     pub stderr: Stdio,
     pub rootfs_mount: Option<RootfsMount>,
-    /// `cgroup.procs` files (one per v1 hierarchy, or the one of a v2 cgroup) the init
-    /// is born into. The caller makes the cgroups; empty: the caller's own.
-    pub cgroup_procs: Vec<PathBuf>,
+    /// The container's cgroup directories (one per v1 hierarchy and/or the cgroup2
+    /// one) the init is born into. The caller makes the cgroups; empty: the caller's
+    /// own.
+    pub cgroup_dirs: Vec<PathBuf>,
     /// A monitor to be the init's parent instead of the caller; it then owns the
     /// container's output (`stdin`/`stdout`/`stderr` above are ignored).
     pub monitor: Option<MonitorOpts>,
@@ -181,7 +180,7 @@ impl CreateOpts {
             stdout: Stdio::Null,
             stderr: Stdio::Null,
             rootfs_mount: None,
-            cgroup_procs: vec![],
+            cgroup_dirs: vec![],
             monitor: None,
         }
     }
@@ -335,7 +334,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         stdout,
         stderr,
         rootfs_mount,
-        cgroup_procs,
+        cgroup_dirs,
         monitor,
     } = opts;
     let plan = spec::plan(&id, &bundle, &spec, rootfs_mount.as_ref())?;
@@ -385,21 +384,15 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
             None
         }
     };
-    let mut procs = vec![];
-    for p in cgroup_procs {
-        let f = OpenOptions::new()
-            .write(true)
-            .open(&p)
-            .map_err(|e| err(Step::Cgroup, p.display().to_string(), e))?;
-        procs.push((f.into(), p));
-    }
+    let cgroups = crate::cgroup_join::CgroupJoin::open(&cgroup_dirs)
+        .map_err(|(p, e)| err(Step::Cgroup, p.display().to_string(), e))?;
 
     let spawned = process::spawn(
         &plan,
         process::SpawnFds {
             gate,
             stdio,
-            cgroup_procs: procs,
+            cgroups,
             monitor,
             tty_sock,
         },

@@ -34,6 +34,7 @@ use oci_spec::runtime::LinuxNamespaceType;
 use super::channel::{self, Message, Received, Step};
 use super::init::{self, ChildFds, Fail};
 use super::spec::Plan;
+use crate::cgroup_join::{self, CgroupJoin};
 use crate::error::{Error, Result};
 
 /// How long `create` waits for the intermediate and the init in all.
@@ -56,10 +57,9 @@ const JOIN_ORDER: [LinuxNamespaceType; 6] = [
 pub(crate) struct SpawnFds {
     pub gate: OwnedFd,
     pub stdio: [Option<OwnedFd>; 3],
-    /// `cgroup.procs` files, opened for writing: the intermediate moves itself into
-    /// each before it clones the init, so the init starts in the container's cgroup
-    /// (v1 has one per controller hierarchy, which `CLONE_INTO_CGROUP` cannot do).
-    pub cgroup_procs: Vec<(OwnedFd, PathBuf)>,
+    /// The container's cgroup: the init is cloned into the cgroup2 directory and
+    /// moves itself into the v1 ones (see `crate::cgroup_join`).
+    pub cgroups: CgroupJoin,
     /// When set, the init's parent is a monitor process instead of the caller.
     pub monitor: Option<MonitorExec>,
     /// A tty container's end of a socket to the monitor: the init makes the pty in the
@@ -234,12 +234,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     let (sock, child_sock) = channel::pair()
         .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
         .map_err(|e| create_err(Step::Socketpair, String::new(), e))?;
-    // Moving a process into a v1 cgroup waits for an RCU grace period per hierarchy
-    // (the kernel's threadgroup lock), tens of ms in all. Unless the init gets a cgroup
-    // namespace of its own (whose root is fixed at clone time), the main process moves
-    // it after `Go`, while the init sets up its mounts, and before it reports `Ready`:
-    // no code of the container's runs before it is in its cgroup either way.
-    let late_cgroups = !p.is_new(LinuxNamespaceType::Cgroup);
+    let (cgroup_tasks, cgroup_dir) = fds.cgroups.raw();
     let child_fds = ChildFds {
         sock: child_sock.as_raw_fd(),
         gate: fds.gate.as_raw_fd(),
@@ -248,14 +243,8 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
             .iter()
             .map(|(f, flag, path)| (f.as_raw_fd(), *flag, path.clone()))
             .collect(),
-        cgroup_procs: if late_cgroups {
-            vec![]
-        } else {
-            fds.cgroup_procs
-                .iter()
-                .map(|(f, path)| (f.as_raw_fd(), path.clone()))
-                .collect()
-        },
+        cgroup_tasks,
+        cgroup_dir,
         tty_sock: fds.tty_sock.as_ref().map(|f| f.as_raw_fd()),
     };
 
@@ -278,12 +267,8 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         }
     }
     let monitored = fds.monitor.is_some();
-    let mut late_procs = vec![];
-    if late_cgroups {
-        late_procs = std::mem::take(&mut { fds }.cgroup_procs);
-    }
     // The children's fds are theirs now.
-    drop((child_sock, namespaces));
+    drop((child_sock, namespaces, fds.cgroups));
     // Without a monitor this is the intermediate; with one, the future monitor, which
     // stays alive as long as the init does and so stands for it in the waits below.
     let mut first = Child::new(pid);
@@ -347,21 +332,6 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     };
     // A send that fails means the init is gone already: the wait below reports it.
     let _ = channel::send(sock.as_fd(), &Message::Go);
-    for (f, path) in &late_procs {
-        let pid = init_pid.to_string();
-        // SAFETY: a write from a local buffer to an fd we own.
-        let rc = unsafe { libc::write(f.as_raw_fd(), pid.as_ptr().cast(), pid.len()) };
-        if rc != pid.len() as isize {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ESRCH) {
-                // The init is gone already: its own report (below) says why.
-                break;
-            }
-            kill_init(&mut watched);
-            return Err(create_err(Step::Cgroup, path.display().to_string(), e));
-        }
-    }
-    drop(late_procs);
 
     match await_message(&sock, &mut watched, deadline) {
         Ok(Outcome::Message(Message::Ready)) => Ok(Spawned {
@@ -478,6 +448,9 @@ pub(crate) fn close_all_but(keep: &mut [RawFd]) {
     unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
 }
 
+/// `CLONE_INTO_CGROUP` (a clone3-only flag above 32 bits).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
 #[repr(C)]
 #[derive(Default)]
 struct CloneArgs {
@@ -494,16 +467,49 @@ struct CloneArgs {
     cgroup: u64,
 }
 
-/// `clone3`, or `clone` where the kernel (or a seccomp filter) says ENOSYS; like fork:
-/// 0 in the child, the child's pid in the parent.
-pub(crate) fn clone_init(flags: libc::c_int) -> io::Result<libc::pid_t> {
-    let flags = flags | libc::CLONE_PARENT;
+/// `clone3` into the cgroup2 directory `cgroup` if any, or `clone` where the kernel (or
+/// a seccomp filter) says ENOSYS; like fork: 0 in the child, the child's pid in the
+/// parent. `CLONE_NEWCGROUP` is not for here: the child makes its cgroup namespace
+/// once it is in its cgroups (`init::join_cgroups`). A kernel that refuses
+/// `CLONE_INTO_CGROUP` (before 5.7) gets the caller moved into the cgroup instead.
+pub(crate) fn clone_init(
+    flags: libc::c_int,
+    cgroup: Option<&(RawFd, PathBuf)>,
+) -> io::Result<libc::pid_t> {
+    let flags = (flags | libc::CLONE_PARENT) & !libc::CLONE_NEWCGROUP;
     // No exit signal: with CLONE_PARENT the kernel refuses one (EINVAL) and gives the
     // child the caller's own, SIGCHLD (the intermediate was forked).
     let mut args = CloneArgs {
         flags: flags as u64,
         ..Default::default()
     };
+    if let Some((fd, _)) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = *fd as u64;
+        // SAFETY: as below.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &mut args as *mut CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if rc >= 0 {
+            return Ok(rc as libc::pid_t);
+        }
+        let e = io::Error::last_os_error();
+        // E2BIG/EINVAL: a clone3 without `cgroup`; ENOSYS: no clone3 at all. Anything
+        // else (EAGAIN at pids.max, EPERM, ENOENT) is the real answer.
+        if !matches!(
+            e.raw_os_error(),
+            Some(libc::E2BIG | libc::EINVAL | libc::ENOSYS)
+        ) {
+            return Err(e);
+        }
+        cgroup_join::move_self_v2(*fd)?;
+        args.flags &= !(CLONE_INTO_CGROUP);
+        args.cgroup = 0;
+    }
     // SAFETY: clone3 without CLONE_VM and without a stack behaves as fork: the child
     // continues here on a copy of this (single-threaded) process's memory.
     let rc = unsafe {
@@ -538,29 +544,22 @@ pub(crate) fn clone_init(flags: libc::c_int) -> io::Result<libc::pid_t> {
 }
 
 /// The intermediate's first steps, for a container's init and an exec alike: keep
-/// only its own fds (`extra`, stdio, namespaces, cgroup files, the tty socket), move
-/// into the cgroups ("0" is the writer itself: what it clones is born there), then
-/// join the namespaces, each fd closed once used.
+/// only its own fds (`extra`, stdio, namespaces, cgroup files, the tty socket), then
+/// join the namespaces, each fd closed once used. The cgroups and a cgroup namespace
+/// are the cloned child's to join (`init::join_cgroups`).
 pub(crate) fn enter(fds: &ChildFds, extra: &[RawFd]) -> std::result::Result<(), Fail> {
     let mut keep: Vec<RawFd> = extra.to_vec();
     keep.extend(fds.stdio.iter().flatten());
     keep.extend(fds.namespaces.iter().map(|(fd, _, _)| *fd));
-    keep.extend(fds.cgroup_procs.iter().map(|(fd, _)| *fd));
+    keep.extend(fds.cgroup_tasks.iter().map(|(fd, _)| *fd));
+    keep.extend(fds.cgroup_dir.iter().map(|(fd, _)| *fd));
     keep.extend(fds.tty_sock);
     close_all_but(&mut keep);
-    for (fd, path) in &fds.cgroup_procs {
-        // SAFETY: a write from a static buffer to an fd we hold.
-        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
-            return Err(Fail {
-                step: Step::Cgroup,
-                path: path.display().to_string(),
-                err: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: the fd is ours and not used again.
-        unsafe { libc::close(*fd) };
-    }
-    for (fd, flag, path) in &fds.namespaces {
+    for (fd, flag, path) in fds
+        .namespaces
+        .iter()
+        .filter(|n| n.1 != libc::CLONE_NEWCGROUP)
+    {
         // SAFETY: setns on an fd we hold; this process is single-threaded.
         if unsafe { libc::setns(*fd, *flag) } != 0 {
             return Err(Fail {
@@ -590,7 +589,7 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     if let Err(f) = enter(fds, &[fds.sock, fds.gate]) {
         fail(f)
     }
-    match clone_init(p.clone_flags()) {
+    match clone_init(p.clone_flags(), fds.cgroup_dir.as_ref()) {
         Err(err) => fail(Fail {
             step: Step::Clone,
             path: format!("flags {:#x}", p.clone_flags()),
