@@ -476,6 +476,8 @@ async fn pod_memory(side: &Side, c: &mut Client) -> Result<Vec<Proc>, String> {
 
 struct OciRuntimes {
     dir: TempDir,
+    /// The runtimes' `--root` dirs, on a tmpfs as `/run/runc` is on a node.
+    run: TempDir,
     /// The cgroup (every hierarchy) the bundles' containers go below.
     cgroup_parent: String,
 }
@@ -489,6 +491,7 @@ impl OciRuntimes {
         }
         OciRuntimes {
             dir,
+            run: TempDir::tmpfs("ocirun"),
             cgroup_parent: format!("{}/{}", own_cgroup_base(), unique("crust-bench-oci-")),
         }
     }
@@ -513,7 +516,7 @@ impl OciRuntimes {
         spec["root"]["path"] = self.dir.path().join("rootfs").display().to_string().into();
         spec["linux"]["cgroupsPath"] = format!("{}/{runtime}", self.cgroup_parent).into();
         std::fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
-        std::fs::create_dir_all(self.dir.path().join(format!("state-{runtime}"))).unwrap();
+        std::fs::create_dir_all(self.run.path().join(format!("state-{runtime}"))).unwrap();
         Ok(b)
     }
 
@@ -528,7 +531,7 @@ impl OciRuntimes {
         id: &str,
         hide_unified: bool,
     ) -> Result<Duration, String> {
-        let state = self.dir.path().join(format!("state-{runtime}"));
+        let state = self.run.path().join(format!("state-{runtime}"));
         let mut cmd = Command::new(runtime);
         cmd.arg("--root")
             .arg(&state)
@@ -815,6 +818,7 @@ fn main() {
         cni_conf: false,
         subnet: 93,
         extra_args: vec![],
+        state_on_tmpfs: true,
     });
     std::fs::write(
         crust.conf_dir.path().join("10-bench.conflist"),
@@ -934,7 +938,8 @@ fn main() {
     println!();
     if ctrd_side.is_some() {
         println!(
-            "containerd {} + runc {}; image {IMAGE} (busybox-static), the same for both daemons",
+            "containerd {} + runc {}; image {IMAGE} (busybox-static), the same for both daemons; \
+             volatile state (crustd --state, containerd's state, runc/crun --root) on tmpfs, as /run on a node",
             tool_version(&["containerd", "--version"], 2),
             tool_version(&["runc", "--version"], 2),
         );

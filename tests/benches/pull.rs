@@ -284,6 +284,7 @@ fn main() {
         cni_conf: false,
         subnet: 92,
         extra_args: vec![],
+        state_on_tmpfs: true,
     });
     let reg = Registry::start_with(None, Some(&crust.node));
 

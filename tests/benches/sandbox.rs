@@ -329,6 +329,7 @@ fn print_results(n: usize, results: &[Result1]) {
     println!(
         "RunPodSandbox / StopPodSandbox / RemovePodSandbox, {n} pods, bridge + host-local (ipMasq); ms as the client sees each RPC"
     );
+    println!("volatile state (crustd --state, containerd's state, runc --root) on tmpfs, as /run on a node");
     println!(
         "{:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "", "Run p50", "Run p95", "Stop p50", "Stop p95", "Rm p50", "Rm p95", "pods/s"
@@ -399,6 +400,7 @@ fn main() {
         // The harness runs crustd at debug level (one line per RPC): a little against
         // crust, if anything.
         extra_args: vec![],
+        state_on_tmpfs: true,
     });
     std::fs::write(
         crust.conf_dir.path().join("10-bench.conflist"),

@@ -18,6 +18,9 @@ pub struct Options {
     /// Third octet of the pod subnet `10.<n>.0.0/24` (and `fd00:<n>::/64`).
     pub subnet: u8,
     pub extra_args: Vec<String>,
+    /// The state dir (`--state`) on a tmpfs of its own, as `/run` is on a node (the
+    /// benchmarks; tests keep it on disk, which costs them only time).
+    pub state_on_tmpfs: bool,
 }
 
 impl Default for Options {
@@ -26,6 +29,7 @@ impl Default for Options {
             cni_conf: true,
             subnet: 66,
             extra_args: vec![],
+            state_on_tmpfs: false,
         }
     }
 }
@@ -69,7 +73,11 @@ impl Crustd {
     fn prepare(opts: Options) -> Crustd {
         let root = TempDir::new("cr");
         let log = root.path().join("crustd.log");
-        let state = TempDir::new("cs");
+        let state = if opts.state_on_tmpfs {
+            TempDir::tmpfs("cs")
+        } else {
+            TempDir::new("cs")
+        };
         let d = Crustd {
             node: Netns::new("cn"),
             socket: state.path().join("crust.sock"),

@@ -163,15 +163,35 @@ impl Drop for Netns {
 }
 
 /// A temp dir removed on drop.
-pub struct TempDir(pub PathBuf);
+/// A temp dir removed on drop; `tmpfs` ones have a tmpfs of their own mounted on them.
+pub struct TempDir(pub PathBuf, bool);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         let p = std::env::temp_dir().join(format!("crust-test-{}", unique(tag)));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+        TempDir(p, false)
     }
+
+    /// A temp dir on a tmpfs of its own (root): where a node keeps volatile state
+    /// (`/run` is a tmpfs on every distribution, so fsync there costs nothing), for
+    /// benchmarks that put both daemons' state dirs where they live on a real node.
+    pub fn tmpfs(tag: &str) -> TempDir {
+        let mut d = TempDir::new(tag);
+        let out = run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=0755", "tmpfs"])
+            .arg(&d.0));
+        assert!(
+            out.status.success(),
+            "mount tmpfs on {}: {}",
+            d.0.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        d.1 = true;
+        d
+    }
+
     pub fn path(&self) -> &Path {
         &self.0
     }
@@ -179,6 +199,13 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        if self.1 {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .stderr(Stdio::null())
+                .status();
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

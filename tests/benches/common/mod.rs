@@ -337,6 +337,8 @@ pub fn kill(pid: i32, sig: i32) {
 pub struct Containerd {
     node: Netns,
     pub dir: TempDir,
+    /// containerd's state and runc's root: on a tmpfs, as `/run/containerd` is on a node.
+    run: TempDir,
     pub socket: PathBuf,
     log: PathBuf,
     /// Absolute cgroup path the pods go under (runc's cgroupfs driver, every hierarchy).
@@ -366,13 +368,17 @@ impl Containerd {
             log: dir.path().join("containerd.log"),
             cgroup_parent: format!("{}/{}", own_cgroup_base(), unique("crust-bench-ctrd-")),
             dir,
+            run: TempDir::tmpfs("ctrdrun"),
             child: None,
             shim_sockets_before,
             made_dirs,
             pod_ids: Arc::new(Mutex::new(Vec::new())),
         };
-        for d in ["root", "state", "net.d", "ipam", "runc"] {
+        for d in ["root", "net.d", "ipam"] {
             std::fs::create_dir_all(c.dir.path().join(d)).unwrap();
+        }
+        for d in ["state", "runc"] {
+            std::fs::create_dir_all(c.run.path().join(d)).unwrap();
         }
         std::fs::write(
             c.dir.path().join("net.d/10-bench.conflist"),
@@ -384,10 +390,11 @@ impl Containerd {
 
     fn config(&self) -> String {
         let d = self.dir.path().display();
+        let run = self.run.path().display();
         format!(
             r#"version = 2
 root = "{d}/root"
-state = "{d}/state"
+state = "{run}/state"
 oom_score = 0
 disabled_plugins = [
   "io.containerd.snapshotter.v1.aufs",
@@ -434,7 +441,7 @@ disabled_plugins = [
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "{runc}"
-        Root = "{d}/runc"
+        Root = "{run}/runc"
         SystemdCgroup = false
 "#,
             sock = self.socket.display(),
@@ -682,8 +689,15 @@ disabled_plugins = [
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // Mounts under our dir (rootfs overlays, pod netns pins, shm), deepest first.
-        for m in mounts_below(self.dir.path()).iter().rev() {
+        // Mounts under our dirs (rootfs overlays, pod netns pins, shm), deepest first;
+        // the tmpfs of `run` itself goes with its TempDir.
+        let mut mounts = mounts_below(self.dir.path());
+        mounts.extend(
+            mounts_below(self.run.path())
+                .into_iter()
+                .filter(|m| Path::new(m) != self.run.path()),
+        );
+        for m in mounts.iter().rev() {
             if let Ok(c) = std::ffi::CString::new(m.as_str()) {
                 // SAFETY: lazy unmount of a mount under our own temp dir.
                 unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
