@@ -132,6 +132,14 @@ pub struct Container {
     pub rec: tokio::sync::Mutex<ContainerRecord>,
 }
 
+/// Writes `rec` to `path` durably (temp file, fsync, rename): [`Containers::save`],
+/// also from a thread that holds no `Containers` (the executor's `on_init` hook).
+pub fn write_record(path: &std::path::Path, rec: &ContainerRecord) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
+    util::write_atomic(path, &bytes)
+        .map_err(|e| Error::Internal(format!("saving container record {}: {e}", rec.id)))
+}
+
 pub struct Containers {
     dir: PathBuf,
     state_dir: PathBuf,
@@ -209,9 +217,12 @@ impl Containers {
     }
 
     pub fn save(&self, rec: &ContainerRecord) -> Result<()> {
-        let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
-        util::write_atomic(&self.bundle(&rec.id).join("record.json"), &bytes)
-            .map_err(|e| Error::Internal(format!("saving container record {}: {e}", rec.id)))
+        write_record(&self.record_path(&rec.id), rec)
+    }
+
+    /// Where [`Containers::save`] keeps a container's record.
+    pub fn record_path(&self, id: &str) -> PathBuf {
+        self.bundle(id).join("record.json")
     }
 
     /// Removes the record, the bundle and the volatile files.

@@ -6,14 +6,15 @@
 //!
 //! ```text
 //!   intermediate ── InitPid(pid) ──────────────▶ main     (then exits 0)
-//!   init ◀───────── Go ───────────────────────── main     (the init waits for it first)
+//!   init ◀───────── Go ───────────────────────── main     (the init sets up meanwhile)
 //!   init ────────── Ready ─────────────────────▶ main     (then waits on the start gate)
 //!   either ──────── Failed { step, errno, .. } ──▶ main   (then exits 1)
 //! ```
 //!
 //! `Go` orders the conversation: nothing of the init's can arrive before the init's
-//! pid, so the main process always knows whom to reap; and it is the moment the main
-//! process can act on the init before it does anything. The main process owns one
+//! pid, so the main process always knows whom to reap. The init does its setup (all
+//! inside its own namespaces) without waiting, and waits for `Go` only to report
+//! how it went. The main process owns one
 //! end, the two children share the other (the intermediate only sends; the init
 //! receives `Go`, then only sends). The encoding is a tag byte and fixed
 //! little-endian fields, so the children need no serializer, just a small buffer.

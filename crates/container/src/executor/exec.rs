@@ -243,7 +243,7 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     if let Err(f) = enter(fds, &[fds.sock]) {
         fail(f)
     }
-    match clone_init(0, fds.cgroup_dir.as_ref()) {
+    match clone_init(libc::CLONE_PARENT, fds.cgroup_dir.as_ref()) {
         Err(err) => fail(Fail {
             step: Step::Clone,
             path: "exec process".into(),

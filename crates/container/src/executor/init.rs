@@ -120,17 +120,19 @@ pub(crate) fn exit(code: libc::c_int) -> ! {
 pub(crate) fn run(p: &Plan, fds: &ChildFds) -> ! {
     // SAFETY: the fd numbers are ours in this process until exec.
     let sock = unsafe { BorrowedFd::borrow_raw(fds.sock) };
-    // Nothing before the main process knows our pid (see channel.rs); a main process
-    // that went away (EOF) or said anything else means: do not go on.
+    // The setup happens inside the container's own namespaces, so it need not wait
+    // for the main process; what it reports does: nothing of ours may reach the main
+    // process before it knows our pid (see channel.rs). A main process that went away
+    // (EOF) or said anything but `Go` means: do not go on.
+    let result =
+        join_cgroups(fds, p.is_new(LinuxNamespaceType::Cgroup)).and_then(|()| setup(p, fds));
     if !matches!(
         channel::recv(sock, false),
         Ok(channel::Received::Message(Message::Go))
     ) {
         exit(1)
     }
-    let exe = match join_cgroups(fds, p.is_new(LinuxNamespaceType::Cgroup))
-        .and_then(|()| setup(p, fds))
-    {
+    let exe = match result {
         Ok(exe) => exe,
         Err(f) => {
             let _ = channel::send(sock, &f.message());

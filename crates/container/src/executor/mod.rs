@@ -145,6 +145,30 @@ pub struct CreateOpts {
     /// A monitor to be the init's parent instead of the caller; it then owns the
     /// container's output (`stdin`/`stdout`/`stderr` above are ignored).
     pub monitor: Option<MonitorOpts>,
+    /// Called once the init exists, while it sets up its mounts: the caller can make
+    /// its own record of the container durable then instead of after `create`.
+    pub on_init: Option<OnInit>,
+}
+
+/// The init's identity, as soon as the init exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitInfo {
+    pub pid: libc::pid_t,
+    /// Its start time (field 22 of `/proc/PID/stat`).
+    pub start_time: u64,
+    /// The monitor's pid, when there is one.
+    pub monitor: Option<libc::pid_t>,
+}
+
+/// A hook [`create`] calls with the [`InitInfo`] while the init is still setting up
+/// (the main process only waits for it then). An error fails the create: the init is
+/// killed and the error returned, naming the step [`Step::WriteState`].
+pub struct OnInit(pub Box<dyn FnOnce(InitInfo) -> io::Result<()> + Send>);
+
+impl std::fmt::Debug for OnInit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnInit(..)")
+    }
 }
 
 /// The monitor of a container (the `crust-monitor` binary, see `crate::monitor`): it
@@ -182,6 +206,7 @@ impl CreateOpts {
             rootfs_mount: None,
             cgroup_dirs: vec![],
             monitor: None,
+            on_init: None,
         }
     }
 }
@@ -336,6 +361,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         rootfs_mount,
         cgroup_dirs,
         monitor,
+        on_init,
     } = opts;
     let plan = spec::plan(&id, &bundle, &spec, rootfs_mount.as_ref())?;
     let err = |step, path: String, source| Error::Create {
@@ -395,6 +421,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
             cgroups,
             monitor,
             tty_sock,
+            on_init,
         },
         begun + process::CREATE_TIMEOUT,
     )?;

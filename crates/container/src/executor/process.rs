@@ -9,7 +9,7 @@
 //!   │           clone3(CLONE_PARENT | CLONE_NEWNS | new namespaces), clone on ENOSYS
 //!   │             └──▶ init (child of main thanks to CLONE_PARENT; see init.rs)
 //!   │◀─ InitPid ─┘ exits 0, reaped by main
-//!   │── Go ──▶ init (it waits for this before anything else)
+//!   │── Go ──▶ init (it sets up meanwhile, and reports only after Go)
 //!   │◀─ Ready / Failed ── init
 //!   ▼ returns the init's pid (or reaps it and returns the init's error)
 //! ```
@@ -65,11 +65,13 @@ pub(crate) struct SpawnFds {
     /// A tty container's end of a socket to the monitor: the init makes the pty in the
     /// container's own devpts and sends the master over it.
     pub tty_sock: Option<OwnedFd>,
+    /// The caller's hook, run while the init sets up.
+    pub on_init: Option<super::OnInit>,
 }
 
-/// How the monitor is started: a child of the caller forks the intermediate (so the
-/// init, cloned with `CLONE_PARENT`, becomes its child), reaps the intermediate, and
-/// `execve`s the monitor binary with the fds in `keep` (their numbers are in `argv`).
+/// How the monitor is started: a child of the caller joins the namespaces and clones
+/// the init as its own child (see `monitor_parent`), and `execve`s the monitor binary
+/// with the fds in `keep` (their numbers are in `argv`).
 pub(crate) struct MonitorExec {
     pub path: std::ffi::CString,
     pub argv: Vec<std::ffi::CString>,
@@ -267,6 +269,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         }
     }
     let monitored = fds.monitor.is_some();
+    let on_init = fds.on_init;
     // The children's fds are theirs now.
     drop((child_sock, namespaces, fds.cgroups));
     // Without a monitor this is the intermediate; with one, the future monitor, which
@@ -332,6 +335,22 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     };
     // A send that fails means the init is gone already: the wait below reports it.
     let _ = channel::send(sock.as_fd(), &Message::Go);
+    // The init mounts for a few ms now; the caller's hook runs meanwhile.
+    if let Some(hook) = on_init {
+        let info = super::InitInfo {
+            pid: init_pid,
+            start_time: crate::proc::start_time(init_pid).unwrap_or(0),
+            monitor: monitored.then_some(pid),
+        };
+        if let Err(e) = (hook.0)(info) {
+            kill_init(&mut watched);
+            return Err(create_err(
+                Step::WriteState,
+                "the caller's record".into(),
+                e,
+            ));
+        }
+    }
 
     match await_message(&sock, &mut watched, deadline) {
         Ok(Outcome::Message(Message::Ready)) => Ok(Spawned {
@@ -367,9 +386,11 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     }
 }
 
-/// The future monitor: forks the intermediate, keeps only the monitor's fds, reaps
-/// the intermediate (the init is then its only child) and becomes the monitor by
-/// `execve`. Never returns. Failures end it with 1; the main process sees it gone.
+/// The future monitor: clones the init as its own child (after joining the pod's
+/// namespaces itself, or through an intermediate when a mount namespace is joined),
+/// keeps only the monitor's fds and becomes the monitor by `execve`. Never returns.
+/// Failures end it with 1 (after a `Failed` message where there is one to send); the
+/// main process sees it gone.
 fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
     // SAFETY: prctl with integer arguments; see `intermediate`. A session of its own
     // at once: a signal to the caller's process group (^C on a terminal) must not
@@ -378,22 +399,62 @@ fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         libc::setsid();
     }
-    // SAFETY: fork of this single-threaded copy; the child runs `intermediate`.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        init::exit(1)
-    }
-    if pid == 0 {
-        intermediate(p, fds);
-    }
     let mut keep: Vec<RawFd> = m.keep.iter().map(|f| f.as_raw_fd()).collect();
     keep.push(m.devnull.as_raw_fd());
-    close_all_but(&mut keep);
-    let mut inter = Child::new(pid);
-    inter.reap();
-    match inter.status {
-        Some(st) if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 => {}
-        _ => init::exit(1),
+    let joins_mount_ns = p
+        .namespaces
+        .iter()
+        .any(|n| n.kind == LinuxNamespaceType::Mount && n.path.is_some());
+    if joins_mount_ns {
+        // Setns into another mount namespace would hide the monitor binary: an
+        // intermediate does the joining and cloning instead.
+        // SAFETY: fork of this single-threaded copy; the child runs `intermediate`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            init::exit(1)
+        }
+        if pid == 0 {
+            intermediate(p, fds);
+        }
+        close_all_but(&mut keep);
+        let mut inter = Child::new(pid);
+        inter.reap();
+        match inter.status {
+            Some(st) if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 => {}
+            _ => init::exit(1),
+        }
+    } else {
+        // The future monitor is the intermediate itself (one fork of the caller
+        // fewer): it joins the pod's namespaces (pid only for its children; the
+        // others it keeps, harmlessly, as the monitor) and clones the init as its
+        // own child.
+        // SAFETY: the fd number is ours in this process.
+        let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(fds.sock) };
+        let fail = |f: Fail| -> ! {
+            let _ = channel::send(sock, &f.message());
+            init::exit(1)
+        };
+        let mut own = keep.clone();
+        own.extend([fds.sock, fds.gate]);
+        if let Err(f) = enter(fds, &own) {
+            fail(f)
+        }
+        match clone_init(p.clone_flags(), fds.cgroup_dir.as_ref()) {
+            Err(err) => fail(Fail {
+                step: Step::Clone,
+                path: format!("flags {:#x}", p.clone_flags()),
+                err,
+            }),
+            Ok(0) => init::run(p, fds),
+            Ok(pid) => {
+                if channel::send(sock, &Message::InitPid(pid)).is_err() {
+                    // SAFETY: our own child, not yet reaped.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    init::exit(1)
+                }
+            }
+        }
+        close_all_but(&mut keep);
     }
     let argv: Vec<*const libc::c_char> = m
         .argv
@@ -476,11 +537,14 @@ pub(crate) fn clone_init(
     flags: libc::c_int,
     cgroup: Option<&(RawFd, PathBuf)>,
 ) -> io::Result<libc::pid_t> {
-    let flags = (flags | libc::CLONE_PARENT) & !libc::CLONE_NEWCGROUP;
-    // No exit signal: with CLONE_PARENT the kernel refuses one (EINVAL) and gives the
-    // child the caller's own, SIGCHLD (the intermediate was forked).
+    let flags = flags & !libc::CLONE_NEWCGROUP;
+    let sibling = flags & libc::CLONE_PARENT != 0;
+    // With CLONE_PARENT no exit signal: the kernel refuses one (EINVAL) and gives the
+    // child the caller's own, SIGCHLD (the intermediate was forked). Without, the
+    // caller is the parent and wants SIGCHLD (the monitor waits for it).
     let mut args = CloneArgs {
         flags: flags as u64,
+        exit_signal: if sibling { 0 } else { libc::SIGCHLD as u64 },
         ..Default::default()
     };
     if let Some((fd, _)) = cgroup {
@@ -589,7 +653,10 @@ fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
     if let Err(f) = enter(fds, &[fds.sock, fds.gate]) {
         fail(f)
     }
-    match clone_init(p.clone_flags(), fds.cgroup_dir.as_ref()) {
+    match clone_init(
+        p.clone_flags() | libc::CLONE_PARENT,
+        fds.cgroup_dir.as_ref(),
+    ) {
         Err(err) => fail(Fail {
             step: Step::Clone,
             path: format!("flags {:#x}", p.clone_flags()),
