@@ -131,7 +131,7 @@ fn create(
     rec: &mut SandboxRecord,
 ) -> Result<()> {
     let id = rec.id.clone();
-    crust.store.save(rec)?;
+    crust.store.save_progress(rec)?;
 
     // The pod cgroup first: the pause is born in it (no move afterwards, which would
     // wait for the kernel's global cgroup lock).
@@ -143,7 +143,7 @@ fn create(
         &id,
     )?;
     rec.cgroup = Some(cgroup.to_string());
-    crust.store.save(rec)?;
+    crust.store.save_progress(rec)?;
     crust
         .cgroups
         .create(&cgroup)
@@ -168,7 +168,7 @@ fn create(
         pid: pause.pid,
         start_time: pause.start_time,
     });
-    crust.store.save(rec)?;
+    crust.store.save_progress(rec)?;
 
     let pin_dir = crust.pin_dir(&id);
     let kinds = [
@@ -183,7 +183,7 @@ fn create(
         }
         let target = pin_dir.join(name);
         rec.pins.insert(name.to_string(), target.clone());
-        crust.store.save(rec)?;
+        crust.store.save_progress(rec)?;
         container::ns::pin(pause.pid, kind, &target)
             .map_err(|e| Error::Internal(format!("pinning the pod's {name} namespace: {e}")))?;
     }
@@ -191,7 +191,7 @@ fn create(
     if !rec.host_ipc {
         let shm = pin_dir.join("shm");
         rec.shm = Some(shm.clone());
-        crust.store.save(rec)?;
+        crust.store.save_progress(rec)?;
         container::ns::mount_shm(&shm, POD_SHM_SIZE)
             .map_err(|e| Error::Internal(format!("mounting the pod's /dev/shm: {e}")))?;
     }

@@ -163,6 +163,21 @@ impl Store {
             .map_err(|e| Error::Internal(format!("saving sandbox record {}: {e}", rec.id)))
     }
 
+    /// Saves a step of RunPodSandbox's progress atomically (temp, rename) but without
+    /// waiting for the disk: a daemon killed now finds it (the page cache survives a
+    /// process), and what the step made (a process, a mount in /run, a cgroup) would
+    /// not survive a power loss either. Before something that outlives a reboot (an IP
+    /// reserved on disk by CNI) and before the RPC succeeds, [`Store::save`] is used.
+    pub fn save_progress(&self, rec: &SandboxRecord) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
+        let path = self.record_path(&rec.id);
+        let tmp = path.with_file_name(".record.json.progress");
+        std::fs::create_dir_all(self.sandbox_dir(&rec.id))
+            .and_then(|()| std::fs::write(&tmp, &bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| Error::Internal(format!("saving sandbox record {}: {e}", rec.id)))
+    }
+
     /// Removes the record and everything beside it.
     pub fn delete_files(&self, id: &str) -> Result<()> {
         match std::fs::remove_dir_all(self.sandbox_dir(id)) {
