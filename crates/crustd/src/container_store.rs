@@ -196,11 +196,7 @@ impl Containers {
     /// sweep at start (`container_ops::recover`) removes what it would have named.
     pub fn save_unsynced(&self, rec: &ContainerRecord) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
-        let path = self.bundle(&rec.id).join("record.json");
-        let tmp = self.bundle(&rec.id).join(".record.json.tmp");
-        std::fs::create_dir_all(self.bundle(&rec.id))
-            .and_then(|()| std::fs::write(&tmp, &bytes))
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        util::write_replace(&self.record_path(&rec.id), &bytes)
             .map_err(|e| Error::Internal(format!("saving container record {}: {e}", rec.id)))
     }
 

@@ -2,7 +2,7 @@
 //! `/etc/resolv.conf`, written beside the sandbox record.
 
 use crate::error::{Error, Result};
-use crate::util::write_atomic;
+use crate::util::write_replace;
 use std::path::{Path, PathBuf};
 
 pub struct PodFiles {
@@ -70,9 +70,12 @@ pub fn hosts(hostname: &str, ip: Option<&str>) -> String {
     s
 }
 
+/// Written atomically but not synced: the kubelet makes a new sandbox after a reboot
+/// anyway, and these are made again from its config (containerd does not sync them
+/// either).
 pub fn write(files: &PodFiles, hostname: &str, hosts_text: &str, resolv: &str) -> Result<()> {
     let w = |p: &Path, t: &str| {
-        write_atomic(p, t.as_bytes())
+        write_replace(p, t.as_bytes())
             .map_err(|e| Error::Internal(format!("writing {}: {e}", p.display())))
     };
     w(&files.hostname, &format!("{hostname}\n"))?;

@@ -170,11 +170,7 @@ impl Store {
     /// reserved on disk by CNI) and before the RPC succeeds, [`Store::save`] is used.
     pub fn save_progress(&self, rec: &SandboxRecord) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
-        let path = self.record_path(&rec.id);
-        let tmp = path.with_file_name(".record.json.progress");
-        std::fs::create_dir_all(self.sandbox_dir(&rec.id))
-            .and_then(|()| std::fs::write(&tmp, &bytes))
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        util::write_replace(&self.record_path(&rec.id), &bytes)
             .map_err(|e| Error::Internal(format!("saving sandbox record {}: {e}", rec.id)))
     }
 

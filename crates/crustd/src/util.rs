@@ -36,6 +36,23 @@ pub fn now_ns() -> i64 {
 
 /// Temp file, fsync, rename, fsync the folder: a crash leaves the old content or the
 /// new, never a torn file.
+/// Like [`write_atomic`] without waiting for the disk: readers see the old or the new
+/// content, never a mix, and a daemon killed after it finds the new one (the page
+/// cache survives a process), but a power loss may lose it. For what does not outlive
+/// a reboot anyway, or is made again from a durable record.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other(format!("{} has no parent", path.display())))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
