@@ -41,19 +41,16 @@ pub fn now_ns() -> i64 {
 /// cache survives a process), but a power loss may lose it. For what does not outlive
 /// a reboot anyway, or is made again from a durable record.
 pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other(format!("{} has no parent", path.display())))?;
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    write_via_temp(path, bytes, false)
 }
 
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_via_temp(path, bytes, true)
+}
+
+/// Temp file beside `path`, then rename; with `sync`, the file before the rename and
+/// the directory after it.
+fn write_via_temp(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other(format!("{} has no parent", path.display())))?;
@@ -64,10 +61,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     ));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    if sync {
+        f.sync_all()?;
+    }
     drop(f);
     std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    if sync {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// RFC 3339 with nanoseconds, for the verbose info maps.

@@ -528,6 +528,19 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+/// The raw `clone3`: the child's pid, 0 in the child, or -1 with errno.
+fn clone3(args: &mut CloneArgs) -> libc::c_long {
+    // SAFETY: clone3 without CLONE_VM and without a stack behaves as fork: the child
+    // continues in the caller on a copy of this (single-threaded) process's memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    }
+}
+
 /// `clone3` into the cgroup2 directory `cgroup` if any, or `clone` where the kernel (or
 /// a seccomp filter) says ENOSYS; like fork: 0 in the child, the child's pid in the
 /// parent. `CLONE_NEWCGROUP` is not for here: the child makes its cgroup namespace
@@ -550,14 +563,7 @@ pub(crate) fn clone_init(
     if let Some((fd, _)) = cgroup {
         args.flags |= CLONE_INTO_CGROUP;
         args.cgroup = *fd as u64;
-        // SAFETY: as below.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &mut args as *mut CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
+        let rc = clone3(&mut args);
         if rc >= 0 {
             return Ok(rc as libc::pid_t);
         }
@@ -574,15 +580,7 @@ pub(crate) fn clone_init(
         args.flags &= !(CLONE_INTO_CGROUP);
         args.cgroup = 0;
     }
-    // SAFETY: clone3 without CLONE_VM and without a stack behaves as fork: the child
-    // continues here on a copy of this (single-threaded) process's memory.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    let rc = clone3(&mut args);
     if rc >= 0 {
         return Ok(rc as libc::pid_t);
     }
