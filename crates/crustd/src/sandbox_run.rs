@@ -131,7 +131,7 @@ fn create(
     rec: &mut SandboxRecord,
 ) -> Result<()> {
     let id = rec.id.clone();
-    crust.store.save_progress(rec)?;
+    let t0 = std::time::Instant::now();
 
     // The pod cgroup first: the pause is born in it (no move afterwards, which would
     // wait for the kernel's global cgroup lock).
@@ -143,11 +143,12 @@ fn create(
         &id,
     )?;
     rec.cgroup = Some(cgroup.to_string());
+    // What ADD will run with, known now (a missing CNI config fails before anything is
+    // made).
+    if !rec.host_network {
+        rec.network = Some(crust.network.attachment(&id, cfg)?);
+    }
     crust.store.save_progress(rec)?;
-    crust
-        .cgroups
-        .create(&cgroup)
-        .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))?;
 
     // The pause process and its namespaces.
     let spec = container::pause::PauseSpec {
@@ -159,17 +160,47 @@ fn create(
         new_pid: !rec.host_pid,
         cgroup_dirs: crust.cgroups.dirs(&cgroup),
     };
-    let pause = container::pause::spawn(&spec).map_err(|e| match e {
-        // The kubelet's input, not our failure.
-        container::Error::InvalidHostname { .. } => Error::InvalidArgument(e.to_string()),
-        e => Error::Internal(format!("starting the pause process: {e}")),
-    })?;
+    // The record with the attachment must be on disk before ADD (CNI may allocate
+    // even when ADD fails, and DEL must follow, also after a power loss): its fsync
+    // runs while the cgroup is made and the pause starts.
+    let durable = rec.clone();
+    let (made, saved) = std::thread::scope(|s| {
+        let saver = s.spawn(|| crust.store.save(&durable));
+        let made = crust
+            .cgroups
+            .create(&cgroup)
+            .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))
+            .and_then(|()| {
+                container::pause::spawn(&spec).map_err(|e| match e {
+                    // The kubelet's input, not our failure.
+                    container::Error::InvalidHostname { .. } => {
+                        Error::InvalidArgument(e.to_string())
+                    }
+                    e => Error::Internal(format!("starting the pause process: {e}")),
+                })
+            });
+        let saved = saver
+            .join()
+            .unwrap_or_else(|_| Err(Error::Internal("saving the sandbox record panicked".into())));
+        (made, saved)
+    });
+    let t_cgroup = t0.elapsed();
+    let pause = made?;
+    // A pause that started is recorded even when the save failed, so rollback stops it.
+    if let Err(e) = saved {
+        rec.pause = Some(PauseRef {
+            pid: pause.pid,
+            start_time: pause.start_time,
+        });
+        return Err(e);
+    }
     rec.pause = Some(PauseRef {
         pid: pause.pid,
         start_time: pause.start_time,
     });
     crust.store.save_progress(rec)?;
 
+    let t_pause = t0.elapsed();
     let pin_dir = crust.pin_dir(&id);
     let kinds = [
         (container::ns::NsKind::Net, "net", !rec.host_network),
@@ -177,21 +208,20 @@ fn create(
         (container::ns::NsKind::Uts, "uts", !rec.host_network),
         (container::ns::NsKind::Pid, "pid", !rec.host_pid),
     ];
-    for (kind, name, own) in kinds {
-        if !own {
-            continue;
-        }
-        let target = pin_dir.join(name);
-        rec.pins.insert(name.to_string(), target.clone());
-        crust.store.save_progress(rec)?;
-        container::ns::pin(pause.pid, kind, &target)
+    // Everything about to be mounted is recorded first, in one save: teardown skips
+    // what is not (yet) mounted.
+    let kinds: Vec<_> = kinds.into_iter().filter(|k| k.2).collect();
+    for (_, name, _) in &kinds {
+        rec.pins.insert(name.to_string(), pin_dir.join(name));
+    }
+    let shm = (!rec.host_ipc).then(|| pin_dir.join("shm"));
+    rec.shm = shm.clone();
+    crust.store.save_progress(rec)?;
+    for (kind, name, _) in kinds {
+        container::ns::pin(pause.pid, kind, &pin_dir.join(name))
             .map_err(|e| Error::Internal(format!("pinning the pod's {name} namespace: {e}")))?;
     }
-
-    if !rec.host_ipc {
-        let shm = pin_dir.join("shm");
-        rec.shm = Some(shm.clone());
-        crust.store.save_progress(rec)?;
+    if let Some(shm) = shm {
         container::ns::mount_shm(&shm, POD_SHM_SIZE)
             .map_err(|e| Error::Internal(format!("mounting the pod's /dev/shm: {e}")))?;
     }
@@ -199,12 +229,12 @@ fn create(
     set_oom_score_adj(pause.pid, PAUSE_OOM_SCORE_ADJ);
 
     podns::apply_sysctls(sysctls, &rec.pins)?;
+    let t_pins = t0.elapsed();
+    let mut t_saved = t_pins;
 
     if let Some(netns) = rec.netns().map(|p| p.to_path_buf()) {
         podns::loopback_up(&netns)?;
-        // Recorded before ADD: CNI may allocate even when it fails, and DEL must follow.
-        rec.network = Some(crust.network.attachment(&id, cfg)?);
-        crust.store.save(rec)?;
+        t_saved = t0.elapsed();
         let result = crust
             .network
             .add(rec.network.as_ref().unwrap(), &id, &netns)?;
@@ -217,6 +247,7 @@ fn create(
         }
     }
 
+    let t_cni = t0.elapsed();
     let files = pod_files::PodFiles::in_dir(&crust.store.sandbox_dir(&id));
     let hostname = if rec.host_network || cfg.hostname.is_empty() {
         nix::unistd::gethostname()
@@ -237,7 +268,10 @@ fn create(
     pod_files::write(&files, &hostname, &hosts, &resolv)?;
 
     rec.state = SandboxState::Ready;
-    crust.store.save(rec)
+    let t_files = t0.elapsed();
+    crust.store.save(rec)?;
+    tracing::debug!(sandbox = %id, ?t_cgroup, ?t_pause, ?t_pins, ?t_saved, ?t_cni, ?t_files, t_end = ?t0.elapsed(), "run phases");
+    Ok(())
 }
 
 /// The kubelet asks -998 for the pause; without CAP_SYS_RESOURCE a value below our own
