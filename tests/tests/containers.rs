@@ -529,6 +529,87 @@ async fn tty_container() {
     e.remove(&id).await;
 }
 
+/// What an attach client gets from the container's attach socket until `pred` holds
+/// for the text of `stream` (or panics after 10 s).
+fn attach_read(sock: &std::os::fd::OwnedFd, stream: u8, pred: impl Fn(&str) -> bool) -> String {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut text = String::new();
+    while !pred(&text) {
+        assert!(Instant::now() < deadline, "attach got only {text:?}");
+        let mut pfd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd we own.
+        if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
+            continue;
+        }
+        let mut buf = [0u8; 65536];
+        // SAFETY: recv into a buffer we own.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        assert!(n > 0, "attach socket closed; got {text:?}");
+        if buf[0] == stream {
+            text.push_str(&String::from_utf8_lossy(&buf[1..n as usize]));
+        }
+    }
+    text
+}
+
+fn attach_send(sock: &std::os::fd::OwnedFd, data: &[u8]) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: send from a buffer we own on a socket we own.
+    let n = unsafe { libc::send(sock.as_raw_fd(), data.as_ptr().cast(), data.len(), 0) };
+    assert_eq!(n, data.len() as isize);
+}
+
+/// `stdin` keeps the container's stdin open for a later attach (the monitor's attach
+/// socket in the container's state dir); with `stdin_once` the first client to end
+/// its input ends the container's. A tty container takes input through its pty.
+#[tokio::test]
+async fn stdin_attach_and_stdin_once() {
+    use std::os::fd::AsRawFd;
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("stdinpod").await;
+    let mut cfg = ctr("cat", &["sh", "-c", "cat; echo eof"]);
+    cfg.stdin = true;
+    cfg.stdin_once = true;
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let dir = e.d.state.path().join("containers").join(&id);
+    let client = container::monitor::connect_attach(&dir).unwrap();
+    attach_send(&client, b"hi\n");
+    attach_read(&client, container::monitor::ATTACH_STDOUT, |t| t == "hi\n");
+    // SAFETY: shutdown of a socket we own.
+    assert_eq!(
+        unsafe { libc::shutdown(client.as_raw_fd(), libc::SHUT_WR) },
+        0
+    );
+    attach_read(&client, container::monitor::ATTACH_STDOUT, |t| t == "eof\n");
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 0, "{s:?}");
+    e.remove(&id).await;
+
+    let mut cfg = ctr("tty", &["sh", "-c", "read x; echo got $x"]);
+    cfg.tty = true;
+    cfg.stdin = true;
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let dir = e.d.state.path().join("containers").join(&id);
+    let client = container::monitor::connect_attach(&dir).unwrap();
+    attach_send(&client, b"abc\n");
+    attach_read(&client, container::monitor::ATTACH_STDOUT, |t| {
+        t.contains("got abc")
+    });
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 0, "{s:?}");
+    e.remove(&id).await;
+}
+
 /// Bad input: the right code, a message, and nothing left behind.
 #[tokio::test]
 async fn bad_input_leaves_nothing() {

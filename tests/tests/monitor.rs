@@ -805,3 +805,133 @@ fn an_adopted_orphan_is_reaped_but_not_taken_for_the_init() {
         assert_eq!(rec.exit_code, 3, "-p: {with_pid}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Attach
+
+/// Messages from an attach socket until `pred` holds for what came so far (stream tag,
+/// text), or panics after TIMEOUT.
+fn attach_until(
+    sock: &OwnedFd,
+    what: &str,
+    pred: impl Fn(&[(u8, String)]) -> bool,
+) -> Vec<(u8, String)> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut got: Vec<(u8, String)> = vec![];
+    while !pred(&got) {
+        assert!(
+            Instant::now() < deadline,
+            "attach never got {what}: {got:?}"
+        );
+        let mut pfd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd we own.
+        if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
+            continue;
+        }
+        let mut buf = [0u8; 65536];
+        // SAFETY: recv into a buffer we own.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        assert!(n > 0, "attach socket closed before {what}: {got:?}");
+        let n = n as usize;
+        got.push((buf[0], String::from_utf8_lossy(&buf[1..n]).into_owned()));
+    }
+    got
+}
+
+fn send(sock: &OwnedFd, data: &[u8]) {
+    // SAFETY: send from a buffer we own on a socket we own.
+    let n = unsafe { libc::send(sock.as_raw_fd(), data.as_ptr().cast(), data.len(), 0) };
+    assert_eq!(
+        n,
+        data.len() as isize,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn shut_input(sock: &OwnedFd) {
+    // SAFETY: shutdown of a socket we own.
+    assert_eq!(
+        unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_WR) },
+        0
+    );
+}
+
+/// A `cat` whose stdin is a pipe the monitor holds (`-i 8`), and the attach socket
+/// (`-A 9`) with `-s MODE`.
+fn start_attached(tmp: &TempDir, mode: &str) -> Monitor {
+    let (out_r, out_w) = pipe();
+    let (err_r, err_w) = pipe();
+    let (in_r, in_w) = pipe();
+    let listen = monitor::listen_attach(tmp.path()).unwrap();
+    let script = "{ cat; echo done >&2; } <&7 >&5 2>&6 3<&- 4<&- 5>&- 6>&- 7<&- 8>&- 9>&- &\n\
+                  exec 5>&- 6>&- 7<&- \"$0\" \"$@\"";
+    let log = tmp.path().join("container.log");
+    let args = [
+        "-l",
+        log.to_str().unwrap(),
+        "-o",
+        "3",
+        "-r",
+        "4",
+        "-i",
+        "8",
+        "-A",
+        "9",
+        "-s",
+        mode,
+    ];
+    spawn(
+        tmp,
+        script,
+        vec![out_r, err_r, out_w, err_w, in_r, in_w, listen],
+        &args,
+    )
+}
+
+/// An attach client gets the container's output tagged by stream, its input reaches
+/// the container's stdin, and with `stdin_once` ending its input closes that stdin
+/// (the `cat` ends); the log has everything too.
+#[test]
+fn attach_output_input_and_stdin_once() {
+    let tmp = TempDir::new("mon-attach");
+    let mut m = start_attached(&tmp, "once");
+    let client = monitor::connect_attach(tmp.path()).unwrap();
+    send(&client, b"hello\n");
+    attach_until(&client, "the echo", |g| {
+        g.contains(&(monitor::ATTACH_STDOUT, "hello\n".into()))
+    });
+    shut_input(&client);
+    attach_until(&client, "stderr after stdin closed", |g| {
+        g.contains(&(monitor::ATTACH_STDERR, "done\n".into()))
+    });
+    let (status, record) = m.wait();
+    assert!(status.success());
+    assert_eq!(record.exit_code, 0);
+    let recs = m.log_until("both streams", |r| r.len() >= 2);
+    assert_eq!(texts(&recs, "stdout"), [('F', "hello".to_string())]);
+    assert_eq!(texts(&recs, "stderr"), [('F', "done".to_string())]);
+}
+
+/// Without `stdin_once` a client that ends its input leaves the container's stdin
+/// open for the next one.
+#[test]
+fn without_stdin_once_stdin_outlives_a_client() {
+    let tmp = TempDir::new("mon-attach-keep");
+    let mut m = start_attached(&tmp, "keep");
+    let first = monitor::connect_attach(tmp.path()).unwrap();
+    send(&first, b"one\n");
+    attach_until(&first, "one", |g| g.contains(&(1, "one\n".into())));
+    shut_input(&first);
+    drop(first);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(m.alive(), "stdin was closed by a client leaving");
+    assert!(!m.exit.exists());
+    let second = monitor::connect_attach(tmp.path()).unwrap();
+    send(&second, b"two\n");
+    attach_until(&second, "two", |g| g.contains(&(1, "two\n".into())));
+}

@@ -13,6 +13,7 @@
 //! ```
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::embedded;
@@ -30,6 +31,72 @@ pub const FILE_NAME: &str = "crust-monitor";
 /// monitors keep theirs.
 pub fn install(dir: &Path) -> Result<PathBuf> {
     embedded::install(dir, FILE_NAME, BINARY, "monitor")
+}
+
+/// The attach socket's name in a container's state dir.
+pub const ATTACH_SOCKET: &str = "attach";
+
+/// The first byte of each message from the attach socket: the stream of the bytes after it.
+pub const ATTACH_STDOUT: u8 = 1;
+pub const ATTACH_STDERR: u8 = 2;
+
+/// A unix `SOCK_SEQPACKET` socket at `dir/name`, listening (`listen`) or connected.
+/// Through `/proc/self/fd/N/name`, so a state dir deeper than `sun_path`'s 108 bytes
+/// still works.
+fn seqpacket(dir: &Path, name: &str, listen: bool) -> io::Result<OwnedFd> {
+    let dirfd: OwnedFd = std::fs::File::open(dir)?.into();
+    let path = format!("/proc/self/fd/{}/{name}", dirfd.as_raw_fd());
+    // SAFETY: socket() with constant arguments; the fd is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd from the kernel.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a zeroed sockaddr_un is valid; the path (shorter than sun_path, checked)
+    // is copied in with its NUL left in place.
+    let rc = unsafe {
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        if path.len() >= addr.sun_path.len() {
+            return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+        }
+        for (d, s) in addr.sun_path.iter_mut().zip(path.bytes()) {
+            *d = s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        let a = &addr as *const libc::sockaddr_un as *const libc::sockaddr;
+        if listen {
+            libc::bind(fd, a, len)
+        } else {
+            libc::connect(fd, a, len)
+        }
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if listen {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        // SAFETY: listen on the socket we own.
+        if unsafe { libc::listen(fd, 4) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(sock)
+}
+
+/// Makes the attach socket in `state_dir` (mode 0600) for a monitor to take (`-A`).
+pub fn listen_attach(state_dir: &Path) -> io::Result<OwnedFd> {
+    seqpacket(state_dir, ATTACH_SOCKET, true)
+}
+
+/// Connects to a container's attach socket in `state_dir`. Each message received is
+/// [`ATTACH_STDOUT`] or [`ATTACH_STDERR`] and the bytes; each message sent is input
+/// for the container's stdin (when it has one), and shutting down the sending side
+/// ends this client's input (which closes the container's stdin with `stdin_once`).
+pub fn connect_attach(state_dir: &Path) -> io::Result<OwnedFd> {
+    seqpacket(state_dir, ATTACH_SOCKET, false)
 }
 
 /// How a container's init ended, as its monitor recorded it.

@@ -368,6 +368,9 @@ fn make(
         log: rec.log_path.clone(),
         oom_events,
         stdin: cfg.stdin,
+        stdin_once: cfg.stdin && cfg.stdin_once,
+        // Every container gets the socket a later attach connects to.
+        attach: true,
     };
     if let Some(rt) = external {
         rec.runtime = sb.runtime_handler.clone();

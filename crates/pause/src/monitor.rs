@@ -14,15 +14,16 @@
 //! `monitor_core.rs`, which `crates/container` also compiles to unit-test it.
 //!
 //! # How it starts: the fd and argument contract
-//! A process forked from `crustd` forks the container's intermediate process, which
-//! clones the container's init with CLONE_PARENT; that process reaps the intermediate
-//! and `execve`s this binary. So the monitor starts with exactly one child, the init
+//! A process forked from `crustd` joins the pod's namespaces and clones the container's
+//! init (or, when it must join a mount namespace, forks an intermediate that clones the
+//! init with CLONE_PARENT, and reaps it), then `execve`s this binary. So the monitor
+//! starts with exactly one child, the init
 //! (waiting on its start gate, running, or already dead), fds 0, 1 and 2 on
 //! `/dev/null`, and the fds below open by number:
 //!
 //! ```text
 //! crust-monitor -e EXIT_FILE [-l LOG_PATH] [-o FD] [-r FD] [-t FD] [-i FD] [-m OOM_FILE]
-//!               [-p PID]
+//!               [-p PID] [-A FD] [-s keep|once]
 //!   -e  where the exit record goes (written as EXIT_FILE.tmp, fsynced, renamed)
 //!   -l  the CRI log file, opened O_WRONLY|O_APPEND|O_CREAT|O_CLOEXEC, mode 0640;
 //!       without it the streams are read and their output dropped
@@ -30,7 +31,11 @@
 //!   -r  read end of the container's stderr pipe          (records named "stderr")
 //!   -t  a pty master, instead of -o (records named "stdout"; EIO once the slave is
 //!       closed is its end of file)
-//!   -i  an fd held open and never touched (stdin's write end, for a later attach)
+//!   -i  the write end of the container's stdin pipe (input from attach clients)
+//!   -A  a listening SOCK_SEQPACKET unix socket for attach clients (see Attach)
+//!   -s  keep|once: attach clients' input reaches the container (the -i pipe, or the
+//!       pty master of a tty container); with once, the first client to end its
+//!       input ends the container's stdin (CRI stdin_once)
 //!   -m  cgroup v2 memory.events or v1 memory.oom_control: its `oom_kill N` line is read
 //!       at start and after the exit; a larger N marks the exit as an OOM kill
 //!   -p  the init's pid; without it, the one child listed in /proc/thread-self/children
@@ -47,8 +52,10 @@
 //!  start: setsid, block every signal, signalfd, read OOM counter, open log, wait4 once
 //!    │                         (SIGCHLD may have come and gone before the exec)
 //!    ▼
-//!  loop: poll(signalfd, streams) ◀─────────────────────────────────────┐
-//!    ├─ stream readable  → read, cut into records, one writev each ───┤
+//!  loop: poll(signalfd, streams, attach) ◀─────────────────────────────┐
+//!    ├─ stream readable  → read, to attach clients, cut into records,  │
+//!    │                     one writev each ───────────────────────────┤
+//!    ├─ attach           → accept; client input → container stdin ────┤
 //!    ├─ stream EOF/error → last partial line as F, close; the child   │
 //!    │                     may still run, so keep waiting for it ─────┤
 //!    ├─ SIGUSR1          → close the log, open LOG_PATH again ────────┤
@@ -70,6 +77,16 @@
 //! opened drops the output until a SIGUSR1 opens it). Each record carries the time its
 //! bytes were read, so output still in a pipe at the exit is stamped after the reap.
 //!
+//! # Attach
+//! Clients of the `-A` socket (at most 4 at once) get every chunk of output as it is
+//! read, one message each: a tag byte (1 stdout, 2 stderr; a pty is stdout) and the
+//! bytes; nothing from before they came. A client that cannot take a message at once
+//! is dropped, so a stalled terminal never stalls the container. What a client sends
+//! goes to the container's stdin with `-s` (at most 4 KiB pending; while it is, no
+//! client is read), and is dropped without. A client's end of input (shutdown or
+//! close) with `-s once` closes the stdin pipe (EOF for the container) or, for a pty,
+//! sends ^D; later input is dropped.
+//!
 //! The exit record, one line of JSON:
 //! `{"pid":123,"exit_code":0,"signal":0,"finished_ns":1700000000000000000,"oom_killed":false}`
 //! with exit_code 128 + signal for a child killed by a signal, and pid 0, exit_code 255
@@ -86,15 +103,15 @@ use core::ffi::{c_char, CStr};
 
 use monitor_core::{
     exit_from_status, format_exit, header, next_record, only_pid, parse_args, parse_oom_kill, Args,
-    Exit, EXIT_MAX, HEADER_MAX, MAX_LINE, USAGE,
+    Exit, StdinMode, EXIT_MAX, HEADER_MAX, MAX_LINE, USAGE,
 };
 use sys::{
     close, exit, syscall, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR, F_GETFL,
     F_SETFL, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY,
-    POLLERR, POLLHUP, POLLIN, POLLNVAL, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE,
+    POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE,
     SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SYS_CLOCK_GETTIME, SYS_FCNTL, SYS_FSYNC, SYS_OPEN,
     SYS_POLL, SYS_READ, SYS_RENAME, SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK, SYS_SETSID,
-    SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITEV, WNOHANG,
+    SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITE, SYS_WRITEV, WNOHANG,
 };
 
 /// A stream's line buffer: one more byte than the longest record, so that a full buffer
@@ -109,12 +126,21 @@ const PATH_BUF: usize = 4096 + 8;
 /// exit record back.
 const DRAIN_READS: usize = 64;
 
+/// Attach clients at once; more are turned away.
+const MAX_CLIENTS: usize = 4;
+/// Input from attach clients on its way to the container's stdin.
+const INPUT_BUF: usize = 4096;
+/// The first byte of each message to an attach client: which stream the rest is from.
+const ATTACH_STDOUT: u8 = 1;
+const ATTACH_STDERR: u8 = 2;
+
 /// Every static buffer. All zeros, so it lives in `.bss`: nothing in the binary, and
 /// no page resident before it is touched.
 struct Buffers {
     lines: [[u8; LINE_BUF]; 3],
     file: [u8; FILE_BUF],
     path: [u8; PATH_BUF],
+    input: [u8; INPUT_BUF],
 }
 
 struct Static(UnsafeCell<Buffers>);
@@ -126,6 +152,7 @@ static BUFFERS: Static = Static(UnsafeCell::new(Buffers {
     lines: [[0; LINE_BUF]; 3],
     file: [0; FILE_BUF],
     path: [0; PATH_BUF],
+    input: [0; INPUT_BUF],
 }));
 
 #[repr(C)]
@@ -155,9 +182,31 @@ struct Stream {
     /// The fd, or -1 once closed (poll skips negative fds).
     fd: i32,
     name: &'static [u8],
+    /// Its tag in messages to attach clients.
+    id: u8,
     buf: &'static mut [u8; LINE_BUF],
     /// Bytes read but not yet written as a record: `buf[..len]`, at most MAX_LINE.
     len: usize,
+}
+
+/// Attach clients: they get every chunk of output as it is read (a `SOCK_SEQPACKET`
+/// message: the stream's tag byte, then the bytes) and may send input for the
+/// container's stdin. A client that cannot take a message at once is dropped: the
+/// container never waits for an attached terminal, as it never waits for the log.
+struct Attach {
+    /// The listening socket, or -1.
+    listen: i32,
+    /// Client fds (-1: a free slot) and whether each still sends input.
+    clients: [(i32, bool); MAX_CLIENTS],
+    mode: StdinMode,
+    /// The stdin pipe's write end (`-i`), or -1; a tty container's input goes to its
+    /// pty master instead.
+    stdin: i32,
+    tty: bool,
+    /// Input read from a client and not yet taken by the container: `input[start..end]`.
+    input: &'static mut [u8; INPUT_BUF],
+    start: usize,
+    end: usize,
 }
 
 /// The CRI log file (or none: output is dropped).
@@ -228,14 +277,29 @@ extern "C" fn start(sp: *const usize) -> ! {
 
     // SAFETY: the only reference to the buffers, taken once; one thread.
     let bufs = unsafe { &mut *BUFFERS.0.get() };
-    let Buffers { lines, file, path } = bufs;
+    let Buffers {
+        lines,
+        file,
+        path,
+        input,
+    } = bufs;
     let [out_buf, err_buf, tty_buf] = lines;
     let mut streams = [
-        Stream::new(args.stdout_fd, b"stdout", out_buf),
-        Stream::new(args.stderr_fd, b"stderr", err_buf),
+        Stream::new(args.stdout_fd, b"stdout", ATTACH_STDOUT, out_buf),
+        Stream::new(args.stderr_fd, b"stderr", ATTACH_STDERR, err_buf),
         // A pty master: EIO once its slave is closed is its end, as for any error.
-        Stream::new(args.tty_fd, b"stdout", tty_buf),
+        Stream::new(args.tty_fd, b"stdout", ATTACH_STDOUT, tty_buf),
     ];
+    let mut attach = Attach {
+        listen: args.attach_fd.unwrap_or(-1),
+        clients: [(-1, false); MAX_CLIENTS],
+        mode: args.stdin,
+        stdin: args.stdin_fd.map(nonblocking).unwrap_or(-1),
+        tty: args.tty_fd.is_some() || args.tty_socket.is_some(),
+        input,
+        start: 0,
+        end: 0,
+    };
     let oom_before = args.oom_file.and_then(|p| read_oom(p, file));
     let init = args.init_pid.or_else(|| {
         let n = read_file(c"/proc/thread-self/children", file);
@@ -255,9 +319,20 @@ extern "C" fn start(sp: *const usize) -> ! {
         if check_child {
             check_child = false;
             if let Some(child) = reap(init) {
-                finish(&args, child, &mut streams, &log, oom_before, file, path);
+                finish(
+                    &args,
+                    child,
+                    &mut streams,
+                    &log,
+                    &mut attach,
+                    oom_before,
+                    file,
+                    path,
+                );
             }
         }
+        let target = attach.target(&streams[2]);
+        let pending = attach.start < attach.end;
         let mut fds = [
             PollFd {
                 fd: sfd as i32,
@@ -272,6 +347,21 @@ extern "C" fn start(sp: *const usize) -> ! {
                 events: POLLIN,
                 revents: 0,
             },
+            PollFd {
+                fd: attach.listen,
+                events: POLLIN,
+                revents: 0,
+            },
+            // Input waiting for the container: poll for room in its stdin.
+            PollFd {
+                fd: if pending { target } else { -1 },
+                events: POLLOUT,
+                revents: 0,
+            },
+            attach.poll_fd(0, pending),
+            attach.poll_fd(1, pending),
+            attach.poll_fd(2, pending),
+            attach.poll_fd(3, pending),
         ];
         let n = syscall(
             SYS_POLL,
@@ -294,7 +384,18 @@ extern "C" fn start(sp: *const usize) -> ! {
         }
         for (s, p) in streams.iter_mut().zip(&fds[1..4]) {
             if p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
-                s.pump(&log, 1);
+                s.pump(&log, 1, &mut attach);
+            }
+        }
+        if fds[5].revents != 0 {
+            attach.accept();
+        }
+        if fds[6].revents != 0 {
+            attach.feed(&streams[2]);
+        }
+        for (i, p) in fds[7..].iter().enumerate() {
+            if p.revents != 0 {
+                attach.receive(i, p.revents, &streams[2]);
             }
         }
         if fds[0].revents != 0 {
@@ -358,11 +459,13 @@ fn reap(init: Option<i32>) -> Option<Child> {
 }
 
 /// The child is gone: last output, exit record, exit.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     args: &Args<'static>,
     child: Child,
     streams: &mut [Stream; 3],
     log: &Log,
+    attach: &mut Attach,
     oom_before: Option<u64>,
     file: &mut [u8; FILE_BUF],
     path: &mut [u8; PATH_BUF],
@@ -373,7 +476,7 @@ fn finish(
             .saturating_add(i64::from(nsec))
     };
     for s in streams.iter_mut() {
-        s.pump(log, DRAIN_READS);
+        s.pump(log, DRAIN_READS, attach);
         s.flush(log);
     }
     let oom_killed = match args.oom_file.and_then(|p| read_oom(p, file)) {
@@ -402,10 +505,16 @@ fn finish(
 }
 
 impl Stream {
-    fn new(fd: Option<i32>, name: &'static [u8], buf: &'static mut [u8; LINE_BUF]) -> Stream {
+    fn new(
+        fd: Option<i32>,
+        name: &'static [u8],
+        id: u8,
+        buf: &'static mut [u8; LINE_BUF],
+    ) -> Stream {
         let mut s = Stream {
             fd: -1,
             name,
+            id,
             buf,
             len: 0,
         };
@@ -443,9 +552,10 @@ impl Stream {
         }
     }
 
-    /// Up to `reads` reads, until the pipe is empty; writes every record they complete.
-    /// At the end of the stream (or on an error) the rest is written and the fd closed.
-    fn pump(&mut self, log: &Log, reads: usize) {
+    /// Up to `reads` reads, until the pipe is empty; writes every record they complete
+    /// and hands each chunk to the attach clients. At the end of the stream (or on an
+    /// error) the rest is written and the fd closed.
+    fn pump(&mut self, log: &Log, reads: usize, attach: &mut Attach) {
         let mut done = 0;
         while self.fd >= 0 && done < reads {
             let room = &mut self.buf[self.len..];
@@ -467,6 +577,7 @@ impl Stream {
             // any other error ends the stream too rather than spinning on it.
             let eof = n <= 0;
             if n > 0 {
+                attach.broadcast(self.id, &self.buf[self.len..self.len + n as usize]);
                 self.len += n as usize;
             }
             self.write_records(log, eof);
@@ -501,6 +612,190 @@ impl Stream {
             self.buf.copy_within(start..self.len, 0);
             self.len -= start;
         }
+    }
+}
+
+/// `fd` made non-blocking (the monitor must never wait on the container).
+fn nonblocking(fd: i32) -> i32 {
+    let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
+    if flags >= 0 {
+        syscall(SYS_FCNTL, fd as usize, F_SETFL, flags as usize | O_NONBLOCK, 0);
+    }
+    fd
+}
+
+impl Attach {
+    /// Where client input goes now: the pty master of a tty container, else the stdin
+    /// pipe; -1 when it goes nowhere (no stdin, or closed by `stdin_once`).
+    fn target(&self, tty: &Stream) -> i32 {
+        match self.mode {
+            StdinMode::None => -1,
+            _ if self.tty => tty.fd,
+            _ => self.stdin,
+        }
+    }
+
+    /// Client `i`'s poll entry: its input is read only while none is pending.
+    fn poll_fd(&self, i: usize, pending: bool) -> PollFd {
+        let (fd, reading) = self.clients[i];
+        PollFd {
+            fd,
+            events: if reading && !pending { POLLIN } else { 0 },
+            revents: 0,
+        }
+    }
+
+    fn accept(&mut self) {
+        let fd = syscall(SYS_ACCEPT4, self.listen as usize, 0, 0, O_NONBLOCK | O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        match self.clients.iter_mut().find(|c| c.0 < 0) {
+            Some(slot) => *slot = (fd as i32, true),
+            None => close(fd as usize),
+        }
+    }
+
+    fn drop_client(&mut self, i: usize) {
+        if self.clients[i].0 >= 0 {
+            close(self.clients[i].0 as usize);
+        }
+        self.clients[i] = (-1, false);
+    }
+
+    /// One message to every client: `id` and the bytes.
+    fn broadcast(&mut self, id: u8, data: &[u8]) {
+        for i in 0..MAX_CLIENTS {
+            let fd = self.clients[i].0;
+            if fd < 0 {
+                continue;
+            }
+            let tag = [id];
+            let mut iov = [
+                IoVec {
+                    base: tag.as_ptr(),
+                    len: 1,
+                },
+                IoVec {
+                    base: data.as_ptr(),
+                    len: data.len(),
+                },
+            ];
+            let msg = MsgHdr {
+                name: 0,
+                namelen: 0,
+                iov: iov.as_mut_ptr(),
+                iovlen: 2,
+                control: core::ptr::null_mut(),
+                controllen: 0,
+                flags: 0,
+            };
+            let sent = loop {
+                let n = syscall(
+                    SYS_SENDMSG,
+                    fd as usize,
+                    &msg as *const MsgHdr as usize,
+                    MSG_DONTWAIT | MSG_NOSIGNAL,
+                    0,
+                );
+                if n != -EINTR {
+                    break n;
+                }
+            };
+            if sent < 0 {
+                // Gone, or too slow to take the output as it comes.
+                self.drop_client(i);
+            }
+        }
+    }
+
+    /// Client `i` is readable (or hung up): its input, its end of input, or its end.
+    fn receive(&mut self, i: usize, revents: i16, tty: &Stream) {
+        let (fd, reading) = self.clients[i];
+        if !reading || revents & (POLLERR | POLLNVAL) != 0 {
+            // Only output goes to it now; a hang-up means it is gone.
+            if revents & (POLLHUP | POLLERR | POLLNVAL) != 0 {
+                self.drop_client(i);
+            }
+            return;
+        }
+        let n = loop {
+            let n = syscall(
+                SYS_RECVFROM,
+                fd as usize,
+                self.input.as_mut_ptr() as usize,
+                INPUT_BUF,
+                MSG_DONTWAIT,
+            );
+            if n != -EINTR {
+                break n;
+            }
+        };
+        if n == -EAGAIN {
+            return;
+        }
+        if n > 0 {
+            if self.target(tty) >= 0 {
+                self.start = 0;
+                self.end = n as usize;
+                self.feed(tty);
+            }
+            return;
+        }
+        // End of this client's input (it shut its sending side down, or left).
+        if n == 0 {
+            self.clients[i].1 = false;
+        } else {
+            self.drop_client(i);
+        }
+        if self.mode == StdinMode::Once {
+            self.close_stdin(tty);
+        }
+    }
+
+    /// Writes pending input into the container's stdin, as much as it takes now.
+    fn feed(&mut self, tty: &Stream) {
+        let target = self.target(tty);
+        while self.start < self.end {
+            if target < 0 {
+                self.start = self.end;
+                return;
+            }
+            let n = syscall(
+                SYS_WRITE,
+                target as usize,
+                self.input[self.start..].as_ptr() as usize,
+                self.end - self.start,
+                0,
+            );
+            if n == -EINTR {
+                continue;
+            }
+            if n == -EAGAIN {
+                return;
+            }
+            if n <= 0 {
+                // The container closed its stdin: nothing more will go in.
+                self.start = self.end;
+                return;
+            }
+            self.start += n as usize;
+        }
+    }
+
+    /// `stdin_once`: the first client is done, so is the container's stdin: the pipe
+    /// is closed (EOF for the reader); a pty gets ^D, the terminal's end of input.
+    fn close_stdin(&mut self, tty: &Stream) {
+        self.feed(tty);
+        if self.tty {
+            if tty.fd >= 0 {
+                write_all(tty.fd as usize, &[4]);
+            }
+        } else if self.stdin >= 0 {
+            close(self.stdin as usize);
+            self.stdin = -1;
+        }
+        self.mode = StdinMode::None;
     }
 }
 
@@ -678,6 +973,11 @@ struct MsgHdr {
 }
 
 const SYS_RECVMSG: usize = 47;
+const SYS_SENDMSG: usize = 46;
+const SYS_RECVFROM: usize = 45;
+const SYS_ACCEPT4: usize = 288;
+const MSG_DONTWAIT: usize = 0x40;
+const MSG_NOSIGNAL: usize = 0x4000;
 const SOL_SOCKET: i32 = 1;
 const SCM_RIGHTS: i32 = 1;
 const MSG_CMSG_CLOEXEC: usize = 0x4000_0000;

@@ -40,6 +40,23 @@ pub struct Args<'a> {
     pub oom_file: Option<&'a CStr>,
     /// The container init's pid, when the caller knows it.
     pub init_pid: Option<i32>,
+    /// A listening `SOCK_SEQPACKET` unix socket for attach clients.
+    pub attach_fd: Option<i32>,
+    /// Whether attach clients' input reaches the container (the `-i` pipe, or the pty
+    /// master of a tty container), and whether the first client to detach closes it.
+    pub stdin: StdinMode,
+}
+
+/// `-s`: what attach clients may do with the container's stdin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdinMode {
+    /// Their input is dropped (the container has no stdin).
+    None,
+    /// Their input reaches the container; stdin stays open between clients.
+    Keep,
+    /// As `Keep` until the first client detaches, which closes the container's stdin
+    /// (CRI `stdin_once`).
+    Once,
 }
 
 /// Why a command line was refused: a message and the argument it is about (may be empty).
@@ -50,7 +67,7 @@ pub struct ArgError<'a> {
 }
 
 pub const USAGE: &[u8] = b"usage: crust-monitor -e EXIT_FILE [-l LOG_PATH] [-o FD] [-r FD] \
-[-t FD] [-T FD] [-i FD] [-m OOM_EVENTS_FILE] [-p PID]\n";
+[-t FD] [-T FD] [-i FD] [-m OOM_EVENTS_FILE] [-p PID] [-A FD] [-s keep|once]\n";
 
 /// Parses the arguments after argv[0]. Every option takes a value in the next argument.
 pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'a>, ArgError<'a>> {
@@ -65,6 +82,8 @@ pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'
         stdin_fd: None,
         oom_file: None,
         init_pid: None,
+        attach_fd: None,
+        stdin: StdinMode::None,
     };
     while let Some(opt) = args.next() {
         let opt = opt.to_bytes();
@@ -99,6 +118,19 @@ pub fn parse_args<'a>(mut args: impl Iterator<Item = &'a CStr>) -> Result<Args<'
             b"-t" => out.tty_fd = Some(fd()?),
             b"-T" => out.tty_socket = Some(fd()?),
             b"-i" => out.stdin_fd = Some(fd()?),
+            b"-A" => out.attach_fd = Some(fd()?),
+            b"-s" => {
+                out.stdin = match value.to_bytes() {
+                    b"keep" => StdinMode::Keep,
+                    b"once" => StdinMode::Once,
+                    other => {
+                        return Err(ArgError {
+                            message: "not keep or once: ",
+                            arg: other,
+                        })
+                    }
+                }
+            }
             b"-p" => {
                 out.init_pid = Some(parse_fd(value.to_bytes()).filter(|&p| p > 0).ok_or(
                     ArgError {
@@ -615,6 +647,12 @@ mod tests {
         assert_eq!(a.oom_file, Some(c"/sys/fs/cgroup/x/memory.events"));
 
         assert_eq!(a.init_pid, None);
+        assert_eq!((a.attach_fd, a.stdin), (None, StdinMode::None));
+
+        let a = args(&[c"-e", c"e", c"-A", c"8", c"-s", c"once"]).unwrap();
+        assert_eq!((a.attach_fd, a.stdin), (Some(8), StdinMode::Once));
+        let a = args(&[c"-e", c"e", c"-s", c"keep"]).unwrap();
+        assert_eq!(a.stdin, StdinMode::Keep);
 
         let a = args(&[c"-t", c"7", c"-e", c"e", c"-p", c"42"]).unwrap();
         assert_eq!((a.tty_fd, a.stdout_fd, a.log_path), (Some(7), None, None));
@@ -647,6 +685,10 @@ mod tests {
         assert_eq!(
             err(&[c"-e", c"e", c"-p", c"0"]),
             ("not a pid: ", "0".into())
+        );
+        assert_eq!(
+            err(&[c"-e", c"e", c"-s", c"twice"]),
+            ("not keep or once: ", "twice".into())
         );
         assert_eq!(
             err(&[c"-e", c"e", c"-o", c"3", c"-t", c"4"]).0,

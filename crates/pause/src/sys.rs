@@ -67,6 +67,7 @@ pub const F_GETFL: usize = 3;
 pub const F_SETFL: usize = 4;
 
 pub const POLLIN: i16 = 0x1;
+pub const POLLOUT: i16 = 0x4;
 pub const POLLERR: i16 = 0x8;
 pub const POLLHUP: i16 = 0x10;
 pub const POLLNVAL: i16 = 0x20;

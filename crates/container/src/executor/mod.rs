@@ -80,7 +80,7 @@ use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use oci_spec::runtime::Spec;
@@ -185,6 +185,12 @@ pub struct MonitorOpts {
     pub oom_events: Option<PathBuf>,
     /// Keep a stdin pipe open for a later attach (else stdin is `/dev/null`).
     pub stdin: bool,
+    /// With `stdin`: the first attach client to end its input closes the container's
+    /// stdin (CRI `stdin_once`).
+    pub stdin_once: bool,
+    /// Give the monitor an attach socket (`crate::monitor::connect_attach` reaches it
+    /// in the container's state dir).
+    pub attach: bool,
 }
 
 impl CreateOpts {
@@ -257,6 +263,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 fn monitor_io(
     m: &MonitorOpts,
     terminal: bool,
+    state_dir: &Path,
 ) -> io::Result<([OwnedFd; 3], process::MonitorExec, Option<OwnedFd>)> {
     use std::ffi::CString;
     use std::os::fd::AsRawFd;
@@ -289,6 +296,13 @@ fn monitor_io(
         .write(true)
         .open("/dev/null")?
         .into();
+    if m.attach {
+        give("-A", crate::monitor::listen_attach(state_dir)?, &mut argv)?;
+    }
+    if m.stdin {
+        argv.push(c(b"-s")?);
+        argv.push(c(if m.stdin_once { b"once" } else { b"keep" })?);
+    }
     let mut tty_sock = None;
     let stdio = if terminal {
         // The pty is made by the init inside the container (see `init::console`); its
@@ -393,7 +407,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
     let mut tty_sock = None;
     let monitor = match monitor {
         Some(m) => {
-            let (fds, exec, sock) = monitor_io(&m, plan.terminal)
+            let (fds, exec, sock) = monitor_io(&m, plan.terminal, &state_dir)
                 .map_err(|e| err(Step::Monitor, m.binary.display().to_string(), e))?;
             stdio = fds.map(Some);
             tty_sock = sock;

@@ -123,7 +123,8 @@ impl OciRuntime {
         let log = self.root.join(format!("{id}.log"));
         let _ = fs::remove_file(&pid_file);
         let _ = fs::remove_file(&log);
-        let (stdio, mexec, _) = monitor_io(monitor, false)
+        // The attach socket, if any, goes into the bundle (the runtime owns its state dir).
+        let (stdio, mexec, _) = monitor_io(monitor, false, bundle)
             .map_err(|e| err(id, "set up monitor", &monitor.binary, e))?;
         let argv: Vec<CString> = [
             self.binary.as_os_str().as_bytes(),
