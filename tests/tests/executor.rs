@@ -779,3 +779,90 @@ fn born_in_its_cgroups_with_a_cgroup_namespace_rooted_there() {
     assert_eq!(out.lines().count(), lines.len(), "{out}");
     assert!(out.lines().all(|l| l.ends_with(":/")), "{out}");
 }
+
+/// An exec that fails before `execve` (a missing binary) leaves no zombie behind, even
+/// when the process reports its failure before the intermediate reported its pid: an
+/// unreaped process in the container's PID namespace would keep the init from ever
+/// finishing its exit. Then the container dies of SIGKILL as usual.
+#[test]
+fn failed_execs_leave_no_zombie_and_the_container_still_dies() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let b = Bundle::new("exec-fail");
+    let spec = b.spec(&["/bin/sh", "-c", "sleep 30"]);
+    let (_, mut g) = b.create(spec.clone());
+    g.get().start().unwrap();
+    let init = g.get().pid;
+    let ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).unwrap();
+    let me = std::process::id().to_string();
+    // Busy CPUs make the race likely: the process failing before its intermediate,
+    // descheduled between clone and report, sends the pid.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogs: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    struct Stop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let stopper = Stop(stop);
+    for i in 0..100 {
+        let mut s = spec.clone();
+        let mut p = s.process().clone().unwrap();
+        p.set_args(Some(vec!["/no/such/binary".into()]));
+        s.set_process(Some(p));
+        let e = executor::exec(
+            g.get(),
+            executor::ExecOpts {
+                spec: s,
+                stdin: executor::Stdio::Null,
+                stdout: executor::Stdio::Null,
+                stderr: executor::Stdio::Null,
+                cgroup_dirs: vec![],
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("/no/such/binary"), "{e}");
+        // No child of ours but the init is left in the container's PID namespace.
+        let ours: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|d| d.file_name().to_str().map(str::to_string))
+            .filter(|p| p.parse::<i32>().is_ok_and(|p| p != init))
+            .filter(|p| {
+                std::fs::read_link(format!("/proc/{p}/ns/pid"))
+                    .ok()
+                    .as_ref()
+                    == Some(&ns)
+                    && std::fs::read_to_string(format!("/proc/{p}/stat"))
+                        .map(|st| {
+                            st.rsplit(')')
+                                .next()
+                                .unwrap_or("")
+                                .split_whitespace()
+                                .nth(1)
+                                == Some(me.as_str())
+                        })
+                        .unwrap_or(false)
+            })
+            .collect();
+        assert!(ours.is_empty(), "exec {i} left {ours:?} behind");
+    }
+    drop(stopper);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    assert!(g.get().kill(libc::SIGKILL).unwrap());
+    let status = g.get().wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+}

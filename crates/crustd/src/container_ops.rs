@@ -664,6 +664,47 @@ fn signal_number(name: &str) -> i32 {
 }
 
 /// Signals the container's init (pid and start time: never a reused pid).
+/// A process's state, pending and blocked signals and wait channel, for an operator
+/// reading why a container would not die.
+fn proc_state(pid: i32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let fields: Vec<&str> = status
+        .lines()
+        .filter(|l| {
+            ["State:", "PPid:", "SigPnd:", "ShdPnd:", "SigBlk:"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .collect();
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    // An init stuck in `zap_pid_ns_processes` waits for the rest of its PID namespace.
+    let mut others = vec![];
+    if let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/pid")) {
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if p != pid
+                && std::fs::read_link(format!("/proc/{p}/ns/pid"))
+                    .ok()
+                    .as_ref()
+                    == Some(&ns)
+            {
+                let st = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                others.push(format!(
+                    "{p}: {}",
+                    st.split_whitespace().take(4).collect::<Vec<_>>().join(" ")
+                ));
+            }
+        }
+    }
+    format!(
+        "[{} wchan {wchan}; its PID namespace also holds: {}]",
+        fields.join(" ").replace('\t', " "),
+        others.join(", ")
+    )
+}
+
 fn signal_init(rec: &ContainerRecord, sig: i32) {
     if let Err(e) = container::proc::signal(rec.pid, rec.pid_start_time, sig) {
         tracing::warn!(container = %rec.id, sig, error = %e, "signalling the init");
@@ -705,11 +746,13 @@ async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> 
     }
     if !wait_monitor(crust, rec, KILL_WAIT).await {
         return Err(Error::Internal(format!(
-            "container {} did not exit within {KILL_WAIT:?} of SIGKILL (init {} {}, monitor {} alive, exit record {})",
+            "container {} did not exit within {KILL_WAIT:?} of SIGKILL (init {} {} {}, monitor {} {}, exit record {})",
             rec.id,
             rec.pid,
             if container::proc::alive(rec.pid, rec.pid_start_time) { "alive" } else { "gone" },
+            proc_state(rec.pid),
             rec.monitor_pid,
+            proc_state(rec.monitor_pid),
             if crust.containers.exit_file(&rec.id).exists() { "written" } else { "missing" },
         )));
     }

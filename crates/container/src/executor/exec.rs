@@ -141,7 +141,19 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             errno,
             path,
             detail,
-        })) => return Err(failed(&c.id, step, path, errno, detail)),
+        })) => {
+            // From the intermediate, or from the process when it failed before the
+            // intermediate got to report its pid: then that pid follows (the
+            // intermediate has exited, so it is in the socket already), and the
+            // process is ours to reap. An unreaped one in the container's PID
+            // namespace would keep the container's init from ever finishing its exit.
+            if let Ok(Received::Message(Message::InitPid(p))) = receive(&sock, deadline) {
+                if p > 0 {
+                    reap(p);
+                }
+            }
+            return Err(failed(&c.id, step, path, errno, detail));
+        }
         other => {
             return Err(err(
                 Step::Protocol,
