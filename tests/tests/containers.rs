@@ -400,9 +400,130 @@ async fn resources_oom_and_update() {
     assert_eq!(net.default_interface.unwrap().name, "eth0");
     assert!(linux.process.unwrap().process_count.unwrap().value >= 2);
 
+    // A root container has the default capability set in effect (containerd's and
+    // CRI-O's 14: CHOWN, DAC_OVERRIDE, FSETID, FOWNER, MKNOD, NET_RAW, SETGID, SETUID,
+    // SETFCAP, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, KILL, AUDIT_WRITE).
+    let r = e
+        .exec(&id2, &["grep", "CapEff", "/proc/self/status"], 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        "CapEff:\t00000000a80425fb"
+    );
+
+    // The update shows in behaviour too: under a 16 MiB limit, what fit in 128 MiB
+    // is OOM-killed.
+    let grow = [
+        "sh",
+        "-c",
+        "x=$(head -c 40000000 /dev/zero | tr '\\0' a); echo ok",
+    ];
+    let r = e.exec(&id2, &grow, 20).await.unwrap();
+    assert_eq!(
+        (r.exit_code, String::from_utf8_lossy(&r.stdout).trim()),
+        (0, "ok")
+    );
+    e.c.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: id2.clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 16 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = e.exec(&id2, &grow, 20).await.unwrap();
+    assert_ne!(r.exit_code, 0, "{r:?}");
+    assert!(!String::from_utf8_lossy(&r.stdout).contains("ok"), "{r:?}");
+
     e.remove(&id2).await;
     e.remove(&id).await;
     assert!(container_dirs(&e.d).is_empty());
+}
+
+/// The kubelet's pod-level pids limit (`pids.max` of the pod's cgroup_parent) holds
+/// for the containers: a shell that starts 40 sleepers gets only as many processes as
+/// the limit leaves.
+#[tokio::test]
+async fn pids_limit_of_the_pod_cgroup() {
+    use cgroups::CgroupManager;
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let parent = "kubepods/podpids";
+    let h = e.d.cgroups();
+    let parent_path = cgroups::CgroupPath::new(&format!("{}/{parent}", e.d.cgroup_root)).unwrap();
+    h.create(&parent_path).unwrap();
+    h.apply(
+        &parent_path,
+        &cgroups::Resources {
+            pids_limit: Some(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut cfg = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "pids".into(),
+            uid: "uid-pids".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: "pids".into(),
+        log_directory: e.logs.path().join("pids").display().to_string(),
+        linux: Some(LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    };
+    cfg.linux.as_mut().unwrap().cgroup_parent = parent.into();
+    let id =
+        e.c.run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(cfg.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let pod = (id, cfg);
+    let c = e
+        .create(
+            &pod,
+            ctr(
+                "forker",
+                &[
+                    "sh",
+                    "-c",
+                    "i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); echo $i; done",
+                ],
+            ),
+        )
+        .await;
+    e.start(&c).await;
+    let s = e.wait_exited(&c).await;
+    let lines = log_lines(Path::new(&s.log_path));
+    // The shell counts every sleeper it started (`echo` needs no fork) until a fork
+    // fails, which ends it with an error.
+    let started = lines
+        .iter()
+        .filter(|l| l.1 == "stdout")
+        .filter_map(|l| l.3.trim().parse::<usize>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        (1..10).contains(&started),
+        "{started} sleepers under pids.max 10: {lines:?}"
+    );
+    assert_ne!(s.exit_code, 0, "{s:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.1 == "stderr" && l.3.contains("fork")),
+        "{lines:?}"
+    );
+    e.remove(&c).await;
 }
 
 /// crustd killed while containers run: they keep running, and after a restart their
