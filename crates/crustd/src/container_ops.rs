@@ -229,29 +229,20 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     }
 }
 
-/// The blocking part of CreateContainer; on error the caller runs [`teardown`].
-fn make(
+/// The container's writable snapshot over the image, and its CRI log path (its
+/// directory made).
+fn prepare_rootfs_and_log(
     crust: &Crust,
     sb: &SandboxRecord,
     cfg: &ContainerConfig,
-    img: &image::ImageConfig,
     rec: &mut ContainerRecord,
-) -> Result<()> {
+) -> Result<image::Snapshot> {
     let id = rec.id.clone();
-    let bundle = crust.containers.bundle(&id);
-    std::fs::create_dir_all(bundle.join("rootfs"))
-        .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
-    // Cumulative times of the steps, logged at debug: where a slow create spends it.
-    let t0 = Instant::now();
-    crust.containers.save_unsynced(rec)?;
-
-    let t_saved = t0.elapsed();
     let snap = crust
         .images
         .prepare_snapshot(&id, &rec.image_id)
         .map_err(|e| Error::Internal(format!("preparing the root filesystem of {id}: {e}")))?;
     rec.snapshot = true;
-
     let sb_cfg = sb.config().unwrap_or_default();
     if !cfg.log_path.is_empty() {
         if sb_cfg.log_directory.is_empty() {
@@ -268,28 +259,75 @@ fn make(
         }
         rec.log_path = Some(p);
     }
+    Ok(snap)
+}
 
+/// The blocking part of CreateContainer; on error the caller runs [`teardown`].
+fn make(
+    crust: &Crust,
+    sb: &SandboxRecord,
+    cfg: &ContainerConfig,
+    img: &image::ImageConfig,
+    rec: &mut ContainerRecord,
+) -> Result<()> {
+    let id = rec.id.clone();
+    let bundle = crust.containers.bundle(&id);
+    std::fs::create_dir_all(bundle.join("rootfs"))
+        .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
+    // Cumulative times of the steps, logged at debug: where a slow create spends it.
+    let t0 = Instant::now();
+    // The container's cgroup: a child of the pod's, recorded before it is made.
+    let cg = match &sb.cgroup {
+        Some(pod_cg) => {
+            let cg_s = format!("{}/{}", pod_cg.trim_end_matches('/'), id);
+            let cg = cgroups::CgroupPath::new(&cg_s)
+                .map_err(|e| Error::Internal(format!("container cgroup {cg_s}: {e}")))?;
+            rec.cgroup = Some(cg_s);
+            Some(cg)
+        }
+        None => None,
+    };
+    crust.containers.save_unsynced(rec)?;
+    let t_saved = t0.elapsed();
+
+    // The cgroup (a dozen mkdirs and limit writes on v1) is made while the snapshot
+    // and the log path are prepared.
+    let resources_wanted = rec.resources();
+    let (made_cgroup, prepared) = std::thread::scope(|s| {
+        let cgroup_job = cg.as_ref().map(|cg| {
+            let id = &id;
+            let resources_wanted = &resources_wanted;
+            s.spawn(move || -> Result<()> {
+                crust
+                    .cgroups
+                    .create(cg)
+                    .map_err(cgroup_err(format!("creating cgroup {cg}")))?;
+                if let Some(r) = resources_wanted {
+                    crust
+                        .cgroups
+                        .apply(cg, &resources(r))
+                        .map_err(cgroup_err(format!("container resources of {id}")))?;
+                }
+                Ok(())
+            })
+        });
+        let prepared = prepare_rootfs_and_log(crust, sb, cfg, rec);
+        let made = cgroup_job
+            .map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err(Error::Internal("creating the cgroup panicked".into())))
+            })
+            .unwrap_or(Ok(()));
+        (made, prepared)
+    });
+    let snap = prepared?;
+    made_cgroup?;
     let t_snap = t0.elapsed();
-    // The container's cgroup: a child of the pod's.
     let mut cgroup_dirs: Vec<PathBuf> = vec![];
     let mut oom_events = None;
-    if let Some(pod_cg) = &sb.cgroup {
-        let cg_s = format!("{}/{}", pod_cg.trim_end_matches('/'), id);
-        let cg = cgroups::CgroupPath::new(&cg_s)
-            .map_err(|e| Error::Internal(format!("container cgroup {cg_s}: {e}")))?;
-        rec.cgroup = Some(cg_s.clone());
-        crust
-            .cgroups
-            .create(&cg)
-            .map_err(cgroup_err(format!("creating cgroup {cg_s}")))?;
-        if let Some(r) = rec.resources() {
-            crust
-                .cgroups
-                .apply(&cg, &resources(&r))
-                .map_err(cgroup_err(format!("container resources of {id}")))?;
-        }
-        cgroup_dirs = crust.cgroups.dirs(&cg);
-        oom_events = crust.cgroups.dir("memory", &cg).map(|d| {
+    if let Some(cg) = &cg {
+        cgroup_dirs = crust.cgroups.dirs(cg);
+        oom_events = crust.cgroups.dir("memory", cg).map(|d| {
             d.join(match crust.cgroups.version() {
                 cgroups::Version::V2 => "memory.events",
                 cgroups::Version::V1 => "memory.oom_control",
@@ -336,7 +374,7 @@ fn make(
     };
     let hostname = std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
         .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| sb_cfg.hostname.clone());
+        .unwrap_or_else(|_| sb.config().unwrap_or_default().hostname);
     let t_cgroup = t0.elapsed();
     let spec = container_spec::build(
         cfg,
