@@ -322,6 +322,24 @@ async fn resources_oom_and_update() {
             .trim(),
         (64u64 << 20).to_string()
     );
+    // containerd's layout: the container's cgroup beside the pause's, both under the
+    // pod-level cgroup, which holds no process itself (cgroup v2 allows controllers
+    // for children only to a cgroup without processes).
+    let sb =
+        e.c.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: pod.0.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let sb_info: serde_json::Value = serde_json::from_str(&sb.info["info"]).unwrap();
+    let sb_cg = cgroups::CgroupPath::new(sb_info["cgroupPath"].as_str().unwrap()).unwrap();
+    assert_eq!(path.parent(), sb_cg.parent(), "{path} beside {sb_cg}");
+    for dir in h.dirs(&sb_cg.parent().unwrap()) {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert_eq!(procs.trim(), "", "{}", dir.display());
+    }
     // The init runs in the container's cgroup, in every hierarchy (each v1
     // controller's and the cgroup2 one), and nothing else does.
     let pid = info["pid"].as_i64().unwrap();

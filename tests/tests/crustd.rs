@@ -442,7 +442,14 @@ async fn status_reports_what_was_asked() {
         "{pod_cgroups:?}"
     );
     // In every hierarchy (each v1 controller's and the cgroup2 one): it is born there.
-    for dir in &pod_cgroups {
+    // Without a cgroup_parent, crust made a pod-level cgroup of the same name above the
+    // pause's (where the containers go, beside it): the pause is in the lower one.
+    let pause_cgroups: Vec<_> = pod_cgroups
+        .iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with(&id)))
+        .collect();
+    assert!(!pause_cgroups.is_empty(), "{pod_cgroups:?}");
+    for dir in pause_cgroups {
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
         assert!(
             procs.lines().any(|l| l.trim() == pid.to_string()),

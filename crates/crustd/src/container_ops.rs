@@ -276,10 +276,14 @@ fn make(
         .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
     // Cumulative times of the steps, logged at debug: where a slow create spends it.
     let t0 = Instant::now();
-    // The container's cgroup: a child of the pod's, recorded before it is made.
-    let cg = match &sb.cgroup {
+    // The container's cgroup: beside the pause's, under the pod-level cgroup.
+    let cg = match sb
+        .cgroup
+        .as_deref()
+        .and_then(crate::daemon::Crust::pod_level_cgroup)
+    {
         Some(pod_cg) => {
-            let cg_s = format!("{}/{}", pod_cg.trim_end_matches('/'), id);
+            let cg_s = format!("{}/{}", pod_cg.to_string().trim_end_matches('/'), id);
             let cg = cgroups::CgroupPath::new(&cg_s)
                 .map_err(|e| Error::Internal(format!("container cgroup {cg_s}: {e}")))?;
             rec.cgroup = Some(cg_s);

@@ -99,6 +99,13 @@ impl Crust {
     }
 
     /// The pod cgroup: `<cgroup root>/<cgroup_parent>/<sandbox id>`.
+    /// The pod-level cgroup of a sandbox whose own cgroup is `sandbox_cgroup`: its
+    /// parent (the kubelet's cgroup_parent, or the one crust made), where the pod's
+    /// containers go and whose usage is the pod's.
+    pub fn pod_level_cgroup(sandbox_cgroup: &str) -> Option<cgroups::CgroupPath> {
+        cgroups::CgroupPath::new(sandbox_cgroup).ok()?.parent()
+    }
+
     pub fn pod_cgroup(&self, parent: &str, id: &str) -> crate::error::Result<cgroups::CgroupPath> {
         let s = self.pod_cgroup_str(parent, id);
         cgroups::CgroupPath::new(&s).map_err(|e| {
@@ -106,6 +113,11 @@ impl Crust {
         })
     }
 
+    /// The sandbox's (the pause's) cgroup: `<root>/<cgroup_parent>/<id>`, beside the
+    /// pod's containers' `<root>/<cgroup_parent>/<container id>` as containerd lays them
+    /// out; without a cgroup_parent crust makes a pod-level one, `<root>/crust/<id>`.
+    /// Containers must not sit below the pause's cgroup: on cgroup v2 a cgroup with a
+    /// process cannot enable controllers for children ("no internal processes").
     fn pod_cgroup_str(&self, parent: &str, id: &str) -> String {
         let mut p = self.cfg.cgroup.root.trim_end_matches('/').to_string();
         let parent = parent.trim_matches('/');
@@ -113,7 +125,8 @@ impl Crust {
             p.push('/');
             p.push_str(parent);
         } else {
-            p.push_str("/crust");
+            p.push_str("/crust/");
+            p.push_str(id);
         }
         p.push('/');
         p.push_str(id);

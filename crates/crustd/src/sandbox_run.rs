@@ -306,6 +306,15 @@ pub fn teardown(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
             .cgroups
             .remove(&cg)
             .map_err(|e| Error::Internal(format!("removing cgroup {cg}: {e}")))?;
+        // The pod-level cgroup crust made for a pod without a cgroup_parent goes too
+        // (the pod's containers, its other children, are removed before).
+        if let Some(parent) = cg.parent().filter(|p| p.name() == Some(rec.id.as_str())) {
+            crust
+                .cgroups
+                .kill_all(&parent)
+                .and_then(|()| crust.cgroups.remove(&parent))
+                .map_err(|e| Error::Internal(format!("removing cgroup {parent}: {e}")))?;
+        }
         rec.cgroup = None;
     }
     let pin_dir = crust.pin_dir(&rec.id);

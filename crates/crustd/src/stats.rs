@@ -165,11 +165,30 @@ fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
     })
 }
 
+/// The cgroup whose usage is the pod's: the pod-level one (the kubelet's cgroup_parent,
+/// or the one crust made for the pod) holding the pause's and the containers' cgroups;
+/// the pause's own for a sandbox of an older layout under a shared parent.
+fn pod_level(rec: &SandboxRecord) -> Option<String> {
+    let own = rec.cgroup.clone()?;
+    let parent = crate::daemon::Crust::pod_level_cgroup(&own)?;
+    let kubelet_parent = rec
+        .config()
+        .and_then(|c| c.linux)
+        .is_some_and(|l| !l.cgroup_parent.is_empty());
+    Some(
+        if kubelet_parent || parent.name() == Some(rec.id.as_str()) {
+            parent.to_string()
+        } else {
+            own
+        },
+    )
+}
+
 async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSandboxStats> {
     if rec.state != SandboxState::Ready {
         return None;
     }
-    let (cpu, memory, _, procs) = usage(crust, rec.cgroup.as_deref()?)?;
+    let (cpu, memory, _, procs) = usage(crust, &pod_level(rec)?)?;
     let ts = cpu.timestamp;
     let mut containers = vec![];
     for c in crust.containers.of_sandbox(&rec.id) {
