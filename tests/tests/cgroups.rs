@@ -299,6 +299,51 @@ fn pod_cgroup_lifecycle() {
     assert!(g.h.exists(&sandbox));
 }
 
+/// crustd's pod layout: the pause in `pod/sandbox`, the containers beside it in
+/// `pod/ctr` with limits of their own. On cgroup v2 that works because `pod` holds no
+/// process; with the container below the pause's cgroup (`pod/sandbox/ctr`) the limit
+/// could not be set ("no internal processes": the pause's cgroup cannot enable the
+/// memory controller for a child).
+#[test]
+fn containers_beside_the_pause_get_their_limits() {
+    if !require_root(&["sleep"]) {
+        return;
+    }
+    let mut g = Guard::new("crustcgl");
+    let sandbox = g.path("pod/sandbox");
+    let ctr = g.path("pod/ctr");
+    g.h.create(&sandbox).unwrap();
+    let pause = g.spawn(&["sleep", "30"]);
+    g.h.add_process(&sandbox, pause as i32).unwrap();
+    g.h.create(&ctr).unwrap();
+    let r = Resources {
+        memory_limit: Some(64 * MIB),
+        pids_limit: Some(20),
+        ..Default::default()
+    };
+    g.h.apply(&ctr, &r).unwrap();
+    let mem = g.h.dir("memory", &ctr).unwrap();
+    let file = match g.h.version() {
+        Version::V2 => "memory.max",
+        Version::V1 => "memory.limit_in_bytes",
+    };
+    assert_eq!(
+        std::fs::read_to_string(mem.join(file)).unwrap().trim(),
+        (64 * MIB).to_string()
+    );
+    if g.h.version() == Version::V2 {
+        // Below the pause's cgroup the controllers are not there to be limited.
+        let nested = g.path("pod/sandbox/ctr");
+        g.h.create(&nested).unwrap();
+        assert!(
+            g.h.apply(&nested, &r).is_err(),
+            "a limit below a cgroup with a process"
+        );
+        g.h.remove(&nested).unwrap();
+    }
+    g.h.kill_all(&sandbox).unwrap();
+}
+
 #[test]
 fn remove_of_busy_cgroup_names_it() {
     if !require_root(&[]) {
