@@ -415,6 +415,7 @@ pub mod bundle;
 pub mod cri;
 pub mod crustd;
 pub mod registry;
+pub mod token_server;
 
 /// Builds a root file system of busybox-static under `dir`: `bin/busybox` and one
 /// symlink `bin/APPLET -> busybox` per applet. Panics (with the package to install)

@@ -35,13 +35,22 @@ impl Registry {
     /// With `creds`, the registry wants HTTP basic auth (htpasswd, bcrypt). With `node`,
     /// it runs inside that network namespace (where a crustd under test can reach it).
     pub fn start_with(creds: Option<(&str, &str)>, node: Option<&Netns>) -> Registry {
-        Self::start_opts(creds, node, false)
+        Self::start_opts(creds, node, false, None)
+    }
+
+    /// Behind token authentication by `tokens` (on the host's loopback); skopeo pushes
+    /// with `pusher`'s basic credentials, which the token server takes.
+    pub fn start_token(
+        tokens: &crate::token_server::TokenServer,
+        pusher: (&str, &str),
+    ) -> Registry {
+        Self::start_opts(Some(pusher), None, false, Some(tokens))
     }
 
     /// Serving HTTPS with a certificate for 127.0.0.1 from a throwaway CA, `ca.pem` in
     /// [`Registry::ca`].
     pub fn start_tls() -> Registry {
-        Self::start_opts(None, None, true)
+        Self::start_opts(None, None, true, None)
     }
 
     /// The CA of a TLS registry.
@@ -49,12 +58,25 @@ impl Registry {
         self.dir.path().join("ca.pem")
     }
 
-    fn start_opts(creds: Option<(&str, &str)>, node: Option<&Netns>, tls: bool) -> Registry {
+    fn start_opts(
+        creds: Option<(&str, &str)>,
+        node: Option<&Netns>,
+        tls: bool,
+        tokens: Option<&crate::token_server::TokenServer>,
+    ) -> Registry {
         let dir = TempDir::new("reg");
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let mut auth = String::new();
-        if let Some((u, p)) = creds {
+        if let Some(t) = tokens {
+            auth = format!(
+                "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+                t.realm(),
+                crate::token_server::SERVICE,
+                crate::token_server::ISSUER,
+                t.cert().display()
+            );
+        } else if let Some((u, p)) = creds {
             let out = run(Command::new("htpasswd").args(["-Bbn", u, p]));
             assert!(
                 out.status.success(),

@@ -226,6 +226,52 @@ fn htpasswd_auth() {
     });
 }
 
+/// A CRI `identity_token` (an OAuth2 refresh token) is traded at the registry's token
+/// service (docker-registry with token auth; the token service is the test's) for an
+/// access token: a POST with grant_type=refresh_token, the repository's pull scope and
+/// a client id. A wrong one is refused as Unauthenticated, naming the token service.
+#[test]
+fn identity_token_is_exchanged_at_the_token_service() {
+    if !require_root(&["docker-registry", "skopeo", "openssl"]) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let tokens = crust_e2e::token_server::TokenServer::start("refresh-s3cret", "pusher", "pw");
+    let reg = Registry::start_token(&tokens, ("pusher", "pw"));
+    push(
+        &reg,
+        t.path(),
+        "private/oauth:v1",
+        vec![image(vec![(busybox_layer(), Compression::Gzip)], "o")],
+    );
+    let s = store(&t);
+    let r = reg.name("private/oauth:v1");
+    rt().block_on(async {
+        let e = s.pull(&r, None).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+        let wrong = Auth {
+            identity_token: "not-it".into(),
+            ..Default::default()
+        };
+        let e = s.pull(&r, Some(wrong)).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+        assert!(e.to_string().contains(&tokens.realm()), "{e}");
+        let right = Auth {
+            identity_token: "refresh-s3cret".into(),
+            ..Default::default()
+        };
+        let img = s.pull(&r, Some(right)).await.unwrap();
+        assert_eq!(img.repo_tags, vec![r.clone()]);
+    });
+    let posts = tokens.posts.lock().unwrap().clone();
+    let last = posts.last().expect("no POST to the token service");
+    assert_eq!(last["grant_type"], "refresh_token");
+    assert_eq!(last["refresh_token"], "refresh-s3cret");
+    assert_eq!(last["scope"], "repository:private/oauth:pull");
+    assert_eq!(last["service"], crust_e2e::token_server::SERVICE);
+    assert_eq!(last["client_id"], "crust");
+}
+
 #[test]
 fn mirror_from_hosts_toml() {
     if !require_root(TOOLS) {

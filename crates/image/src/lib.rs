@@ -27,6 +27,7 @@ mod manifest;
 mod pull;
 mod reference;
 mod snapshot;
+mod token;
 pub mod unpack;
 
 pub use error::{Error, ErrorKind, Result};

@@ -45,7 +45,15 @@ impl ImageStore {
         let what = named.to_string();
         let lock = Self::lock_key(&self.pulls, &what);
         let _g = lock.lock().await;
-        let auth = registry_auth(auth.unwrap_or_default(), &what)?;
+        let auth = auth.unwrap_or_default();
+        // A refresh token alone is traded for an access token per host (see token.rs).
+        let identity = (auth.registry_token.is_empty()
+            && auth.username.is_empty()
+            && auth.password.is_empty()
+            && auth.auth.is_empty()
+            && !auth.identity_token.is_empty())
+        .then(|| auth.identity_token.clone());
+        let auth = registry_auth(auth, &what)?;
         let eps = hosts::endpoints(self.hosts_dir.as_deref(), named.registry())
             .map_err(|e| e.context(format!("pulling image {what}")))?;
         let mut errs: Vec<(String, Error)> = Vec::new();
@@ -53,7 +61,20 @@ impl ImageStore {
             .iter()
             .filter(|e| e.pull && (e.resolve || named.digest().is_some()))
         {
-            match self.pull_from(ep, &named, &auth).await {
+            let ep_auth = match &identity {
+                Some(refresh) => {
+                    match crate::token::access_token(ep, named.inner.repository(), refresh).await {
+                        Ok(access) => RegistryAuth::Bearer(access),
+                        Err(e) => {
+                            tracing::warn!(reference = %what, host = %ep.host, "identity token: {e}");
+                            errs.push((format!("{}://{}", ep.scheme, ep.host), e));
+                            continue;
+                        }
+                    }
+                }
+                None => auth.clone(),
+            };
+            match self.pull_from(ep, &named, &ep_auth).await {
                 Ok(img) => {
                     tracing::info!(image = %img.id, reference = %what, host = %ep.host, "image pulled");
                     return Ok(img);
@@ -332,11 +353,7 @@ fn registry_auth(a: Auth, what: &str) -> Result<RegistryAuth> {
         })?;
         return Ok(RegistryAuth::Basic(u.to_string(), p.to_string()));
     }
-    if !a.identity_token.is_empty() {
-        return Err(Error::InvalidArgument(format!(
-            "pulling image {what}: identity tokens (OAuth2 refresh tokens) are not supported; use a registry token or username and password"
-        )));
-    }
+    // An identity token alone is exchanged per host by the caller (token.rs).
     Ok(RegistryAuth::Anonymous)
 }
 
