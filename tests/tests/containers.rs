@@ -749,6 +749,80 @@ async fn stdin_attach_and_stdin_once() {
     e.remove(&id).await;
 }
 
+/// `shareProcessNamespace`: with PID mode POD the container joins the pod's PID
+/// namespace, whose PID 1 is the pause, and a second container sees the first's
+/// processes; it still runs under its monitor and its exit is recorded.
+#[tokio::test]
+async fn shared_pod_pid_namespace() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let ns = NamespaceOption {
+        pid: NamespaceMode::Pod as i32,
+        ..Default::default()
+    };
+    let mut cfg = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "sharedpid".into(),
+            uid: "uid-sharedpid".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: "sharedpid".into(),
+        log_directory: e.logs.path().join("sharedpid").display().to_string(),
+        linux: Some(LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    };
+    cfg.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
+        namespace_options: Some(ns.clone()),
+        ..Default::default()
+    });
+    let id =
+        e.c.run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(cfg.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let pod = (id, cfg);
+    let mut first = ctr("sleeper", &["sleep", "300"]);
+    sc(&mut first).namespace_options = Some(ns.clone());
+    let a = e.create(&pod, first).await;
+    e.start(&a).await;
+    let mut second = ctr(
+        "looker",
+        &[
+            "sh",
+            "-c",
+            "cat /proc/1/cmdline | tr '\\0' ' '; echo; ps -o comm | grep -c sleep",
+        ],
+    );
+    sc(&mut second).namespace_options = Some(ns);
+    let b = e.create(&pod, second).await;
+    e.start(&b).await;
+    let s = e.wait_exited(&b).await;
+    assert_eq!(s.exit_code, 0, "{s:?}");
+    let lines: Vec<String> = log_lines(Path::new(&s.log_path))
+        .into_iter()
+        .filter(|l| l.1 == "stdout")
+        .map(|l| l.3)
+        .collect();
+    assert!(
+        lines[0].contains("crust-pause"),
+        "PID 1 is not the pause: {lines:?}"
+    );
+    assert_eq!(
+        lines[1].trim(),
+        "1",
+        "the sleeper of the other container: {lines:?}"
+    );
+    e.remove(&b).await;
+    e.remove(&a).await;
+}
+
 /// Bad input: the right code, a message, and nothing left behind.
 #[tokio::test]
 async fn bad_input_leaves_nothing() {
