@@ -443,8 +443,11 @@ fn memory_limit_and_oom_kill() {
     let mut child = g.start_in(&cg, script, Stdio::null(), Stdio::null());
     let status = wait_exit(&mut child, Duration::from_secs(120));
     assert!(!status.success(), "{status:?}");
-    assert_eq!(g.h.oom_kills(&cg).unwrap(), 1);
-    assert_eq!(g.h.stats(&cg).unwrap().memory.oom_kills, 1);
+    // `tail` is killed; `head` sometimes too, by a second OOM before tail's memory is
+    // freed (seen under emulation): one kill or two, counted the same both ways.
+    let kills = g.h.oom_kills(&cg).unwrap();
+    assert!((1..=2).contains(&kills), "{kills} OOM kills");
+    assert_eq!(g.h.stats(&cg).unwrap().memory.oom_kills, kills);
 }
 
 /// A tiny limit is refused before the kernel sees it; a limit below what the cgroup
