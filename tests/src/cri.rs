@@ -85,7 +85,16 @@ impl Env {
     }
 
     pub async fn pod(&mut self, name: &str) -> (String, PodSandboxConfig) {
-        let cfg = PodSandboxConfig {
+        self.pod_with(name, |_| {}).await
+    }
+
+    /// [`Env::pod`] with the config changed by `change` first.
+    pub async fn pod_with(
+        &mut self,
+        name: &str,
+        change: impl FnOnce(&mut PodSandboxConfig),
+    ) -> (String, PodSandboxConfig) {
+        let mut cfg = PodSandboxConfig {
             metadata: Some(PodSandboxMetadata {
                 name: name.into(),
                 uid: format!("uid-{name}"),
@@ -97,6 +106,7 @@ impl Env {
             linux: Some(LinuxPodSandboxConfig::default()),
             ..Default::default()
         };
+        change(&mut cfg);
         let id = self
             .c
             .run_pod_sandbox(RunPodSandboxRequest {

@@ -411,6 +411,7 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
     }
     unified
 }
+pub mod attach;
 pub mod bundle;
 pub mod cri;
 pub mod crustd;

@@ -483,29 +483,11 @@ async fn pids_limit_of_the_pod_cgroup() {
         },
     )
     .unwrap();
-    let mut cfg = PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: "pids".into(),
-            uid: "uid-pids".into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: "pids".into(),
-        log_directory: e.logs.path().join("pids").display().to_string(),
-        linux: Some(LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    };
-    cfg.linux.as_mut().unwrap().cgroup_parent = parent.into();
-    let id =
-        e.c.run_pod_sandbox(RunPodSandboxRequest {
-            config: Some(cfg.clone()),
-            runtime_handler: String::new(),
+    let pod = e
+        .pod_with("pids", |c| {
+            c.linux.as_mut().unwrap().cgroup_parent = parent.into();
         })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    let pod = (id, cfg);
+        .await;
     let c = e
         .create(
             &pod,
@@ -668,47 +650,13 @@ async fn tty_container() {
     e.remove(&id).await;
 }
 
-/// What an attach client gets from the container's attach socket until `pred` holds
-/// for the text of `stream` (or panics after 10 s).
-fn attach_read(sock: &std::os::fd::OwnedFd, stream: u8, pred: impl Fn(&str) -> bool) -> String {
-    use std::os::fd::AsRawFd;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut text = String::new();
-    while !pred(&text) {
-        assert!(Instant::now() < deadline, "attach got only {text:?}");
-        let mut pfd = libc::pollfd {
-            fd: sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one pollfd we own.
-        if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
-            continue;
-        }
-        let mut buf = [0u8; 65536];
-        // SAFETY: recv into a buffer we own.
-        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        assert!(n > 0, "attach socket closed; got {text:?}");
-        if buf[0] == stream {
-            text.push_str(&String::from_utf8_lossy(&buf[1..n as usize]));
-        }
-    }
-    text
-}
-
-fn attach_send(sock: &std::os::fd::OwnedFd, data: &[u8]) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: send from a buffer we own on a socket we own.
-    let n = unsafe { libc::send(sock.as_raw_fd(), data.as_ptr().cast(), data.len(), 0) };
-    assert_eq!(n, data.len() as isize);
-}
-
 /// `stdin` keeps the container's stdin open for a later attach (the monitor's attach
 /// socket in the container's state dir); with `stdin_once` the first client to end
 /// its input ends the container's. A tty container takes input through its pty.
 #[tokio::test]
 async fn stdin_attach_and_stdin_once() {
-    use std::os::fd::AsRawFd;
+    use container::monitor::ATTACH_STDOUT as OUT;
+    use crust_e2e::attach::{recv_until, send, shut_input, text};
     if !root() {
         return;
     }
@@ -721,14 +669,10 @@ async fn stdin_attach_and_stdin_once() {
     e.start(&id).await;
     let dir = e.d.state.path().join("containers").join(&id);
     let client = container::monitor::connect_attach(&dir).unwrap();
-    attach_send(&client, b"hi\n");
-    attach_read(&client, container::monitor::ATTACH_STDOUT, |t| t == "hi\n");
-    // SAFETY: shutdown of a socket we own.
-    assert_eq!(
-        unsafe { libc::shutdown(client.as_raw_fd(), libc::SHUT_WR) },
-        0
-    );
-    attach_read(&client, container::monitor::ATTACH_STDOUT, |t| t == "eof\n");
+    send(&client, b"hi\n");
+    recv_until(&client, "the echo", |m| text(m, OUT) == "hi\n");
+    shut_input(&client);
+    recv_until(&client, "eof", |m| text(m, OUT) == "eof\n");
     let s = e.wait_exited(&id).await;
     assert_eq!(s.exit_code, 0, "{s:?}");
     e.remove(&id).await;
@@ -740,10 +684,8 @@ async fn stdin_attach_and_stdin_once() {
     e.start(&id).await;
     let dir = e.d.state.path().join("containers").join(&id);
     let client = container::monitor::connect_attach(&dir).unwrap();
-    attach_send(&client, b"abc\n");
-    attach_read(&client, container::monitor::ATTACH_STDOUT, |t| {
-        t.contains("got abc")
-    });
+    send(&client, b"abc\n");
+    recv_until(&client, "the answer", |m| text(m, OUT).contains("got abc"));
     let s = e.wait_exited(&id).await;
     assert_eq!(s.exit_code, 0, "{s:?}");
     e.remove(&id).await;
@@ -762,32 +704,14 @@ async fn shared_pod_pid_namespace() {
         pid: NamespaceMode::Pod as i32,
         ..Default::default()
     };
-    let mut cfg = PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: "sharedpid".into(),
-            uid: "uid-sharedpid".into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: "sharedpid".into(),
-        log_directory: e.logs.path().join("sharedpid").display().to_string(),
-        linux: Some(LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    };
-    cfg.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
-        namespace_options: Some(ns.clone()),
-        ..Default::default()
-    });
-    let id =
-        e.c.run_pod_sandbox(RunPodSandboxRequest {
-            config: Some(cfg.clone()),
-            runtime_handler: String::new(),
+    let pod = e
+        .pod_with("sharedpid", |c| {
+            c.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(ns.clone()),
+                ..Default::default()
+            });
         })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    let pod = (id, cfg);
+        .await;
     let mut first = ctr("sleeper", &["sleep", "300"]);
     sc(&mut first).namespace_options = Some(ns.clone());
     let a = e.create(&pod, first).await;

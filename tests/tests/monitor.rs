@@ -809,57 +809,7 @@ fn an_adopted_orphan_is_reaped_but_not_taken_for_the_init() {
 // ---------------------------------------------------------------------------------------
 // Attach
 
-/// Messages from an attach socket until `pred` holds for what came so far (stream tag,
-/// text), or panics after TIMEOUT.
-fn attach_until(
-    sock: &OwnedFd,
-    what: &str,
-    pred: impl Fn(&[(u8, String)]) -> bool,
-) -> Vec<(u8, String)> {
-    let deadline = Instant::now() + TIMEOUT;
-    let mut got: Vec<(u8, String)> = vec![];
-    while !pred(&got) {
-        assert!(
-            Instant::now() < deadline,
-            "attach never got {what}: {got:?}"
-        );
-        let mut pfd = libc::pollfd {
-            fd: sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one pollfd we own.
-        if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
-            continue;
-        }
-        let mut buf = [0u8; 65536];
-        // SAFETY: recv into a buffer we own.
-        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        assert!(n > 0, "attach socket closed before {what}: {got:?}");
-        let n = n as usize;
-        got.push((buf[0], String::from_utf8_lossy(&buf[1..n]).into_owned()));
-    }
-    got
-}
-
-fn send(sock: &OwnedFd, data: &[u8]) {
-    // SAFETY: send from a buffer we own on a socket we own.
-    let n = unsafe { libc::send(sock.as_raw_fd(), data.as_ptr().cast(), data.len(), 0) };
-    assert_eq!(
-        n,
-        data.len() as isize,
-        "{}",
-        std::io::Error::last_os_error()
-    );
-}
-
-fn shut_input(sock: &OwnedFd) {
-    // SAFETY: shutdown of a socket we own.
-    assert_eq!(
-        unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_WR) },
-        0
-    );
-}
+use crust_e2e::attach::{recv_until as attach_until, send, shut_input};
 
 /// A `cat` whose stdin is a pipe the monitor holds (`-i 8`), and the attach socket
 /// (`-A 9`) with `-s MODE`.
