@@ -145,8 +145,11 @@ fn binary() -> &'static Path {
     })
 }
 
-/// Shell words that make a child wait until the test calls [`Monitor::go`].
-const WAIT_GO: &str = "while [ ! -e \"$GO\" ]; do sleep 0.01; done";
+/// Shell words that make a child wait until the test calls [`Monitor::go`], or until
+/// the test's temp dir is gone: a child that outlives its monitor (a daemonised
+/// grandchild) must not wait forever when the go file went with the dir before the
+/// child looked.
+const WAIT_GO: &str = "while [ ! -e \"$GO\" ] && [ -d \"${GO%/*}\" ]; do sleep 0.01; done";
 
 /// Starts `sh -c 'SCRIPT'` with `fds` on 3, 4, ... and `$GO` set; SCRIPT ends in
 /// `exec "$0" "$@"`, which runs the monitor with `-e DIR/exit` and `args`.
