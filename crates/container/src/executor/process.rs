@@ -428,32 +428,9 @@ fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
         // fewer): it joins the pod's namespaces (pid only for its children; the
         // others it keeps, harmlessly, as the monitor) and clones the init as its
         // own child.
-        // SAFETY: the fd number is ours in this process.
-        let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(fds.sock) };
-        let fail = |f: Fail| -> ! {
-            let _ = channel::send(sock, &f.message());
-            init::exit(1)
-        };
         let mut own = keep.clone();
         own.extend([fds.sock, fds.gate]);
-        if let Err(f) = enter(fds, &own) {
-            fail(f)
-        }
-        match clone_init(p.clone_flags(), fds.cgroup_dir.as_ref()) {
-            Err(err) => fail(Fail {
-                step: Step::Clone,
-                path: format!("flags {:#x}", p.clone_flags()),
-                err,
-            }),
-            Ok(0) => init::run(p, fds),
-            Ok(pid) => {
-                if channel::send(sock, &Message::InitPid(pid)).is_err() {
-                    // SAFETY: our own child, not yet reaped.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    init::exit(1)
-                }
-            }
-        }
+        clone_and_report(p, fds, &own, p.clone_flags());
         close_all_but(&mut keep);
     }
     let argv: Vec<*const libc::c_char> = m
@@ -638,45 +615,61 @@ pub(crate) fn enter(fds: &ChildFds, extra: &[RawFd]) -> std::result::Result<(), 
 
 /// The intermediate process; never returns.
 fn intermediate(p: &Plan, fds: &ChildFds) -> ! {
-    // SAFETY: the fd numbers are ours in this process.
+    // Not dumpable: no other process (another container sharing a PID namespace it
+    // joins) may open /proc/PID/{exe,fd,mem} of this copy of the caller.
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    clone_and_report(
+        p,
+        fds,
+        &[fds.sock, fds.gate],
+        p.clone_flags() | libc::CLONE_PARENT,
+    );
+    init::exit(0)
+}
+
+/// What the intermediate (or the monitor-to-be) does: keeps `keep` and its own fds,
+/// joins the namespaces, clones the init with `flags` and tells the main process its
+/// pid, which it returns. The init runs in the clone and never returns. A failure is
+/// reported on the socket and ends this process.
+fn clone_and_report(p: &Plan, fds: &ChildFds, keep: &[RawFd], flags: libc::c_int) -> libc::pid_t {
+    // SAFETY: the fd number is ours in this process.
     let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(fds.sock) };
     let fail = |f: Fail| -> ! {
         let _ = channel::send(sock, &f.message());
         init::exit(1)
     };
-    // Not dumpable: no other process (another container sharing a PID namespace it
-    // joins) may open /proc/PID/{exe,fd,mem} of this copy of the caller.
-    // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    if let Err(f) = enter(fds, &[fds.sock, fds.gate]) {
+    if let Err(f) = enter(fds, keep) {
         fail(f)
     }
-    match clone_init(
-        p.clone_flags() | libc::CLONE_PARENT,
-        fds.cgroup_dir.as_ref(),
-    ) {
+    match clone_init(flags, fds.cgroup_dir.as_ref()) {
         Err(err) => fail(Fail {
             step: Step::Clone,
             path: format!("flags {:#x}", p.clone_flags()),
             err,
         }),
         Ok(0) => init::run(p, fds),
-        Ok(pid) => hand_over(sock, pid),
+        Ok(pid) => {
+            report_pid(sock, pid);
+            pid
+        }
     }
 }
 
-/// The intermediate's last act: tells the main process the pid of the child it cloned
-/// and exits. A child nobody heard of must not linger: it is killed if that fails.
+/// Tells the main process the pid of the child just cloned. A child nobody heard of
+/// must not linger: when that fails it is killed and this process exits 1.
+fn report_pid(sock: std::os::fd::BorrowedFd<'_>, pid: libc::pid_t) {
+    if channel::send(sock, &Message::InitPid(pid)).is_err() {
+        // SAFETY: our own child (or, by CLONE_PARENT, main's), not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        init::exit(1)
+    }
+}
+
+/// The intermediate's last act: [`report_pid`], then exit 0.
 pub(crate) fn hand_over(sock: std::os::fd::BorrowedFd<'_>, pid: libc::pid_t) -> ! {
-    let code = match channel::send(sock, &Message::InitPid(pid)) {
-        Ok(()) => 0,
-        Err(_) => {
-            // SAFETY: our own child (by CLONE_PARENT, main's), not yet reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            1
-        }
-    };
-    init::exit(code)
+    report_pid(sock, pid);
+    init::exit(0)
 }
 
 #[cfg(test)]
