@@ -233,7 +233,7 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
 /// directory made).
 fn prepare_rootfs_and_log(
     crust: &Crust,
-    sb: &SandboxRecord,
+    sb_cfg: &PodSandboxConfig,
     cfg: &ContainerConfig,
     rec: &mut ContainerRecord,
 ) -> Result<image::Snapshot> {
@@ -243,7 +243,6 @@ fn prepare_rootfs_and_log(
         .prepare_snapshot(&id, &rec.image_id)
         .map_err(|e| Error::Internal(format!("preparing the root filesystem of {id}: {e}")))?;
     rec.snapshot = true;
-    let sb_cfg = sb.config().unwrap_or_default();
     if !cfg.log_path.is_empty() {
         if sb_cfg.log_directory.is_empty() {
             return Err(Error::InvalidArgument(format!(
@@ -297,6 +296,7 @@ fn make(
     // The cgroup (a dozen mkdirs and limit writes on v1) is made while the snapshot
     // and the log path are prepared.
     let resources_wanted = rec.resources();
+    let sb_cfg = sb.config().unwrap_or_default();
     let (made_cgroup, prepared) = std::thread::scope(|s| {
         let cgroup_job = cg.as_ref().map(|cg| {
             let id = &id;
@@ -315,7 +315,7 @@ fn make(
                 Ok(())
             })
         });
-        let prepared = prepare_rootfs_and_log(crust, sb, cfg, rec);
+        let prepared = prepare_rootfs_and_log(crust, &sb_cfg, cfg, rec);
         let made = cgroup_job
             .map(|j| {
                 j.join()
@@ -378,7 +378,7 @@ fn make(
     };
     let hostname = std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
         .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| sb.config().unwrap_or_default().hostname);
+        .unwrap_or_else(|_| sb_cfg.hostname.clone());
     let t_cgroup = t0.elapsed();
     let spec = container_spec::build(
         cfg,

@@ -167,28 +167,28 @@ fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
 
 /// The cgroup whose usage is the pod's: the pod-level one (the kubelet's cgroup_parent,
 /// or the one crust made for the pod) holding the pause's and the containers' cgroups;
-/// the pause's own for a sandbox of an older layout under a shared parent.
-fn pod_level(rec: &SandboxRecord) -> Option<String> {
+/// the pause's own for a sandbox of the older layout, which sat right in crust's shared
+/// `<root>/crust` (no record needs decoding for this: ListPodSandboxStats is polled).
+fn pod_level(crust: &Crust, rec: &SandboxRecord) -> Option<String> {
     let own = rec.cgroup.clone()?;
     let parent = crate::daemon::Crust::pod_level_cgroup(&own)?;
-    let kubelet_parent = rec
-        .config()
-        .and_then(|c| c.linux)
-        .is_some_and(|l| !l.cgroup_parent.is_empty());
-    Some(
-        if kubelet_parent || parent.name() == Some(rec.id.as_str()) {
-            parent.to_string()
-        } else {
-            own
-        },
-    )
+    let shared = cgroups::CgroupPath::new(&format!(
+        "{}/crust",
+        crust.cfg.cgroup.root.trim_end_matches('/')
+    ))
+    .ok();
+    Some(if shared.as_ref() == Some(&parent) {
+        own
+    } else {
+        parent.to_string()
+    })
 }
 
 async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSandboxStats> {
     if rec.state != SandboxState::Ready {
         return None;
     }
-    let (cpu, memory, _, procs) = usage(crust, &pod_level(rec)?)?;
+    let (cpu, memory, _, procs) = usage(crust, &pod_level(crust, rec)?)?;
     let ts = cpu.timestamp;
     let mut containers = vec![];
     for c in crust.containers.of_sandbox(&rec.id) {
