@@ -22,6 +22,25 @@ pub struct Endpoint {
     pub headers: BTreeMap<String, Vec<String>>,
 }
 
+impl Endpoint {
+    /// The PEM files of hosts.toml `ca`, read (an error names the host and file), with
+    /// their paths: every HTTP client for this host trusts them.
+    pub(crate) fn ca_pems(&self) -> crate::error::Result<Vec<(&PathBuf, Vec<u8>)>> {
+        self.ca
+            .iter()
+            .map(|p| {
+                std::fs::read(p).map(|pem| (p, pem)).map_err(|e| {
+                    crate::error::Error::Internal(format!(
+                        "registry host {}: ca {}: {e}",
+                        self.host,
+                        p.display()
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Default, serde::Deserialize)]
 struct HostsFile {
     server: Option<String>,

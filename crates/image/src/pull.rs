@@ -300,20 +300,14 @@ impl Read for ChanReader {
 }
 
 fn client_for(ep: &Endpoint) -> Result<Client> {
-    let mut extra = Vec::new();
-    for p in &ep.ca {
-        let data = std::fs::read(p).map_err(|e| {
-            Error::Internal(format!(
-                "registry host {}: ca {}: {e}",
-                ep.host,
-                p.display()
-            ))
-        })?;
-        extra.push(Certificate {
+    let extra = ep
+        .ca_pems()?
+        .into_iter()
+        .map(|(_, data)| Certificate {
             encoding: CertificateEncoding::Pem,
             data,
-        });
-    }
+        })
+        .collect();
     if !ep.headers.is_empty() {
         tracing::warn!(host = %ep.host, "hosts.toml `header` is not sent: oci-client has no way to add headers");
     }

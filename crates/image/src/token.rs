@@ -91,14 +91,7 @@ fn http_client(ep: &Endpoint) -> Result<reqwest::Client> {
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(60))
         .danger_accept_invalid_certs(ep.skip_verify);
-    for p in &ep.ca {
-        let pem = std::fs::read(p).map_err(|e| {
-            Error::Internal(format!(
-                "registry host {}: ca {}: {e}",
-                ep.host,
-                p.display()
-            ))
-        })?;
+    for (p, pem) in ep.ca_pems()? {
         let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| {
             Error::InvalidArgument(format!(
                 "registry host {}: ca {}: {e}",
