@@ -28,9 +28,10 @@
 mod sys;
 
 use sys::{
-    c_str_eq, close, exit, syscall, write_all, ANY_CHILD, O_CLOEXEC, O_RDWR, O_WRONLY, SIGCHLD,
-    SIGINT, SIGKILL, SIGSET_SIZE, SIGTERM, SIG_BLOCK, SYS_CLONE, SYS_CLONE3, SYS_DUP2, SYS_KILL,
-    SYS_OPEN, SYS_OPENAT, SYS_RT_SIGPROCMASK, SYS_RT_SIGTIMEDWAIT, SYS_WAIT4, SYS_WRITE, WNOHANG,
+    c_str_eq, close, exit, syscall, write_all, ANY_CHILD, E2BIG, EINVAL, ENOSYS, O_CLOEXEC, O_RDWR,
+    O_WRONLY, SIGCHLD, SIGINT, SIGKILL, SIGSET_SIZE, SIGTERM, SIG_BLOCK, SYS_CLONE, SYS_CLONE3,
+    SYS_DUP2, SYS_KILL, SYS_OPEN, SYS_OPENAT, SYS_RT_SIGPROCMASK, SYS_RT_SIGTIMEDWAIT, SYS_WAIT4,
+    SYS_WRITE, WNOHANG,
 };
 
 extern "C" fn start(sp: *const usize) -> ! {
@@ -120,9 +121,6 @@ struct CloneArgs {
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-const E2BIG: isize = 7;
-const EINVAL: isize = 22;
-const ENOSYS: isize = 38;
 
 /// fork(), into the cgroup2 directory `cgroup` when given.
 fn fork_into(cgroup: Option<usize>) -> isize {

@@ -107,11 +107,13 @@ use monitor_core::{
 };
 use sys::{
     close, exit, syscall, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR, F_GETFL,
-    F_SETFL, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY,
-    POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE,
-    SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SYS_CLOCK_GETTIME, SYS_FCNTL, SYS_FSYNC, SYS_OPEN,
-    SYS_POLL, SYS_READ, SYS_RENAME, SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK, SYS_SETSID,
-    SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITE, SYS_WRITEV, WNOHANG,
+    F_SETFL, MSG_CMSG_CLOEXEC, MSG_DONTWAIT, MSG_NOSIGNAL, O_APPEND, O_CLOEXEC, O_CREAT,
+    O_DIRECTORY, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY, POLLERR, POLLHUP, POLLIN, POLLNVAL,
+    POLLOUT, SCM_RIGHTS, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE, SIGSET_SIZE, SIGUSR1,
+    SIG_BLOCK, SIG_DFL, SOL_SOCKET, SYS_ACCEPT4, SYS_CLOCK_GETTIME, SYS_FCNTL, SYS_FSYNC, SYS_OPEN,
+    SYS_POLL, SYS_READ, SYS_RECVFROM, SYS_RECVMSG, SYS_RENAME, SYS_RT_SIGACTION,
+    SYS_RT_SIGPROCMASK, SYS_SENDMSG, SYS_SETSID, SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITE,
+    SYS_WRITEV, WNOHANG,
 };
 
 /// A stream's line buffer: one more byte than the longest record, so that a full buffer
@@ -539,7 +541,13 @@ impl Stream {
     fn adopt(&mut self, fd: i32) {
         let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
         if flags >= 0 {
-            syscall(SYS_FCNTL, fd as usize, F_SETFL, flags as usize | O_NONBLOCK, 0);
+            syscall(
+                SYS_FCNTL,
+                fd as usize,
+                F_SETFL,
+                flags as usize | O_NONBLOCK,
+                0,
+            );
         }
         self.fd = fd;
     }
@@ -619,7 +627,13 @@ impl Stream {
 fn nonblocking(fd: i32) -> i32 {
     let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
     if flags >= 0 {
-        syscall(SYS_FCNTL, fd as usize, F_SETFL, flags as usize | O_NONBLOCK, 0);
+        syscall(
+            SYS_FCNTL,
+            fd as usize,
+            F_SETFL,
+            flags as usize | O_NONBLOCK,
+            0,
+        );
     }
     fd
 }
@@ -646,7 +660,13 @@ impl Attach {
     }
 
     fn accept(&mut self) {
-        let fd = syscall(SYS_ACCEPT4, self.listen as usize, 0, 0, O_NONBLOCK | O_CLOEXEC);
+        let fd = syscall(
+            SYS_ACCEPT4,
+            self.listen as usize,
+            0,
+            0,
+            O_NONBLOCK | O_CLOEXEC,
+        );
         if fd < 0 {
             return;
         }
@@ -971,16 +991,6 @@ struct MsgHdr {
     controllen: usize,
     flags: i32,
 }
-
-const SYS_RECVMSG: usize = 47;
-const SYS_SENDMSG: usize = 46;
-const SYS_RECVFROM: usize = 45;
-const SYS_ACCEPT4: usize = 288;
-const MSG_DONTWAIT: usize = 0x40;
-const MSG_NOSIGNAL: usize = 0x4000;
-const SOL_SOCKET: i32 = 1;
-const SCM_RIGHTS: i32 = 1;
-const MSG_CMSG_CLOEXEC: usize = 0x4000_0000;
 
 /// Receives one fd sent with SCM_RIGHTS on `sock`; -1 on EOF or anything else.
 fn recv_fd(sock: i32) -> i32 {

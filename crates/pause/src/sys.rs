@@ -31,6 +31,10 @@ pub const SYS_RT_SIGTIMEDWAIT: usize = 128;
 pub const SYS_CLOCK_GETTIME: usize = 228;
 pub const SYS_EXIT_GROUP: usize = 231;
 pub const SYS_SIGNALFD4: usize = 289;
+pub const SYS_RECVFROM: usize = 45;
+pub const SYS_SENDMSG: usize = 46;
+pub const SYS_RECVMSG: usize = 47;
+pub const SYS_ACCEPT4: usize = 288;
 pub const SYS_OPENAT: usize = 257;
 pub const SYS_CLONE3: usize = 435;
 
@@ -42,6 +46,9 @@ pub const SIGTERM: usize = 15;
 pub const SIGCHLD: usize = 17;
 
 pub const EINTR: isize = 4;
+pub const E2BIG: isize = 7;
+pub const EINVAL: isize = 22;
+pub const ENOSYS: isize = 38;
 pub const EIO: isize = 5;
 pub const EAGAIN: isize = 11;
 pub const ECHILD: isize = 10;
@@ -65,6 +72,12 @@ pub const O_CLOEXEC: usize = 0o2000000;
 
 pub const F_GETFL: usize = 3;
 pub const F_SETFL: usize = 4;
+
+pub const MSG_DONTWAIT: usize = 0x40;
+pub const MSG_NOSIGNAL: usize = 0x4000;
+pub const MSG_CMSG_CLOEXEC: usize = 0x4000_0000;
+pub const SOL_SOCKET: i32 = 1;
+pub const SCM_RIGHTS: i32 = 1;
 
 pub const POLLIN: i16 = 0x1;
 pub const POLLOUT: i16 = 0x4;
