@@ -423,11 +423,14 @@ fn make(
         let c = rt
             .create(&id, &bundle, &monitor)
             .map_err(|e| Error::InvalidArgument(format!("{} create: {e}", sb.runtime_handler)))?;
-        rec.pid = c.pid;
-        rec.pid_start_time = start_time(c.pid).unwrap_or(0);
-        rec.monitor_pid = c.monitor;
-        rec.monitor_start_time = start_time(c.monitor).unwrap_or(0);
-        rec.state = ContainerState::Created;
+        mark_created(
+            rec,
+            &executor::InitInfo {
+                pid: c.pid,
+                start_time: start_time(c.pid).unwrap_or(0),
+                monitor: Some(c.monitor),
+            },
+        );
         return crust.containers.save(rec);
     }
     let mut opts = CreateOpts::new(&id, &bundle, spec, crust.containers.exec_state(&id));
@@ -441,38 +444,37 @@ fn make(
     // The Created record reaches the disk while the init mounts (the fsync is the
     // slowest part of this RPC after the init's own work); a create that fails after
     // it is torn down by the caller like any other.
-    let created = Arc::new(std::sync::Mutex::new(None));
     {
-        let created = created.clone();
         let path = crust.containers.record_path(&id);
         let mut early = rec.clone();
         opts.on_init = Some(executor::OnInit(Box::new(move |init| {
-            early.pid = init.pid;
-            early.pid_start_time = init.start_time;
-            early.monitor_pid = init.monitor.unwrap_or(0);
-            early.monitor_start_time = start_time(early.monitor_pid).unwrap_or(0);
-            early.state = ContainerState::Created;
-            let r =
-                crate::container_store::write_record(&path, &early).map_err(std::io::Error::other);
-            *created.lock().unwrap_or_else(|p| p.into_inner()) = Some(early);
-            r
+            mark_created(&mut early, &init);
+            crate::container_store::write_record(&path, &early).map_err(std::io::Error::other)
         })));
     }
     let t_spec = t0.elapsed();
-    executor::create(opts).map_err(create_err)?;
+    let c = executor::create(opts).map_err(create_err)?;
     let t_exec = t0.elapsed();
     tracing::debug!(container = %id, ?t_saved, ?t_snap, ?t_cgroup, ?t_spec, ?t_exec, "create phases");
-    let saved = created.lock().unwrap_or_else(|p| p.into_inner()).take();
-    match saved {
-        Some(r) => {
-            *rec = r;
-            Ok(())
-        }
-        // Not reached: create succeeds only after the hook ran.
-        None => Err(Error::Internal(format!(
-            "container {id}: created without its record"
-        ))),
-    }
+    // What the hook wrote, in memory too.
+    mark_created(
+        rec,
+        &executor::InitInfo {
+            pid: c.pid,
+            start_time: c.start_time,
+            monitor: c.monitor,
+        },
+    );
+    Ok(())
+}
+
+/// A record's Created state: the init and its monitor, by pid and start time.
+fn mark_created(rec: &mut ContainerRecord, init: &executor::InitInfo) {
+    rec.pid = init.pid;
+    rec.pid_start_time = init.start_time;
+    rec.monitor_pid = init.monitor.unwrap_or(0);
+    rec.monitor_start_time = start_time(rec.monitor_pid).unwrap_or(0);
+    rec.state = ContainerState::Created;
 }
 
 /// Undoes whatever the container has: its processes, executor state, snapshot,
