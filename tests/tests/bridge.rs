@@ -1001,6 +1001,110 @@ fn del_removes_veth_addresses_and_rules_and_repeats() {
     assert!(has_link(&node.ns, &node.bridge));
 }
 
+/// Inodes of the pipes process `pid` has open.
+fn pipes_of(pid: &str) -> BTreeSet<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|l| l.to_string_lossy().into_owned())
+                .filter(|l| l.starts_with("pipe:"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// PIDs of the children DEL leaves to finish the kernel's part (see finish.rs).
+fn finishers() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| c.trim() == "cni-del-finish")
+        })
+        .collect()
+}
+
+/// DEL returns as soon as the veth is out of the pod, and leaves the kernel's slow
+/// remainder (RCU waits after the link is unlisted and the rules deleted) to a child.
+/// So: the same interface can be added again the moment DEL returns, the rules are
+/// gone by then, and the child holds none of the caller's pipes (a runtime reading the
+/// plugin's stdout to its end would otherwise wait for it after all).
+#[test]
+fn del_frees_the_interface_at_once_and_leaves_no_pipe_held() {
+    if !root() {
+        return;
+    }
+    let node = Node::ours();
+    let pod = Netns::new("bp");
+    let c = node.conf(
+        "1.0.0",
+        json!({"isGateway": true, "ipMasq": true}),
+        dual(237),
+    );
+    let mut seen_finisher = false;
+    for round in 0..6 {
+        node.add(&c, "c1", &pod);
+        assert!(!node.nft_rules().is_empty());
+        // DEL by hand, to look at the finisher while it still runs.
+        let mut cmd = std::process::Command::new(&node.plugin);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("CNI_COMMAND", "DEL")
+            .env("CNI_CONTAINERID", "c1")
+            .env("CNI_NETNS", netns_path(&pod))
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", &node.cni_path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let (status, ours) = std::thread::scope(|s| {
+            s.spawn(|| {
+                crust_e2e::enter_netns(&node.ns.path());
+                let mut child = cmd.spawn().unwrap();
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(c.to_string().as_bytes())
+                    .unwrap();
+                let status = child.wait().unwrap();
+                let me = pipes_of("self");
+                (status, me)
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(status.success(), "round {round}: DEL failed: {status}");
+        for f in finishers() {
+            seen_finisher = true;
+            let held: Vec<String> = pipes_of(&f).intersection(&ours).cloned().collect();
+            assert!(held.is_empty(), "finisher {f} holds the caller's {held:?}");
+        }
+        assert!(
+            !has_link(&pod, "eth0"),
+            "round {round}: eth0 still in the pod"
+        );
+        assert!(
+            node.nft_rules().is_empty(),
+            "round {round}: rules left: {:?}",
+            node.nft_rules()
+        );
+    }
+    assert!(
+        seen_finisher,
+        "no DEL left a finisher running: the test looked at nothing"
+    );
+    node.add(&c, "c1", &pod);
+    node.del(&c, "c1", &pod);
+    assert!(node.veths().is_empty());
+    assert!(node.reservations().is_empty());
+}
+
 /// DEL after the pod's namespace is gone succeeds and still releases the addresses and
 /// removes the rules (the veth went with the namespace).
 #[test]

@@ -1,8 +1,11 @@
 //! crust's CNI plugins, `bridge` and `host-local`, as a library their thin binaries call.
 
 pub mod bridge;
+pub mod finish;
 pub mod host_local;
 pub mod ip;
 pub mod masq;
 pub mod netlink;
 pub mod netns;
+pub mod nft;
+pub mod rawnl;

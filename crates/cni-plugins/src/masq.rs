@@ -2,8 +2,9 @@
 //!
 //! Every rule carries the network name and container id in its comment, so DEL removes
 //! exactly the rules of its own attachment and nothing else, and the rules survive the
-//! plugin (which keeps no state). nftables is used when `nft` is on the node; iptables
-//! (the reference plugin's only backend) otherwise, or when `ipMasqBackend` asks for it.
+//! plugin (which keeps no state). nftables (spoken over netlink, see nft.rs; the `nft`
+//! tool is not needed) is used when the kernel has it; iptables (the reference plugin's
+//! only backend) otherwise, or when `ipMasqBackend` asks for it.
 //!
 //! `macspoofchk` lives beside it: a rule in `table bridge crust_cni`, chain
 //! `macspoof`, drops frames entering the bridge from the pod's veth with any source MAC
@@ -18,9 +19,9 @@
 //! }
 //! ```
 
+use crate::nft::{self, Nft};
 use cni::{CniError, CniResult};
 use ipnetwork::IpNetwork;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -52,7 +53,7 @@ impl Backend {
             Some(other) => Err(CniError::config(format!(
                 "unknown ipMasqBackend {other:?}: expected \"nftables\" or \"iptables\""
             ))),
-            None if find_tool("nft").is_some() => Ok(Backend::Nftables),
+            None if Nft::available() => Ok(Backend::Nftables),
             None => Ok(Backend::Iptables),
         }
     }
@@ -68,35 +69,19 @@ pub fn comment(backend: Backend, network: &str, container_id: &str) -> String {
     }
 }
 
-fn run_tool(tool: &str, args: &[&str], stdin: Option<&str>) -> CniResult<String> {
+fn run_tool(tool: &str, args: &[&str]) -> CniResult<String> {
     let path = find_tool(tool)
         .ok_or_else(|| CniError::io(format!("ipMasq needs `{tool}`, which is not installed")))?;
-    let mut cmd = Command::new(&path);
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd
-        .spawn()
+    let out = Command::new(&path)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
         .map_err(|e| CniError::io(format!("failed to run {tool}: {e}")))?;
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("piped");
-        pipe.write_all(input.as_bytes())
-            .map_err(|e| CniError::io(format!("writing to {tool}: {e}")))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| CniError::io(format!("waiting for {tool}: {e}")))?;
     if !out.status.success() {
         return Err(CniError::io(format!(
-            "{tool} {} failed: {}{}",
+            "{tool} {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim(),
-            stdin
-                .map(|s| format!(" (input: {})", s.trim()))
-                .unwrap_or_default()
         )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -120,42 +105,17 @@ pub fn setup(
     spoof: Option<(&str, &str)>,
 ) -> CniResult<()> {
     let c = comment(Backend::Nftables, network, container_id);
-    let mut tables = String::new();
-    let mut rules = String::new();
-    if backend == Some(Backend::Nftables) && !ips.is_empty() {
-        tables.push_str(&format!(
-            "add table inet {NFT_TABLE}\n\
-             add chain inet {NFT_TABLE} {NFT_CHAIN} {{ type nat hook postrouting priority srcnat ; policy accept ; }}\n"
-        ));
-        for ip in ips {
-            let fam = if ip.is_ipv4() { "ip" } else { "ip6" };
-            let subnet = crate::ip::network_of(*ip);
-            rules.push_str(&format!(
-                "add rule inet {NFT_TABLE} {NFT_CHAIN} {fam} saddr {} {fam} daddr != {subnet} {fam} daddr != {} masquerade comment \"{c}\"\n",
-                ip.ip(),
-                multicast(ip)
-            ));
-        }
+    let mut rules = Vec::new();
+    if backend == Some(Backend::Nftables) {
+        rules.extend(ips.iter().map(|ip| nft::Rule::masquerade(*ip, &c)));
     }
     if let Some((veth, mac)) = spoof {
-        tables.push_str(&format!(
-            "add table bridge {NFT_TABLE}\n\
-             add chain bridge {NFT_TABLE} {NFT_SPOOF_CHAIN} {{ type filter hook prerouting priority -300 ; policy accept ; }}\n"
-        ));
-        rules.push_str(&format!(
-            "add rule bridge {NFT_TABLE} {NFT_SPOOF_CHAIN} iifname \"{veth}\" ether saddr != {mac} drop comment \"{c}\"\n"
-        ));
+        let mac = crate::netlink::parse_mac(mac)
+            .ok_or_else(|| CniError::internal(format!("the pod's MAC {mac:?} is not a MAC")))?;
+        rules.push(nft::Rule::macspoof(veth, &mac, &c));
     }
     if !rules.is_empty() {
-        // Re-adding an existing table and chain costs a slow commit on every ADD, so add
-        // just the rules, and the tables too only when one is missing.
-        match run_tool("nft", &["-f", "-"], Some(&rules)) {
-            Ok(_) => {}
-            Err(e) if e.msg.contains("No such file or directory") => {
-                run_tool("nft", &["-f", "-"], Some(&format!("{tables}{rules}")))?;
-            }
-            Err(e) => return Err(e),
-        }
+        Nft::open()?.add(NFT_TABLE, &rules)?;
     }
     if backend == Some(Backend::Iptables) {
         iptables_setup(network, container_id, ips)?;
@@ -180,7 +140,7 @@ fn iptables_setup(network: &str, container_id: &str, ips: &[IpNetwork]) -> CniRe
         let nat = |args: &[&str]| {
             let mut full = vec!["-w", "-t", "nat"];
             full.extend_from_slice(args);
-            run_tool(tool, &full, None)
+            run_tool(tool, &full)
         };
         // -N fails if the chain exists (a second address of the same family): fine.
         let _ = nat(&["-N", &chain]);
@@ -225,45 +185,20 @@ fn iptables_setup(network: &str, container_id: &str, ips: &[IpNetwork]) -> CniRe
     Ok(())
 }
 
-/// (family, chain, handle) of every rule in crust's nftables tables carrying `c`.
-fn nft_rules(c: &str) -> CniResult<Vec<(String, String, u64)>> {
-    let listing = run_tool("nft", &["-j", "-a", "list", "ruleset"], None)?;
-    let v: serde_json::Value = serde_json::from_str(&listing)
-        .map_err(|e| CniError::io(format!("failed to parse nft listing: {e}")))?;
-    Ok(v["nftables"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|i| i.get("rule"))
-                .filter(|r| {
-                    r["table"].as_str() == Some(NFT_TABLE) && r["comment"].as_str() == Some(c)
-                })
-                .filter_map(|r| {
-                    Some((
-                        r["family"].as_str()?.to_string(),
-                        r["chain"].as_str()?.to_string(),
-                        r["handle"].as_u64()?,
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default())
-}
-
 /// Removes every rule of the attachment: its nftables rules (masquerade and MAC spoof
 /// check) and, with `iptables`, its iptables chains. Nothing installed is not an error.
-pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<()> {
-    if find_tool("nft").is_some() {
-        let rules = nft_rules(&comment(Backend::Nftables, network, container_id))?;
-        if !rules.is_empty() {
-            let script: String = rules
-                .iter()
-                .map(|(fam, chain, h)| {
-                    format!("delete rule {fam} {NFT_TABLE} {chain} handle {h}\n")
-                })
-                .collect();
-            run_tool("nft", &["-f", "-"], Some(&script))?;
+///
+/// Returns the netfilter socket if rules were deleted through it: its close waits for
+/// the kernel to free them, which the caller may leave to a process that can wait.
+pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<Option<Nft>> {
+    let mut used = None;
+    if Nft::available() {
+        let mut n = Nft::open()?;
+        if n.delete(
+            NFT_TABLE,
+            &comment(Backend::Nftables, network, container_id),
+        )? {
+            used = Some(n);
         }
     }
     if iptables {
@@ -272,7 +207,7 @@ pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<
             if find_tool(tool).is_none() {
                 continue;
             }
-            let rules = run_tool(tool, &["-w", "-t", "nat", "-S", "POSTROUTING"], None)?;
+            let rules = run_tool(tool, &["-w", "-t", "nat", "-S", "POSTROUTING"])?;
             for line in rules
                 .lines()
                 .filter(|l| l.ends_with(&format!("-j {chain}")))
@@ -280,26 +215,33 @@ pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<
                 let spec: Vec<String> = shell_words(line.trim_start_matches("-A POSTROUTING"));
                 let mut args = vec!["-w", "-t", "nat", "-D", "POSTROUTING"];
                 args.extend(spec.iter().map(String::as_str));
-                run_tool(tool, &args, None)?;
+                run_tool(tool, &args)?;
             }
-            let _ = run_tool(tool, &["-w", "-t", "nat", "-F", &chain], None);
-            let _ = run_tool(tool, &["-w", "-t", "nat", "-X", &chain], None);
+            let _ = run_tool(tool, &["-w", "-t", "nat", "-F", &chain]);
+            let _ = run_tool(tool, &["-w", "-t", "nat", "-X", &chain]);
         }
     }
-    Ok(())
+    Ok(used)
+}
+
+fn nft_rules(network: &str, container_id: &str) -> CniResult<Vec<nft::Found>> {
+    Nft::open()?.find(
+        NFT_TABLE,
+        &comment(Backend::Nftables, network, container_id),
+    )
 }
 
 /// Whether the attachment's masquerade rules are installed (for CHECK).
 pub fn masq_present(backend: Backend, network: &str, container_id: &str) -> CniResult<bool> {
     match backend {
         Backend::Nftables => {
-            let rules = nft_rules(&comment(backend, network, container_id))?;
-            Ok(rules.iter().any(|(fam, _, _)| fam == "inet"))
+            let rules = nft_rules(network, container_id)?;
+            Ok(rules.iter().any(|r| r.family == nft::INET))
         }
         Backend::Iptables => {
             let chain = iptables_chain(network, container_id);
-            let rules = run_tool("iptables", &["-w", "-t", "nat", "-S", "POSTROUTING"], None)?
-                + &run_tool("ip6tables", &["-w", "-t", "nat", "-S", "POSTROUTING"], None)
+            let rules = run_tool("iptables", &["-w", "-t", "nat", "-S", "POSTROUTING"])?
+                + &run_tool("ip6tables", &["-w", "-t", "nat", "-S", "POSTROUTING"])
                     .unwrap_or_default();
             Ok(rules.lines().any(|l| l.ends_with(&format!("-j {chain}"))))
         }
@@ -308,8 +250,8 @@ pub fn masq_present(backend: Backend, network: &str, container_id: &str) -> CniR
 
 /// Whether the attachment's MAC spoof check is installed (for CHECK).
 pub fn spoof_present(network: &str, container_id: &str) -> CniResult<bool> {
-    let rules = nft_rules(&comment(Backend::Nftables, network, container_id))?;
-    Ok(rules.iter().any(|(fam, _, _)| fam == "bridge"))
+    let rules = nft_rules(network, container_id)?;
+    Ok(rules.iter().any(|r| r.family == nft::BRIDGE))
 }
 
 /// The reference plugin's per-attachment chain name: `CNI-` and the first 24 hex

@@ -11,9 +11,11 @@
 
 pub mod config;
 
+use crate::finish::{self, Finish};
 use crate::masq::{self, Backend};
 use crate::netlink::{errno, Link, Netlink};
 use crate::netns::{self, NetNs};
+use crate::rawnl::Socket;
 use cni::invoke::{self, InvokeEnv};
 use cni::skeleton::{Args, Plugin};
 use cni::{code, AddResult, CniError, CniResult, Interface, Route};
@@ -149,7 +151,9 @@ impl Plugin for Bridge {
             None
         };
         // The three parts are independent and each mostly waits on the kernel (RCU
-        // grace periods for the link and the nftables commit), so they run at once.
+        // grace periods for the link and the nftables commit), so they run at once; the
+        // kernel's waits after the link is unlisted and the rules are gone are left to
+        // a child (see finish.rs).
         std::thread::scope(|s| {
             let ipam = ipam_type(args)
                 .map(|t| s.spawn(move || invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin)));
@@ -157,17 +161,34 @@ impl Plugin for Bridge {
                 let iptables = backend == Some(Backend::Iptables);
                 s.spawn(move || masq::teardown(&args.conf.name, &args.container_id, iptables))
             });
-            let link = del_link(args);
-            let ipam = ipam.map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CniError::internal("IPAM DEL panicked")))
-            });
+            let link = find_link(args);
             let rules = rules.map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(CniError::internal("ipMasq teardown panicked")))
             });
+            let mut finish = Finish {
+                link: None,
+                hold: Vec::new(),
+            };
+            let mut rules_res = Ok(());
+            match rules {
+                Some(Ok(Some(nft))) => finish.hold.push(nft.into_fd()),
+                Some(Err(e)) => rules_res = Err(e),
+                _ => {}
+            }
+            let link = match link {
+                Ok(l) => {
+                    finish.link = l;
+                    finish.run()
+                }
+                Err(e) => finish.run().and(Err(e)),
+            };
+            let ipam = ipam.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CniError::internal("IPAM DEL panicked")))
+            });
             ipam.unwrap_or(Ok(()))?;
-            rules.unwrap_or(Ok(()))?;
+            rules_res?;
             link
         })
     }
@@ -224,24 +245,25 @@ impl Plugin for Bridge {
     }
 }
 
-/// Deletes the container end of the veth (the host end goes with it).
-fn del_link(args: &Args) -> CniResult<()> {
+/// The container end of the veth (deleting it deletes the host end too), with two
+/// route sockets in the pod's namespace: one to delete it through, one to watch it go.
+fn find_link(args: &Args) -> CniResult<Option<(Socket, Socket, u32)>> {
     if args.netns.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let ns = match NetNs::open(Path::new(&args.netns)) {
         Ok(ns) => ns,
         // The namespace is gone, and the veth went with it.
-        Err(e) if e.code == code::UNKNOWN_CONTAINER => return Ok(()),
+        Err(e) if e.code == code::UNKNOWN_CONTAINER => return Ok(None),
         Err(e) => return Err(e),
     };
-    block_on(async {
-        let cont = Netlink::connect(Some(&ns))?;
-        if let Some(l) = cont.link_by_name(&args.ifname).await? {
-            cont.del_link(l.index).await?;
-        }
-        Ok(())
-    })?
+    let (del, probe) = ns.run(|| -> CniResult<(Socket, Socket)> {
+        Ok((
+            Socket::open(finish::NETLINK_ROUTE)?,
+            Socket::open(finish::NETLINK_ROUTE)?,
+        ))
+    })??;
+    Ok(finish::link_index(&probe, &args.ifname)?.map(|i| (del, probe, i)))
 }
 
 type IpamJob<'scope> = Option<std::thread::ScopedJoinHandle<'scope, CniResult<AddResult>>>;
