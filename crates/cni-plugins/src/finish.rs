@@ -18,6 +18,7 @@
 use crate::rawnl::{self, Builder, Socket, NLMSG_ERROR};
 use cni::{CniError, CniResult};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
 use std::time::Duration;
 
 pub const NETLINK_ROUTE: i32 = 0;
@@ -80,19 +81,31 @@ fn listed(sock: &Socket, index: u32) -> std::io::Result<bool> {
     }
 }
 
-/// What DEL leaves to the child: a link to delete (through `sock`, a route socket in
-/// its namespace; `probe` is a second one the plugin watches it with) and descriptors
-/// whose close may wait.
+/// Descriptors whose close may wait on the kernel, for the next `Finish` to close.
+static DEFERRED: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
+
+/// Leaves `fd` for the child to close. Every netfilter socket goes here: its close
+/// waits for *any* pending release of deleted rules in the namespace, including one
+/// another plugin's DEL just started, so even an ADD would pay up to a grace period.
+pub fn defer_close(fd: OwnedFd) {
+    DEFERRED.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+}
+
+/// What a verb leaves to the child: maybe a link to delete (through `sock`, a route
+/// socket in its namespace; `probe` is a second one the plugin watches it with), and
+/// the deferred descriptors.
+#[derive(Default)]
 pub struct Finish {
     pub link: Option<(Socket, Socket, u32)>,
-    pub hold: Vec<OwnedFd>,
 }
 
 impl Finish {
     /// Starts the child and returns once the link is unlisted. Without a link, the
-    /// child only closes what it holds.
+    /// child only closes what it holds; with nothing to do, there is no child.
     pub fn run(self) -> CniResult<()> {
-        if self.link.is_none() && self.hold.is_empty() {
+        let hold: Vec<OwnedFd> =
+            std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()));
+        if self.link.is_none() && hold.is_empty() {
             return Ok(());
         }
         let mut fds = [0 as RawFd; 2];
@@ -106,7 +119,7 @@ impl Finish {
         // SAFETY: both fds were just made by pipe2 and are ours alone.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut msg = Builder::default();
-        let mut keep: Vec<RawFd> = self.hold.iter().map(|f| f.as_raw_fd()).collect();
+        let mut keep: Vec<RawFd> = hold.iter().map(|f| f.as_raw_fd()).collect();
         keep.push(wr.as_raw_fd());
         if let Some((sock, _, index)) = &self.link {
             msg.begin(
@@ -134,7 +147,7 @@ impl Finish {
         }
         drop(wr);
         // The child holds its own references: closing ours releases nothing.
-        drop(self.hold);
+        drop(hold);
         let Some((sock, probe, index)) = self.link else {
             return Ok(());
         };

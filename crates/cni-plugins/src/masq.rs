@@ -19,6 +19,7 @@
 //! }
 //! ```
 
+use crate::finish;
 use crate::nft::{self, Nft};
 use cni::{CniError, CniResult};
 use ipnetwork::IpNetwork;
@@ -33,6 +34,13 @@ pub const NFT_SPOOF_CHAIN: &str = "macspoof";
 pub enum Backend {
     Nftables,
     Iptables,
+}
+
+/// Whether the kernel has nf_tables: loaded, or loadable because its user-space is
+/// installed. Looked up in sysfs rather than asked over netlink, since closing a
+/// netfilter socket can wait on the kernel (see finish.rs).
+pub fn nftables_present() -> bool {
+    std::path::Path::new("/sys/module/nf_tables").exists() || find_tool("nft").is_some()
 }
 
 /// Finds a tool on PATH or in the sbin folders runtimes often leave off PATH.
@@ -53,7 +61,7 @@ impl Backend {
             Some(other) => Err(CniError::config(format!(
                 "unknown ipMasqBackend {other:?}: expected \"nftables\" or \"iptables\""
             ))),
-            None if Nft::available() => Ok(Backend::Nftables),
+            None if nftables_present() => Ok(Backend::Nftables),
             None => Ok(Backend::Iptables),
         }
     }
@@ -115,7 +123,10 @@ pub fn setup(
         rules.push(nft::Rule::macspoof(veth, &mac, &c));
     }
     if !rules.is_empty() {
-        Nft::open()?.add(NFT_TABLE, &rules)?;
+        let mut n = Nft::open()?;
+        let res = n.add(NFT_TABLE, &rules);
+        finish::defer_close(n.into_fd());
+        res?;
     }
     if backend == Some(Backend::Iptables) {
         iptables_setup(network, container_id, ips)?;
@@ -188,18 +199,17 @@ fn iptables_setup(network: &str, container_id: &str, ips: &[IpNetwork]) -> CniRe
 /// Removes every rule of the attachment: its nftables rules (masquerade and MAC spoof
 /// check) and, with `iptables`, its iptables chains. Nothing installed is not an error.
 ///
-/// Returns the netfilter socket if rules were deleted through it: its close waits for
-/// the kernel to free them, which the caller may leave to a process that can wait.
-pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<Option<Nft>> {
-    let mut used = None;
-    if Nft::available() {
+/// The netfilter socket is left to `finish` to close: its close waits for the kernel
+/// to free the deleted rules.
+pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<()> {
+    if nftables_present() {
         let mut n = Nft::open()?;
-        if n.delete(
+        let res = n.delete(
             NFT_TABLE,
             &comment(Backend::Nftables, network, container_id),
-        )? {
-            used = Some(n);
-        }
+        );
+        finish::defer_close(n.into_fd());
+        res?;
     }
     if iptables {
         let chain = iptables_chain(network, container_id);
@@ -221,7 +231,7 @@ pub fn teardown(network: &str, container_id: &str, iptables: bool) -> CniResult<
             let _ = run_tool(tool, &["-w", "-t", "nat", "-X", &chain]);
         }
     }
-    Ok(used)
+    Ok(())
 }
 
 fn nft_rules(network: &str, container_id: &str) -> CniResult<Vec<nft::Found>> {

@@ -24,7 +24,6 @@ const NEWCHAIN: u16 = 3;
 const NEWRULE: u16 = 6;
 const GETRULE: u16 = 7;
 const DELRULE: u16 = 8;
-const GETGEN: u16 = 16;
 
 pub const INET: u8 = 1;
 pub const BRIDGE: u8 = 7;
@@ -262,25 +261,6 @@ impl Nft {
             sock: Socket::open(NETLINK_NETFILTER)?,
             seq: 0,
         })
-    }
-
-    /// Whether the kernel speaks nf_tables (a generation can be read).
-    pub fn available() -> bool {
-        let Ok(mut n) = Nft::open() else {
-            return false;
-        };
-        let mut b = Builder::default();
-        n.seq += 1;
-        b.begin(SUBSYS | GETGEN, rawnl::NLM_F_REQUEST, n.seq, &nfgen(0))
-            .end();
-        if n.sock.send(&b.buf).is_err() {
-            return false;
-        }
-        let mut buf = vec![0u8; 4096];
-        match n.sock.recv(&mut buf) {
-            Ok(d) => rawnl::messages(d).any(|m| m.ty != NLMSG_ERROR || m.errno() == 0),
-            Err(_) => false,
-        }
     }
 
     /// Closing a netfilter socket waits for the kernel to free what this process

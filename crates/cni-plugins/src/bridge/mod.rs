@@ -80,67 +80,11 @@ struct Undo {
 
 impl Plugin for Bridge {
     fn add(&self, args: &Args) -> CniResult<AddResult> {
-        let conf = BridgeConf::parse(&args.stdin)?;
-        let mac = conf.requested_mac(&args.args)?;
-        let backend = if conf.ip_masq {
-            Some(Backend::choose(conf.ip_masq_backend.as_deref())?)
-        } else {
-            None
-        };
-        let ns = NetNs::open(Path::new(&args.netns))?;
-        // Refuse a second ADD of one attachment before IPAM runs: host-local would hand
-        // back the existing address, and rolling this ADD back would then release it.
-        let ifname = args.ifname.clone();
-        if ns.run(move || nix::net::if_::if_nametoindex(ifname.as_str()).is_ok())? {
-            return Err(CniError::internal(format!(
-                "container interface {:?} already exists in {}",
-                args.ifname, args.netns
-            )));
-        }
-        std::thread::scope(|s| {
-            block_on(async {
-                let host = Netlink::connect(None)?;
-                let cont = Netlink::connect(Some(&ns))?;
-                let mut undo = Undo::default();
-                let mut ipam: IpamJob = None;
-                let res = async {
-                    let br = host
-                        .ensure_bridge(&conf.bridge, conf.mtu, conf.vlan().is_some())
-                        .await?;
-                    if conf.promisc_mode {
-                        host.set_promisc(br.index).await?;
-                    }
-                    // IPAM runs in its own process anyway: start it now, beside the veth
-                    // setup, but only once the bridge is known good, so a bad bridge
-                    // config fails before any address is touched.
-                    ipam = ipam_type(args).map(|t| {
-                        s.spawn(move || invoke::delegate_add(t, &ipam_env(args), &args.stdin))
-                    });
-                    add(
-                        args, &conf, mac, backend, &ns, &host, &cont, &br, &mut ipam, &mut undo,
-                    )
-                    .await
-                }
-                .await;
-                if res.is_err() {
-                    if let Some(h) = ipam.take() {
-                        undo.ipam = matches!(h.join(), Ok(Ok(_)));
-                    }
-                    if let Some(iptables) = undo.rules {
-                        let _ = masq::teardown(&args.conf.name, &args.container_id, iptables);
-                    }
-                    if undo.ipam {
-                        if let Some(t) = ipam_type(args) {
-                            let _ = invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin);
-                        }
-                    }
-                    if let Some(idx) = undo.host_veth {
-                        let _ = host.del_link(idx).await;
-                    }
-                }
-                res
-            })?
-        })
+        let res = add_attachment(args);
+        // The netfilter socket is closed by a child (see finish.rs); a failure to fork
+        // only means this process closes it itself.
+        let _ = Finish::default().run();
+        res
     }
 
     fn del(&self, args: &Args) -> CniResult<()> {
@@ -166,29 +110,16 @@ impl Plugin for Bridge {
                 h.join()
                     .unwrap_or_else(|_| Err(CniError::internal("ipMasq teardown panicked")))
             });
-            let mut finish = Finish {
-                link: None,
-                hold: Vec::new(),
-            };
-            let mut rules_res = Ok(());
-            match rules {
-                Some(Ok(Some(nft))) => finish.hold.push(nft.into_fd()),
-                Some(Err(e)) => rules_res = Err(e),
-                _ => {}
-            }
             let link = match link {
-                Ok(l) => {
-                    finish.link = l;
-                    finish.run()
-                }
-                Err(e) => finish.run().and(Err(e)),
+                Ok(l) => Finish { link: l }.run(),
+                Err(e) => Finish::default().run().and(Err(e)),
             };
             let ipam = ipam.map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(CniError::internal("IPAM DEL panicked")))
             });
             ipam.unwrap_or(Ok(()))?;
-            rules_res?;
+            rules.unwrap_or(Ok(()))?;
             link
         })
     }
@@ -243,6 +174,71 @@ impl Plugin for Bridge {
             None => Ok(()),
         }
     }
+}
+
+/// ADD proper: the bridge, the veth, IPAM, the pod and node side, the rules.
+fn add_attachment(args: &Args) -> CniResult<AddResult> {
+    let conf = BridgeConf::parse(&args.stdin)?;
+    let mac = conf.requested_mac(&args.args)?;
+    let backend = if conf.ip_masq {
+        Some(Backend::choose(conf.ip_masq_backend.as_deref())?)
+    } else {
+        None
+    };
+    let ns = NetNs::open(Path::new(&args.netns))?;
+    // Refuse a second ADD of one attachment before IPAM runs: host-local would hand
+    // back the existing address, and rolling this ADD back would then release it.
+    let ifname = args.ifname.clone();
+    if ns.run(move || nix::net::if_::if_nametoindex(ifname.as_str()).is_ok())? {
+        return Err(CniError::internal(format!(
+            "container interface {:?} already exists in {}",
+            args.ifname, args.netns
+        )));
+    }
+    std::thread::scope(|s| {
+        block_on(async {
+            let host = Netlink::connect(None)?;
+            let cont = Netlink::connect(Some(&ns))?;
+            let mut undo = Undo::default();
+            let mut ipam: IpamJob = None;
+            let res = async {
+                let br = host
+                    .ensure_bridge(&conf.bridge, conf.mtu, conf.vlan().is_some())
+                    .await?;
+                if conf.promisc_mode {
+                    host.set_promisc(br.index).await?;
+                }
+                // IPAM runs in its own process anyway: start it now, beside the veth
+                // setup, but only once the bridge is known good, so a bad bridge
+                // config fails before any address is touched.
+                ipam = ipam_type(args).map(|t| {
+                    s.spawn(move || invoke::delegate_add(t, &ipam_env(args), &args.stdin))
+                });
+                add(
+                    args, &conf, mac, backend, &ns, &host, &cont, &br, &mut ipam, &mut undo,
+                )
+                .await
+            }
+            .await;
+            if res.is_err() {
+                if let Some(h) = ipam.take() {
+                    undo.ipam = matches!(h.join(), Ok(Ok(_)));
+                }
+                if let Some(iptables) = undo.rules {
+                    let _ = masq::teardown(&args.conf.name, &args.container_id, iptables);
+                }
+                if undo.ipam {
+                    if let Some(t) = ipam_type(args) {
+                        let _ = invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin);
+                    }
+                }
+                if let Some(idx) = undo.host_veth {
+                    let _ = host.del_link(idx).await;
+                }
+            }
+            res
+        })?
+    })
 }
 
 /// The container end of the veth (deleting it deletes the host end too), with two
