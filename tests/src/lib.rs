@@ -415,6 +415,7 @@ pub mod attach;
 pub mod bundle;
 pub mod cri;
 pub mod crustd;
+pub mod header_proxy;
 pub mod registry;
 pub mod token_server;
 

@@ -19,6 +19,7 @@
 
 mod digest;
 mod error;
+mod fetch;
 mod fsutil;
 mod hosts;
 mod import;

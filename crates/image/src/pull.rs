@@ -1,4 +1,5 @@
-//! Pulling from a registry with `oci-client`.
+//! Pulling from a registry: with `oci-client`, or for hosts with hosts.toml `header`
+//! with crust's own fetcher (fetch.rs).
 //!
 //! ```text
 //! reference ──> hosts (mirrors first, then the server)
@@ -11,16 +12,14 @@
 //! layer there. Two images sharing a layer share its per-layer lock.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::fetch::Fetcher;
 use crate::hosts::{self, Endpoint};
-use crate::manifest::{ConfigBlob, Descriptor, Manifest, ACCEPTED};
+use crate::manifest::{ConfigBlob, Descriptor, Manifest};
 use crate::{digest, Auth, Image, ImageStore, Named, Record};
 use futures::StreamExt;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::Reference;
 use std::io::Read;
-use std::time::Duration;
 
 /// Layers fetched at once per pull.
 const PARALLEL_LAYERS: usize = 3;
@@ -107,17 +106,14 @@ impl ImageStore {
     }
 
     async fn pull_from(&self, ep: &Endpoint, named: &Named, auth: &RegistryAuth) -> Result<Image> {
-        let client = client_for(ep)?;
+        let fetcher = Fetcher::new(ep, auth)?;
         let mut r: Reference = named.inner.clone();
         if ep.host != named.registry()
             && !(named.registry() == "docker.io" && ep.host == "registry-1.docker.io")
         {
             r.set_mirror_registry(ep.host.clone());
         }
-        let (data, _) = client
-            .pull_manifest_raw(&r, auth, ACCEPTED)
-            .await
-            .map_err(|e| map_err(e, "manifest"))?;
+        let data = fetcher.manifest(&r, "manifest").await?;
         let top = digest::of(&data);
         if let Some(want) = named.digest() {
             if want != top {
@@ -134,10 +130,9 @@ impl ImageStore {
         if m.is_index() {
             let d = m.pick_platform("index")?.clone();
             let r2 = r.clone_with_digest(d.digest.clone());
-            let (data, _) = client
-                .pull_manifest_raw(&r2, auth, ACCEPTED)
-                .await
-                .map_err(|e| map_err(e, &format!("manifest {}", d.digest)))?;
+            let data = fetcher
+                .manifest(&r2, &format!("manifest {}", d.digest))
+                .await?;
             hold.add(&d.digest);
             self.put_blob(&d.digest, &data, &format!("manifest {}", d.digest))?;
             m = Manifest::parse(&data, &format!("manifest {}", d.digest))?;
@@ -152,11 +147,9 @@ impl ImageStore {
         }
         let cdesc = m.config.clone().unwrap();
         digest::hex_of(&cdesc.digest)?;
-        let mut cdata = Vec::new();
-        client
-            .pull_blob(&r, cdesc.digest.as_str(), &mut cdata)
-            .await
-            .map_err(|e| map_err(e, &format!("config {}", cdesc.digest)))?;
+        let cdata = fetcher
+            .blob(&r, &cdesc.digest, &format!("config {}", cdesc.digest))
+            .await?;
         hold.add(&cdesc.digest);
         self.put_blob(&cdesc.digest, &cdata, &format!("config {}", cdesc.digest))?;
         blobs.push(cdesc.digest.clone());
@@ -179,9 +172,9 @@ impl ImageStore {
             .cloned()
             .zip(config.rootfs.diff_ids.iter().cloned())
             .collect();
-        let (client_ref, r_ref) = (&client, &r);
+        let (fetcher_ref, r_ref) = (&fetcher, &r);
         let results: Vec<Result<()>> = futures::stream::iter(jobs)
-            .map(move |(l, d)| async move { self.fetch_layer(client_ref, r_ref, &l, &d).await })
+            .map(move |(l, d)| async move { self.fetch_layer(fetcher_ref, r_ref, &l, &d).await })
             .buffer_unordered(PARALLEL_LAYERS)
             .collect()
             .await;
@@ -210,7 +203,7 @@ impl ImageStore {
     /// Downloads one layer and unpacks it as it arrives, unless the store has it.
     async fn fetch_layer(
         &self,
-        client: &Client,
+        fetcher: &Fetcher,
         r: &Reference,
         l: &Descriptor,
         diff_id: &str,
@@ -222,11 +215,9 @@ impl ImageStore {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let sized = client
-            .pull_blob_stream(r, l.digest.as_str())
-            .await
-            .map_err(|e| map_err(e, &format!("layer {}", l.digest)))?;
-        let mut stream = sized.stream;
+        let mut stream = fetcher
+            .layer(r, &l.digest, &format!("layer {}", l.digest))
+            .await?;
         let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
         let root = self.root.clone();
         let (dg, di) = (l.digest.clone(), diff_id.to_string());
@@ -235,20 +226,17 @@ impl ImageStore {
                 rx,
                 cur: bytes::Bytes::new(),
             };
-            // The compressed digest is checked by oci-client's stream (a mismatch ends it
-            // with an error, see below); the diff id is checked here.
+            // The compressed digest is checked by the fetcher's stream (a mismatch ends it
+            // with DataLoss, see below); the diff id is checked here.
             crate::unpack_layer_at(&root, reader, None, &di, &dg)
         });
         let mut net_err = None;
         while let Some(chunk) = stream.next().await {
-            let failed = chunk.as_ref().err().map(|e| {
-                // oci-client checks the digest too, and reports a mismatch as a stream error.
-                let mismatch = e.get_ref().is_some_and(|i| {
-                    i.downcast_ref::<oci_client::errors::DigestError>()
-                        .is_some()
-                });
-                (mismatch, e.to_string())
-            });
+            let failed = chunk
+                .as_ref()
+                .err()
+                .map(|e| (e.kind() == ErrorKind::DataLoss, e.to_string()));
+            let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
             if tx.send(chunk).await.is_err() {
                 break; // the unpacker stopped: its error says why
             }
@@ -297,32 +285,6 @@ impl Read for ChanReader {
         buf[..n].copy_from_slice(&self.cur.split_to(n));
         Ok(n)
     }
-}
-
-fn client_for(ep: &Endpoint) -> Result<Client> {
-    let extra = ep
-        .ca_pems()?
-        .into_iter()
-        .map(|(_, data)| Certificate {
-            encoding: CertificateEncoding::Pem,
-            data,
-        })
-        .collect();
-    if !ep.headers.is_empty() {
-        tracing::warn!(host = %ep.host, "hosts.toml `header` is not sent: oci-client has no way to add headers");
-    }
-    Ok(Client::new(ClientConfig {
-        protocol: if ep.scheme == "http" {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        accept_invalid_certificates: ep.skip_verify,
-        extra_root_certificates: extra,
-        connect_timeout: Some(Duration::from_secs(10)),
-        read_timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
-    }))
 }
 
 /// The CRI's credentials as oci-client's.
@@ -392,51 +354,6 @@ fn with_kind(k: ErrorKind, m: String) -> Error {
         ErrorKind::FailedPrecondition => Error::FailedPrecondition(m),
         ErrorKind::DataLoss => Error::DataLoss(m),
         ErrorKind::Internal => Error::Internal(m),
-    }
-}
-
-/// oci-client's errors as ours, naming what was being fetched.
-fn map_err(e: OciDistributionError, what: &str) -> Error {
-    use OciDistributionError as E;
-    let m = format!("{what}: {e}");
-    match &e {
-        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => Error::Unauthenticated(m),
-        E::ImageManifestNotFoundError(_) => Error::NotFound(m),
-        E::RegistryError { envelope, .. } => {
-            use oci_client::errors::OciErrorCode as C;
-            let codes: Vec<&C> = envelope.errors.iter().map(|x| &x.code).collect();
-            if codes
-                .iter()
-                .any(|c| matches!(c, C::Unauthorized | C::Denied))
-            {
-                Error::Unauthenticated(m)
-            } else if codes.iter().any(|c| {
-                matches!(
-                    c,
-                    C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound
-                )
-            }) {
-                Error::NotFound(m)
-            } else if codes.iter().any(|c| matches!(c, C::Toomanyrequests)) {
-                Error::Unavailable(m)
-            } else {
-                Error::InvalidArgument(m)
-            }
-        }
-        E::ServerError { code, .. } => match code {
-            401 | 403 => Error::Unauthenticated(m),
-            404 => Error::NotFound(m),
-            400..=499 => Error::InvalidArgument(m),
-            _ => Error::Unavailable(m),
-        },
-        E::RequestError(_) | E::IoError(_) => Error::Unavailable(m),
-        E::DigestError(_) => Error::DataLoss(m),
-        E::UnsupportedMediaTypeError(_)
-        | E::UnsupportedSchemaVersionError(_)
-        | E::ManifestParsingError(_)
-        | E::VersionedParsingError(_)
-        | E::SpecViolationError(_) => Error::InvalidArgument(m),
-        _ => Error::Unavailable(m),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The CRI `identity_token`: an OAuth2 refresh token (what `docker login` keeps as
 //! `identitytoken` for registries such as Azure's), traded at the registry's token
-//! service for an access token, which oci-client then sends as a bearer token.
+//! service for an access token, which the pull then sends as a bearer token.
 //! oci-client has no refresh-token flow of its own.
 //!
 //! The flow (the distribution spec's token authentication with OAuth2):
@@ -19,12 +19,18 @@ use crate::hosts::Endpoint;
 /// The OAuth2 client id crust gives the token service.
 const CLIENT_ID: &str = "crust";
 
+/// How crust's own requests introduce themselves (oci-client's say `oci-client/VERSION`).
+pub(crate) const USER_AGENT: &str = concat!("crust/", env!("CARGO_PKG_VERSION"));
+
 /// An access token for pulling `repository` from `ep`, for the refresh token `refresh`.
 pub(crate) async fn access_token(ep: &Endpoint, repository: &str, refresh: &str) -> Result<String> {
     let client = http_client(ep)?;
+    // hosts.toml `header` goes with every request to the host, these too.
+    let headers = crate::fetch::header_map(ep)?;
     let probe = format!("{}://{}/v2/", ep.scheme, ep.host);
     let res = client
         .get(&probe)
+        .headers(headers.clone())
         .send()
         .await
         .map_err(|e| Error::Unavailable(format!("{probe}: {e}")))?;
@@ -57,6 +63,7 @@ pub(crate) async fn access_token(ep: &Endpoint, repository: &str, refresh: &str)
             "application/x-www-form-urlencoded",
         )
         .body(form_encode(&form))
+        .headers(headers)
         .send()
         .await
         .map_err(|e| Error::Unavailable(format!("token service {realm}: {e}")))?;
@@ -85,11 +92,21 @@ pub(crate) async fn access_token(ep: &Endpoint, repository: &str, refresh: &str)
         })
 }
 
-/// A client with the endpoint's TLS settings (hosts.toml `ca`, `skip_verify`).
+/// A client for the token exchange: a few small requests, so one deadline for each.
 fn http_client(ep: &Endpoint) -> Result<reqwest::Client> {
+    client_builder(ep)?
+        .timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| Error::Internal(format!("registry host {}: http client: {e}", ep.host)))
+}
+
+/// What every HTTP client crust makes for a registry host shares: the host's TLS
+/// settings (hosts.toml `ca`, `skip_verify`), so no request to it trusts less or more
+/// than configured.
+pub(crate) fn client_builder(ep: &Endpoint) -> Result<reqwest::ClientBuilder> {
     let mut b = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(60))
+        .user_agent(USER_AGENT)
         .danger_accept_invalid_certs(ep.skip_verify);
     for (p, pem) in ep.ca_pems()? {
         let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| {
@@ -101,12 +118,11 @@ fn http_client(ep: &Endpoint) -> Result<reqwest::Client> {
         })?;
         b = b.add_root_certificate(cert);
     }
-    b.build()
-        .map_err(|e| Error::Internal(format!("registry host {}: http client: {e}", ep.host)))
+    Ok(b)
 }
 
 /// `realm` and `service` of a `Bearer` challenge (RFC 6750 auth-params).
-fn bearer_challenge(h: &str) -> Option<(String, Option<String>)> {
+pub(crate) fn bearer_challenge(h: &str) -> Option<(String, Option<String>)> {
     let rest = h.trim();
     let (scheme, params) = rest.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
@@ -137,7 +153,7 @@ fn bearer_challenge(h: &str) -> Option<(String, Option<String>)> {
 }
 
 /// `application/x-www-form-urlencoded`.
-fn form_encode(pairs: &[(&str, &str)]) -> String {
+pub(crate) fn form_encode(pairs: &[(&str, &str)]) -> String {
     let enc = |s: &str| {
         let mut out = String::new();
         for b in s.bytes() {

@@ -1,0 +1,882 @@
+//! Getting manifests and blobs from one registry host. oci-client does it for most
+//! hosts, but it builds its own HTTP client and has no way to add request headers; a
+//! host whose hosts.toml has `header` entries (an API key a mirror wants, a tenant id)
+//! is served by crust's own small fetcher instead, which sends them with every request
+//! to that host, as containerd does. It speaks only what a pull needs:
+//!
+//! ```text
+//!   GET /v2/<repo>/manifests/<tag|digest>   GET /v2/<repo>/blobs/<digest>
+//!     └─ 401 + WWW-Authenticate ─┬─ Basic ──> again with the caller's user:password
+//!                                └─ Bearer realm,service ──> GET realm?service&scope
+//!                                   =repository:<repo>:pull (user:password if given)
+//!                                   ──> token ──> again with it
+//! ```
+//! The `Authorization` that worked is kept for the rest of the pull, as oci-client keeps
+//! its token; a token that expires mid-pull meets a new 401 and is fetched again.
+//! Blobs are checked against their digest as they stream, as oci-client checks them.
+
+use crate::digest;
+use crate::error::{Error, Result};
+use crate::hosts::Endpoint;
+use crate::manifest::ACCEPTED;
+use crate::token;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::OciDistributionError;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE,
+};
+use reqwest::StatusCode;
+use sha2::{Digest as _, Sha256};
+use std::time::Duration;
+
+/// containerd's limit (`MaxManifestSize`): manifests are held in memory, and a hostile
+/// host must not make the daemon hold gigabytes.
+const MAX_MANIFEST: usize = 4 << 20;
+/// Configs are held in memory too; real ones are a few KiB.
+const MAX_CONFIG: usize = 16 << 20;
+
+/// A layer's bytes as they arrive. An error ends it: DataLoss when the content did not
+/// match its digest, Unavailable when the download broke off.
+pub(crate) type LayerStream = BoxStream<'static, Result<Bytes>>;
+
+/// How one pull talks to one host.
+pub(crate) enum Fetcher {
+    Oci { client: Client, auth: RegistryAuth },
+    Own(OwnClient),
+}
+
+impl Fetcher {
+    pub(crate) fn new(ep: &Endpoint, auth: &RegistryAuth) -> Result<Fetcher> {
+        if ep.headers.is_empty() {
+            Ok(Fetcher::Oci {
+                client: oci_client_for(ep)?,
+                auth: auth.clone(),
+            })
+        } else {
+            Ok(Fetcher::Own(OwnClient::new(ep, auth.clone())?))
+        }
+    }
+
+    /// The manifest or index `r` names (by digest if it has one, else by tag), as sent.
+    pub(crate) async fn manifest(&self, r: &Reference, what: &str) -> Result<Bytes> {
+        match self {
+            Fetcher::Oci { client, auth } => client
+                .pull_manifest_raw(r, auth, ACCEPTED)
+                .await
+                .map(|(data, _)| data)
+                .map_err(|e| map_err(e, what)),
+            Fetcher::Own(c) => {
+                let res = c
+                    .get(
+                        &manifest_url(&c.scheme, r),
+                        Some(&ACCEPTED.join(", ")),
+                        r,
+                        what,
+                    )
+                    .await?;
+                read_limited(res, MAX_MANIFEST, what).await.map(Bytes::from)
+            }
+        }
+    }
+
+    /// A small blob (the config), whole.
+    pub(crate) async fn blob(&self, r: &Reference, digest: &str, what: &str) -> Result<Vec<u8>> {
+        match self {
+            Fetcher::Oci { client, .. } => {
+                let mut out = Vec::new();
+                client
+                    .pull_blob(r, digest, &mut out)
+                    .await
+                    .map_err(|e| map_err(e, what))?;
+                Ok(out)
+            }
+            Fetcher::Own(c) => {
+                let res = c
+                    .get(&blob_url(&c.scheme, r, digest), None, r, what)
+                    .await?;
+                let data = read_limited(res, MAX_CONFIG, what).await?;
+                digest::verify(&data, digest, what)?;
+                Ok(data)
+            }
+        }
+    }
+
+    /// A layer blob, streamed.
+    pub(crate) async fn layer(
+        &self,
+        r: &Reference,
+        digest: &str,
+        what: &str,
+    ) -> Result<LayerStream> {
+        match self {
+            Fetcher::Oci { client, .. } => {
+                let sized = client
+                    .pull_blob_stream(r, digest)
+                    .await
+                    .map_err(|e| map_err(e, what))?;
+                Ok(sized
+                    .stream
+                    .map(|chunk| {
+                        chunk.map_err(|e| {
+                            // oci-client checks the digest and reports a mismatch as an
+                            // io error wrapping its DigestError.
+                            let mismatch = e.get_ref().is_some_and(|i| {
+                                i.downcast_ref::<oci_client::errors::DigestError>()
+                                    .is_some()
+                            });
+                            if mismatch {
+                                Error::DataLoss(e.to_string())
+                            } else {
+                                Error::Unavailable(e.to_string())
+                            }
+                        })
+                    })
+                    .boxed())
+            }
+            Fetcher::Own(c) => {
+                let res = c
+                    .get(&blob_url(&c.scheme, r, digest), None, r, what)
+                    .await?;
+                Ok(verified(res, digest.to_string()))
+            }
+        }
+    }
+}
+
+/// The fetcher for hosts with hosts.toml `header`.
+pub(crate) struct OwnClient {
+    http: reqwest::Client,
+    /// `http` or `https`: the host's, as oci-client's `ClientProtocol` is.
+    scheme: String,
+    /// The host's hosts.toml `header`, for every request.
+    headers: HeaderMap,
+    auth: RegistryAuth,
+    /// What the host took last (or the caller's bearer token): later requests of the
+    /// pull send it at once instead of meeting the challenge again.
+    authz: std::sync::Mutex<Option<Authz>>,
+}
+
+#[derive(Clone)]
+enum Authz {
+    /// The caller's user and password.
+    Basic,
+    Bearer(HeaderValue),
+}
+
+/// What to do about a 401.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// Again, with the caller's user and password.
+    Basic,
+    /// Again, with a token from this realm.
+    Token {
+        realm: String,
+        service: Option<String>,
+    },
+    /// Nothing more to try: the 401 is the answer.
+    GiveUp,
+}
+
+/// The answer to the challenges of a 401 (every `WWW-Authenticate` of it) with `auth`.
+fn answer(challenges: &[&str], auth: &RegistryAuth) -> Answer {
+    // A caller's bearer token was sent as it is; the host refused it.
+    if matches!(auth, RegistryAuth::Bearer(_)) {
+        return Answer::GiveUp;
+    }
+    if let Some((realm, service)) = challenges.iter().find_map(|c| token::bearer_challenge(c)) {
+        return Answer::Token { realm, service };
+    }
+    let basic = challenges.iter().any(|c| {
+        let scheme = c.trim_start().split(' ').next().unwrap_or("");
+        scheme.eq_ignore_ascii_case("basic")
+    });
+    match auth {
+        RegistryAuth::Basic(..) if basic => Answer::Basic,
+        _ => Answer::GiveUp,
+    }
+}
+
+/// hosts.toml `header` as request headers, every value of a list its own line.
+pub(crate) fn header_map(ep: &Endpoint) -> Result<HeaderMap> {
+    let mut map = HeaderMap::new();
+    for (k, values) in &ep.headers {
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
+            Error::InvalidArgument(format!("registry host {}: header {k:?}: {e}", ep.host))
+        })?;
+        for v in values {
+            let value = HeaderValue::from_str(v).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "registry host {}: header {k:?}: value {v:?}: {e}",
+                    ep.host
+                ))
+            })?;
+            map.append(name.clone(), value);
+        }
+    }
+    Ok(map)
+}
+
+/// The URLs oci-client would use: the host as `Reference::resolve_registry` gives it (the
+/// mirror's, when pull.rs set one), the image's repository, and `?ns=<registry>` on a
+/// mirror.
+fn manifest_url(scheme: &str, r: &Reference) -> String {
+    let reference = r.digest().or(r.tag()).unwrap_or("latest");
+    format!(
+        "{scheme}://{}/v2/{}/manifests/{reference}{}",
+        r.resolve_registry(),
+        r.repository(),
+        ns(r)
+    )
+}
+
+fn blob_url(scheme: &str, r: &Reference, digest: &str) -> String {
+    format!(
+        "{scheme}://{}/v2/{}/blobs/{digest}{}",
+        r.resolve_registry(),
+        r.repository(),
+        ns(r)
+    )
+}
+
+fn ns(r: &Reference) -> String {
+    r.namespace()
+        .map(|n| format!("?ns={n}"))
+        .unwrap_or_default()
+}
+
+impl OwnClient {
+    fn new(ep: &Endpoint, auth: RegistryAuth) -> Result<OwnClient> {
+        let http = token::client_builder(ep)?
+            // Per read, not per request: a big layer may take long, a stalled one not.
+            .read_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| Error::Internal(format!("registry host {}: http client: {e}", ep.host)))?;
+        let authz = match &auth {
+            RegistryAuth::Bearer(t) => Some(Authz::Bearer(bearer(t, &ep.host)?)),
+            _ => None,
+        };
+        Ok(OwnClient {
+            http,
+            scheme: ep.scheme.clone(),
+            headers: header_map(ep)?,
+            auth,
+            authz: std::sync::Mutex::new(authz),
+        })
+    }
+
+    /// A successful GET of `url`, through the 401 challenge if the host makes one.
+    async fn get(
+        &self,
+        url: &str,
+        accept: Option<&str>,
+        r: &Reference,
+        what: &str,
+    ) -> Result<reqwest::Response> {
+        let mut challenged = false;
+        loop {
+            let authz = self.authz.lock().unwrap().clone();
+            let mut req = self.http.get(url);
+            if let Some(a) = accept {
+                req = req.header(ACCEPT, a);
+            }
+            match (authz, &self.auth) {
+                (Some(Authz::Bearer(a)), _) => req = req.header(AUTHORIZATION, a),
+                (Some(Authz::Basic), RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
+                _ => {}
+            }
+            // Last, so a header the operator configured wins over crust's.
+            let res = req
+                .headers(self.headers.clone())
+                .send()
+                .await
+                .map_err(|e| Error::Unavailable(format!("{what}: GET {url}: {}", chain(&e))))?;
+            if res.status().is_success() {
+                return Ok(res);
+            }
+            if res.status() == StatusCode::UNAUTHORIZED && !challenged {
+                challenged = true;
+                let challenges: Vec<&str> = res
+                    .headers()
+                    .get_all(WWW_AUTHENTICATE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .collect();
+                let next = match answer(&challenges, &self.auth) {
+                    Answer::Basic => Some(Authz::Basic),
+                    Answer::Token { realm, service } => {
+                        let t = self.token(&realm, service.as_deref(), r, what).await?;
+                        Some(Authz::Bearer(bearer(&t, r.resolve_registry())?))
+                    }
+                    Answer::GiveUp => None,
+                };
+                if let Some(a) = next {
+                    *self.authz.lock().unwrap() = Some(a);
+                    continue;
+                }
+            }
+            let status = res.status();
+            let body = read_limited(res, 64 << 10, what).await.unwrap_or_default();
+            return Err(status_error(status, &body, &format!("{what}: GET {url}")));
+        }
+    }
+
+    /// A pull token for `r`'s repository from the realm of a `Bearer` challenge.
+    async fn token(
+        &self,
+        realm: &str,
+        service: Option<&str>,
+        r: &Reference,
+        what: &str,
+    ) -> Result<String> {
+        let scope = format!("repository:{}:pull", r.repository());
+        let mut q = vec![];
+        if let Some(s) = service {
+            q.push(("service", s));
+        }
+        q.push(("scope", scope.as_str()));
+        let sep = if realm.contains('?') { '&' } else { '?' };
+        let url = format!("{realm}{sep}{}", token::form_encode(&q));
+        // The host's headers go to its token service too, as containerd sends them.
+        let mut req = self.http.get(&url);
+        if let RegistryAuth::Basic(u, p) = &self.auth {
+            req = req.basic_auth(u, Some(p));
+        }
+        let ctx = format!("{what}: token service {realm}");
+        let res = req
+            .headers(self.headers.clone())
+            .send()
+            .await
+            .map_err(|e| Error::Unavailable(format!("{ctx}: {}", chain(&e))))?;
+        let status = res.status();
+        let body = read_limited(res, 1 << 20, &ctx).await?;
+        if !status.is_success() {
+            return Err(status_error(status, &body, &ctx));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| Error::Unavailable(format!("{ctx}: not a token response: {e}")))?;
+        v["token"]
+            .as_str()
+            .or_else(|| v["access_token"].as_str())
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| Error::Unavailable(format!("{ctx}: no token in its answer")))
+    }
+}
+
+fn bearer(token: &str, host: &str) -> Result<HeaderValue> {
+    let mut v = HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+        Error::Unauthenticated(format!(
+            "registry host {host}: the token is not a header value"
+        ))
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+/// A reqwest error with its causes: its own message alone rarely says what went wrong
+/// ("error sending request").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// A whole body, refused once it passes `max`.
+async fn read_limited(mut res: reqwest::Response, max: usize, what: &str) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(b) = res
+        .chunk()
+        .await
+        .map_err(|e| Error::Unavailable(format!("{what}: {}", chain(&e))))?
+    {
+        if out.len() + b.len() > max {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: larger than {max} bytes"
+            )));
+        }
+        out.extend_from_slice(&b);
+    }
+    Ok(out)
+}
+
+/// The body of `res`, hashed as it passes; a digest other than `want` ends it with
+/// DataLoss instead of its end.
+fn verified(res: reqwest::Response, want: String) -> LayerStream {
+    struct St {
+        res: reqwest::Response,
+        hasher: Sha256,
+        want: String,
+        done: bool,
+    }
+    let st = St {
+        res,
+        hasher: Sha256::new(),
+        want,
+        done: false,
+    };
+    futures::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        match st.res.chunk().await {
+            Ok(Some(b)) => {
+                st.hasher.update(&b);
+                Some((Ok(b), st))
+            }
+            Ok(None) => {
+                st.done = true;
+                let got = format!(
+                    "sha256:{}",
+                    digest::encode(&std::mem::take(&mut st.hasher).finalize())
+                );
+                if got == st.want {
+                    None
+                } else {
+                    let e = format!("digest mismatch: expected {}, got {got}", st.want);
+                    Some((Err(Error::DataLoss(e)), st))
+                }
+            }
+            Err(e) => {
+                st.done = true;
+                Some((Err(Error::Unavailable(chain(&e))), st))
+            }
+        }
+    })
+    .boxed()
+}
+
+/// An answer other than 2xx as an error of the kind oci-client's would map to (see
+/// `map_err`): the distribution spec's error codes first, else the status.
+fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        errors: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        code: String,
+        #[serde(default)]
+        message: String,
+    }
+    let (codes, detail) = match serde_json::from_slice::<Envelope>(body) {
+        Ok(env) => {
+            let detail: Vec<String> = env
+                .errors
+                .iter()
+                .map(|i| format!("{} {}", i.code, i.message).trim().to_string())
+                .collect();
+            (
+                env.errors.into_iter().map(|i| i.code).collect(),
+                detail.join("; "),
+            )
+        }
+        Err(_) => {
+            let text = String::from_utf8_lossy(body);
+            let text = text.trim();
+            let cut = text
+                .char_indices()
+                .nth(200)
+                .map(|(i, _)| i)
+                .unwrap_or(text.len());
+            (Vec::new(), text[..cut].to_string())
+        }
+    };
+    let m = if detail.is_empty() {
+        format!("{what}: {status}")
+    } else {
+        format!("{what}: {status}: {detail}")
+    };
+    let has = |want: &[&str]| {
+        codes
+            .iter()
+            .any(|c: &String| want.iter().any(|w| c.eq_ignore_ascii_case(w)))
+    };
+    if has(&["UNAUTHORIZED", "DENIED"]) {
+        Error::Unauthenticated(m)
+    } else if has(&[
+        "MANIFEST_UNKNOWN",
+        "NAME_UNKNOWN",
+        "BLOB_UNKNOWN",
+        "NOT_FOUND",
+    ]) {
+        Error::NotFound(m)
+    } else if has(&["TOOMANYREQUESTS"]) {
+        Error::Unavailable(m)
+    } else {
+        match status.as_u16() {
+            401 | 403 => Error::Unauthenticated(m),
+            404 => Error::NotFound(m),
+            429 => Error::Unavailable(m),
+            400..=499 => Error::InvalidArgument(m),
+            _ => Error::Unavailable(m),
+        }
+    }
+}
+
+fn oci_client_for(ep: &Endpoint) -> Result<Client> {
+    let extra = ep
+        .ca_pems()?
+        .into_iter()
+        .map(|(_, data)| Certificate {
+            encoding: CertificateEncoding::Pem,
+            data,
+        })
+        .collect();
+    Ok(Client::new(ClientConfig {
+        protocol: if ep.scheme == "http" {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        accept_invalid_certificates: ep.skip_verify,
+        extra_root_certificates: extra,
+        connect_timeout: Some(Duration::from_secs(10)),
+        read_timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    }))
+}
+
+/// oci-client's errors as ours, naming what was being fetched.
+fn map_err(e: OciDistributionError, what: &str) -> Error {
+    use OciDistributionError as E;
+    let m = format!("{what}: {e}");
+    match &e {
+        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => Error::Unauthenticated(m),
+        E::ImageManifestNotFoundError(_) => Error::NotFound(m),
+        E::RegistryError { envelope, .. } => {
+            use oci_client::errors::OciErrorCode as C;
+            let codes: Vec<&C> = envelope.errors.iter().map(|x| &x.code).collect();
+            if codes
+                .iter()
+                .any(|c| matches!(c, C::Unauthorized | C::Denied))
+            {
+                Error::Unauthenticated(m)
+            } else if codes.iter().any(|c| {
+                matches!(
+                    c,
+                    C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound
+                )
+            }) {
+                Error::NotFound(m)
+            } else if codes.iter().any(|c| matches!(c, C::Toomanyrequests)) {
+                Error::Unavailable(m)
+            } else {
+                Error::InvalidArgument(m)
+            }
+        }
+        E::ServerError { code, .. } => match code {
+            401 | 403 => Error::Unauthenticated(m),
+            404 => Error::NotFound(m),
+            400..=499 => Error::InvalidArgument(m),
+            _ => Error::Unavailable(m),
+        },
+        E::RequestError(_) | E::IoError(_) => Error::Unavailable(m),
+        E::DigestError(_) => Error::DataLoss(m),
+        E::UnsupportedMediaTypeError(_)
+        | E::UnsupportedSchemaVersionError(_)
+        | E::ManifestParsingError(_)
+        | E::VersionedParsingError(_)
+        | E::SpecViolationError(_) => Error::InvalidArgument(m),
+        _ => Error::Unavailable(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::{Arc, Mutex};
+
+    fn ep(host: &str, headers: &[(&str, &[&str])]) -> Endpoint {
+        Endpoint {
+            scheme: "http".into(),
+            host: host.into(),
+            pull: true,
+            resolve: true,
+            skip_verify: false,
+            ca: vec![],
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn headers_every_value() {
+        let m = header_map(&ep("h", &[("X-One", &["a"]), ("x-many", &["b", "c"])])).unwrap();
+        assert_eq!(m.get("x-one").unwrap(), "a");
+        let many: Vec<&str> = m
+            .get_all("x-many")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(many, ["b", "c"]);
+        let e = header_map(&ep("h", &[("bad name", &["a"])])).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("bad name"), "{e}");
+        let e = header_map(&ep("h", &[("x", &["a\nb"])])).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+    }
+
+    #[test]
+    fn answers_to_challenges() {
+        let basic = RegistryAuth::Basic("u".into(), "p".into());
+        let anon = RegistryAuth::Anonymous;
+        let tok = Answer::Token {
+            realm: "https://auth/t".into(),
+            service: Some("reg".into()),
+        };
+        let bearer_c = r#"Bearer realm="https://auth/t",service="reg",scope="repository:a:pull""#;
+        assert_eq!(answer(&[bearer_c], &anon), tok);
+        assert_eq!(answer(&[bearer_c], &basic), tok);
+        assert_eq!(answer(&[r#"Basic realm="x""#, bearer_c], &basic), tok);
+        assert_eq!(answer(&[r#"basic realm="x""#], &basic), Answer::Basic);
+        assert_eq!(answer(&[r#"Basic realm="x""#], &anon), Answer::GiveUp);
+        assert_eq!(
+            answer(&[bearer_c], &RegistryAuth::Bearer("t".into())),
+            Answer::GiveUp
+        );
+        assert_eq!(answer(&[], &basic), Answer::GiveUp);
+    }
+
+    /// The own fetcher asks for what oci-client asks for (its tests document the form).
+    #[test]
+    fn urls_as_oci_client() {
+        let mut r: Reference = "webassembly.azurecr.io/hello-wasm:v1".parse().unwrap();
+        assert_eq!(
+            manifest_url("https", &r),
+            "https://webassembly.azurecr.io/v2/hello-wasm/manifests/v1"
+        );
+        r.set_mirror_registry("docker.mirror.io".into());
+        assert_eq!(
+            manifest_url("https", &r),
+            "https://docker.mirror.io/v2/hello-wasm/manifests/v1?ns=webassembly.azurecr.io"
+        );
+        assert_eq!(
+            blob_url("http", &r, "sha256:deadbeef"),
+            "http://docker.mirror.io/v2/hello-wasm/blobs/sha256:deadbeef?ns=webassembly.azurecr.io"
+        );
+        let d = format!("sha256:{}", "a".repeat(64));
+        let r: Reference = format!("127.0.0.1:5000/a/b:v1@{d}").parse().unwrap();
+        assert_eq!(
+            manifest_url("http", &r),
+            format!("http://127.0.0.1:5000/v2/a/b/manifests/{d}")
+        );
+        let r: Reference = "busybox".parse().unwrap();
+        assert_eq!(
+            manifest_url("https", &r),
+            "https://index.docker.io/v2/library/busybox/manifests/latest"
+        );
+    }
+
+    #[test]
+    fn statuses() {
+        use crate::ErrorKind as K;
+        let k = |s: u16, body: &str| {
+            status_error(
+                StatusCode::from_u16(s).unwrap(),
+                body.as_bytes(),
+                "manifest",
+            )
+            .kind()
+        };
+        assert_eq!(k(401, ""), K::Unauthenticated);
+        assert_eq!(k(403, "no"), K::Unauthenticated);
+        assert_eq!(k(404, ""), K::NotFound);
+        assert_eq!(k(400, ""), K::InvalidArgument);
+        assert_eq!(k(429, ""), K::Unavailable);
+        assert_eq!(k(502, "<html>"), K::Unavailable);
+        let env = r#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#;
+        assert_eq!(k(404, env), K::NotFound);
+        assert_eq!(k(400, env), K::NotFound);
+        let denied = r#"{"errors":[{"code":"DENIED","message":"no"}]}"#;
+        assert_eq!(k(400, denied), K::Unauthenticated);
+        let e = status_error(StatusCode::NOT_FOUND, env.as_bytes(), "manifest: GET u");
+        assert_eq!(
+            e.to_string(),
+            "manifest: GET u: 404 Not Found: MANIFEST_UNKNOWN manifest unknown"
+        );
+    }
+
+    /// What the scripted registry saw of one request.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        target: String,
+        headers: Vec<(String, String)>,
+    }
+
+    impl Seen {
+        fn all(&self, name: &str) -> Vec<&str> {
+            self.headers
+                .iter()
+                .filter(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+                .collect()
+        }
+    }
+
+    /// A registry on 127.0.0.1 that wants a bearer token from its own `/token`, which
+    /// wants `u:p`; it serves one manifest, one good blob and one that does not match
+    /// its digest.
+    fn scripted_registry(
+        manifest: &'static [u8],
+        good: (String, &'static [u8]),
+        bad: String,
+    ) -> (String, Arc<Mutex<Vec<Seen>>>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (seen2, addr2) = (seen.clone(), addr.clone());
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                let (seen, addr) = (seen2.clone(), addr2.clone());
+                let (good, bad) = (good.clone(), bad.clone());
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    let mut r = BufReader::new(conn);
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                        let mut headers = vec![];
+                        loop {
+                            let mut h = String::new();
+                            r.read_line(&mut h).unwrap();
+                            let h = h.trim_end();
+                            if h.is_empty() {
+                                break;
+                            }
+                            let (k, v) = h.split_once(':').unwrap();
+                            headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
+                        }
+                        let s = Seen { target, headers };
+                        seen.lock().unwrap().push(s.clone());
+                        let authz = s.all("authorization");
+                        let (status, extra, body): (u16, String, Vec<u8>) = if s
+                            .target
+                            .starts_with("/token?")
+                        {
+                            // base64("u:p")
+                            if authz == ["Basic dTpw"] {
+                                (200, String::new(), br#"{"token":"tok"}"#.to_vec())
+                            } else {
+                                (401, String::new(), vec![])
+                            }
+                        } else if authz != ["Bearer tok"] {
+                            let c = format!(
+                                    "WWW-Authenticate: Bearer realm=\"http://{addr}/token\",service=\"svc\"\r\n"
+                                );
+                            (401, c, br#"{"errors":[{"code":"UNAUTHORIZED"}]}"#.to_vec())
+                        } else if s.target == "/v2/a/b/manifests/v1" {
+                            (200, String::new(), manifest.to_vec())
+                        } else if s.target == format!("/v2/a/b/blobs/{}", good.0) {
+                            (200, String::new(), good.1.to_vec())
+                        } else if s.target == format!("/v2/a/b/blobs/{bad}") {
+                            (200, String::new(), b"not what the digest says".to_vec())
+                        } else {
+                            (404, String::new(), vec![])
+                        };
+                        let head = format!(
+                            "HTTP/1.1 {status} X\r\n{extra}Content-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        if w.write_all(head.as_bytes()).is_err() || w.write_all(&body).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    #[tokio::test]
+    async fn own_fetcher_sends_headers_and_answers_the_challenge() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let good: &'static [u8] = b"config bytes";
+        let good_d = digest::of(good);
+        let bad_d = digest::of(b"something else");
+        let (addr, log) = scripted_registry(b"{\"m\":1}", (good_d.clone(), good), bad_d.clone());
+        let e = ep(&addr, &[("X-Key", &["k1", "k2"])]);
+        let r: Reference = format!("{addr}/a/b:v1").parse().unwrap();
+        let f = Fetcher::new(&e, &RegistryAuth::Basic("u".into(), "p".into())).unwrap();
+        assert!(matches!(f, Fetcher::Own(_)));
+        assert_eq!(&f.manifest(&r, "manifest").await.unwrap()[..], b"{\"m\":1}");
+        assert_eq!(f.blob(&r, &good_d, "config").await.unwrap(), good);
+        let mut s = f.layer(&r, &good_d, "layer").await.unwrap();
+        let mut got = vec![];
+        while let Some(c) = s.next().await {
+            got.extend_from_slice(&c.unwrap());
+        }
+        assert_eq!(got, good);
+        // Content that is not what its digest says: DataLoss, as a blob and as a stream.
+        let err = f.blob(&r, &bad_d, "config x").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::DataLoss, "{err}");
+        let mut s = f.layer(&r, &bad_d, "layer").await.unwrap();
+        let mut last = None;
+        while let Some(c) = s.next().await {
+            last = Some(c);
+        }
+        let err = last.unwrap().unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::DataLoss, "{err}");
+        let err = f
+            .manifest(&format!("{addr}/a/b:nope").parse().unwrap(), "manifest")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
+
+        let seen = log.lock().unwrap().clone();
+        for s in &seen {
+            assert_eq!(s.all("x-key"), ["k1", "k2"], "{s:?}");
+            assert!(s.all("user-agent")[0].starts_with("crust/"), "{s:?}");
+        }
+        // One challenge, one token for the whole pull.
+        let tokens: Vec<&Seen> = seen
+            .iter()
+            .filter(|s| s.target.starts_with("/token?"))
+            .collect();
+        assert_eq!(tokens.len(), 1, "{seen:?}");
+        assert_eq!(
+            tokens[0].target,
+            "/token?service=svc&scope=repository%3Aa%2Fb%3Apull"
+        );
+        assert_eq!(seen[0].all("accept")[0], ACCEPTED.join(", "));
+
+        // Without credentials the token service refuses: Unauthenticated, naming it.
+        let f = Fetcher::new(&e, &RegistryAuth::Anonymous).unwrap();
+        let err = f.manifest(&r, "manifest").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
+        assert!(err.to_string().contains("token service"), "{err}");
+        // A caller's token is sent as it is; refused, it is not traded for another.
+        let f = Fetcher::new(&e, &RegistryAuth::Bearer("tok".into())).unwrap();
+        f.manifest(&r, "manifest").await.unwrap();
+        let f = Fetcher::new(&e, &RegistryAuth::Bearer("old".into())).unwrap();
+        let before = log.lock().unwrap().len();
+        let err = f.manifest(&r, "manifest").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
+        assert_eq!(log.lock().unwrap().len(), before + 1);
+    }
+
+    #[test]
+    fn without_headers_oci_client() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let f = Fetcher::new(&ep("h", &[]), &RegistryAuth::Anonymous).unwrap();
+        assert!(matches!(f, Fetcher::Oci { .. }));
+    }
+}
