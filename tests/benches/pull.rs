@@ -2,7 +2,8 @@
 //! containerd 1.6 (its CRI plugin, overlayfs snapshotter) on the same machine in one
 //! run, through the same CRI client. Run as root through `hack/bench-pull`, or
 //! `cargo bench -p crust-e2e --bench pull`. `BENCH_ROUNDS` pulls per daemon (default 3);
-//! `BENCH_VERBOSE=1` also prints crustd's per-layer timings.
+//! `BENCH_VERBOSE=1` also prints crustd's per-layer timings; `BENCH_SIDES=crust` leaves
+//! containerd out (to look at crustd alone).
 //!
 //! Both daemons and a `docker-registry` run in one node network namespace the bench
 //! makes (crustd's, from the test harness); the registry holds one image of five gzip
@@ -330,7 +331,9 @@ fn main() {
         peaks: vec![],
         before: vec![],
     }];
+    let only_crust = std::env::var("BENCH_SIDES").is_ok_and(|v| v == "crust");
     let containerd = match Containerd::start(&crust.node.path(), &reg.addr) {
+        _ if only_crust => None,
         Ok(c) => Some(c),
         Err(e) => {
             println!("\n!!!!! containerd SKIPPED: {e}\n!!!!! measuring crustd alone\n");
