@@ -416,6 +416,7 @@ pub mod bundle;
 pub mod cri;
 pub mod crustd;
 pub mod header_proxy;
+pub mod kube_shim;
 pub mod registry;
 pub mod token_server;
 

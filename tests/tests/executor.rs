@@ -764,6 +764,7 @@ fn born_in_its_cgroups_with_a_cgroup_namespace_rooted_there() {
             stdout: executor::Stdio::File(b.out().join("exec.stdout")),
             stderr: executor::Stdio::File(b.out().join("exec.stderr")),
             cgroup_dirs: dirs.clone(),
+            controlling_tty: false,
         },
     )
     .expect("exec");
@@ -829,6 +830,7 @@ fn failed_execs_leave_no_zombie_and_the_container_still_dies() {
                 stdout: executor::Stdio::Null,
                 stderr: executor::Stdio::Null,
                 cgroup_dirs: vec![],
+                controlling_tty: false,
             },
         )
         .unwrap_err();

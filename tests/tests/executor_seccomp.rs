@@ -197,6 +197,7 @@ fn exec_installs_the_same_filter() {
                 stdout: Stdio::File(b.out().join(format!("{tag}.stdout"))),
                 stderr: Stdio::File(b.out().join(format!("{tag}.stderr"))),
                 cgroup_dirs: vec![],
+                controlling_tty: false,
             },
         )
         .expect("exec");

@@ -30,6 +30,11 @@ pub struct Config {
     /// Runtime handlers whose containers an external OCI runtime runs: handler name →
     /// the runtime's binary (`runc = "/usr/sbin/runc"`). Accepted by RunPodSandbox too.
     pub oci_runtimes: std::collections::BTreeMap<String, PathBuf>,
+    /// Where the streaming server (the URLs of Exec, Attach and PortForward) listens,
+    /// as containerd's options of the same names: an address the kubelet reaches.
+    pub stream_server_address: String,
+    /// 0: a free port picked at start.
+    pub stream_server_port: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,6 +96,8 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             runtime_handlers: vec![],
             oci_runtimes: Default::default(),
+            stream_server_address: "127.0.0.1".into(),
+            stream_server_port: 0,
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use container::executor::{self, ExecOpts, Stdio};
 use cri_api::{ExecSyncRequest, ExecSyncResponse};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,14 +77,26 @@ fn reap(fd: &OwnedFd) -> i32 {
     }
 }
 
-pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSyncResponse> {
-    if req.cmd.is_empty() {
+/// What running a command in a container needs, read under the container's lock.
+pub(crate) struct Prepared {
+    pub id: String,
+    state_dir: PathBuf,
+    bundle: PathBuf,
+    cgroup_dirs: Vec<PathBuf>,
+    runtime: String,
+    spec: executor::oci_spec::runtime::Spec,
+}
+
+/// Checks that the container runs and builds the process to exec: the container's
+/// process with `cmd` as its args.
+pub(crate) async fn prepare(crust: &Crust, container_id: &str, cmd: &[String]) -> Result<Prepared> {
+    if cmd.is_empty() {
         return Err(Error::InvalidArgument("cmd is empty".into()));
     }
-    let c = crust.containers.get(&req.container_id)?;
+    let c = crust.containers.get(container_id)?;
     let (state_dir, bundle, cgroup_dirs, runtime) = {
         let mut rec = c.rec.lock().await;
-        refresh(&crust, &mut rec);
+        refresh(crust, &mut rec);
         if rec.state != ContainerState::Running {
             return Err(Error::FailedPrecondition(format!(
                 "container {} is not running",
@@ -112,70 +125,114 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     let mut spec: executor::oci_spec::runtime::Spec = serde_json::from_slice(&spec_bytes)
         .map_err(|e| Error::Internal(format!("parsing the spec of {}: {e}", c.id)))?;
     let mut process = spec.process().clone().unwrap_or_default();
-    process.set_args(Some(req.cmd.clone()));
+    process.set_args(Some(cmd.to_vec()));
     process.set_terminal(Some(false));
     spec.set_process(Some(process));
-
-    if let Some(rt) = crust
-        .oci_runtimes
-        .get(&runtime)
-        .filter(|_| !runtime.is_empty())
-    {
-        return exec_external(rt, &c.id, &bundle, spec, &req).await;
-    }
-    let (out_r, out_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(|e| Error::Internal(format!("pipe: {e}")))?;
-    let (err_r, err_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(|e| Error::Internal(format!("pipe: {e}")))?;
-    // The process's ends block, as a program expects of its stdout.
-    for w in [&out_w, &err_w] {
-        let _ = nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()));
-    }
-    let id = c.id.clone();
-    let pid = tokio::task::spawn_blocking(move || {
-        let x = executor::Container::load(&state_dir)?;
-        executor::exec(
-            &x,
-            ExecOpts {
-                spec,
-                stdin: Stdio::Null,
-                stdout: Stdio::Fd(out_w),
-                stderr: Stdio::Fd(err_w),
-                cgroup_dirs,
-            },
-        )
+    Ok(Prepared {
+        id: c.id.clone(),
+        state_dir,
+        bundle,
+        cgroup_dirs,
+        runtime,
+        spec,
     })
-    .await
-    .map_err(Error::internal)?
-    .map_err(|e| match &e {
-        container::Error::Create {
-            step: executor::Step::Executable | executor::Step::Cwd,
-            ..
-        } => Error::InvalidArgument(format!("exec in {id}: {e}")),
-        container::Error::ContainerState { .. } => {
-            Error::FailedPrecondition(format!("exec in {id}: {e}"))
-        }
-        _ => Error::Internal(format!("exec in {id}: {e}")),
-    })?;
-    // SAFETY: pidfd_open of our own unreaped child.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        return Err(Error::Internal(format!(
-            "pidfd_open {pid}: {}",
-            std::io::Error::last_os_error()
-        )));
+}
+
+impl Prepared {
+    /// The external OCI runtime that runs this container, if not the built-in executor.
+    fn external<'a>(
+        &self,
+        crust: &'a Crust,
+    ) -> Option<&'a container::executor::oci_runtime::OciRuntime> {
+        crust
+            .oci_runtimes
+            .get(&self.runtime)
+            .filter(|_| !self.runtime.is_empty())
     }
-    // SAFETY: the kernel just gave us this fd.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+
+    /// Starts the process with the built-in executor; returns a pidfd to wait on.
+    async fn start(
+        self,
+        stdin: Stdio,
+        stdout: Stdio,
+        stderr: Stdio,
+        controlling_tty: bool,
+    ) -> Result<OwnedFd> {
+        let id = self.id.clone();
+        let pid = tokio::task::spawn_blocking(move || {
+            let x = executor::Container::load(&self.state_dir)?;
+            executor::exec(
+                &x,
+                ExecOpts {
+                    spec: self.spec,
+                    stdin,
+                    stdout,
+                    stderr,
+                    cgroup_dirs: self.cgroup_dirs,
+                    controlling_tty,
+                },
+            )
+        })
+        .await
+        .map_err(Error::internal)?
+        .map_err(|e| match &e {
+            container::Error::Create {
+                step: executor::Step::Executable | executor::Step::Cwd,
+                ..
+            } => Error::InvalidArgument(format!("exec in {id}: {e}")),
+            container::Error::ContainerState { .. } => {
+                Error::FailedPrecondition(format!("exec in {id}: {e}"))
+            }
+            _ => Error::Internal(format!("exec in {id}: {e}")),
+        })?;
+        // SAFETY: pidfd_open of our own unreaped child.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if raw < 0 {
+            return Err(Error::Internal(format!(
+                "pidfd_open {pid}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: the kernel just gave us this fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(raw as i32) })
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+        .map_err(|e| Error::Internal(format!("pipe: {e}")))?;
+    Ok((r, w))
+}
+
+/// Makes the process's end of a pipe blocking, as a program expects of its stdio.
+fn blocking(fd: &OwnedFd) {
+    let _ = nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    );
+}
+
+pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSyncResponse> {
+    let p = prepare(&crust, &req.container_id, &req.cmd).await?;
+    if let Some(rt) = p.external(&crust) {
+        return exec_external(rt, &p.id, &p.bundle, p.spec, &req).await;
+    }
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    for w in [&out_w, &err_w] {
+        blocking(w);
+    }
+    let id = p.id.clone();
+    let pidfd = p
+        .start(Stdio::Null, Stdio::Fd(out_w), Stdio::Fd(err_w), false)
+        .await?;
     let out_task = tokio::spawn(read_all(out_r));
     let err_task = tokio::spawn(read_all(err_r));
     // SAFETY: an OwnedFd: it stays open, the same fd, for the AsyncFd's life.
     let afd = unsafe {
         tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
     }
-    .map_err(|e| Error::Internal(format!("watching exec {pid}: {e}")))?;
+    .map_err(|e| Error::Internal(format!("watching exec in {id}: {e}")))?;
     let exited = async {
         let _ = afd.readable().await;
     };
@@ -209,7 +266,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     if timed_out {
         return Err(Error::DeadlineExceeded(format!(
             "command {:?} in container {} timed out after {}s",
-            req.cmd, c.id, req.timeout
+            req.cmd, id, req.timeout
         )));
     }
     Ok(ExecSyncResponse {
@@ -312,4 +369,275 @@ async fn exec_external(
         stderr,
         exit_code: code,
     })
+}
+
+/// Copies a pipe (or pty master) to a client's stream until its end. A pty master
+/// reports EIO once the last process holding the terminal is gone: its end too. The
+/// reads happen on tokio's blocking pool, so the fd is made blocking.
+async fn pump_out(fd: OwnedFd, to: Option<streaming::spdy::Writer>) {
+    blocking(&fd);
+    let mut f = tokio::fs::File::from_std(std::fs::File::from(fd));
+    let mut buf = vec![0u8; 32 << 10];
+    loop {
+        match f.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if let Some(w) = &to {
+                    if w.write(&buf[..n]).is_err() {
+                        return; // the client is gone; the process may go on
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Copies the client's stdin stream into the process until the client ends it.
+async fn pump_in(mut from: streaming::spdy::Stream, fd: OwnedFd) {
+    use tokio::io::AsyncWriteExt;
+    blocking(&fd);
+    let mut f = tokio::fs::File::from_std(std::fs::File::from(fd));
+    while let Some(b) = from.read().await {
+        if f.write_all(&b).await.is_err() {
+            return;
+        }
+        let _ = f.flush().await;
+    }
+}
+
+fn set_size(master: &OwnedFd, sz: streaming::remotecommand::Size) {
+    let ws = libc::winsize {
+        ws_row: sz.height,
+        ws_col: sz.width,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ on a pty master we own, with a valid winsize.
+    unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+}
+
+/// Applies each terminal size the client reports to the pty.
+async fn pump_resize(mut from: streaming::spdy::Stream, master: OwnedFd, mut buf: Vec<u8>) {
+    while let Some(sz) = streaming::remotecommand::next_size(&mut from, &mut buf).await {
+        set_size(&master, sz);
+    }
+}
+
+/// A pty of the container's own devpts (what its `/dev/pts` shows), so `tty` and
+/// `ttyname` work inside: its `ptmx` opened through the init's root, the peer taken
+/// from the master itself (TIOCGPTPEER) rather than by a path.
+fn container_pty(state_dir: &std::path::Path) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let x = executor::Container::load(state_dir).map_err(std::io::Error::other)?;
+    let ptmx = format!("/proc/{}/root/dev/pts/ptmx", x.pid);
+    let master: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(&ptmx)?
+        .into();
+    // SAFETY: ioctls on the master we just opened; `unlock` outlives the call.
+    unsafe {
+        let unlock: libc::c_int = 0;
+        if libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let peer = libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if peer < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((master, OwnedFd::from_raw_fd(peer)))
+    }
+}
+
+/// Waits for the process behind `pidfd` and reaps it: its exit code.
+async fn wait_exit(pidfd: OwnedFd) -> Result<i32> {
+    // SAFETY: an OwnedFd: it stays open, the same fd, for the AsyncFd's life.
+    let afd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| Error::Internal(format!("watching exec: {e}")))?;
+    let _ = afd.readable().await;
+    let pidfd = afd.into_inner();
+    tokio::task::spawn_blocking(move || reap(&pidfd))
+        .await
+        .map_err(Error::internal)
+}
+
+/// Exec through the streaming server (the Exec RPC's URL): the command's stdio wired
+/// to the client's streams, with a pty when it asked for a tty; its exit code goes back
+/// on the error stream.
+pub async fn exec_stream(
+    crust: Arc<Crust>,
+    req: cri_api::ExecRequest,
+    mut streams: streaming::remotecommand::Streams,
+) {
+    let res = exec_streams(&crust, &req, &mut streams).await;
+    if let Err(e) = &res {
+        tracing::debug!(container = %req.container_id, "streaming exec failed: {e}");
+    }
+    streams.finish(res.map_err(|e| e.to_string()));
+}
+
+async fn exec_streams(
+    crust: &Crust,
+    req: &cri_api::ExecRequest,
+    streams: &mut streaming::remotecommand::Streams,
+) -> Result<i32> {
+    let p = prepare(crust, &req.container_id, &req.cmd).await?;
+    if let Some(rt) = p.external(crust) {
+        if req.tty {
+            return Err(Error::Unimplemented(format!(
+                "exec with a tty in {}: not supported through {}",
+                p.id,
+                rt.binary.display()
+            )));
+        }
+        return exec_streams_external(rt, p, streams).await;
+    }
+    let dup = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|e| Error::Internal(format!("dup: {e}")))
+    };
+    let mut pumps = Vec::new();
+    let pidfd = if req.tty {
+        let (master, slave) = match container_pty(&p.state_dir) {
+            Ok(pair) => pair,
+            Err(e) => {
+                // A container without its own devpts: a pty of the node's, which
+                // works as a terminal but has no name inside the container.
+                tracing::debug!(container = %p.id, "no pty in the container's devpts ({e}); using the node's");
+                let pty = nix::pty::openpty(None, None)
+                    .map_err(|e| Error::Internal(format!("opening a pty: {e}")))?;
+                (pty.master, pty.slave)
+            }
+        };
+        // The master must not leak into the process.
+        let _ = nix::fcntl::fcntl(
+            &master,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        );
+        // The client sends its terminal's size first thing: the process should start
+        // with it (a shell asks at once), so it is waited for, briefly.
+        let mut size_buf = Vec::new();
+        if let Some(r) = streams.resize.as_mut() {
+            let first = streaming::remotecommand::next_size(r, &mut size_buf);
+            if let Ok(Some(sz)) = tokio::time::timeout(Duration::from_millis(500), first).await {
+                set_size(&master, sz);
+            }
+        }
+        let stdin = if streams.stdin.is_some() {
+            Stdio::Fd(dup(&slave)?)
+        } else {
+            Stdio::Null
+        };
+        let pidfd = p
+            .start(stdin, Stdio::Fd(dup(&slave)?), Stdio::Fd(slave), true)
+            .await?;
+        if let Some(s) = streams.stdin.take() {
+            tokio::spawn(pump_in(s, dup(&master)?));
+        }
+        if let Some(r) = streams.resize.take() {
+            tokio::spawn(pump_resize(r, dup(&master)?, size_buf));
+        }
+        pumps.push(tokio::spawn(pump_out(master, streams.stdout.clone())));
+        pidfd
+    } else {
+        let stdin = match streams.stdin.take() {
+            Some(s) => {
+                let (r, w) = pipe()?;
+                blocking(&r);
+                tokio::spawn(pump_in(s, w));
+                Stdio::Fd(r)
+            }
+            None => Stdio::Null,
+        };
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        blocking(&out_w);
+        blocking(&err_w);
+        let pidfd = p
+            .start(stdin, Stdio::Fd(out_w), Stdio::Fd(err_w), false)
+            .await?;
+        pumps.push(tokio::spawn(pump_out(out_r, streams.stdout.clone())));
+        pumps.push(tokio::spawn(pump_out(err_r, streams.stderr.clone())));
+        pidfd
+    };
+    let code = wait_exit(pidfd).await?;
+    for t in pumps {
+        let abort = t.abort_handle();
+        if tokio::time::timeout(DRAIN, t).await.is_err() {
+            abort.abort();
+        }
+    }
+    Ok(code)
+}
+
+/// A streaming exec through an external OCI runtime (`<runtime> exec`), without a tty.
+async fn exec_streams_external(
+    rt: &container::executor::oci_runtime::OciRuntime,
+    p: Prepared,
+    streams: &mut streaming::remotecommand::Streams,
+) -> Result<i32> {
+    let tag = crate::util::new_id();
+    let proc_file = p.bundle.join(format!("exec-{}.json", &tag[..12]));
+    let pid_file = p.bundle.join(format!("exec-{}.pid", &tag[..12]));
+    let process = serde_json::to_vec(&p.spec.process().clone().unwrap_or_default())
+        .map_err(Error::internal)?;
+    std::fs::write(&proc_file, process)
+        .map_err(|e| Error::Internal(format!("writing {}: {e}", proc_file.display())))?;
+    let mut cmd = tokio::process::Command::from(rt.exec_command(&p.id, &proc_file, &pid_file));
+    cmd.stdin(if streams.stdin.is_some() {
+        std::process::Stdio::piped()
+    } else {
+        std::process::Stdio::null()
+    })
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let res = async {
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::Internal(format!("running {}: {e}", rt.binary.display())))?;
+        if let (Some(mut s), Some(mut w)) = (streams.stdin.take(), child.stdin.take()) {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                while let Some(b) = s.read().await {
+                    if w.write_all(&b).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let to_fd = |o: Option<OwnedFd>| o;
+        let out = child.stdout.take().and_then(|o| o.into_owned_fd().ok());
+        let err = child.stderr.take().and_then(|o| o.into_owned_fd().ok());
+        let mut pumps = Vec::new();
+        if let Some(fd) = to_fd(out) {
+            pumps.push(tokio::spawn(pump_out(fd, streams.stdout.clone())));
+        }
+        if let Some(fd) = to_fd(err) {
+            pumps.push(tokio::spawn(pump_out(fd, streams.stderr.clone())));
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
+        for t in pumps {
+            let abort = t.abort_handle();
+            if tokio::time::timeout(DRAIN, t).await.is_err() {
+                abort.abort();
+            }
+        }
+        use std::os::unix::process::ExitStatusExt;
+        Ok(status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    }
+    .await;
+    let _ = std::fs::remove_file(&proc_file);
+    let _ = std::fs::remove_file(&pid_file);
+    res
 }

@@ -22,6 +22,8 @@ pub struct Crust {
     /// Handlers whose containers an external OCI runtime (runc, crun) runs.
     pub oci_runtimes:
         std::collections::HashMap<String, container::executor::oci_runtime::OciRuntime>,
+    /// Where Exec, Attach and PortForward URLs lead (stream_server.rs).
+    pub streams: crate::stream_server::StreamServer,
 }
 
 impl Crust {
@@ -89,6 +91,7 @@ impl Crust {
             pause_bin,
             handlers,
             oci_runtimes,
+            streams: Default::default(),
             cfg,
         })
     }

@@ -1,6 +1,7 @@
 //! `crustd`: the CRI v1 runtime server. See the README for flags and configuration.
 
 mod config;
+mod container_attach;
 mod container_exec;
 mod container_ops;
 mod container_spec;
@@ -12,6 +13,7 @@ mod images_cli;
 mod network;
 mod pod_files;
 mod podns;
+mod port_forward;
 mod recovery;
 mod runtime_info;
 mod sandbox_run;
@@ -22,6 +24,7 @@ mod server;
 mod service;
 mod stats;
 mod store;
+mod stream_server;
 mod util;
 mod validate;
 

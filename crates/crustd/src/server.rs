@@ -52,6 +52,7 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
         .await?;
         crate::container_ops::watch_all(&crust);
     }
+    crate::stream_server::start(crust.clone()).await?;
     let socket = crust.cfg.socket_path();
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

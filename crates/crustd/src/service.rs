@@ -240,23 +240,41 @@ impl RuntimeService for Service {
 
     async fn exec(
         &self,
-        _r: Request<ExecRequest>,
+        r: Request<ExecRequest>,
     ) -> std::result::Result<Response<ExecResponse>, Status> {
-        later("Exec")
+        let t = Instant::now();
+        let req = r.into_inner();
+        let id = req.container_id.clone();
+        let res = crate::stream_server::exec(&self.crust, req)
+            .await
+            .map(|url| ExecResponse { url });
+        done("Exec", &id, t, res)
     }
 
     async fn attach(
         &self,
-        _r: Request<AttachRequest>,
+        r: Request<AttachRequest>,
     ) -> std::result::Result<Response<AttachResponse>, Status> {
-        later("Attach")
+        let t = Instant::now();
+        let req = r.into_inner();
+        let id = req.container_id.clone();
+        let res = crate::stream_server::attach(&self.crust, req)
+            .await
+            .map(|url| AttachResponse { url });
+        done("Attach", &id, t, res)
     }
 
     async fn port_forward(
         &self,
-        _r: Request<PortForwardRequest>,
+        r: Request<PortForwardRequest>,
     ) -> std::result::Result<Response<PortForwardResponse>, Status> {
-        later("PortForward")
+        let t = Instant::now();
+        let req = r.into_inner();
+        let id = req.pod_sandbox_id.clone();
+        let res = crate::stream_server::port_forward(&self.crust, req)
+            .await
+            .map(|url| PortForwardResponse { url });
+        done("PortForward", &id, t, res)
     }
 
     async fn container_stats(

@@ -56,6 +56,9 @@ pub struct ExecOpts {
     pub stderr: Stdio,
     /// The container's cgroup directories (see [`super::CreateOpts::cgroup_dirs`]).
     pub cgroup_dirs: Vec<PathBuf>,
+    /// Stdin is a terminal the caller made (a streaming exec with a tty): make it the
+    /// process's controlling terminal, so shells get job control and ^C.
+    pub controlling_tty: bool,
 }
 
 /// Starts a process in the running container `c`; returns its pid once it has
@@ -119,6 +122,7 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
         cgroup_tasks,
         cgroup_dir,
         tty_sock: None,
+        ctty: opts.controlling_tty,
     };
     // SAFETY: as in `process::spawn`: the child runs only `intermediate` and leaves by
     // `_exit` or `execve`.
@@ -282,6 +286,9 @@ fn setup(p: &Plan, fds: &ChildFds) -> std::result::Result<std::ffi::CString, Fai
                     return Err(io::Error::last_os_error()).at(Step::Stdio, target);
                 }
             }
+        }
+        if fds.ctty && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            return Err(io::Error::last_os_error()).at(Step::Terminal, "stdin");
         }
     }
     init::rlimits(p)?;

@@ -108,6 +108,8 @@ pub(crate) struct ChildFds {
     pub cgroup_dir: Option<(RawFd, PathBuf)>,
     /// A tty container's socket to the monitor (see [`console`]).
     pub tty_sock: Option<RawFd>,
+    /// An exec's stdin is a terminal to make its controlling one.
+    pub ctty: bool,
 }
 
 pub(crate) fn exit(code: libc::c_int) -> ! {

@@ -248,6 +248,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         cgroup_tasks,
         cgroup_dir,
         tty_sock: fds.tty_sock.as_ref().map(|f| f.as_raw_fd()),
+        ctty: false,
     };
 
     // SAFETY: fork in a possibly multi-threaded process. The child is single-threaded;

@@ -1,0 +1,130 @@
+//! Attach's stream: the client's stdin, stdout and stderr joined to a running
+//! container's through its monitor's attach socket (container::monitor), which sends
+//! each piece of output tagged with its stream and takes input for the container's
+//! stdin. The attach ends when the container's output ends (it exited) or the client
+//! leaves; the container is not affected either way.
+
+use crate::daemon::Crust;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use streaming::remotecommand::Streams;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+pub async fn attach_stream(crust: Arc<Crust>, req: cri_api::AttachRequest, mut streams: Streams) {
+    let res = attach(&crust, &req, &mut streams).await;
+    if let Err(e) = &res {
+        tracing::debug!(container = %req.container_id, "attach failed: {e}");
+    }
+    streams.finish(res.map(|()| 0));
+}
+
+async fn attach(
+    crust: &Crust,
+    req: &cri_api::AttachRequest,
+    streams: &mut Streams,
+) -> Result<(), String> {
+    let c = crust
+        .containers
+        .get(&req.container_id)
+        .map_err(|e| e.to_string())?;
+    let dir = crust.containers.exec_state(&c.id);
+    let sock = container::monitor::connect_attach(&dir)
+        .map_err(|e| format!("attaching to {}: {e}", c.id))?;
+    set_nonblocking(&sock);
+    // SAFETY: an OwnedFd: it stays open, the same fd, for the AsyncFd's life.
+    let sock = Arc::new(
+        unsafe { AsyncFd::register_with_interest(sock, Interest::READABLE | Interest::WRITABLE) }
+            .map_err(|e| e.to_string())?,
+    );
+    if let Some(mut input) = streams.stdin.take() {
+        let s = sock.clone();
+        tokio::spawn(async move {
+            while let Some(b) = input.read().await {
+                for chunk in b.chunks(16 << 10) {
+                    if send(&s, chunk).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            // The client's input ended: so does ours (stdin_once closes the container's).
+            // SAFETY: shutdown on a socket we hold.
+            unsafe { libc::shutdown(s.get_ref().as_raw_fd(), libc::SHUT_WR) };
+        });
+    }
+    // A tty attach may send sizes; the monitor has no way to take them yet: drained.
+    if let Some(mut r) = streams.resize.take() {
+        tokio::spawn(async move { while r.read().await.is_some() {} });
+    }
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = tokio::select! {
+            n = recv(&sock, &mut buf) => n,
+            _ = streams.closed() => return Ok(()),
+        };
+        let n = match n {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(n) => n,
+        };
+        let to = match buf[0] {
+            container::monitor::ATTACH_STDERR if !req.tty => streams.stderr.as_ref(),
+            _ => streams.stdout.as_ref(),
+        };
+        if let Some(w) = to {
+            if w.write(&buf[1..n]).is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd) {
+    // SAFETY: fcntl flag change on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+}
+
+async fn recv(sock: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        let mut g = sock.readable().await?;
+        // SAFETY: recv into a buffer valid for its length.
+        match g.try_io(|s| {
+            let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        }) {
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+async fn send(sock: &AsyncFd<OwnedFd>, data: &[u8]) -> std::io::Result<()> {
+    loop {
+        let mut g = sock.writable().await?;
+        // SAFETY: send from a buffer valid for its length.
+        match g.try_io(|s| {
+            let n = unsafe {
+                libc::send(
+                    s.as_raw_fd(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        }) {
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}

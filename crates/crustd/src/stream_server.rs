@@ -1,0 +1,283 @@
+//! The streaming server: where the URLs of Exec, Attach and PortForward lead.
+//!
+//! The CRI hands the kubelet (or crictl) a URL; the client, or the kubelet on behalf of
+//! `kubectl exec`, then upgrades an HTTP request to it to SPDY/3.1 and speaks
+//! Kubernetes' remotecommand or portforward protocol (crates/streaming). Each URL holds
+//! a single-use token naming the request it was made for, valid for a minute as in the
+//! kubelet's own streaming server; what the stream may do was decided by the RPC, never
+//! by the query string.
+//!
+//! It listens on TCP (`stream_server_address`, `stream_server_port`; loopback and a
+//! free port by default, as containerd does), since the kubelet proxies to it over HTTP.
+
+use crate::daemon::Crust;
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use streaming::http;
+use streaming::remotecommand::{self, Options, Streams};
+use streaming::spdy::Session;
+
+/// How long a URL may wait for its client.
+const TOKEN_TTL: Duration = Duration::from_secs(60);
+/// How long a client may take to open its streams once upgraded.
+const STREAMS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A request waiting for its client.
+pub enum Pending {
+    Exec(cri_api::ExecRequest),
+    Attach(cri_api::AttachRequest),
+    PortForward(cri_api::PortForwardRequest),
+}
+
+impl Pending {
+    fn kind(&self) -> &'static str {
+        match self {
+            Pending::Exec(_) => "exec",
+            Pending::Attach(_) => "attach",
+            Pending::PortForward(_) => "portforward",
+        }
+    }
+}
+
+/// The server's address and its pending requests.
+#[derive(Default)]
+pub struct StreamServer {
+    base: OnceLock<String>,
+    pending: Mutex<HashMap<String, (Instant, Pending)>>,
+}
+
+impl StreamServer {
+    /// Registers `p` and returns the URL its client is to use.
+    pub fn url_for(&self, p: Pending) -> Result<String> {
+        let base = self.base.get().ok_or_else(|| {
+            Error::FailedPrecondition("the streaming server is not running".into())
+        })?;
+        let token = crate::util::new_id()[..32].to_string();
+        let url = format!("{base}/{}/{token}", p.kind());
+        let mut m = self.pending.lock().unwrap();
+        m.retain(|_, (at, _)| at.elapsed() < TOKEN_TTL);
+        m.insert(token, (Instant::now(), p));
+        Ok(url)
+    }
+
+    fn take(&self, kind: &str, token: &str) -> Option<Pending> {
+        let mut m = self.pending.lock().unwrap();
+        m.retain(|_, (at, _)| at.elapsed() < TOKEN_TTL);
+        match m.get(token) {
+            Some((_, p)) if p.kind() == kind => m.remove(token).map(|(_, p)| p),
+            _ => None,
+        }
+    }
+}
+
+/// Binds the listener and serves in the background.
+pub async fn start(crust: Arc<Crust>) -> anyhow::Result<()> {
+    let addr = format!(
+        "{}:{}",
+        crust.cfg.stream_server_address, crust.cfg.stream_server_port
+    );
+    let addr = if crust.cfg.stream_server_address.contains(':') {
+        format!(
+            "[{}]:{}",
+            crust.cfg.stream_server_address, crust.cfg.stream_server_port
+        )
+    } else {
+        addr
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding the streaming server to {addr}: {e}"))?;
+    let local = listener.local_addr()?;
+    let _ = crust.streams.base.set(format!("http://{local}"));
+    tracing::info!(address = %local, "streaming server listening");
+    tokio::spawn(async move {
+        loop {
+            let Ok((sock, _)) = listener.accept().await else {
+                continue;
+            };
+            let c = crust.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| handle(c.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn handle(
+    crust: Arc<Crust>,
+    mut req: Request<hyper::body::Incoming>,
+) -> std::result::Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().to_string();
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let (kind, token) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let Some(pending) = crust.streams.take(kind, token) else {
+        return Ok(http::text(
+            StatusCode::NOT_FOUND,
+            format!("{path}: no such stream (unknown or expired URL)"),
+        ));
+    };
+    if !http::wants_spdy(&req) {
+        return Ok(http::text(
+            StatusCode::BAD_REQUEST,
+            "this URL takes an upgrade to SPDY/3.1",
+        ));
+    }
+    let ours = match pending {
+        Pending::PortForward(_) => crate::port_forward::PROTOCOLS,
+        _ => remotecommand::PROTOCOLS,
+    };
+    let protocol = match http::negotiate(&req, ours) {
+        Ok(p) => p,
+        Err(r) => return Ok(*r),
+    };
+    let upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let io = match upgrade.await {
+            Ok(u) => hyper_util::rt::TokioIo::new(u),
+            Err(e) => {
+                tracing::debug!("streaming upgrade failed: {e}");
+                return;
+            }
+        };
+        let session = Session::server(io);
+        match pending {
+            Pending::Exec(r) => {
+                let opts = Options {
+                    stdin: r.stdin,
+                    stdout: r.stdout,
+                    stderr: r.stderr,
+                    tty: r.tty,
+                };
+                match Streams::accept(session, protocol, opts, STREAMS_TIMEOUT).await {
+                    Ok(s) => crate::container_exec::exec_stream(crust, r, s).await,
+                    Err(e) => tracing::debug!(container = %r.container_id, "exec streams: {e}"),
+                }
+            }
+            Pending::Attach(r) => {
+                let opts = Options {
+                    stdin: r.stdin,
+                    stdout: r.stdout,
+                    stderr: r.stderr,
+                    tty: r.tty,
+                };
+                match Streams::accept(session, protocol, opts, STREAMS_TIMEOUT).await {
+                    Ok(s) => crate::container_attach::attach_stream(crust, r, s).await,
+                    Err(e) => tracing::debug!(container = %r.container_id, "attach streams: {e}"),
+                }
+            }
+            Pending::PortForward(r) => crate::port_forward::serve(crust, r, session).await,
+        }
+    });
+    Ok(http::switching(protocol))
+}
+
+/// Checks which streams a request asks for, as containerd and the kubelet do.
+fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<()> {
+    if !stdin && !stdout && !stderr {
+        return Err(Error::InvalidArgument(
+            "one of stdin, stdout, or stderr must be set".into(),
+        ));
+    }
+    if tty && stderr {
+        return Err(Error::InvalidArgument(
+            "tty and stderr cannot both be true: a terminal merges them".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The running container `id`, or why a stream to it cannot be had.
+async fn running(crust: &Crust, id: &str) -> Result<String> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    crate::container_ops::refresh(crust, &mut rec);
+    if rec.state != crate::container_store::ContainerState::Running {
+        return Err(Error::FailedPrecondition(format!(
+            "container {} is not running ({:?})",
+            rec.id, rec.state
+        )));
+    }
+    Ok(rec.id.clone())
+}
+
+/// The Exec RPC: a URL for the client to stream the command through.
+pub async fn exec(crust: &Crust, mut req: cri_api::ExecRequest) -> Result<String> {
+    if req.cmd.is_empty() {
+        return Err(Error::InvalidArgument("cmd is empty".into()));
+    }
+    check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
+    req.container_id = running(crust, &req.container_id).await?;
+    crust.streams.url_for(Pending::Exec(req))
+}
+
+/// The Attach RPC.
+pub async fn attach(crust: &Crust, mut req: cri_api::AttachRequest) -> Result<String> {
+    check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
+    req.container_id = running(crust, &req.container_id).await?;
+    crust.streams.url_for(Pending::Attach(req))
+}
+
+/// The PortForward RPC: the pod must be ready (its network namespace is what the
+/// connections go into).
+pub async fn port_forward(crust: &Crust, mut req: cri_api::PortForwardRequest) -> Result<String> {
+    let sb = crust.store.get(&req.pod_sandbox_id)?;
+    let rec = sb.rec.lock().await;
+    if rec.state != crate::store::SandboxState::Ready {
+        return Err(Error::FailedPrecondition(format!(
+            "pod sandbox {} is not ready",
+            rec.id
+        )));
+    }
+    if let Some(p) = req.port.iter().find(|p| !(1..=65535).contains(*p)) {
+        return Err(Error::InvalidArgument(format!(
+            "port {p} is not a TCP port"
+        )));
+    }
+    req.pod_sandbox_id = rec.id.clone();
+    drop(rec);
+    crust.streams.url_for(Pending::PortForward(req))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_single_use_and_of_their_kind() {
+        let s = StreamServer::default();
+        assert!(
+            s.url_for(Pending::Exec(Default::default())).is_err(),
+            "no URL before the server listens"
+        );
+        s.base.set("http://127.0.0.1:9".into()).unwrap();
+        let url = s.url_for(Pending::Exec(Default::default())).unwrap();
+        let token = url.rsplit('/').next().unwrap().to_string();
+        assert!(url.starts_with("http://127.0.0.1:9/exec/"), "{url}");
+        assert_eq!(token.len(), 32);
+        assert!(s.take("attach", &token).is_none(), "another kind's token");
+        assert!(s.take("exec", &token).is_some());
+        assert!(s.take("exec", &token).is_none(), "used twice");
+        let url2 = s.url_for(Pending::PortForward(Default::default())).unwrap();
+        assert!(url2.contains("/portforward/"));
+        // Expired tokens go.
+        s.pending
+            .lock()
+            .unwrap()
+            .values_mut()
+            .for_each(|(at, _)| *at = Instant::now() - TOKEN_TTL - Duration::from_secs(1));
+        assert!(s
+            .take("portforward", url2.rsplit('/').next().unwrap())
+            .is_none());
+    }
+}

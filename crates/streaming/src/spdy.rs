@@ -1,0 +1,567 @@
+//! The server side of SPDY/3.1, as far as Kubernetes' streaming uses it: the peer opens
+//! streams (SYN_STREAM with headers), each answered with a SYN_REPLY, and data flows
+//! both ways on each until FIN or RST_STREAM. kubectl, crictl and the kubelet all speak
+//! it through the same Go library; the exec, attach and port-forward protocols
+//! (remotecommand.rs, portforward.rs) sit on top.
+//!
+//! ```text
+//! control: 1 | version 3 (15) | type (16) | flags (8) | length (24) | data
+//! data:    0 | stream id (31)             | flags (8) | length (24) | data
+//! ```
+//! Header blocks are one zlib stream per direction for the whole session, flushed at
+//! each block, and the peer's is compressed against the fixed dictionary of the SPDY/3
+//! specification (`dictionary()`); ours is sent without one (a zlib stream that names
+//! no dictionary needs none to inflate).
+//!
+//! Flow control: the peer's data is acknowledged with WINDOW_UPDATE as it is consumed,
+//! so a peer that honours windows is paced by our reader. Our own sends do not wait
+//! for the peer's window: the Go implementation every Kubernetes client uses neither
+//! enforces its receive window nor sends updates for it, so waiting would stall any
+//! output over 64 KiB.
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+const VERSION: u16 = 3;
+const SYN_STREAM: u16 = 1;
+const SYN_REPLY: u16 = 2;
+const RST_STREAM: u16 = 3;
+const SETTINGS: u16 = 4;
+const PING: u16 = 6;
+const GOAWAY: u16 = 7;
+const HEADERS: u16 = 8;
+const WINDOW_UPDATE: u16 = 9;
+const FLAG_FIN: u8 = 0x01;
+/// RST_STREAM status: PROTOCOL_ERROR, CANCEL.
+pub const RST_PROTOCOL_ERROR: u32 = 1;
+pub const RST_CANCEL: u32 = 5;
+/// A frame larger than this is a broken or hostile peer (SPDY's own limit is 16 MiB).
+const MAX_FRAME: usize = 1 << 20;
+/// The header blocks of one session, inflated, may not grow past this.
+const MAX_HEADERS: usize = 1 << 20;
+
+/// The header compression dictionary of the SPDY/3 specification (section 2.6.10.1):
+/// length-prefixed header names and values, then a run of common strings. Built from
+/// its parts rather than pasted as bytes; its zlib id is 0xe3c6a7c2 (checked in tests).
+pub fn dictionary() -> &'static [u8] {
+    static DICT: OnceLock<Vec<u8>> = OnceLock::new();
+    DICT.get_or_init(|| {
+        const WORDS: &[&str] = &[
+            "options", "head", "post", "put", "delete", "trace", "accept",
+            "accept-charset", "accept-encoding", "accept-language", "accept-ranges", "age",
+            "allow", "authorization", "cache-control", "connection", "content-base",
+            "content-encoding", "content-language", "content-length", "content-location",
+            "content-md5", "content-range", "content-type", "date", "etag", "expect",
+            "expires", "from", "host", "if-match", "if-modified-since", "if-none-match",
+            "if-range", "if-unmodified-since", "last-modified", "location", "max-forwards",
+            "pragma", "proxy-authenticate", "proxy-authorization", "range", "referer",
+            "retry-after", "server", "te", "trailer", "transfer-encoding", "upgrade",
+            "user-agent", "vary", "via", "warning", "www-authenticate", "method", "get",
+            "status", "200 OK", "version", "HTTP/1.1", "url", "public", "set-cookie",
+            "keep-alive", "origin",
+        ];
+        const TAIL: &str = concat!(
+            "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505",
+            "203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request",
+            "401 Unauthorized403 Forbidden404 Not Found500 Internal Server Error501 Not Implemented",
+            "503 Service UnavailableJan Feb Mar Apr May Jun Jul Aug Sept Oct Nov Dec 00:00:00 ",
+            "Mon, Tue, Wed, Thu, Fri, Sat, Sun, GMTchunked,text/html,image/png,image/jpg,image/gif,",
+            "application/xml,application/xhtml+xml,text/plain,text/javascript,publicprivatemax-age=",
+            "gzip,deflate,sdchcharset=utf-8charset=iso-8859-1,utf-,*,enq=0.",
+        );
+        let mut d = Vec::with_capacity(1423);
+        for w in WORDS {
+            d.extend_from_slice(&(w.len() as u32).to_be_bytes());
+            d.extend_from_slice(w.as_bytes());
+        }
+        d.extend_from_slice(TAIL.as_bytes());
+        d
+    })
+}
+
+/// The peer's header blocks: one zlib stream over the session. Each block ends on a
+/// sync flush, so inflating everything received so far (a few hundred bytes per
+/// stream) from the start, with the dictionary placed before the output as history,
+/// yields every block so far; the new block is the new tail.
+#[derive(Default)]
+struct Inflater {
+    input: Vec<u8>,
+    produced: usize,
+}
+
+impl Inflater {
+    fn block(&mut self, compressed: &[u8]) -> io::Result<Vec<u8>> {
+        use miniz_oxide::inflate::core::{decompress, inflate_flags, DecompressorOxide};
+        use miniz_oxide::inflate::TINFLStatus;
+        self.input.extend_from_slice(compressed);
+        // zlib header: CMF, FLG, and the dictionary id when FLG says there is one.
+        let bad =
+            |m: &str| io::Error::new(io::ErrorKind::InvalidData, format!("spdy headers: {m}"));
+        if self.input.len() < 2 {
+            return Err(bad("truncated zlib header"));
+        }
+        let skip = if self.input[1] & 0x20 != 0 { 6 } else { 2 };
+        let raw = self
+            .input
+            .get(skip..)
+            .ok_or_else(|| bad("truncated zlib header"))?;
+        let dict = dictionary();
+        let mut out = vec![0u8; dict.len() + self.produced + 4 * compressed.len() + 4096];
+        out[..dict.len()].copy_from_slice(dict);
+        let mut pos = dict.len();
+        let mut r = DecompressorOxide::new();
+        let mut used = 0;
+        loop {
+            let (st, n_in, n_out) = decompress(
+                &mut r,
+                &raw[used..],
+                &mut out,
+                pos,
+                inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF
+                    | inflate_flags::TINFL_FLAG_HAS_MORE_INPUT,
+            );
+            used += n_in;
+            pos += n_out;
+            match st {
+                TINFLStatus::HasMoreOutput => {
+                    if out.len() - dict.len() > MAX_HEADERS {
+                        return Err(bad("header blocks too large"));
+                    }
+                    out.resize(out.len() * 2, 0);
+                }
+                TINFLStatus::NeedsMoreInput | TINFLStatus::Done => break,
+                e => return Err(bad(&format!("inflate: {e:?}"))),
+            }
+            if used >= raw.len() && st != TINFLStatus::HasMoreOutput {
+                break;
+            }
+        }
+        let total = pos - dict.len();
+        if total < self.produced {
+            return Err(bad("inflate went backwards"));
+        }
+        let block = out[dict.len() + self.produced..pos].to_vec();
+        self.produced = total;
+        Ok(block)
+    }
+}
+
+/// Headers as the peer sent them: names lowercase (SPDY requires it), values as given
+/// (several values of one name are NUL-separated in SPDY and come here as one string
+/// each).
+pub type Headers = Vec<(String, String)>;
+
+fn parse_headers(b: &[u8]) -> io::Result<Headers> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "spdy: malformed header block");
+    let mut p = 0usize;
+    let u32_at = |p: &mut usize| -> io::Result<usize> {
+        let v = b.get(*p..*p + 4).ok_or_else(bad)?;
+        *p += 4;
+        Ok(u32::from_be_bytes(v.try_into().unwrap()) as usize)
+    };
+    let n = u32_at(&mut p)?;
+    let mut out = Vec::new();
+    for _ in 0..n.min(1024) {
+        let l = u32_at(&mut p)?;
+        let name = b.get(p..p + l).ok_or_else(bad)?;
+        p += l;
+        let l = u32_at(&mut p)?;
+        let value = b.get(p..p + l).ok_or_else(bad)?;
+        p += l;
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        for v in value.split(|c| *c == 0) {
+            out.push((name.clone(), String::from_utf8_lossy(v).into_owned()));
+        }
+    }
+    Ok(out)
+}
+
+fn encode_headers(h: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&(h.len() as u32).to_be_bytes());
+    for (k, v) in h {
+        let k = k.to_ascii_lowercase();
+        b.extend_from_slice(&(k.len() as u32).to_be_bytes());
+        b.extend_from_slice(k.as_bytes());
+        b.extend_from_slice(&(v.len() as u32).to_be_bytes());
+        b.extend_from_slice(v.as_bytes());
+    }
+    b
+}
+
+fn control(kind: u16, flags: u8, data: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(8 + data.len());
+    f.extend_from_slice(&(0x8000 | VERSION).to_be_bytes());
+    f.extend_from_slice(&kind.to_be_bytes());
+    f.push(flags);
+    f.extend_from_slice(&(data.len() as u32).to_be_bytes()[1..]);
+    f.extend_from_slice(data);
+    f
+}
+
+fn data_frame(id: u32, flags: u8, data: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(8 + data.len());
+    f.extend_from_slice(&(id & 0x7fff_ffff).to_be_bytes());
+    f.push(flags);
+    f.extend_from_slice(&(data.len() as u32).to_be_bytes()[1..]);
+    f.extend_from_slice(data);
+    f
+}
+
+/// What the session's tasks share: the outgoing frame queue, our header compressor
+/// (frames leave in the order they were compressed, so it is held while queueing), and
+/// the open streams' inboxes.
+struct Shared {
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    deflate: Mutex<flate2::Compress>,
+    inboxes: Mutex<HashMap<u32, mpsc::UnboundedSender<Bytes>>>,
+}
+
+impl Shared {
+    fn send(&self, frame: Vec<u8>) -> io::Result<()> {
+        self.out
+            .send(frame)
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "spdy session closed"))
+    }
+
+    fn reply(&self, id: u32, headers: &[(&str, &str)], fin: bool) -> io::Result<()> {
+        let raw = encode_headers(headers);
+        let mut z = self.deflate.lock().unwrap();
+        let mut block = Vec::with_capacity(raw.len() + 64);
+        z.compress_vec(&raw, &mut block, flate2::FlushCompress::Sync)
+            .map_err(io::Error::other)?;
+        while block.len() == block.capacity() {
+            block.reserve(256);
+            z.compress_vec(&[], &mut block, flate2::FlushCompress::Sync)
+                .map_err(io::Error::other)?;
+        }
+        let mut data = (id & 0x7fff_ffff).to_be_bytes().to_vec();
+        data.extend_from_slice(&block);
+        self.send(control(SYN_REPLY, if fin { FLAG_FIN } else { 0 }, &data))
+    }
+}
+
+/// A stream the peer opened.
+pub struct Stream {
+    pub id: u32,
+    pub headers: Headers,
+    inbox: mpsc::UnboundedReceiver<Bytes>,
+    shared: Arc<Shared>,
+}
+
+impl Stream {
+    /// The first value of header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Accepts the stream (SYN_REPLY without headers).
+    pub fn reply(&self) -> io::Result<()> {
+        self.shared.reply(self.id, &[], false)
+    }
+
+    /// The next chunk the peer sent; None at its FIN (or reset, or the session's end).
+    /// Each chunk is acknowledged to the peer's flow control as it is taken.
+    pub async fn read(&mut self) -> Option<Bytes> {
+        let b = self.inbox.recv().await?;
+        let n = b.len() as u32;
+        if n > 0 {
+            for id in [self.id, 0] {
+                let mut d = id.to_be_bytes().to_vec();
+                d.extend_from_slice(&n.to_be_bytes());
+                let _ = self.shared.send(control(WINDOW_UPDATE, 0, &d));
+            }
+        }
+        Some(b)
+    }
+
+    /// A handle to write to the stream, independent of reading.
+    pub fn writer(&self) -> Writer {
+        Writer {
+            id: self.id,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The sending half of a stream.
+#[derive(Clone)]
+pub struct Writer {
+    id: u32,
+    shared: Arc<Shared>,
+}
+
+impl Writer {
+    pub fn write(&self, data: &[u8]) -> io::Result<()> {
+        for chunk in data.chunks(32 * 1024) {
+            self.shared.send(data_frame(self.id, 0, chunk))?;
+        }
+        Ok(())
+    }
+
+    /// Our end of the stream: an empty DATA frame with FIN.
+    pub fn close(&self) -> io::Result<()> {
+        self.shared.send(data_frame(self.id, FLAG_FIN, &[]))
+    }
+
+    pub fn reset(&self, status: u32) -> io::Result<()> {
+        let mut d = self.id.to_be_bytes().to_vec();
+        d.extend_from_slice(&status.to_be_bytes());
+        self.shared.send(control(RST_STREAM, 0, &d))
+    }
+}
+
+/// A running session: streams the peer opens arrive on `accept`.
+pub struct Session {
+    incoming: mpsc::UnboundedReceiver<Stream>,
+    shared: Arc<Shared>,
+    done: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Session {
+    /// Serves SPDY/3.1 on `io` (a connection already upgraded).
+    pub fn server<IO>(io: IO) -> Session
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (mut rd, mut wr) = tokio::io::split(io);
+        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (in_tx, in_rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let shared = Arc::new(Shared {
+            out: out_tx,
+            deflate: Mutex::new(flate2::Compress::new(flate2::Compression::default(), true)),
+            inboxes: Mutex::new(HashMap::new()),
+        });
+        // The writer ends when every sender (the session, its streams) is gone, or
+        // the connection breaks; then the connection is shut.
+        tokio::spawn(async move {
+            while let Some(f) = out_rx.recv().await {
+                if wr.write_all(&f).await.is_err() {
+                    break;
+                }
+                // Coalesce what is queued, then push it out.
+                while let Ok(f) = out_rx.try_recv() {
+                    if wr.write_all(&f).await.is_err() {
+                        return;
+                    }
+                }
+                if wr.flush().await.is_err() {
+                    break;
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
+        let sh = shared.clone();
+        tokio::spawn(async move {
+            let res = read_loop(&mut rd, &sh, &in_tx).await;
+            if let Err(e) = res {
+                tracing::debug!("spdy session ended: {e}");
+            }
+            // The peer is gone: every stream sees its end.
+            sh.inboxes.lock().unwrap().clear();
+            let _ = done_tx.send(true);
+        });
+        Session {
+            incoming: in_rx,
+            shared,
+            done: done_rx,
+        }
+    }
+
+    /// The next stream the peer opens; None once the connection is gone.
+    pub async fn accept(&mut self) -> Option<Stream> {
+        self.incoming.recv().await
+    }
+
+    /// Resolves when the peer's side of the connection has ended.
+    pub async fn closed(&self) {
+        let mut d = self.done.clone();
+        while !*d.borrow() {
+            if d.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Says goodbye (GOAWAY, last stream 0, status OK); the connection closes once
+    /// every stream handle is dropped.
+    pub fn goaway(&self) {
+        let mut d = 0u32.to_be_bytes().to_vec();
+        d.extend_from_slice(&0u32.to_be_bytes());
+        let _ = self.shared.send(control(GOAWAY, 0, &d));
+    }
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    sh: &Arc<Shared>,
+    incoming: &mpsc::UnboundedSender<Stream>,
+) -> io::Result<()> {
+    let mut inflater = Inflater::default();
+    let mut head = [0u8; 8];
+    loop {
+        match rd.read_exact(&mut head).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let flags = head[4];
+        let len = u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
+        if len > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "spdy: frame too large",
+            ));
+        }
+        let mut data = vec![0u8; len];
+        rd.read_exact(&mut data).await?;
+        if head[0] & 0x80 == 0 {
+            // DATA
+            let id = u32::from_be_bytes(head[0..4].try_into().unwrap()) & 0x7fff_ffff;
+            let mut boxes = sh.inboxes.lock().unwrap();
+            if let Some(tx) = boxes.get(&id) {
+                if !data.is_empty() {
+                    let _ = tx.send(Bytes::from(data));
+                }
+            }
+            if flags & FLAG_FIN != 0 {
+                boxes.remove(&id);
+            }
+            continue;
+        }
+        let kind = u16::from_be_bytes([head[2], head[3]]);
+        let id_at = |d: &[u8]| {
+            d.get(0..4)
+                .map(|b| u32::from_be_bytes(b.try_into().unwrap()) & 0x7fff_ffff)
+        };
+        match kind {
+            SYN_STREAM => {
+                let (Some(id), Some(block)) = (id_at(&data), data.get(10..)) else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "spdy: short SYN_STREAM",
+                    ));
+                };
+                let headers = parse_headers(&inflater.block(block)?)?;
+                let (tx, rx) = mpsc::unbounded_channel();
+                if flags & FLAG_FIN == 0 {
+                    sh.inboxes.lock().unwrap().insert(id, tx);
+                }
+                let s = Stream {
+                    id,
+                    headers,
+                    inbox: rx,
+                    shared: sh.clone(),
+                };
+                if incoming.send(s).is_err() {
+                    // Nobody accepts streams any more: refuse it.
+                    let mut d = id.to_be_bytes().to_vec();
+                    d.extend_from_slice(&RST_CANCEL.to_be_bytes());
+                    let _ = sh.send(control(RST_STREAM, 0, &d));
+                }
+            }
+            HEADERS => {
+                // Keep the inflater in step; the extra headers mean nothing to us.
+                if let Some(block) = data.get(4..) {
+                    inflater.block(block)?;
+                }
+            }
+            RST_STREAM => {
+                if let Some(id) = id_at(&data) {
+                    sh.inboxes.lock().unwrap().remove(&id);
+                }
+            }
+            PING => {
+                let _ = sh.send(control(PING, 0, &data));
+            }
+            GOAWAY => return Ok(()),
+            SYN_REPLY | SETTINGS | WINDOW_UPDATE => {}
+            _ => {} // unknown control frames are ignored, as the spec asks
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dictionary_is_the_specs() {
+        let d = dictionary();
+        assert_eq!(d.len(), 1423);
+        // zlib's id of a dictionary is its Adler-32.
+        let (mut a, mut b) = (1u32, 0u32);
+        for &x in d {
+            a = (a + x as u32) % 65521;
+            b = (b + a) % 65521;
+        }
+        assert_eq!((b << 16) | a, 0xe3c6_a7c2);
+    }
+
+    /// A peer's header blocks, deflated against the dictionary with sync flushes, come
+    /// back one block at a time.
+    #[test]
+    fn inflates_blocks_compressed_against_the_dictionary() {
+        // Deflated by Python's zlib with zdict=dictionary(), as Go's spdystream does.
+        let blocks = [
+            encode_headers(&[("streamtype", "error")]),
+            encode_headers(&[("streamtype", "stdout"), ("x", "a\0b")]),
+        ];
+        let compressed = python_compress_with_dict(&blocks).expect("python3 with zlib");
+        let mut inf = Inflater::default();
+        let h1 = parse_headers(&inf.block(&compressed[0]).unwrap()).unwrap();
+        assert_eq!(h1, vec![("streamtype".to_string(), "error".to_string())]);
+        let h2 = parse_headers(&inf.block(&compressed[1]).unwrap()).unwrap();
+        assert_eq!(h2[0].1, "stdout");
+        assert_eq!(
+            &h2[1..],
+            &[("x".into(), "a".into()), ("x".into(), "b".into())]
+        );
+    }
+
+    fn python_compress_with_dict(blocks: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("spdy-dict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::write(dir.join("dict"), dictionary()).ok()?;
+        for (i, b) in blocks.iter().enumerate() {
+            std::fs::write(dir.join(format!("b{i}")), b).ok()?;
+        }
+        let script = format!(
+            "import zlib\nd=open('{0}/dict','rb').read()\nc=zlib.compressobj(zdict=d)\n\
+             for i in range({1}):\n  o=c.compress(open('{0}/b%d'%i,'rb').read())+c.flush(zlib.Z_SYNC_FLUSH)\n  open('{0}/c%d'%i,'wb').write(o)\n",
+            dir.display(),
+            blocks.len()
+        );
+        let mut p = std::process::Command::new("python3")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        p.stdin.take()?.write_all(script.as_bytes()).ok()?;
+        if !p.wait().ok()?.success() {
+            return None;
+        }
+        let out = (0..blocks.len())
+            .map(|i| std::fs::read(dir.join(format!("c{i}"))).ok())
+            .collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        out
+    }
+
+    #[test]
+    fn header_blocks_round_trip() {
+        let raw = encode_headers(&[("StreamType", "stdin"), ("port", "80")]);
+        let h = parse_headers(&raw).unwrap();
+        assert_eq!(h[0], ("streamtype".into(), "stdin".into()));
+        assert_eq!(h[1], ("port".into(), "80".into()));
+        assert!(parse_headers(&raw[..raw.len() - 1]).is_err());
+    }
+}

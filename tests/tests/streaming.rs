@@ -1,0 +1,297 @@
+//! Exec, Attach and PortForward end to end with a real client: `kubectl` against a
+//! shim that plays API server and kubelet (tests/src/kube_shim.rs), which makes the CRI
+//! call and proxies kubectl's SPDY upgrade to the URL crustd returns — the path
+//! `kubectl exec` takes on a cluster. Root: crustd runs pods.
+
+use cri_api::*;
+use crust_e2e::cri::{ctr, setup, Env};
+use crust_e2e::kube_shim::{Pod, Shim};
+use crust_e2e::require_root;
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> bool {
+    require_root(&["ip", "busybox"])
+}
+
+fn need_kubectl() -> bool {
+    if crust_e2e::kube_shim::kubectl().is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "kubectl is missing (.ci/run installs kubernetes-client)"
+    );
+    eprintln!("SKIPPED: no kubectl");
+    false
+}
+
+fn run(mut c: Command, stdin: &[u8]) -> Output {
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn s(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+async fn shim_for(e: &Env, sandbox: &str, containers: &[(&str, &str, bool, bool)]) -> Shim {
+    let pod = Pod {
+        sandbox: sandbox.to_string(),
+        containers: containers
+            .iter()
+            .map(|(n, id, stdin, tty)| (n.to_string(), (id.to_string(), *stdin, *tty)))
+            .collect(),
+    };
+    Shim::start(e.d.socket.clone(), e.d.node.path(), pod)
+}
+
+/// `kubectl exec`: stdin in, stdout and stderr apart, the exit code out; output larger
+/// than a SPDY window; a command that cannot run; a tty (through `script`, which gives
+/// kubectl a terminal) sized as asked; and the Exec RPC's refusals.
+#[tokio::test]
+async fn kubectl_exec() {
+    if !root() || !need_kubectl() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("execpod").await;
+    let id = e.create(&pod, ctr("main", &["sleep", "1000"])).await;
+    e.start(&id).await;
+    let shim = shim_for(&e, &pod.0, &[("main", &id, false, false)]).await;
+
+    let mut k = shim.kubectl();
+    k.args(["exec", "p", "-c", "main", "-i", "--", "sh", "-c"])
+        .arg("cat; echo to-err >&2; echo in-container=$FROM_IMAGE; exit 7");
+    let out = run(k, b"hello through crust\n");
+    assert_eq!(
+        s(&out.stdout),
+        "hello through crust\nin-container=yes\n",
+        "stderr: {}",
+        s(&out.stderr)
+    );
+    assert!(s(&out.stderr).contains("to-err"), "{}", s(&out.stderr));
+    assert_eq!(out.status.code(), Some(7), "{}", s(&out.stderr));
+
+    let mut k = shim.kubectl();
+    k.args(["exec", "p", "-c", "main", "--", "sh", "-c"])
+        .arg("head -c 500000 /dev/zero | tr '\\0' x");
+    let out = run(k, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
+    assert_eq!(out.stdout.len(), 500000);
+    assert!(out.stdout.iter().all(|b| *b == b'x'));
+
+    let mut k = shim.kubectl();
+    k.args(["exec", "p", "-c", "main", "--", "/no/such/binary"]);
+    let out = run(k, b"");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        s(&out.stderr).contains("/no/such/binary"),
+        "{}",
+        s(&out.stderr)
+    );
+
+    // A terminal: kubectl only asks for one when its own stdin is a terminal.
+    let cmd = format!(
+        "stty cols 91 rows 33; {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
+        shell_words(&shim.kubectl())
+    );
+    let mut sc = Command::new("script");
+    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
+    let out = run(sc, b"");
+    assert!(
+        s(&out.stdout).contains("is-a-tty"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+    assert!(
+        s(&out.stdout).contains("33 91"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+
+    // The RPC refuses what cannot be streamed.
+    let client = e.c.clone();
+    let bad = |req: ExecRequest| {
+        let mut c = client.clone();
+        async move { c.exec(req).await.unwrap_err().code() }
+    };
+    let base = ExecRequest {
+        container_id: id.clone(),
+        cmd: vec!["true".into()],
+        stdout: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        bad(ExecRequest {
+            cmd: vec![],
+            ..base.clone()
+        })
+        .await,
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(
+        bad(ExecRequest {
+            stdout: false,
+            ..base.clone()
+        })
+        .await,
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(
+        bad(ExecRequest {
+            tty: true,
+            stderr: true,
+            ..base.clone()
+        })
+        .await,
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(
+        bad(ExecRequest {
+            container_id: "nope".into(),
+            ..base.clone()
+        })
+        .await,
+        tonic::Code::NotFound
+    );
+    let url = e.c.exec(base.clone()).await.unwrap().into_inner().url;
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    e.c.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 0,
+    })
+    .await
+    .unwrap();
+    assert_eq!(bad(base).await, tonic::Code::FailedPrecondition);
+}
+
+fn shell_words(c: &Command) -> String {
+    let mut parts = vec![];
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            parts.push(format!("{}='{}'", k.to_string_lossy(), v.to_string_lossy()));
+        }
+    }
+    parts.push(c.get_program().to_string_lossy().into_owned());
+    parts.extend(c.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
+    if parts.len() > 1 {
+        format!("env {}", parts.join(" "))
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// `kubectl attach -i`: input reaches the container's stdin, its output comes back,
+/// and the attach ends when the container exits.
+#[tokio::test]
+async fn kubectl_attach() {
+    if !root() || !need_kubectl() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("attachpod").await;
+    let mut cfg = ctr(
+        "reader",
+        &[
+            "sh",
+            "-c",
+            "echo started; while read l; do echo got-$l; [ $l = bye ] && exit 0; done",
+        ],
+    );
+    cfg.stdin = true;
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let shim = shim_for(&e, &pod.0, &[("reader", &id, true, false)]).await;
+    let mut k = shim.kubectl();
+    k.args(["attach", "p", "-c", "reader", "-i"]);
+    let out = run(k, b"one\ntwo\nbye\n");
+    let stdout = s(&out.stdout);
+    assert!(stdout.contains("got-one"), "{stdout}{}", s(&out.stderr));
+    assert!(stdout.contains("got-two"), "{stdout}{}", s(&out.stderr));
+    assert!(stdout.contains("got-bye"), "{stdout}{}", s(&out.stderr));
+    let st = e.wait_exited(&id).await;
+    assert_eq!(st.exit_code, 0);
+    // Attach to an exited container is refused by the RPC.
+    let err =
+        e.c.attach(AttachRequest {
+            container_id: id.clone(),
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+}
+
+/// `kubectl port-forward`: a local port reaches a server listening on the pod's
+/// loopback only (inside the pod's network namespace), twice over; a port nothing
+/// listens on fails that connection without ending the session.
+#[tokio::test]
+async fn kubectl_port_forward() {
+    if !root() || !need_kubectl() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("pfpod").await;
+    let id = e
+        .create(
+            &pod,
+            ctr(
+                "web",
+                &["sh", "-c", "mkdir -p /tmp/www && echo hello-from-the-pod > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www"],
+            ),
+        )
+        .await;
+    e.start(&id).await;
+    let shim = shim_for(&e, &pod.0, &[("web", &id, false, false)]).await;
+    let mut k = shim.kubectl();
+    k.args(["port-forward", "pod/p", ":8080", ":8081"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = k.spawn().unwrap();
+    // "Forwarding from 127.0.0.1:PORT -> 8080"
+    let mut so = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ports: Vec<u16> = loop {
+        let mut b = [0u8; 256];
+        let n = so.read(&mut b).unwrap_or(0);
+        seen.push_str(&s(&b[..n]));
+        let ports: Vec<u16> = seen
+            .lines()
+            .filter(|l| l.starts_with("Forwarding from 127.0.0.1:"))
+            .filter_map(|l| l.split(':').nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
+        if ports.len() == 2 {
+            break ports;
+        }
+        assert!(n > 0 && Instant::now() < deadline, "kubectl said: {seen}");
+    };
+    let get = |port: u16| -> String {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
+        let mut r = String::new();
+        let _ = c.read_to_string(&mut r);
+        r
+    };
+    for _ in 0..2 {
+        let r = get(ports[0]);
+        assert!(r.contains("hello-from-the-pod"), "{r}");
+    }
+    // Nothing listens on 8081: that connection fails, the session goes on.
+    let r = get(ports[1]);
+    assert!(!r.contains("hello"), "{r}");
+    let r = get(ports[0]);
+    assert!(r.contains("hello-from-the-pod"), "{r}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
