@@ -151,32 +151,31 @@ async fn handle(
             }
         };
         let session = Session::server(io);
+        let (id, opts) = match &pending {
+            Pending::Exec(r) => (&r.container_id, (r.stdin, r.stdout, r.stderr, r.tty)),
+            Pending::Attach(r) => (&r.container_id, (r.stdin, r.stdout, r.stderr, r.tty)),
+            Pending::PortForward(r) => {
+                return crate::port_forward::serve(crust, r.clone(), session).await;
+            }
+        };
+        let (stdin, stdout, stderr, tty) = opts;
+        let opts = Options {
+            stdin,
+            stdout,
+            stderr,
+            tty,
+        };
+        let streams = match Streams::accept(session, protocol, opts, STREAMS_TIMEOUT).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(container = %id, "{} streams: {e}", pending.kind());
+                return;
+            }
+        };
         match pending {
-            Pending::Exec(r) => {
-                let opts = Options {
-                    stdin: r.stdin,
-                    stdout: r.stdout,
-                    stderr: r.stderr,
-                    tty: r.tty,
-                };
-                match Streams::accept(session, protocol, opts, STREAMS_TIMEOUT).await {
-                    Ok(s) => crate::container_exec::exec_stream(crust, r, s).await,
-                    Err(e) => tracing::debug!(container = %r.container_id, "exec streams: {e}"),
-                }
-            }
-            Pending::Attach(r) => {
-                let opts = Options {
-                    stdin: r.stdin,
-                    stdout: r.stdout,
-                    stderr: r.stderr,
-                    tty: r.tty,
-                };
-                match Streams::accept(session, protocol, opts, STREAMS_TIMEOUT).await {
-                    Ok(s) => crate::container_attach::attach_stream(crust, r, s).await,
-                    Err(e) => tracing::debug!(container = %r.container_id, "attach streams: {e}"),
-                }
-            }
-            Pending::PortForward(r) => crate::port_forward::serve(crust, r, session).await,
+            Pending::Exec(r) => crate::container_exec::exec_stream(crust, r, streams).await,
+            Pending::Attach(r) => crate::container_attach::attach_stream(crust, r, streams).await,
+            Pending::PortForward(_) => {}
         }
     });
     Ok(http::switching(protocol))
