@@ -19,7 +19,7 @@ pub const IMAGE: &str = "docker.io/library/busybox:e2e";
 /// The applets the image links to `/bin/busybox`.
 pub const APPLETS: &[&str] = &[
     "sh", "echo", "cat", "ls", "sleep", "id", "head", "tr", "touch", "grep", "pwd", "tty", "true",
-    "printf", "dd", "wc", "seq", "kill", "mkdir", "unshare", "httpd", "stty",
+    "printf", "dd", "wc", "seq", "kill", "mkdir", "unshare", "httpd", "stty", "tar", "cmp",
 ];
 
 /// Imports the busybox image into the daemon's store (the store is shared on disk).

@@ -96,6 +96,28 @@ async fn kubectl_exec() {
         s(&out.stderr)
     );
 
+    // `kubectl cp` is tar through exec: a MiB of noise in through stdin, back out through
+    // stdout, byte for byte.
+    let work = crust_e2e::TempDir::new("kcp");
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(work.path().join("in.bin"), &data).unwrap();
+    let mut k = shim.kubectl();
+    k.current_dir(work.path())
+        .args(["cp", "in.bin", "p:/tmp/in.bin", "-c", "main"]);
+    let out = run(k, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
+    let mut k = shim.kubectl();
+    k.current_dir(work.path())
+        .args(["cp", "p:/tmp/in.bin", "back.bin", "-c", "main"]);
+    let out = run(k, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
+    assert!(
+        std::fs::read(work.path().join("back.bin")).unwrap() == data,
+        "the round trip changed the file"
+    );
+
     // A terminal: kubectl only asks for one when its own stdin is a terminal.
     let cmd = format!(
         "stty cols 91 rows 33; {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
