@@ -241,6 +241,39 @@ async fn kubectl_attach() {
     assert!(stdout.contains("got-bye"), "{stdout}{}", s(&out.stderr));
     let st = e.wait_exited(&id).await;
     assert_eq!(st.exit_code, 0);
+    // A tty container: kubectl (given a 33x91 terminal by `script`) attaches with -it,
+    // the container's terminal takes that size, and input reaches it.
+    let mut cfg = ctr(
+        "term",
+        &["sh", "-c", "read -t 30 l; echo line=$l; stty size; sleep 1"],
+    );
+    cfg.stdin = true;
+    cfg.tty = true;
+    let tid = e.create(&pod, cfg).await;
+    e.start(&tid).await;
+    let shim = shim_for(&e, &pod.0, &[("term", &tid, true, true)]).await;
+    let cmd = format!(
+        "stty cols 91 rows 33; timeout 30 {} attach -it p -c term",
+        shell_words(&shim.kubectl())
+    );
+    let mut sc = Command::new("script");
+    sc.args(["-q", "-c", &cmd, "/dev/null"]);
+    let mut child = sc
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    input.write_all(b"hello\n").unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    let text = s(&out.stdout);
+    assert!(text.contains("33 91"), "{text}{}", s(&out.stderr));
+    assert!(text.contains("line=hello"), "{text}{}", s(&out.stderr));
+    e.wait_exited(&tid).await;
+
     // Attach to an exited container is refused by the RPC.
     let err =
         e.c.attach(AttachRequest {

@@ -6,6 +6,7 @@
 
 use crate::daemon::Crust;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 use streaming::remotecommand::Streams;
 use tokio::io::unix::AsyncFd;
@@ -52,9 +53,19 @@ async fn attach(
             unsafe { libc::shutdown(s.get_ref().as_raw_fd(), libc::SHUT_WR) };
         });
     }
-    // A tty attach may send sizes; the monitor has no way to take them yet: drained.
+    // A tty attach's sizes go to the container's terminal. The monitor holds the pty's
+    // master, but the size can be set on the slave just as well: the init's stdin,
+    // reopened through /proc.
     if let Some(mut r) = streams.resize.take() {
-        tokio::spawn(async move { while r.read().await.is_some() {} });
+        let tty = req.tty.then(|| executor_tty(&dir)).flatten();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while let Some(sz) = streaming::remotecommand::next_size(&mut r, &mut buf).await {
+                if let Some(t) = &tty {
+                    crate::container_exec::set_size(t, sz);
+                }
+            }
+        });
     }
     let mut buf = vec![0u8; 64 << 10];
     loop {
@@ -76,6 +87,19 @@ async fn attach(
             }
         }
     }
+}
+
+/// The container's terminal (the init's stdin, when it is one).
+fn executor_tty(state_dir: &std::path::Path) -> Option<OwnedFd> {
+    let x = container::executor::Container::load(state_dir).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(format!("/proc/{}/fd/0", x.pid))
+        .ok()?;
+    // SAFETY: isatty on a descriptor we hold.
+    (unsafe { libc::isatty(f.as_raw_fd()) } == 1).then(|| f.into())
 }
 
 fn set_nonblocking(fd: &OwnedFd) {

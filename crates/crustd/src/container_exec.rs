@@ -405,7 +405,9 @@ async fn pump_in(mut from: streaming::spdy::Stream, fd: OwnedFd) {
     }
 }
 
-fn set_size(master: &OwnedFd, sz: streaming::remotecommand::Size) {
+/// Sets a terminal's size (on either side of the pty); the kernel sends SIGWINCH to its
+/// foreground process group.
+pub(crate) fn set_size(master: &OwnedFd, sz: streaming::remotecommand::Size) {
     let ws = libc::winsize {
         ws_row: sz.height,
         ws_col: sz.width,
