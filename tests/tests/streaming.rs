@@ -96,6 +96,53 @@ async fn kubectl_exec() {
         s(&out.stderr)
     );
 
+    // A client that leaves a tty exec hangs up its terminal: the shell goes.
+    let cmd = format!(
+        "timeout 3 {} exec -it p -c main -- sh -c 'echo marker-shell-$$; exec sleep 997'",
+        shell_words(&shim.kubectl())
+    );
+    let mut sc = Command::new("script");
+    sc.args(["-q", "-c", &cmd, "/dev/null"]);
+    let mut child = sc
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = child.stdin.take().unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(input);
+    assert!(
+        s(&out.stdout).contains("marker-shell-"),
+        "{}",
+        s(&out.stdout)
+    );
+    let sleeping = || {
+        let mut c = e.c.clone();
+        let id = id.clone();
+        async move {
+            let r = c
+                .exec_sync(ExecSyncRequest {
+                    container_id: id,
+                    cmd: vec![
+                        "sh".into(),
+                        "-c".into(),
+                        "cat /proc/[0-9]*/cmdline | tr '\\0' ' '".into(),
+                    ],
+                    timeout: 10,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            s(&r.stdout).contains("sleep 997")
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sleeping().await {
+        assert!(Instant::now() < deadline, "the exec outlived its client");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // `kubectl cp` is tar through exec: a MiB of noise in through stdin, back out through
     // stdout, byte for byte.
     let work = crust_e2e::TempDir::new("kcp");

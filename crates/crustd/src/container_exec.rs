@@ -568,7 +568,24 @@ async fn exec_streams(
         pumps.push(tokio::spawn(pump_out(err_r, streams.stderr.clone())));
         pidfd
     };
-    let code = wait_exit(pidfd).await?;
+    let code = if req.tty {
+        // A client that leaves hangs up its terminal, as closing a terminal window does:
+        // the process gets SIGHUP (a shell exits) instead of waiting for input forever.
+        let hup = pidfd
+            .try_clone()
+            .map_err(|e| Error::Internal(format!("dup: {e}")))?;
+        let exited = wait_exit(pidfd);
+        tokio::pin!(exited);
+        tokio::select! {
+            code = &mut exited => code?,
+            _ = streams.closed() => {
+                pidfd_signal(&hup, libc::SIGHUP);
+                exited.await?
+            }
+        }
+    } else {
+        wait_exit(pidfd).await?
+    };
     for t in pumps {
         let abort = t.abort_handle();
         if tokio::time::timeout(DRAIN, t).await.is_err() {
