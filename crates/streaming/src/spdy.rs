@@ -41,8 +41,6 @@ pub const RST_PROTOCOL_ERROR: u32 = 1;
 pub const RST_CANCEL: u32 = 5;
 /// A frame larger than this is a broken or hostile peer (SPDY's own limit is 16 MiB).
 const MAX_FRAME: usize = 1 << 20;
-/// The header blocks of one session, inflated, may not grow past this.
-const MAX_HEADERS: usize = 1 << 20;
 
 /// The header compression dictionary of the SPDY/3 specification (section 2.6.10.1):
 /// length-prefixed header names and values, then a run of common strings. Built from
@@ -83,70 +81,73 @@ pub fn dictionary() -> &'static [u8] {
     })
 }
 
-/// The peer's header blocks: one zlib stream over the session. Each block ends on a
-/// sync flush, so inflating everything received so far (a few hundred bytes per
-/// stream) from the start, with the dictionary placed before the output as history,
-/// yields every block so far; the new block is the new tail.
-#[derive(Default)]
+/// The peer's header blocks: one zlib stream over the session, each block ending on a
+/// sync flush. Inflated as a stream into a 32 KiB circular window (deflate's own
+/// window size) that starts out holding the dictionary, so references into the
+/// dictionary resolve as zlib's `inflateSetDictionary` would make them; the session may
+/// carry any number of blocks (a port-forward opens two streams per connection).
 struct Inflater {
-    input: Vec<u8>,
-    produced: usize,
+    r: Box<miniz_oxide::inflate::core::DecompressorOxide>,
+    window: Vec<u8>,
+    pos: usize,
+    /// Bytes of the zlib header still to skip (None before the first block).
+    header: Option<usize>,
 }
 
+impl Default for Inflater {
+    fn default() -> Self {
+        Inflater {
+            r: Box::default(),
+            window: vec![0u8; WINDOW],
+            pos: 0,
+            header: None,
+        }
+    }
+}
+
+/// Deflate's window; miniz_oxide's circular output buffer must be this big.
+const WINDOW: usize = 32 * 1024;
+/// One header block may not inflate to more than this.
+const MAX_BLOCK: usize = 1 << 20;
+
 impl Inflater {
-    fn block(&mut self, compressed: &[u8]) -> io::Result<Vec<u8>> {
-        use miniz_oxide::inflate::core::{decompress, inflate_flags, DecompressorOxide};
+    fn block(&mut self, mut input: &[u8]) -> io::Result<Vec<u8>> {
+        use miniz_oxide::inflate::core::{decompress, inflate_flags};
         use miniz_oxide::inflate::TINFLStatus;
-        self.input.extend_from_slice(compressed);
-        // zlib header: CMF, FLG, and the dictionary id when FLG says there is one.
         let bad =
             |m: &str| io::Error::new(io::ErrorKind::InvalidData, format!("spdy headers: {m}"));
-        if self.input.len() < 2 {
-            return Err(bad("truncated zlib header"));
+        if self.header.is_none() {
+            // CMF, FLG, and the dictionary id when FLG says there is one.
+            let flg = *input.get(1).ok_or_else(|| bad("truncated zlib header"))?;
+            self.header = Some(if flg & 0x20 != 0 { 6 } else { 2 });
+            let d = dictionary();
+            self.window[..d.len()].copy_from_slice(d);
+            self.pos = d.len();
         }
-        let skip = if self.input[1] & 0x20 != 0 { 6 } else { 2 };
-        let raw = self
-            .input
-            .get(skip..)
-            .ok_or_else(|| bad("truncated zlib header"))?;
-        let dict = dictionary();
-        let mut out = vec![0u8; dict.len() + self.produced + 4 * compressed.len() + 4096];
-        out[..dict.len()].copy_from_slice(dict);
-        let mut pos = dict.len();
-        let mut r = DecompressorOxide::new();
-        let mut used = 0;
+        let skip = self.header.unwrap_or(0).min(input.len());
+        input = &input[skip..];
+        self.header = Some(self.header.unwrap_or(0) - skip);
+        let mut out = Vec::new();
         loop {
             let (st, n_in, n_out) = decompress(
-                &mut r,
-                &raw[used..],
-                &mut out,
-                pos,
-                inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF
-                    | inflate_flags::TINFL_FLAG_HAS_MORE_INPUT,
+                &mut self.r,
+                input,
+                &mut self.window,
+                self.pos,
+                inflate_flags::TINFL_FLAG_HAS_MORE_INPUT,
             );
-            used += n_in;
-            pos += n_out;
+            out.extend_from_slice(&self.window[self.pos..self.pos + n_out]);
+            self.pos = (self.pos + n_out) % WINDOW;
+            input = &input[n_in..];
+            if out.len() > MAX_BLOCK {
+                return Err(bad("header block too large"));
+            }
             match st {
-                TINFLStatus::HasMoreOutput => {
-                    if out.len() - dict.len() > MAX_HEADERS {
-                        return Err(bad("header blocks too large"));
-                    }
-                    out.resize(out.len() * 2, 0);
-                }
-                TINFLStatus::NeedsMoreInput | TINFLStatus::Done => break,
+                TINFLStatus::HasMoreOutput => continue,
+                TINFLStatus::NeedsMoreInput | TINFLStatus::Done => return Ok(out),
                 e => return Err(bad(&format!("inflate: {e:?}"))),
             }
-            if used >= raw.len() && st != TINFLStatus::HasMoreOutput {
-                break;
-            }
         }
-        let total = pos - dict.len();
-        if total < self.produced {
-            return Err(bad("inflate went backwards"));
-        }
-        let block = out[dict.len() + self.produced..pos].to_vec();
-        self.produced = total;
-        Ok(block)
     }
 }
 
@@ -527,9 +528,25 @@ mod tests {
         );
     }
 
+    /// A long session: thousands of blocks, well past one window of history.
+    #[test]
+    fn inflates_a_long_session() {
+        let blocks: Vec<Vec<u8>> = (0..3000)
+            .map(|i| encode_headers(&[("streamtype", "data"), ("requestid", &i.to_string())]))
+            .collect();
+        let compressed = python_compress_with_dict(&blocks).expect("python3 with zlib");
+        let mut inf = Inflater::default();
+        for (i, c) in compressed.iter().enumerate() {
+            let h = parse_headers(&inf.block(c).unwrap()).unwrap();
+            assert_eq!(h[1].1, i.to_string());
+        }
+    }
+
     fn python_compress_with_dict(blocks: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
         use std::io::Write;
-        let dir = std::env::temp_dir().join(format!("spdy-dict-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("spdy-dict-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).ok()?;
         std::fs::write(dir.join("dict"), dictionary()).ok()?;
         for (i, b) in blocks.iter().enumerate() {
