@@ -324,6 +324,9 @@ pub struct Session {
     incoming: mpsc::UnboundedReceiver<Stream>,
     shared: Arc<Shared>,
     done: tokio::sync::watch::Receiver<bool>,
+    /// Dropped with the session: the reader stops even if the peer never hangs up, and
+    /// once the last stream handle is gone the connection is flushed and shut.
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Session {
@@ -361,10 +364,15 @@ impl Session {
             let _ = wr.shutdown().await;
         });
         let sh = shared.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
-            let res = read_loop(&mut rd, &sh, &in_tx).await;
-            if let Err(e) = res {
-                tracing::debug!("spdy session ended: {e}");
+            tokio::select! {
+                res = read_loop(&mut rd, &sh, &in_tx) => {
+                    if let Err(e) = res {
+                        tracing::debug!("spdy session ended: {e}");
+                    }
+                }
+                _ = stop_rx => {}
             }
             // The peer is gone: every stream sees its end.
             sh.inboxes.lock().unwrap().clear();
@@ -374,6 +382,7 @@ impl Session {
             incoming: in_rx,
             shared,
             done: done_rx,
+            _stop: stop_tx,
         }
     }
 
