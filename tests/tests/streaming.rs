@@ -1,7 +1,8 @@
 //! Exec, Attach and PortForward end to end with a real client: `kubectl` against a
 //! shim that plays API server and kubelet (tests/src/kube_shim.rs), which makes the CRI
 //! call and proxies kubectl's SPDY upgrade to the URL crustd returns — the path
-//! `kubectl exec` takes on a cluster. Root: crustd runs pods.
+//! `kubectl exec` takes on a cluster. Root: crustd runs pods. Also GetContainerEvents,
+//! the other streaming RPC (a gRPC stream, no URL).
 
 use cri_api::*;
 use crust_e2e::cri::{ctr, setup, Env};
@@ -396,4 +397,94 @@ async fn kubectl_port_forward() {
     assert!(r.contains("hello-from-the-pod"), "{r}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// GetContainerEvents: a subscriber sees each container's created, started, stopped
+/// and deleted events in order, and the sandbox's own, each with the pod's status and
+/// its containers' statuses as they were then.
+#[tokio::test]
+async fn container_events() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let mut events =
+        e.c.get_container_events(GetEventsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+    let pod = e.pod("eventpod").await;
+    let id = e.create(&pod, ctr("ev", &["sleep", "1000"])).await;
+    e.start(&id).await;
+    e.c.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 0,
+    })
+    .await
+    .unwrap();
+    e.c.remove_container(RemoveContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    e.c.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await
+    .unwrap();
+    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await
+    .unwrap();
+    let mut seen: Vec<ContainerEventResponse> = vec![];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen.iter().filter(|ev| ev.container_id == pod.0).count() < 4 {
+        let ev = tokio::time::timeout_at(deadline, events.message())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .unwrap();
+        seen.push(ev);
+    }
+    let kinds = |who: &str| -> Vec<i32> {
+        seen.iter()
+            .filter(|ev| ev.container_id == who)
+            .map(|ev| ev.container_event_type)
+            .collect()
+    };
+    use ContainerEventType as T;
+    let all = [
+        T::ContainerCreatedEvent as i32,
+        T::ContainerStartedEvent as i32,
+        T::ContainerStoppedEvent as i32,
+        T::ContainerDeletedEvent as i32,
+    ];
+    assert_eq!(kinds(&pod.0), all, "the sandbox's events");
+    assert_eq!(kinds(&id), all, "the container's events");
+    let started = seen
+        .iter()
+        .find(|ev| ev.container_id == id && ev.container_event_type == all[1])
+        .unwrap();
+    assert_eq!(
+        started.pod_sandbox_status.as_ref().map(|s| s.id.as_str()),
+        Some(pod.0.as_str())
+    );
+    let me = started
+        .containers_statuses
+        .iter()
+        .find(|s| s.id == id)
+        .expect("the container's status in its started event");
+    assert_eq!(me.state, ContainerState::ContainerRunning as i32);
+    assert!(started.created_at > 0);
+    let stopped = seen
+        .iter()
+        .find(|ev| ev.container_id == id && ev.container_event_type == all[2])
+        .unwrap();
+    let me = stopped
+        .containers_statuses
+        .iter()
+        .find(|s| s.id == id)
+        .expect("the container's status in its stopped event");
+    assert_eq!(me.state, ContainerState::ContainerExited as i32);
 }

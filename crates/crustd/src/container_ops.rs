@@ -200,8 +200,12 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     drop(sb_rec);
     match res {
         Ok(()) => {
+            let sandbox = rec.sandbox_id.clone();
             let c = crust.containers.insert(rec);
-            watch(crust, c);
+            watch(crust.clone(), c);
+            crust
+                .events
+                .emit(&id, &sandbox, ContainerEventType::ContainerCreatedEvent);
             Ok(id)
         }
         Err(e) => {
@@ -580,6 +584,11 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
     if let Err(e) = crust.containers.save(rec) {
         tracing::warn!(container = %rec.id, error = %e, "saving the exit of a container");
     }
+    crust.events.emit(
+        &rec.id,
+        &rec.sandbox_id,
+        ContainerEventType::ContainerStoppedEvent,
+    );
 }
 
 /// The kubelet's annotation naming the container's termination message file.
@@ -689,7 +698,13 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
     }
     rec.state = ContainerState::Running;
     rec.started_at = started_at;
-    crust.containers.save(&rec)
+    crust.containers.save(&rec)?;
+    crust.events.emit(
+        &rec.id,
+        &rec.sandbox_id,
+        ContainerEventType::ContainerStartedEvent,
+    );
+    Ok(())
 }
 
 fn signal_number(name: &str) -> i32 {
@@ -843,6 +858,11 @@ pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()
         Ok(()) => {
             crust.containers.remove(&rec.id);
             crust.containers.release_name(&rec.name_key, &rec.id);
+            crust.events.emit(
+                &rec.id,
+                &rec.sandbox_id,
+                ContainerEventType::ContainerDeletedEvent,
+            );
             Ok(())
         }
         Err(e) => {

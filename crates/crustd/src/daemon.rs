@@ -24,6 +24,8 @@ pub struct Crust {
         std::collections::HashMap<String, container::executor::oci_runtime::OciRuntime>,
     /// Where Exec, Attach and PortForward URLs lead (stream_server.rs).
     pub streams: crate::stream_server::StreamServer,
+    /// GetContainerEvents' source (events.rs).
+    pub events: crate::events::Events,
 }
 
 impl Crust {
@@ -92,6 +94,7 @@ impl Crust {
             handlers,
             oci_runtimes,
             streams: Default::default(),
+            events: Default::default(),
             cfg,
         })
     }

@@ -8,6 +8,7 @@ mod container_spec;
 mod container_store;
 mod daemon;
 mod error;
+mod events;
 mod image_service;
 mod images_cli;
 mod network;

@@ -36,11 +36,23 @@ async fn with_sandbox(
 }
 
 pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
+    let mut was_ready = false;
     if let Ok(sb) = crust.store.get(id) {
+        was_ready = sb.rec.lock().await.state == crate::store::SandboxState::Ready;
         crate::container_ops::stop_all(crust.clone(), &sb.id).await?;
     }
     // Whatever got done is recorded, also when a later part failed.
-    with_sandbox(crust, id, sandbox_run::stop, |c, rec, _| c.store.save(rec)).await
+    with_sandbox(crust, id, sandbox_run::stop, move |c, rec, res| {
+        if was_ready && res.is_ok() {
+            c.events.emit(
+                &rec.id,
+                &rec.id,
+                cri_api::ContainerEventType::ContainerStoppedEvent,
+            );
+        }
+        c.store.save(rec)
+    })
+    .await
 }
 
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
@@ -51,6 +63,11 @@ pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
         if res.is_ok() {
             c.store.remove(&rec.id);
             c.store.release_name(&rec.name_key(), &rec.id);
+            c.events.emit(
+                &rec.id,
+                &rec.id,
+                cri_api::ContainerEventType::ContainerDeletedEvent,
+            );
         } else {
             // Kept, with what is left to undo, for the kubelet's next try.
             let _ = c.store.save(rec);

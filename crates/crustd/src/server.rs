@@ -42,6 +42,7 @@ pub fn lock(dir: &std::path::Path, what: &str) -> anyhow::Result<Lock> {
 
 pub async fn serve(crust: Crust) -> anyhow::Result<()> {
     let crust = Arc::new(crust);
+    crate::events::start(crust.clone());
     {
         let c = crust.clone();
         tokio::task::spawn_blocking(move || {

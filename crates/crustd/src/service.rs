@@ -70,6 +70,15 @@ impl RuntimeService for Service {
             .map_err(Error::internal)
             .and_then(|r| r)
             .map(|id| RunPodSandboxResponse { pod_sandbox_id: id });
+        if let Ok(r) = &res {
+            let id = &r.pod_sandbox_id;
+            for kind in [
+                ContainerEventType::ContainerCreatedEvent,
+                ContainerEventType::ContainerStartedEvent,
+            ] {
+                self.crust.events.emit(id, id, kind);
+            }
+        }
         let id = res
             .as_ref()
             .map(|r| r.pod_sandbox_id.clone())
@@ -357,7 +366,26 @@ impl RuntimeService for Service {
         &self,
         _r: Request<GetEventsRequest>,
     ) -> std::result::Result<Response<Self::GetContainerEventsStream>, Status> {
-        later("GetContainerEvents")
+        let mut sub = self.crust.events.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                match sub.recv().await {
+                    Ok(ev) => {
+                        if tx.send(Ok(ev)).await.is_err() {
+                            return; // the client went away
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::debug!(missed = n, "a GetContainerEvents client fell behind");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn list_metric_descriptors(

@@ -1,0 +1,96 @@
+//! GetContainerEvents: a stream of container lifecycle events, for `crictl events` and
+//! the kubelet's evented PLEG, which reacts to them instead of relisting every second.
+//!
+//! Each event carries, as containerd's do, the status of the pod and of every container
+//! in it as they are when the event is sent. Those are read under the records' locks,
+//! which the operation that caused the event may still hold; so operations only queue
+//! the bare event (`emit`, never blocking), and one task turns the queue, in order, into
+//! full events for every subscriber. Sandboxes have events too, under their own id.
+//! A subscriber that falls more than `BACKLOG` events behind misses the oldest ones (the
+//! kubelet relists then); nothing waits for a slow subscriber.
+
+use crate::daemon::Crust;
+use cri_api::{ContainerEventResponse, ContainerEventType, ContainerFilter};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, mpsc};
+
+const BACKLOG: usize = 1024;
+
+struct Queued {
+    id: String,
+    pod: String,
+    kind: ContainerEventType,
+    at: i64,
+}
+
+pub struct Events {
+    queue: mpsc::UnboundedSender<Queued>,
+    pending: Mutex<Option<mpsc::UnboundedReceiver<Queued>>>,
+    out: broadcast::Sender<ContainerEventResponse>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let (out, _) = broadcast::channel(BACKLOG);
+        Events {
+            queue,
+            pending: Mutex::new(Some(rx)),
+            out,
+        }
+    }
+}
+
+impl Events {
+    /// Queues an event of container (or sandbox) `id` in pod `pod`.
+    pub fn emit(&self, id: &str, pod: &str, kind: ContainerEventType) {
+        let _ = self.queue.send(Queued {
+            id: id.to_string(),
+            pod: pod.to_string(),
+            kind,
+            at: crate::util::now_ns(),
+        });
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<ContainerEventResponse> {
+        self.out.subscribe()
+    }
+}
+
+/// Starts the task that completes and publishes queued events.
+pub fn start(crust: Arc<Crust>) {
+    let Some(mut rx) = crust.events.pending.lock().unwrap().take() else {
+        return;
+    };
+    tokio::spawn(async move {
+        while let Some(q) = rx.recv().await {
+            // Without subscribers the statuses need not be read at all.
+            if crust.events.out.receiver_count() == 0 {
+                continue;
+            }
+            let pod_status = crate::sandbox_status::status(crust.clone(), &q.pod, false)
+                .await
+                .ok()
+                .map(|(s, _)| s);
+            let mut statuses = Vec::new();
+            let filter = ContainerFilter {
+                pod_sandbox_id: q.pod.clone(),
+                ..Default::default()
+            };
+            if let Ok(list) = crate::container_ops::list(crust.clone(), Some(filter)).await {
+                for c in list {
+                    if let Ok(r) = crate::container_ops::status(crust.clone(), &c.id, false).await {
+                        statuses.extend(r.status);
+                    }
+                }
+            }
+            let _ = crust.events.out.send(ContainerEventResponse {
+                container_id: q.id,
+                container_event_type: q.kind as i32,
+                created_at: q.at,
+                pod_sandbox_status: pod_status,
+                containers_statuses: statuses,
+            });
+        }
+    });
+}
