@@ -3,7 +3,8 @@
 //! StartContainer, ContainerStatus until EXITED, and RemoveContainer of a container
 //! running `/bin/true`, `BENCH_N` times per daemon (default 50), one daemon after the
 //! other for each iteration. Beside them, `runc run` and `crun run` of `/bin/true` on an
-//! OCI bundle of the same root file system, and the memory of a pod with two
+//! OCI bundle of the same root file system, ExecSync of `/bin/true` in a running
+//! container, and the memory of a pod with two
 //! long-running containers: crustd's pause and monitors against containerd's shim and
 //! pause. Run as root through `hack/bench-container` (which installs containerd, runc
 //! and crun and builds the release binaries first), or `cargo bench -p crust-e2e --bench
@@ -360,6 +361,52 @@ async fn cycle(side: &Side, c: &mut Client, pod: &Pod, name: &str) -> Result<Cyc
 }
 
 /// `.info.pid` of a verbose status's `info` JSON, the same for both daemons.
+/// ExecSync of `/bin/true` in a running `sleep` container, `n` times: each round trip.
+async fn exec_syncs(
+    side: &Side,
+    c: &mut Client,
+    pod: &Pod,
+    n: usize,
+) -> Result<Vec<Duration>, String> {
+    let id = create(side, c, pod, "exec-target", &["/bin/sleep", "1000"]).await?;
+    rpc(
+        "StartContainer",
+        c.start_container(StartContainerRequest {
+            container_id: id.clone(),
+        }),
+    )
+    .await?;
+    let mut times = Vec::new();
+    for i in 0..n + WARM_UP {
+        let t = Instant::now();
+        let r = rpc(
+            "ExecSync",
+            c.exec_sync(ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["/bin/true".into()],
+                timeout: 10,
+            }),
+        )
+        .await?;
+        if r.exit_code != 0 {
+            return Err(format!("ExecSync of true exited {}", r.exit_code));
+        }
+        if i >= WARM_UP {
+            times.push(t.elapsed());
+        }
+    }
+    let _ = c
+        .stop_container(StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await;
+    let _ = c
+        .remove_container(RemoveContainerRequest { container_id: id })
+        .await;
+    Ok(times)
+}
+
 fn info_pid(info: &HashMap<String, String>, what: &str) -> Result<i32, String> {
     let text = info
         .get("info")
@@ -915,6 +962,18 @@ fn main() {
         }
     }
 
+    let mut execs: Vec<(&'static str, Vec<Duration>)> = Vec::new();
+    for (k, s) in sides.iter().enumerate() {
+        let (Some(c), Some(pod)) = (clients[k].as_mut(), pods[k].as_ref()) else {
+            continue;
+        };
+        match rt.block_on(exec_syncs(s, c, pod, n)) {
+            Ok(v) => execs.push((s.name, v)),
+            Err(e) if s.name == "crust" => panic!("crustd ExecSync: {e}\n{}", crust.log_text()),
+            Err(e) => skip_ctrd = Some(ctrd.failure(&format!("ExecSync: {e}"))),
+        }
+    }
+
     let mut mems = Vec::new();
     for (k, s) in sides.iter().enumerate() {
         let Some(c) = clients[k].as_mut() else {
@@ -946,6 +1005,17 @@ fn main() {
     }
     results.retain(|(_, v)| !v.is_empty());
     print_latency(n, &results);
+    println!("ExecSync of /bin/true in a running container, {n} times, ms");
+    for (name, v) in &execs {
+        println!(
+            "{name:<18} p50 {:>7.1}  p95 {:>7.1}",
+            pct(v, 0.5),
+            pct(v, 0.95)
+        );
+    }
+    if let [(_, d), (_, c)] = execs.as_slice() {
+        println!("crust/containerd ExecSync p50: {:.2}", pct(c, 0.5) / pct(d, 0.5));
+    }
     print_oci(&oci);
     print_mem(&mems);
     if let Some(e) = &skip_ctrd {
