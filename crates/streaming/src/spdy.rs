@@ -1,8 +1,8 @@
 //! The server side of SPDY/3.1, as far as Kubernetes' streaming uses it: the peer opens
 //! streams (SYN_STREAM with headers), each answered with a SYN_REPLY, and data flows
 //! both ways on each until FIN or RST_STREAM. kubectl, crictl and the kubelet all speak
-//! it through the same Go library; the exec, attach and port-forward protocols
-//! (remotecommand.rs, portforward.rs) sit on top.
+//! it through the same Go library; the exec and attach protocol (remotecommand.rs) and
+//! port-forward's (crustd's port_forward.rs) sit on top.
 //!
 //! ```text
 //! control: 1 | version 3 (15) | type (16) | flags (8) | length (24) | data
