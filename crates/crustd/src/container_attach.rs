@@ -82,7 +82,7 @@ async fn attach(
             _ => streams.stdout.as_ref(),
         };
         if let Some(w) = to {
-            if w.write(&buf[1..n]).is_err() {
+            if w.write(&buf[1..n]).await.is_err() {
                 return Ok(());
             }
         }

@@ -383,7 +383,7 @@ async fn pump_out(fd: OwnedFd, to: Option<streaming::spdy::Writer>) {
             Ok(0) | Err(_) => return,
             Ok(n) => {
                 if let Some(w) = &to {
-                    if w.write(&buf[..n]).is_err() {
+                    if w.write(&buf[..n]).await.is_err() {
                         return; // the client is gone; the process may go on
                     }
                 }

@@ -50,7 +50,7 @@ pub async fn serve(crust: Arc<Crust>, req: cri_api::PortForwardRequest, mut sess
                 tokio::spawn(async move {
                     let Some(port) = port else {
                         if let Some(e) = err {
-                            let _ = e.write(b"a port forward stream needs a valid port header");
+                            let _ = e.write_now(b"a port forward stream needs a valid port header");
                             let _ = e.close();
                         }
                         return;
@@ -58,7 +58,7 @@ pub async fn serve(crust: Arc<Crust>, req: cri_api::PortForwardRequest, mut sess
                     if let Err(m) = forward(s, netns, port).await {
                         tracing::debug!(pod = %pod, port, "port forward: {m}");
                         if let Some(e) = &err {
-                            let _ = e.write(
+                            let _ = e.write_now(
                                 format!("error forwarding port {port} to pod {pod}: {m}")
                                     .as_bytes(),
                             );
@@ -115,7 +115,7 @@ async fn forward(mut data: Stream, netns: Option<PathBuf>, port: u16) -> Result<
             match rd.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if out.write(&buf[..n]).is_err() {
+                    if out.write(&buf[..n]).await.is_err() {
                         break;
                     }
                 }

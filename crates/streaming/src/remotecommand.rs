@@ -169,7 +169,7 @@ impl Streams {
             (Err(m), false) => Some(m.clone()),
         };
         if let Some(m) = msg {
-            let _ = self.error.write(m.as_bytes());
+            let _ = self.error.write_now(m.as_bytes());
         }
         let _ = self.error.close();
         self.session.goaway();

@@ -17,7 +17,9 @@
 //! so a peer that honours windows is paced by our reader. Our own sends do not wait
 //! for the peer's window: the Go implementation every Kubernetes client uses neither
 //! enforces its receive window nor sends updates for it, so waiting would stall any
-//! output over 64 KiB.
+//! output over 64 KiB. They wait for the connection instead: at most `OUT_BUDGET` of
+//! data is queued ahead of the socket, so a fast producer (`cat /dev/zero`) and a slow
+//! client cost a bounded amount of memory, and the producer is paced by the client.
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -39,6 +41,8 @@ const FLAG_FIN: u8 = 0x01;
 /// RST_STREAM status: PROTOCOL_ERROR, CANCEL.
 pub const RST_PROTOCOL_ERROR: u32 = 1;
 pub const RST_CANCEL: u32 = 5;
+/// Data queued ahead of the socket, in KiB, across the session's streams.
+const OUT_BUDGET: usize = 4096;
 /// A frame larger than this is a broken or hostile peer (SPDY's own limit is 16 MiB).
 const MAX_FRAME: usize = 1 << 20;
 
@@ -217,15 +221,21 @@ fn data_frame(id: u32, flags: u8, data: &[u8]) -> Vec<u8> {
 /// (frames leave in the order they were compressed, so it is held while queueing), and
 /// the open streams' inboxes.
 struct Shared {
-    out: mpsc::UnboundedSender<Vec<u8>>,
+    /// Frames for the socket, each with the KiB of `budget` it holds.
+    out: mpsc::UnboundedSender<(Vec<u8>, u32)>,
+    budget: Arc<tokio::sync::Semaphore>,
     deflate: Mutex<flate2::Compress>,
     inboxes: Mutex<HashMap<u32, mpsc::UnboundedSender<Bytes>>>,
 }
 
 impl Shared {
     fn send(&self, frame: Vec<u8>) -> io::Result<()> {
+        self.send_held(frame, 0)
+    }
+
+    fn send_held(&self, frame: Vec<u8>, kib: u32) -> io::Result<()> {
         self.out
-            .send(frame)
+            .send((frame, kib))
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "spdy session closed"))
     }
 
@@ -300,11 +310,24 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn write(&self, data: &[u8]) -> io::Result<()> {
+    /// Sends `data`, waiting while the session already has its budget queued.
+    pub async fn write(&self, data: &[u8]) -> io::Result<()> {
         for chunk in data.chunks(32 * 1024) {
-            self.shared.send(data_frame(self.id, 0, chunk))?;
+            let kib = chunk.len().div_ceil(1024) as u32;
+            let permit =
+                self.shared.budget.acquire_many(kib).await.map_err(|_| {
+                    io::Error::new(io::ErrorKind::BrokenPipe, "spdy session closed")
+                })?;
+            // Given back by the writer once the frame is on the socket.
+            permit.forget();
+            self.shared.send_held(data_frame(self.id, 0, chunk), kib)?;
         }
         Ok(())
+    }
+
+    /// Sends a short message at once, outside the budget (a status, an error).
+    pub fn write_now(&self, data: &[u8]) -> io::Result<()> {
+        self.shared.send(data_frame(self.id, 0, data))
     }
 
     /// Our end of the stream: an empty DATA frame with FIN.
@@ -336,31 +359,38 @@ impl Session {
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (mut rd, mut wr) = tokio::io::split(io);
-        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<(Vec<u8>, u32)>();
+        let budget = Arc::new(tokio::sync::Semaphore::new(OUT_BUDGET));
         let (in_tx, in_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
             out: out_tx,
+            budget: budget.clone(),
             deflate: Mutex::new(flate2::Compress::new(flate2::Compression::default(), true)),
             inboxes: Mutex::new(HashMap::new()),
         });
         // The writer ends when every sender (the session, its streams) is gone, or
         // the connection breaks; then the connection is shut.
         tokio::spawn(async move {
-            while let Some(f) = out_rx.recv().await {
+            while let Some((f, kib)) = out_rx.recv().await {
                 if wr.write_all(&f).await.is_err() {
                     break;
                 }
+                budget.add_permits(kib as usize);
                 // Coalesce what is queued, then push it out.
-                while let Ok(f) = out_rx.try_recv() {
+                while let Ok((f, kib)) = out_rx.try_recv() {
                     if wr.write_all(&f).await.is_err() {
+                        budget.close();
                         return;
                     }
+                    budget.add_permits(kib as usize);
                 }
                 if wr.flush().await.is_err() {
                     break;
                 }
             }
+            // Nobody will drain the queue: writers waiting for budget fail now.
+            budget.close();
             let _ = wr.shutdown().await;
         });
         let sh = shared.clone();
@@ -580,6 +610,57 @@ mod tests {
             .collect();
         let _ = std::fs::remove_dir_all(&dir);
         out
+    }
+
+    /// A client that does not read holds back a fast writer at the budget, and the
+    /// writer goes on as soon as the client reads.
+    #[tokio::test]
+    async fn output_waits_for_a_slow_client() {
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let mut session = Session::server(ours);
+        // The client opens stream 1 (headers deflated without a dictionary).
+        let mut z = flate2::Compress::new(flate2::Compression::default(), true);
+        let mut block = Vec::with_capacity(256);
+        z.compress_vec(
+            &encode_headers(&[("streamtype", "stdout")]),
+            &mut block,
+            flate2::FlushCompress::Sync,
+        )
+        .unwrap();
+        let mut syn = 1u32.to_be_bytes().to_vec();
+        syn.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        syn.extend_from_slice(&block);
+        theirs
+            .write_all(&control(SYN_STREAM, 0, &syn))
+            .await
+            .unwrap();
+        let s = session.accept().await.unwrap();
+        assert_eq!(s.header("streamtype"), Some("stdout"));
+        let w = s.writer();
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let total = 20 << 20;
+        let counter = sent.clone();
+        let writer = tokio::spawn(async move {
+            let chunk = vec![b'x'; 32 << 10];
+            while counter.load(std::sync::atomic::Ordering::Relaxed) < total {
+                w.write(&chunk).await.unwrap();
+                counter.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let held = sent.load(std::sync::atomic::Ordering::Relaxed);
+        // The budget (4 MiB) and what the pipe holds; far from the 20 MiB written.
+        assert!(
+            held <= 8 << 20,
+            "{held} bytes went ahead of a client that reads nothing"
+        );
+        // Reading lets it finish.
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0usize;
+        while got < total {
+            got += theirs.read(&mut buf).await.unwrap();
+        }
+        writer.await.unwrap();
     }
 
     #[test]
