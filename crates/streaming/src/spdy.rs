@@ -41,6 +41,8 @@ const FLAG_FIN: u8 = 0x01;
 /// RST_STREAM status: PROTOCOL_ERROR, CANCEL.
 pub const RST_PROTOCOL_ERROR: u32 = 1;
 pub const RST_CANCEL: u32 = 5;
+/// Chunks of the peer's data a stream holds before its reader takes them.
+const INBOX: usize = 64;
 /// Data queued ahead of the socket, in KiB, across the session's streams.
 const OUT_BUDGET: usize = 4096;
 /// A frame larger than this is a broken or hostile peer (SPDY's own limit is 16 MiB).
@@ -225,7 +227,7 @@ struct Shared {
     out: mpsc::UnboundedSender<(Vec<u8>, u32)>,
     budget: Arc<tokio::sync::Semaphore>,
     deflate: Mutex<flate2::Compress>,
-    inboxes: Mutex<HashMap<u32, mpsc::UnboundedSender<Bytes>>>,
+    inboxes: Mutex<HashMap<u32, mpsc::Sender<Bytes>>>,
 }
 
 impl Shared {
@@ -260,7 +262,7 @@ impl Shared {
 pub struct Stream {
     pub id: u32,
     pub headers: Headers,
-    inbox: mpsc::UnboundedReceiver<Bytes>,
+    inbox: mpsc::Receiver<Bytes>,
     shared: Arc<Shared>,
 }
 
@@ -466,14 +468,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
         if head[0] & 0x80 == 0 {
             // DATA
             let id = u32::from_be_bytes(head[0..4].try_into().unwrap()) & 0x7fff_ffff;
-            let mut boxes = sh.inboxes.lock().unwrap();
-            if let Some(tx) = boxes.get(&id) {
-                if !data.is_empty() {
-                    let _ = tx.send(Bytes::from(data));
-                }
+            let tx = sh.inboxes.lock().unwrap().get(&id).cloned();
+            if let (Some(tx), false) = (tx, data.is_empty()) {
+                // Waits while the stream's reader is INBOX chunks behind: the peer is
+                // then paced by TCP, as it ignores SPDY's windows.
+                let _ = tx.send(Bytes::from(data)).await;
             }
             if flags & FLAG_FIN != 0 {
-                boxes.remove(&id);
+                sh.inboxes.lock().unwrap().remove(&id);
             }
             continue;
         }
@@ -491,7 +493,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     ));
                 };
                 let headers = parse_headers(&inflater.block(block)?)?;
-                let (tx, rx) = mpsc::unbounded_channel();
+                let (tx, rx) = mpsc::channel(INBOX);
                 if flags & FLAG_FIN == 0 {
                     sh.inboxes.lock().unwrap().insert(id, tx);
                 }
