@@ -53,7 +53,10 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
         .await?;
         crate::container_ops::watch_all(&crust);
     }
-    crate::stream_server::start(crust.clone()).await?;
+    // Pods do not depend on it: without it, only Exec, Attach and PortForward fail.
+    if let Err(e) = crate::stream_server::start(crust.clone()).await {
+        tracing::error!("{e:#}; Exec, Attach and PortForward will fail");
+    }
     let socket = crust.cfg.socket_path();
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
