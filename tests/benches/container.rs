@@ -1014,7 +1014,10 @@ fn main() {
         );
     }
     if let [(_, d), (_, c)] = execs.as_slice() {
-        println!("crust/containerd ExecSync p50: {:.2}", pct(c, 0.5) / pct(d, 0.5));
+        println!(
+            "crust/containerd ExecSync p50: {:.2}",
+            pct(c, 0.5) / pct(d, 0.5)
+        );
     }
     print_oci(&oci);
     print_mem(&mems);

@@ -32,6 +32,7 @@ pub struct Shim {
     pub port: u16,
     home: crate::TempDir,
     kubectl: String,
+    ctx: Arc<Ctx>,
     /// Dropping it stops the shim's runtime, which runs on a thread of its own (the
     /// tests themselves run on tokio).
     _stop: std::sync::mpsc::Sender<()>,
@@ -54,6 +55,8 @@ struct Ctx {
     socket: PathBuf,
     node: PathBuf,
     pod: Pod,
+    /// Upgrades to WebSocket the shim passed on.
+    websockets: std::sync::atomic::AtomicUsize,
 }
 
 fn json(v: serde_json::Value) -> Response<Full<Bytes>> {
@@ -105,7 +108,13 @@ impl Shim {
         let kubectl = kubectl().expect("kubectl");
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let (port_tx, port_rx) = std::sync::mpsc::channel();
-        let ctx = Arc::new(Ctx { socket, node, pod });
+        let ctx = Arc::new(Ctx {
+            socket,
+            node,
+            pod,
+            websockets: Default::default(),
+        });
+        let shared = ctx.clone();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().unwrap();
             let listener = rt
@@ -120,8 +129,24 @@ impl Shim {
             port,
             home: crate::TempDir::new("kubectl-home"),
             kubectl,
+            ctx: shared,
             _stop: stop,
         }
+    }
+
+    /// How many upgrades to WebSocket went through.
+    pub fn websockets(&self) -> usize {
+        self.ctx
+            .websockets
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `kubectl --server <shim>` with the WebSocket transports on (kubectl 1.30+ tries
+    /// them first and falls back to SPDY).
+    pub fn kubectl_ws(&self) -> Command {
+        let mut c = self.kubectl();
+        c.env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "true");
+        c
     }
 
     /// `kubectl --server <shim> ARGS`, SPDY only (the websocket transports off), with
@@ -195,15 +220,10 @@ async fn handle(
         }
         "/api/v1/namespaces/default/pods/p/exec"
         | "/api/v1/namespaces/default/pods/p/attach"
-        | "/api/v1/namespaces/default/pods/p/portforward" => {
-            if req.headers().contains_key("sec-websocket-key") {
-                return Ok(text(StatusCode::BAD_REQUEST, "SPDY only".into()));
-            }
-            match cri_url(&ctx, &path, &q).await {
-                Ok(url) => proxy(ctx, req, url).await,
-                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
-            }
-        }
+        | "/api/v1/namespaces/default/pods/p/portforward" => match cri_url(&ctx, &path, &q).await {
+            Ok(url) => proxy(ctx, req, url).await,
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
+        },
         _ => text(StatusCode::NOT_FOUND, format!("{path}: not found")),
     })
 }
@@ -290,16 +310,19 @@ async fn proxy(
     };
     conn.set_nonblocking(true).unwrap();
     let mut back = tokio::net::TcpStream::from_std(conn).unwrap();
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-    );
-    for v in req.headers().get_all("x-stream-protocol-version") {
-        head.push_str(&format!(
-            "X-Stream-Protocol-Version: {}\r\n",
-            v.to_str().unwrap_or("")
-        ));
+    // The client's request as it came (a kubelet's proxy passes the upgrade through):
+    // its method, and every header but Host and the body's.
+    let mut head = format!("{} {path} HTTP/1.1\r\nHost: {hostport}\r\n", req.method());
+    for (k, v) in req.headers() {
+        if k == "host" || k == "content-length" || k == "transfer-encoding" {
+            continue;
+        }
+        head.push_str(&format!("{k}: {}\r\n", v.to_str().unwrap_or("")));
     }
-    head.push_str("Content-Length: 0\r\n\r\n");
+    if req.method() != hyper::Method::GET {
+        head.push_str("Content-Length: 0\r\n");
+    }
+    head.push_str("\r\n");
     if back.write_all(head.as_bytes()).await.is_err() {
         return text(StatusCode::BAD_GATEWAY, "writing upstream".into());
     }
@@ -330,14 +353,21 @@ async fn proxy(
             String::from_utf8_lossy(&body).into_owned(),
         );
     }
-    let proto = resp
+    let headers: Vec<(String, String)> = resp
         .lines()
-        .find_map(|l| {
+        .skip(1)
+        .filter_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("x-stream-protocol-version")
-                .then(|| v.trim().to_string())
+            Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
         })
-        .unwrap_or_default();
+        .collect();
+    if headers
+        .iter()
+        .any(|(k, v)| k == "upgrade" && v.eq_ignore_ascii_case("websocket"))
+    {
+        ctx.websockets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     let up = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         if let Ok(u) = up.await {
@@ -347,12 +377,16 @@ async fn proxy(
     });
     let mut r = Response::new(Full::new(Bytes::new()));
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    r.headers_mut()
-        .insert("connection", "Upgrade".parse().unwrap());
-    r.headers_mut()
-        .insert("upgrade", "SPDY/3.1".parse().unwrap());
-    if let Ok(v) = proto.parse() {
-        r.headers_mut().insert("x-stream-protocol-version", v);
+    for (k, v) in headers {
+        if k == "content-length" || k == "date" {
+            continue;
+        }
+        if let (Ok(k), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(k.as_bytes()),
+            hyper::header::HeaderValue::from_str(&v),
+        ) {
+            r.headers_mut().append(k, v);
+        }
     }
     r
 }

@@ -488,3 +488,97 @@ async fn container_events() {
         .expect("the container's status in its stopped event");
     assert_eq!(me.state, ContainerState::ContainerExited as i32);
 }
+
+/// The same exec and attach over WebSocket (`v5.channel.k8s.io`), which kubectl 1.30+
+/// speaks first: stdin (and its end), stdout and stderr apart, the exit code, a tty
+/// with the client's size, and attach; the shim counts that the upgrades really were
+/// WebSocket ones (kubectl would fall back to SPDY silently).
+#[tokio::test]
+async fn kubectl_over_websocket() {
+    if !root() || !need_kubectl() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("wspod").await;
+    let id = e.create(&pod, ctr("main", &["sleep", "1000"])).await;
+    e.start(&id).await;
+    let mut cfg = ctr(
+        "reader",
+        &[
+            "sh",
+            "-c",
+            "while read l; do echo got-$l; [ $l = bye ] && exit 0; done",
+        ],
+    );
+    cfg.stdin = true;
+    let rid = e.create(&pod, cfg).await;
+    e.start(&rid).await;
+    let shim = shim_for(
+        &e,
+        &pod.0,
+        &[("main", &id, false, false), ("reader", &rid, true, false)],
+    )
+    .await;
+
+    let mut k = shim.kubectl_ws();
+    k.args(["exec", "p", "-c", "main", "-i", "--", "sh", "-c"])
+        .arg("cat; echo to-err >&2; exit 5");
+    let out = run(k, b"over a websocket\n");
+    assert_eq!(
+        s(&out.stdout),
+        "over a websocket\n",
+        "stderr: {}",
+        s(&out.stderr)
+    );
+    assert!(s(&out.stderr).contains("to-err"), "{}", s(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{}", s(&out.stderr));
+    assert!(shim.websockets() >= 1, "kubectl fell back to SPDY");
+
+    let mut k = shim.kubectl_ws();
+    k.args(["exec", "p", "-c", "main", "--", "sh", "-c"])
+        .arg("head -c 300000 /dev/zero | tr '\\0' y");
+    let out = run(k, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
+    assert_eq!(out.stdout.len(), 300000);
+
+    let cmd = format!(
+        "stty cols 77 rows 22; {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
+        shell_words(&shim.kubectl_ws())
+    );
+    let mut sc = Command::new("script");
+    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
+    let out = run(sc, b"");
+    assert!(
+        s(&out.stdout).contains("is-a-tty"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+    assert!(
+        s(&out.stdout).contains("22 77"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+
+    let mut k = shim.kubectl_ws();
+    k.args(["attach", "p", "-c", "reader", "-i"]);
+    let out = run(k, b"one\nbye\n");
+    assert!(
+        s(&out.stdout).contains("got-one"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+    assert!(
+        s(&out.stdout).contains("got-bye"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+    assert!(
+        shim.websockets() >= 4,
+        "{} websocket upgrades",
+        shim.websockets()
+    );
+}

@@ -374,7 +374,7 @@ async fn exec_external(
 /// Copies a pipe (or pty master) to a client's stream until its end. A pty master
 /// reports EIO once the last process holding the terminal is gone: its end too. The
 /// reads happen on tokio's blocking pool, so the fd is made blocking.
-async fn pump_out(fd: OwnedFd, to: Option<streaming::spdy::Writer>) {
+async fn pump_out(fd: OwnedFd, to: Option<streaming::remotecommand::Output>) {
     blocking(&fd);
     let mut f = tokio::fs::File::from_std(std::fs::File::from(fd));
     let mut buf = vec![0u8; 32 << 10];
@@ -393,7 +393,7 @@ async fn pump_out(fd: OwnedFd, to: Option<streaming::spdy::Writer>) {
 }
 
 /// Copies the client's stdin stream into the process until the client ends it.
-async fn pump_in(mut from: streaming::spdy::Stream, fd: OwnedFd) {
+async fn pump_in(mut from: streaming::remotecommand::Input, fd: OwnedFd) {
     use tokio::io::AsyncWriteExt;
     blocking(&fd);
     let mut f = tokio::fs::File::from_std(std::fs::File::from(fd));
@@ -419,7 +419,7 @@ pub(crate) fn set_size(master: &OwnedFd, sz: streaming::remotecommand::Size) {
 }
 
 /// Applies each terminal size the client reports to the pty.
-async fn pump_resize(mut from: streaming::spdy::Stream, master: OwnedFd, mut buf: Vec<u8>) {
+async fn pump_resize(mut from: streaming::remotecommand::Input, master: OwnedFd, mut buf: Vec<u8>) {
     while let Some(sz) = streaming::remotecommand::next_size(&mut from, &mut buf).await {
         set_size(&master, sz);
     }

@@ -127,10 +127,13 @@ async fn handle(
             format!("{path}: no such stream (unknown or expired URL)"),
         ));
     };
+    if streaming::ws::wants_websocket(&req) {
+        return Ok(websocket(crust, req, pending));
+    }
     if !http::wants_spdy(&req) {
         return Ok(http::text(
             StatusCode::BAD_REQUEST,
-            "this URL takes an upgrade to SPDY/3.1",
+            "this URL takes an upgrade to SPDY/3.1 or WebSocket",
         ));
     }
     let ours = match pending {
@@ -179,6 +182,52 @@ async fn handle(
         }
     });
     Ok(http::switching(protocol))
+}
+
+/// Exec and Attach over WebSocket (`v5.channel.k8s.io` and older).
+fn websocket(
+    crust: Arc<Crust>,
+    mut req: Request<hyper::body::Incoming>,
+    pending: Pending,
+) -> Response<Full<Bytes>> {
+    let opts = match &pending {
+        Pending::Exec(r) => (r.stdin, r.stdout, r.stderr, r.tty),
+        Pending::Attach(r) => (r.stdin, r.stdout, r.stderr, r.tty),
+        Pending::PortForward(_) => {
+            return http::text(
+                StatusCode::BAD_REQUEST,
+                "port forwarding is served over SPDY/3.1 only",
+            )
+        }
+    };
+    let (protocol, resp) = match streaming::ws::accept(&req, streaming::ws::PROTOCOLS) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let (stdin, stdout, stderr, tty) = opts;
+    let opts = Options {
+        stdin,
+        stdout,
+        stderr,
+        tty,
+    };
+    let upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let io = match upgrade.await {
+            Ok(u) => hyper_util::rt::TokioIo::new(u),
+            Err(e) => {
+                tracing::debug!("websocket upgrade failed: {e}");
+                return;
+            }
+        };
+        let streams = Streams::websocket(io, protocol, opts);
+        match pending {
+            Pending::Exec(r) => crate::container_exec::exec_stream(crust, r, streams).await,
+            Pending::Attach(r) => crate::container_attach::attach_stream(crust, r, streams).await,
+            Pending::PortForward(_) => {}
+        }
+    });
+    resp
 }
 
 /// Checks which streams a request asks for, as containerd and the kubelet do.

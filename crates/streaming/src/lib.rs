@@ -4,3 +4,4 @@
 pub mod http;
 pub mod remotecommand;
 pub mod spdy;
+pub mod ws;

@@ -11,8 +11,63 @@
 //! success.
 
 use crate::spdy::{Session, Stream, Writer};
+use crate::ws;
+use bytes::Bytes;
 use std::io;
 use std::time::Duration;
+
+/// A channel the client writes (stdin, resize), over either transport.
+pub enum Input {
+    Spdy(Stream),
+    Ws(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+impl Input {
+    /// The next chunk; None at its end (or the connection's).
+    pub async fn read(&mut self) -> Option<Bytes> {
+        match self {
+            Input::Spdy(s) => s.read().await,
+            Input::Ws(r) => r.recv().await,
+        }
+    }
+}
+
+/// A channel the server writes (stdout, stderr, error), over either transport.
+#[derive(Clone)]
+pub enum Output {
+    Spdy(Writer),
+    Ws(ws::ChannelWriter),
+}
+
+impl Output {
+    /// Sends `data`, waiting while the connection has its budget queued.
+    pub async fn write(&self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Output::Spdy(w) => w.write(data).await,
+            Output::Ws(w) => w.write(data).await,
+        }
+    }
+
+    /// A short message at once (a status, an error).
+    pub fn write_now(&self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Output::Spdy(w) => w.write_now(data),
+            Output::Ws(w) => w.write_now(data),
+        }
+    }
+
+    pub fn close(&self) -> io::Result<()> {
+        match self {
+            Output::Spdy(w) => w.close(),
+            Output::Ws(w) => w.close(),
+        }
+    }
+}
+
+enum Conn {
+    Spdy(Session),
+    Ws(ws::Conn),
+}
 
 /// Protocol versions we speak, preferred first (the `X-Stream-Protocol-Version` values).
 pub const PROTOCOLS: &[&str] = &[
@@ -54,13 +109,13 @@ impl Options {
 /// The channels of one exec or attach, as the client opened them.
 pub struct Streams {
     pub protocol: &'static str,
-    pub stdin: Option<Stream>,
-    pub stdout: Option<Writer>,
-    pub stderr: Option<Writer>,
-    pub resize: Option<Stream>,
-    error: Writer,
-    // Kept so the session lives as long as the streams are in use.
-    session: Session,
+    pub stdin: Option<Input>,
+    pub stdout: Option<Output>,
+    pub stderr: Option<Output>,
+    pub resize: Option<Input>,
+    error: Output,
+    // Kept so the connection lives as long as the streams are in use.
+    conn: Conn,
 }
 
 /// A terminal size change.
@@ -126,18 +181,41 @@ impl Streams {
         }
         Ok(Streams {
             protocol,
-            stdin,
-            stdout,
-            stderr,
-            resize,
-            error: error.expect("complete"),
-            session,
+            stdin: stdin.map(Input::Spdy),
+            stdout: stdout.map(Output::Spdy),
+            stderr: stderr.map(Output::Spdy),
+            resize: resize.map(Input::Spdy),
+            error: Output::Spdy(error.expect("complete")),
+            conn: Conn::Spdy(session),
         })
+    }
+
+    /// The channels of a WebSocket connection (`protocol` one of [`ws::PROTOCOLS`]):
+    /// they exist from the start, as `opts` says.
+    pub fn websocket<IO>(io: IO, protocol: &'static str, opts: Options) -> Streams
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+    {
+        let mut c = ws::Conn::server(io, protocol);
+        let stdin = if opts.stdin { c.take_input(0) } else { None };
+        let resize = if opts.tty { c.take_input(4) } else { None };
+        Streams {
+            protocol,
+            stdin: stdin.map(Input::Ws),
+            stdout: opts.stdout.then(|| Output::Ws(c.writer(1))),
+            stderr: (opts.stderr && !opts.tty).then(|| Output::Ws(c.writer(2))),
+            resize: resize.map(Input::Ws),
+            error: Output::Ws(c.writer(3)),
+            conn: Conn::Ws(c),
+        }
     }
 
     /// Resolves when the client's side of the connection has ended.
     pub async fn closed(&self) {
-        self.session.closed().await
+        match &self.conn {
+            Conn::Spdy(s) => s.closed().await,
+            Conn::Ws(c) => c.closed().await,
+        }
     }
 
     /// Reports how the command ended and closes every stream: `Ok(code)` for an exit
@@ -146,7 +224,7 @@ impl Streams {
         for w in [&self.stdout, &self.stderr].into_iter().flatten() {
             let _ = w.close();
         }
-        let v4 = self.protocol == "v4.channel.k8s.io";
+        let v4 = matches!(self.protocol, "v4.channel.k8s.io" | "v5.channel.k8s.io");
         let msg = match (&outcome, v4) {
             (Ok(0), true) => Some(r#"{"metadata":{},"status":"Success"}"#.to_string()),
             (Ok(0), false) => None,
@@ -172,12 +250,15 @@ impl Streams {
             let _ = self.error.write_now(m.as_bytes());
         }
         let _ = self.error.close();
-        self.session.goaway();
+        match &self.conn {
+            Conn::Spdy(s) => s.goaway(),
+            Conn::Ws(c) => c.close(),
+        }
     }
 }
 
 /// Reads the resize stream: each terminal size the client reports.
-pub async fn next_size(resize: &mut Stream, buf: &mut Vec<u8>) -> Option<Size> {
+pub async fn next_size(resize: &mut Input, buf: &mut Vec<u8>) -> Option<Size> {
     loop {
         // A complete JSON object at the front of the buffer?
         let mut it = serde_json::Deserializer::from_slice(buf).into_iter::<Size>();
