@@ -36,6 +36,21 @@ pub enum Pending {
 }
 
 impl Pending {
+    /// The channels an exec or attach asked for; None for a port forward.
+    fn options(&self) -> Option<Options> {
+        let (stdin, stdout, stderr, tty) = match self {
+            Pending::Exec(r) => (r.stdin, r.stdout, r.stderr, r.tty),
+            Pending::Attach(r) => (r.stdin, r.stdout, r.stderr, r.tty),
+            Pending::PortForward(_) => return None,
+        };
+        Some(Options {
+            stdin,
+            stdout,
+            stderr,
+            tty,
+        })
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Pending::Exec(_) => "exec",
@@ -127,22 +142,34 @@ async fn handle(
             format!("{path}: no such stream (unknown or expired URL)"),
         ));
     };
-    if streaming::ws::wants_websocket(&req) {
-        return Ok(websocket(crust, req, pending));
-    }
-    if !http::wants_spdy(&req) {
+    let websocket = streaming::ws::wants_websocket(&req);
+    if !websocket && !http::wants_spdy(&req) {
         return Ok(http::text(
             StatusCode::BAD_REQUEST,
             "this URL takes an upgrade to SPDY/3.1 or WebSocket",
         ));
     }
-    let ours = match pending {
-        Pending::PortForward(_) => crate::port_forward::PROTOCOLS,
-        _ => remotecommand::PROTOCOLS,
-    };
-    let protocol = match http::negotiate(&req, ours) {
-        Ok(p) => p,
-        Err(r) => return Ok(*r),
+    let opts = pending.options();
+    let (protocol, answer) = if websocket {
+        if opts.is_none() {
+            return Ok(http::text(
+                StatusCode::BAD_REQUEST,
+                "port forwarding is served over SPDY/3.1 only",
+            ));
+        }
+        match streaming::ws::accept(&req, streaming::ws::PROTOCOLS) {
+            Ok(x) => x,
+            Err(r) => return Ok(*r),
+        }
+    } else {
+        let ours = match opts {
+            None => crate::port_forward::PROTOCOLS,
+            Some(_) => remotecommand::PROTOCOLS,
+        };
+        match http::negotiate(&req, ours) {
+            Ok(p) => (p, http::switching(p)),
+            Err(r) => return Ok(*r),
+        }
     };
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
@@ -153,27 +180,23 @@ async fn handle(
                 return;
             }
         };
-        let session = Session::server(io);
-        let (id, opts) = match &pending {
-            Pending::Exec(r) => (&r.container_id, (r.stdin, r.stdout, r.stderr, r.tty)),
-            Pending::Attach(r) => (&r.container_id, (r.stdin, r.stdout, r.stderr, r.tty)),
-            Pending::PortForward(r) => {
-                return crate::port_forward::serve(crust, r.clone(), session).await;
+        let streams = match (websocket, opts, &pending) {
+            (true, Some(opts), _) => Streams::websocket(io, protocol, opts),
+            (false, _, Pending::PortForward(r)) => {
+                let r = r.clone();
+                return crate::port_forward::serve(crust, r, Session::server(io)).await;
             }
-        };
-        let (stdin, stdout, stderr, tty) = opts;
-        let opts = Options {
-            stdin,
-            stdout,
-            stderr,
-            tty,
-        };
-        let streams = match Streams::accept(session, protocol, opts, STREAMS_TIMEOUT).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(container = %id, "{} streams: {e}", pending.kind());
-                return;
+            (false, Some(opts), _) => {
+                let session = Session::server(io);
+                match Streams::accept(session, protocol, opts, STREAMS_TIMEOUT).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!("{} streams: {e}", pending.kind());
+                        return;
+                    }
+                }
             }
+            _ => return,
         };
         match pending {
             Pending::Exec(r) => crate::container_exec::exec_stream(crust, r, streams).await,
@@ -181,53 +204,7 @@ async fn handle(
             Pending::PortForward(_) => {}
         }
     });
-    Ok(http::switching(protocol))
-}
-
-/// Exec and Attach over WebSocket (`v5.channel.k8s.io` and older).
-fn websocket(
-    crust: Arc<Crust>,
-    mut req: Request<hyper::body::Incoming>,
-    pending: Pending,
-) -> Response<Full<Bytes>> {
-    let opts = match &pending {
-        Pending::Exec(r) => (r.stdin, r.stdout, r.stderr, r.tty),
-        Pending::Attach(r) => (r.stdin, r.stdout, r.stderr, r.tty),
-        Pending::PortForward(_) => {
-            return http::text(
-                StatusCode::BAD_REQUEST,
-                "port forwarding is served over SPDY/3.1 only",
-            )
-        }
-    };
-    let (protocol, resp) = match streaming::ws::accept(&req, streaming::ws::PROTOCOLS) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let (stdin, stdout, stderr, tty) = opts;
-    let opts = Options {
-        stdin,
-        stdout,
-        stderr,
-        tty,
-    };
-    let upgrade = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
-        let io = match upgrade.await {
-            Ok(u) => hyper_util::rt::TokioIo::new(u),
-            Err(e) => {
-                tracing::debug!("websocket upgrade failed: {e}");
-                return;
-            }
-        };
-        let streams = Streams::websocket(io, protocol, opts);
-        match pending {
-            Pending::Exec(r) => crate::container_exec::exec_stream(crust, r, streams).await,
-            Pending::Attach(r) => crate::container_attach::attach_stream(crust, r, streams).await,
-            Pending::PortForward(_) => {}
-        }
-    });
-    resp
+    Ok(answer)
 }
 
 /// Checks which streams a request asks for, as containerd and the kubelet do.
