@@ -414,6 +414,32 @@ async fn container_events() {
             .unwrap()
             .into_inner();
     let pod = e.pod("eventpod").await;
+    // A container that exits on its own: its stopped event comes from the exit watcher,
+    // with the exit code in its status.
+    let quick = e.create(&pod, ctr("quick", &["sh", "-c", "exit 3"])).await;
+    e.start(&quick).await;
+    let mut seen: Vec<ContainerEventResponse> = vec![];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let stopped = loop {
+        let ev = tokio::time::timeout_at(deadline, events.message())
+            .await
+            .expect("the exit's event in time")
+            .unwrap()
+            .unwrap();
+        seen.push(ev.clone());
+        if ev.container_id == quick
+            && ev.container_event_type == ContainerEventType::ContainerStoppedEvent as i32
+        {
+            break ev;
+        }
+    };
+    let st = stopped
+        .containers_statuses
+        .iter()
+        .find(|s| s.id == quick)
+        .expect("its status");
+    assert_eq!(st.exit_code, 3);
+    e.remove(&quick).await;
     let id = e.create(&pod, ctr("ev", &["sleep", "1000"])).await;
     e.start(&id).await;
     e.c.stop_container(StopContainerRequest {
@@ -437,7 +463,6 @@ async fn container_events() {
     })
     .await
     .unwrap();
-    let mut seen: Vec<ContainerEventResponse> = vec![];
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while seen.iter().filter(|ev| ev.container_id == pod.0).count() < 4 {
         let ev = tokio::time::timeout_at(deadline, events.message())
