@@ -354,47 +354,48 @@ async fn kubectl_port_forward() {
         )
         .await;
     e.start(&id).await;
+    // Until httpd listens (1F90 = 8080, state 0A = LISTEN).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r =
+            e.c.exec_sync(ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["cat".into(), "/proc/net/tcp".into()],
+                timeout: 5,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if s(&r.stdout).contains(":1F90 00000000:0000 0A") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "httpd never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let shim = shim_for(&e, &pod.0, &[("web", &id, false, false)]).await;
     let mut k = shim.kubectl();
-    k.args(["port-forward", "pod/p", ":8080", ":8081"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = k.spawn().unwrap();
-    // "Forwarding from 127.0.0.1:PORT -> 8080"
-    let mut so = child.stdout.take().unwrap();
-    let mut seen = String::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let ports: Vec<u16> = loop {
-        let mut b = [0u8; 256];
-        let n = so.read(&mut b).unwrap_or(0);
-        seen.push_str(&s(&b[..n]));
-        let ports: Vec<u16> = seen
-            .lines()
-            .filter(|l| l.starts_with("Forwarding from 127.0.0.1:"))
-            .filter_map(|l| l.split(':').nth(1)?.split(' ').next()?.parse().ok())
-            .collect();
-        if ports.len() == 2 {
-            break ports;
-        }
-        assert!(n > 0 && Instant::now() < deadline, "kubectl said: {seen}");
-    };
-    let get = |port: u16| -> String {
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        c.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
-        let mut r = String::new();
-        let _ = c.read_to_string(&mut r);
-        r
-    };
+    k.args(["port-forward", "pod/p", ":8080", ":8081"]);
+    let (mut child, ports) = forwarding(k, 2);
     for _ in 0..2 {
-        let r = get(ports[0]);
+        let r = http_get(ports[0]);
         assert!(r.contains("hello-from-the-pod"), "{r}");
     }
     // Nothing listens on 8081: that connection fails, the session goes on.
-    let r = get(ports[1]);
+    let r = http_get(ports[1]);
     assert!(!r.contains("hello"), "{r}");
-    let r = get(ports[0]);
+    let r = http_get(ports[0]);
     assert!(r.contains("hello-from-the-pod"), "{r}");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // The same over WebSocket: kubectl tunnels SPDY through it.
+    let mut k = shim.kubectl();
+    k.env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "true")
+        .args(["port-forward", "pod/p", ":8080"]);
+    let (mut child, ports) = forwarding(k, 1);
+    let r = http_get(ports[0]);
+    assert!(r.contains("hello-from-the-pod"), "{r}");
+    assert!(shim.websockets() >= 1, "kubectl fell back to SPDY");
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -606,4 +607,40 @@ async fn kubectl_over_websocket() {
         "{} websocket upgrades",
         shim.websockets()
     );
+}
+
+/// Starts `kubectl port-forward` (`k`) and returns it with its local ports, once it
+/// says "Forwarding from 127.0.0.1:PORT" for each.
+fn forwarding(mut k: Command, want: usize) -> (std::process::Child, Vec<u16>) {
+    k.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = k.spawn().unwrap();
+    let mut so = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut b = [0u8; 256];
+        let n = so.read(&mut b).unwrap_or(0);
+        seen.push_str(&s(&b[..n]));
+        let ports: Vec<u16> = seen
+            .lines()
+            .filter(|l| l.starts_with("Forwarding from 127.0.0.1:"))
+            .filter_map(|l| l.split(':').nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
+        if ports.len() == want {
+            // kubectl says "Handling connection for ..." on each: keep reading, or it
+            // fails writing that.
+            std::thread::spawn(move || std::io::copy(&mut so, &mut std::io::sink()));
+            return (child, ports);
+        }
+        assert!(n > 0 && Instant::now() < deadline, "kubectl said: {seen}");
+    }
+}
+
+fn http_get(port: u16) -> String {
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
+    let mut r = String::new();
+    let _ = c.read_to_string(&mut r);
+    r
 }

@@ -151,13 +151,12 @@ async fn handle(
     }
     let opts = pending.options();
     let (protocol, answer) = if websocket {
-        if opts.is_none() {
-            return Ok(http::text(
-                StatusCode::BAD_REQUEST,
-                "port forwarding is served over SPDY/3.1 only",
-            ));
-        }
-        match streaming::ws::accept(&req, streaming::ws::PROTOCOLS) {
+        // A port forward over WebSocket is SPDY tunneled through it.
+        let ours = match opts {
+            None => &[streaming::ws::TUNNELED_PORTFORWARD][..],
+            Some(_) => streaming::ws::PROTOCOLS,
+        };
+        match streaming::ws::accept(&req, ours) {
             Ok(x) => x,
             Err(r) => return Ok(*r),
         }
@@ -182,6 +181,10 @@ async fn handle(
         };
         let streams = match (websocket, opts, &pending) {
             (true, Some(opts), _) => Streams::websocket(io, protocol, opts),
+            (true, None, Pending::PortForward(r)) => {
+                let session = Session::server(streaming::ws::tunnel(io));
+                return crate::port_forward::serve(crust, r.clone(), session).await;
+            }
             (false, _, Pending::PortForward(r)) => {
                 let r = r.clone();
                 return crate::port_forward::serve(crust, r, Session::server(io)).await;

@@ -332,45 +332,59 @@ impl Conn {
     }
 }
 
+/// One frame: FIN, opcode and the unmasked payload; None at the connection's end.
+async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> io::Result<Option<(bool, u8, Vec<u8>)>> {
+    let mut h = [0u8; 2];
+    match rd.read_exact(&mut h).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let (fin, op, masked) = (h[0] & 0x80 != 0, h[0] & 0x0f, h[1] & 0x80 != 0);
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            rd.read_exact(&mut b).await?;
+            u16::from_be_bytes(b) as usize
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            rd.read_exact(&mut b).await?;
+            u64::from_be_bytes(b) as usize
+        }
+        n => n as usize,
+    };
+    if len > MAX_MESSAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "websocket message too large",
+        ));
+    }
+    let mut mask = [0u8; 4];
+    if masked {
+        rd.read_exact(&mut mask).await?;
+    }
+    let mut p = vec![0u8; len];
+    rd.read_exact(&mut p).await?;
+    if masked {
+        for (i, b) in p.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+    }
+    Ok(Some((fin, op, p)))
+}
+
 async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, sh: &Arc<Shared>) -> io::Result<()> {
     let mut message: Vec<u8> = Vec::new();
     loop {
-        let mut h = [0u8; 2];
-        match rd.read_exact(&mut h).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        let (fin, op, masked) = (h[0] & 0x80 != 0, h[0] & 0x0f, h[1] & 0x80 != 0);
-        let len = match h[1] & 0x7f {
-            126 => {
-                let mut b = [0u8; 2];
-                rd.read_exact(&mut b).await?;
-                u16::from_be_bytes(b) as usize
-            }
-            127 => {
-                let mut b = [0u8; 8];
-                rd.read_exact(&mut b).await?;
-                u64::from_be_bytes(b) as usize
-            }
-            n => n as usize,
+        let Some((fin, op, p)) = read_frame(rd).await? else {
+            return Ok(());
         };
-        if len > MAX_MESSAGE || message.len() + len > MAX_MESSAGE {
+        if message.len() + p.len() > MAX_MESSAGE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "websocket message too large",
             ));
-        }
-        let mut mask = [0u8; 4];
-        if masked {
-            rd.read_exact(&mut mask).await?;
-        }
-        let mut p = vec![0u8; len];
-        rd.read_exact(&mut p).await?;
-        if masked {
-            for (i, b) in p.iter_mut().enumerate() {
-                *b ^= mask[i % 4];
-            }
         }
         match op {
             OP_PING => {
@@ -416,6 +430,66 @@ async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, sh: &Arc<Shared>) -> io::Re
             let _ = tx.send(Bytes::copy_from_slice(data)).await;
         }
     }
+}
+
+/// The subprotocol of SPDY tunneled through WebSocket, which kubectl's and crictl's
+/// WebSocket port-forward speak: the connection's binary messages carry SPDY's bytes.
+pub const TUNNELED_PORTFORWARD: &str = "SPDY/3.1+portforward.k8s.io";
+
+/// The byte stream a WebSocket connection carries in its binary messages, for SPDY to
+/// run over (pings answered here, a close ends it).
+pub fn tunnel<IO>(io: IO) -> tokio::io::DuplexStream
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (ours, theirs) = tokio::io::duplex(256 * 1024);
+    let (mut rd, mut wr) = tokio::io::split(io);
+    let (mut brd, mut bwr) = tokio::io::split(ours);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
+    tokio::spawn(async move {
+        while let Some(f) = rx.recv().await {
+            if wr.write_all(&f).await.is_err() || wr.flush().await.is_err() {
+                break;
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    let ctl = tx.clone();
+    tokio::spawn(async move {
+        while let Ok(Some((_, op, p))) = read_frame(&mut rd).await {
+            match op {
+                OP_BINARY | OP_CONT | OP_TEXT => {
+                    if bwr.write_all(&p).await.is_err() {
+                        break;
+                    }
+                }
+                OP_PING => {
+                    let _ = ctl.send(frame(OP_PONG, &p)).await;
+                }
+                OP_CLOSE => {
+                    let _ = ctl.send(frame(OP_CLOSE, &p[..p.len().min(2)])).await;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let _ = bwr.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match brd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.send(frame(OP_BINARY, &buf[..n])).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tx.send(frame(OP_CLOSE, &1000u16.to_be_bytes())).await;
+    });
+    theirs
 }
 
 #[cfg(test)]
