@@ -458,11 +458,8 @@ where
     tokio::spawn(async move {
         while let Ok(Some((_, op, p))) = read_frame(&mut rd).await {
             match op {
-                OP_BINARY | OP_CONT | OP_TEXT => {
-                    if bwr.write_all(&p).await.is_err() {
-                        break;
-                    }
-                }
+                OP_BINARY | OP_CONT | OP_TEXT if bwr.write_all(&p).await.is_err() => break,
+                OP_BINARY | OP_CONT | OP_TEXT => {}
                 OP_PING => {
                     let _ = ctl.send(frame(OP_PONG, &p)).await;
                 }
