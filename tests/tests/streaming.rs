@@ -632,7 +632,11 @@ fn forwarding(mut k: Command, want: usize) -> (std::process::Child, Vec<u16>) {
             std::thread::spawn(move || std::io::copy(&mut so, &mut std::io::sink()));
             return (child, ports);
         }
-        assert!(n > 0 && Instant::now() < deadline, "kubectl said: {seen}");
+        if n == 0 || Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kubectl said: {seen}");
+        }
     }
 }
 
