@@ -610,7 +610,8 @@ async fn kubectl_over_websocket() {
 }
 
 /// Starts `kubectl port-forward` (`k`) and returns it with its local ports, once it
-/// says "Forwarding from 127.0.0.1:PORT" for each.
+/// says "Forwarding from 127.0.0.1:PORT" for each. The caller kills and reaps it.
+#[allow(clippy::zombie_processes)]
 fn forwarding(mut k: Command, want: usize) -> (std::process::Child, Vec<u16>) {
     k.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = k.spawn().unwrap();
