@@ -649,3 +649,70 @@ fn http_get(port: u16) -> String {
     let _ = c.read_to_string(&mut r);
     r
 }
+
+/// Exec through a container an external OCI runtime runs (the `runc` handler): the
+/// command goes through `runc exec`, with stdin, stdout, stderr and the exit code; a
+/// tty there is refused with a message saying so.
+#[tokio::test]
+async fn kubectl_exec_through_runc() {
+    if !crust_e2e::require_root(&["ip", "nsenter", "busybox", "runc"]) || !need_kubectl() {
+        return;
+    }
+    let runc = crust_e2e::which("runc").unwrap();
+    let d = crust_e2e::crustd::Crustd::start_with_config(
+        Default::default(),
+        &format!("[oci_runtimes]\nrunc = {:?}\n", runc.display().to_string()),
+    );
+    let mut e = Env::with(d).await;
+    let cfg = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "runcexec".into(),
+            uid: "uid-runcexec".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: "runcexec".into(),
+        log_directory: e.logs.path().join("runcexec").display().to_string(),
+        linux: Some(LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    };
+    let sid =
+        e.c.run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(cfg.clone()),
+            runtime_handler: "runc".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let pod = (sid, cfg);
+    let id = e.create(&pod, ctr("main", &["sleep", "1000"])).await;
+    e.start(&id).await;
+    let shim = shim_for(&e, &pod.0, &[("main", &id, false, false)]).await;
+    let mut k = shim.kubectl();
+    k.args(["exec", "p", "-c", "main", "-i", "--", "sh", "-c"])
+        .arg("cat; echo runc-err >&2; exit 6");
+    let out = run(k, b"through runc exec\n");
+    assert_eq!(
+        s(&out.stdout),
+        "through runc exec\n",
+        "stderr: {}",
+        s(&out.stderr)
+    );
+    assert!(s(&out.stderr).contains("runc-err"), "{}", s(&out.stderr));
+    assert_eq!(out.status.code(), Some(6), "{}", s(&out.stderr));
+    let cmd = format!(
+        "{} exec -it p -c main -- true",
+        shell_words(&shim.kubectl())
+    );
+    let mut sc = Command::new("script");
+    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
+    let out = run(sc, b"");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        s(&out.stdout).contains("not supported"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+}
