@@ -716,3 +716,47 @@ async fn kubectl_exec_through_runc() {
         s(&out.stderr)
     );
 }
+
+/// `stream_idle_timeout_seconds`: an exec nothing crosses for that long is cut off
+/// (kubectl returns), while one that keeps talking is not.
+#[tokio::test]
+async fn idle_streams_are_closed() {
+    if !root() || !need_kubectl() {
+        return;
+    }
+    let d = crust_e2e::crustd::Crustd::start_with_config(
+        Default::default(),
+        "stream_idle_timeout_seconds = 2\n",
+    );
+    let mut e = Env::with(d).await;
+    let pod = e.pod("idlepod").await;
+    let id = e.create(&pod, ctr("main", &["sleep", "1000"])).await;
+    e.start(&id).await;
+    let shim = shim_for(&e, &pod.0, &[("main", &id, false, false)]).await;
+    // Talks every half second for 4 s: not idle.
+    let mut k = shim.kubectl();
+    k.args(["exec", "p", "-c", "main", "--", "sh", "-c"])
+        .arg("for i in 1 2 3 4 5 6 7 8; do echo tick; sleep 0.5; done");
+    let out = run(k, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
+    assert_eq!(s(&out.stdout).matches("tick").count(), 8);
+    // Silent: cut off after about 2 s, long before the command's 1000.
+    let t = Instant::now();
+    let mut k = Command::new("timeout");
+    k.arg("30").arg(shim.kubectl().get_program());
+    for (key, v) in shim.kubectl().get_envs() {
+        if let Some(v) = v {
+            k.env(key, v);
+        }
+    }
+    k.args(shim.kubectl().get_args())
+        .args(["exec", "p", "-c", "main", "--", "sleep", "1000"]);
+    let out = run(k, b"");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "not cut off: {}",
+        s(&out.stderr)
+    );
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}

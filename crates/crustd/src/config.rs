@@ -35,6 +35,9 @@ pub struct Config {
     pub stream_server_address: String,
     /// 0: a free port picked at start.
     pub stream_server_port: u16,
+    /// A streaming connection nothing crosses for this long is closed (containerd's
+    /// `stream_idle_timeout`, 4 h); 0: never.
+    pub stream_idle_timeout_seconds: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,6 +101,7 @@ impl Default for Config {
             oci_runtimes: Default::default(),
             stream_server_address: "127.0.0.1".into(),
             stream_server_port: 0,
+            stream_idle_timeout_seconds: 4 * 3600,
         }
     }
 }

@@ -171,9 +171,10 @@ async fn handle(
         }
     };
     let upgrade = hyper::upgrade::on(&mut req);
+    let idle = Duration::from_secs(crust.cfg.stream_idle_timeout_seconds);
     tokio::spawn(async move {
         let io = match upgrade.await {
-            Ok(u) => hyper_util::rt::TokioIo::new(u),
+            Ok(u) => streaming::idle::Idle::new(hyper_util::rt::TokioIo::new(u), idle),
             Err(e) => {
                 tracing::debug!("streaming upgrade failed: {e}");
                 return;

@@ -2,6 +2,7 @@
 //! speak to the URL a runtime returns from Exec, Attach and PortForward.
 
 pub mod http;
+pub mod idle;
 pub mod remotecommand;
 pub mod spdy;
 pub mod ws;

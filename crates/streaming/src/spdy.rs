@@ -371,10 +371,29 @@ impl Session {
             deflate: Mutex::new(flate2::Compress::new(flate2::Compression::default(), true)),
             inboxes: Mutex::new(HashMap::new()),
         });
-        // The writer ends when every sender (the session, its streams) is gone, or
-        // the connection breaks; then the connection is shut.
+        // The writer ends when every sender (the session, its streams) is gone, the
+        // connection breaks, or the reader ended (the peer left, or the connection
+        // idled out: what is queued goes out, then the connection is shut).
+        let mut reader_done = done_rx.clone();
         tokio::spawn(async move {
-            while let Some((f, kib)) = out_rx.recv().await {
+            loop {
+                let ended = async {
+                    let _ = reader_done.wait_for(|d| *d).await;
+                };
+                let next = tokio::select! {
+                    f = out_rx.recv() => f,
+                    _ = ended => {
+                        while let Ok((f, _)) = out_rx.try_recv() {
+                            if wr.write_all(&f).await.is_err() {
+                                break;
+                            }
+                        }
+                        None
+                    }
+                };
+                let Some((f, kib)) = next else {
+                    break;
+                };
                 if wr.write_all(&f).await.is_err() {
                     break;
                 }

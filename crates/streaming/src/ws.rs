@@ -267,8 +267,29 @@ impl Conn {
             inputs: Mutex::new(senders),
         });
         let b = budget.clone();
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        // As SPDY's: ends with its senders, a broken connection, or the reader's end
+        // (after sending what is queued).
+        let mut reader_done = done_rx.clone();
         tokio::spawn(async move {
-            while let Some((f, kib)) = out_rx.recv().await {
+            loop {
+                let ended = async {
+                    let _ = reader_done.wait_for(|d| *d).await;
+                };
+                let next = tokio::select! {
+                    f = out_rx.recv() => f,
+                    _ = ended => {
+                        while let Ok((f, _)) = out_rx.try_recv() {
+                            if wr.write_all(&f).await.is_err() {
+                                break;
+                            }
+                        }
+                        None
+                    }
+                };
+                let Some((f, kib)) = next else {
+                    break;
+                };
                 if wr.write_all(&f).await.is_err() || wr.flush().await.is_err() {
                     break;
                 }
@@ -277,7 +298,6 @@ impl Conn {
             b.close();
             let _ = wr.shutdown().await;
         });
-        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let sh = shared.clone();
         tokio::spawn(async move {
