@@ -3,6 +3,7 @@
 
 pub mod http;
 pub mod idle;
+mod outq;
 pub mod remotecommand;
 pub mod spdy;
 pub mod ws;

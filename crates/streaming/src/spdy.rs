@@ -17,15 +17,16 @@
 //! so a peer that honours windows is paced by our reader. Our own sends do not wait
 //! for the peer's window: the Go implementation every Kubernetes client uses neither
 //! enforces its receive window nor sends updates for it, so waiting would stall any
-//! output over 64 KiB. They wait for the connection instead: at most `OUT_BUDGET` of
+//! output over 64 KiB. They wait for the connection instead (outq.rs): at most 4 MiB of
 //! data is queued ahead of the socket, so a fast producer (`cat /dev/zero`) and a slow
 //! client cost a bounded amount of memory, and the producer is paced by the client.
 
+use crate::outq::OutQueue;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, OnceLock};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::mpsc;
 
 const VERSION: u16 = 3;
@@ -43,8 +44,6 @@ pub const RST_PROTOCOL_ERROR: u32 = 1;
 pub const RST_CANCEL: u32 = 5;
 /// Chunks of the peer's data a stream holds before its reader takes them.
 const INBOX: usize = 64;
-/// Data queued ahead of the socket, in KiB, across the session's streams.
-const OUT_BUDGET: usize = 4096;
 /// A frame larger than this is a broken or hostile peer (SPDY's own limit is 16 MiB).
 const MAX_FRAME: usize = 1 << 20;
 
@@ -223,22 +222,14 @@ fn data_frame(id: u32, flags: u8, data: &[u8]) -> Vec<u8> {
 /// (frames leave in the order they were compressed, so it is held while queueing), and
 /// the open streams' inboxes.
 struct Shared {
-    /// Frames for the socket, each with the KiB of `budget` it holds.
-    out: mpsc::UnboundedSender<(Vec<u8>, u32)>,
-    budget: Arc<tokio::sync::Semaphore>,
+    out: OutQueue,
     deflate: Mutex<flate2::Compress>,
     inboxes: Mutex<HashMap<u32, mpsc::Sender<Bytes>>>,
 }
 
 impl Shared {
     fn send(&self, frame: Vec<u8>) -> io::Result<()> {
-        self.send_held(frame, 0)
-    }
-
-    fn send_held(&self, frame: Vec<u8>, kib: u32) -> io::Result<()> {
-        self.out
-            .send((frame, kib))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "spdy session closed"))
+        self.out.send(frame)
     }
 
     fn reply(&self, id: u32, headers: &[(&str, &str)], fin: bool) -> io::Result<()> {
@@ -315,14 +306,10 @@ impl Writer {
     /// Sends `data`, waiting while the session already has its budget queued.
     pub async fn write(&self, data: &[u8]) -> io::Result<()> {
         for chunk in data.chunks(32 * 1024) {
-            let kib = chunk.len().div_ceil(1024) as u32;
-            let permit =
-                self.shared.budget.acquire_many(kib).await.map_err(|_| {
-                    io::Error::new(io::ErrorKind::BrokenPipe, "spdy session closed")
-                })?;
-            // Given back by the writer once the frame is on the socket.
-            permit.forget();
-            self.shared.send_held(data_frame(self.id, 0, chunk), kib)?;
+            self.shared
+                .out
+                .send_data(data_frame(self.id, 0, chunk), chunk.len())
+                .await?;
         }
         Ok(())
     }
@@ -360,59 +347,13 @@ impl Session {
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
-        let (mut rd, mut wr) = tokio::io::split(io);
-        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<(Vec<u8>, u32)>();
-        let budget = Arc::new(tokio::sync::Semaphore::new(OUT_BUDGET));
+        let (mut rd, wr) = tokio::io::split(io);
         let (in_tx, in_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
-            out: out_tx,
-            budget: budget.clone(),
+            out: OutQueue::start(wr, done_rx.clone()),
             deflate: Mutex::new(flate2::Compress::new(flate2::Compression::default(), true)),
             inboxes: Mutex::new(HashMap::new()),
-        });
-        // The writer ends when every sender (the session, its streams) is gone, the
-        // connection breaks, or the reader ended (the peer left, or the connection
-        // idled out: what is queued goes out, then the connection is shut).
-        let mut reader_done = done_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                let ended = async {
-                    let _ = reader_done.wait_for(|d| *d).await;
-                };
-                let next = tokio::select! {
-                    f = out_rx.recv() => f,
-                    _ = ended => {
-                        while let Ok((f, _)) = out_rx.try_recv() {
-                            if wr.write_all(&f).await.is_err() {
-                                break;
-                            }
-                        }
-                        None
-                    }
-                };
-                let Some((f, kib)) = next else {
-                    break;
-                };
-                if wr.write_all(&f).await.is_err() {
-                    break;
-                }
-                budget.add_permits(kib as usize);
-                // Coalesce what is queued, then push it out.
-                while let Ok((f, kib)) = out_rx.try_recv() {
-                    if wr.write_all(&f).await.is_err() {
-                        budget.close();
-                        return;
-                    }
-                    budget.add_permits(kib as usize);
-                }
-                if wr.flush().await.is_err() {
-                    break;
-                }
-            }
-            // Nobody will drain the queue: writers waiting for budget fail now.
-            budget.close();
-            let _ = wr.shutdown().await;
         });
         let sh = shared.clone();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -553,6 +494,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
 
     #[test]
     fn dictionary_is_the_specs() {

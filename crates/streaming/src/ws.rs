@@ -5,8 +5,9 @@
 //!
 //! As Kubernetes' own server does, an empty message on the first channel the server
 //! writes (stdout) tells the client the connection is ready. Output waits for the socket
-//! with the same budget as SPDY (at most `OUT_BUDGET` KiB queued).
+//! with the same budget as SPDY (outq.rs).
 
+use crate::outq::OutQueue;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
@@ -25,7 +26,6 @@ pub const PROTOCOLS: &[&str] = &[
     "channel.k8s.io",
 ];
 
-const OUT_BUDGET: usize = 4096;
 const MAX_MESSAGE: usize = 16 << 20;
 const CLOSE_SIGNAL: u8 = 255;
 const OP_CONT: u8 = 0;
@@ -177,16 +177,13 @@ fn frame(op: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 struct Shared {
-    out: mpsc::UnboundedSender<(Vec<u8>, u32)>,
-    budget: Arc<tokio::sync::Semaphore>,
+    out: OutQueue,
     inputs: Mutex<[Option<mpsc::Sender<Bytes>>; 5]>,
 }
 
 impl Shared {
-    fn send(&self, f: Vec<u8>, kib: u32) -> io::Result<()> {
-        self.out
-            .send((f, kib))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "websocket closed"))
+    fn send(&self, f: Vec<u8>) -> io::Result<()> {
+        self.out.send(f)
     }
 }
 
@@ -201,17 +198,13 @@ pub struct ChannelWriter {
 impl ChannelWriter {
     pub async fn write(&self, data: &[u8]) -> io::Result<()> {
         for chunk in data.chunks(32 * 1024) {
-            let kib = chunk.len().div_ceil(1024) as u32;
-            self.shared
-                .budget
-                .acquire_many(kib)
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "websocket closed"))?
-                .forget();
             let mut p = Vec::with_capacity(chunk.len() + 1);
             p.push(self.ch);
             p.extend_from_slice(chunk);
-            self.shared.send(frame(OP_BINARY, &p), kib)?;
+            self.shared
+                .out
+                .send_data(frame(OP_BINARY, &p), chunk.len())
+                .await?;
         }
         Ok(())
     }
@@ -219,14 +212,14 @@ impl ChannelWriter {
     pub fn write_now(&self, data: &[u8]) -> io::Result<()> {
         let mut p = vec![self.ch];
         p.extend_from_slice(data);
-        self.shared.send(frame(OP_BINARY, &p), 0)
+        self.shared.send(frame(OP_BINARY, &p))
     }
 
     /// v5 tells the client the channel ended; older versions have no way to.
     pub fn close(&self) -> io::Result<()> {
         if self.v5 {
             self.shared
-                .send(frame(OP_BINARY, &[CLOSE_SIGNAL, self.ch]), 0)?;
+                .send(frame(OP_BINARY, &[CLOSE_SIGNAL, self.ch]))?;
         }
         Ok(())
     }
@@ -246,9 +239,8 @@ impl Conn {
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
-        let (mut rd, mut wr) = tokio::io::split(io);
-        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<(Vec<u8>, u32)>();
-        let budget = Arc::new(tokio::sync::Semaphore::new(OUT_BUDGET));
+        let (mut rd, wr) = tokio::io::split(io);
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let mut senders: [Option<mpsc::Sender<Bytes>>; 5] = Default::default();
         let mut inputs = Vec::new();
         for (i, s) in senders.iter_mut().enumerate() {
@@ -262,41 +254,8 @@ impl Conn {
             }
         }
         let shared = Arc::new(Shared {
-            out: out_tx,
-            budget: budget.clone(),
+            out: OutQueue::start(wr, done_rx.clone()),
             inputs: Mutex::new(senders),
-        });
-        let b = budget.clone();
-        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        // As SPDY's: ends with its senders, a broken connection, or the reader's end
-        // (after sending what is queued).
-        let mut reader_done = done_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                let ended = async {
-                    let _ = reader_done.wait_for(|d| *d).await;
-                };
-                let next = tokio::select! {
-                    f = out_rx.recv() => f,
-                    _ = ended => {
-                        while let Ok((f, _)) = out_rx.try_recv() {
-                            if wr.write_all(&f).await.is_err() {
-                                break;
-                            }
-                        }
-                        None
-                    }
-                };
-                let Some((f, kib)) = next else {
-                    break;
-                };
-                if wr.write_all(&f).await.is_err() || wr.flush().await.is_err() {
-                    break;
-                }
-                b.add_permits(kib as usize);
-            }
-            b.close();
-            let _ = wr.shutdown().await;
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let sh = shared.clone();
@@ -348,7 +307,7 @@ impl Conn {
 
     /// A normal close (1000).
     pub fn close(&self) {
-        let _ = self.shared.send(frame(OP_CLOSE, &1000u16.to_be_bytes()), 0);
+        let _ = self.shared.send(frame(OP_CLOSE, &1000u16.to_be_bytes()));
     }
 }
 
@@ -408,12 +367,12 @@ async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, sh: &Arc<Shared>) -> io::Re
         }
         match op {
             OP_PING => {
-                let _ = sh.send(frame(OP_PONG, &p), 0);
+                let _ = sh.send(frame(OP_PONG, &p));
                 continue;
             }
             OP_PONG => continue,
             OP_CLOSE => {
-                let _ = sh.send(frame(OP_CLOSE, &p[..p.len().min(2)]), 0);
+                let _ = sh.send(frame(OP_CLOSE, &p[..p.len().min(2)]));
                 return Ok(());
             }
             OP_BINARY | OP_TEXT | OP_CONT => message.extend_from_slice(&p),

@@ -1,0 +1,91 @@
+//! The queue of frames to a connection, shared by the SPDY and WebSocket sessions: one
+//! task writes them in order; data waits while `BUDGET` KiB are already queued ahead of
+//! the socket, so a fast producer and a slow client cost a bounded amount of memory.
+//! The task ends when every sender is gone, the connection breaks, or the session's
+//! reader ended (the peer left or idled out): what is queued goes out first, then the
+//! connection is shut, and writers still waiting for budget fail.
+
+use std::io;
+use std::sync::Arc;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch, Semaphore};
+
+/// KiB of data queued ahead of the socket, at most, per connection.
+pub(crate) const BUDGET: usize = 4096;
+
+pub(crate) struct OutQueue {
+    tx: mpsc::UnboundedSender<(Vec<u8>, u32)>,
+    budget: Arc<Semaphore>,
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "streaming connection closed")
+}
+
+impl OutQueue {
+    /// Starts the writer on `wr`; `reader_done` turns true when the reader has ended.
+    pub(crate) fn start<W>(mut wr: W, mut reader_done: watch::Receiver<bool>) -> OutQueue
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Vec<u8>, u32)>();
+        let budget = Arc::new(Semaphore::new(BUDGET));
+        let b = budget.clone();
+        tokio::spawn(async move {
+            loop {
+                let ended = async {
+                    let _ = reader_done.wait_for(|d| *d).await;
+                };
+                let next = tokio::select! {
+                    f = rx.recv() => f,
+                    _ = ended => {
+                        while let Ok((f, _)) = rx.try_recv() {
+                            if wr.write_all(&f).await.is_err() {
+                                break;
+                            }
+                        }
+                        None
+                    }
+                };
+                let Some((f, kib)) = next else {
+                    break;
+                };
+                if wr.write_all(&f).await.is_err() {
+                    break;
+                }
+                b.add_permits(kib as usize);
+                // Coalesce what is queued, then push it out.
+                let mut broken = false;
+                while let Ok((f, kib)) = rx.try_recv() {
+                    if wr.write_all(&f).await.is_err() {
+                        broken = true;
+                        break;
+                    }
+                    b.add_permits(kib as usize);
+                }
+                if broken || wr.flush().await.is_err() {
+                    break;
+                }
+            }
+            b.close();
+            let _ = wr.shutdown().await;
+        });
+        OutQueue { tx, budget }
+    }
+
+    /// Queues a frame at once, outside the budget (control frames, short messages).
+    pub(crate) fn send(&self, frame: Vec<u8>) -> io::Result<()> {
+        self.tx.send((frame, 0)).map_err(|_| closed())
+    }
+
+    /// Queues a frame carrying `payload` bytes of data, once the budget has room.
+    pub(crate) async fn send_data(&self, frame: Vec<u8>, payload: usize) -> io::Result<()> {
+        let kib = payload.div_ceil(1024) as u32;
+        self.budget
+            .acquire_many(kib)
+            .await
+            .map_err(|_| closed())?
+            .forget();
+        self.tx.send((frame, kib)).map_err(|_| closed())
+    }
+}
