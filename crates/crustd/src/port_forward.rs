@@ -6,7 +6,6 @@
 
 use crate::daemon::Crust;
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use streaming::spdy::{Session, Stream, Writer};
@@ -78,33 +77,23 @@ pub async fn serve(crust: Arc<Crust>, req: cri_api::PortForwardRequest, mut sess
 
 /// Connects to `port` on the pod's loopback (in `netns`, or the node's for a
 /// hostNetwork pod).
-fn connect(netns: Option<PathBuf>, port: u16) -> std::io::Result<std::net::TcpStream> {
+fn connect(netns: Option<PathBuf>, port: u16) -> Result<std::net::TcpStream, String> {
     let dial = move || {
         std::net::TcpStream::connect(("127.0.0.1", port))
             .or_else(|_| std::net::TcpStream::connect(("::1", port)))
     };
-    match netns {
+    let res = match netns {
         None => dial(),
-        Some(ns) => {
-            let f = std::fs::File::open(&ns)?;
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                        .map_err(std::io::Error::from)?;
-                    dial()
-                })
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("connect thread panicked")))
-            })
-        }
-    }
+        Some(ns) => crate::podns::in_ns(&ns, nix::sched::CloneFlags::CLONE_NEWNET, dial)
+            .map_err(|e| e.to_string())?,
+    };
+    res.map_err(|e| format!("connecting to localhost:{port} in the pod: {e}"))
 }
 
 async fn forward(mut data: Stream, netns: Option<PathBuf>, port: u16) -> Result<(), String> {
     let tcp = tokio::task::spawn_blocking(move || connect(netns, port))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("connecting to localhost:{port} in the pod: {e}"))?;
+        .map_err(|e| e.to_string())??;
     tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
     let tcp = tokio::net::TcpStream::from_std(tcp).map_err(|e| e.to_string())?;
     let (mut rd, mut wr) = tcp.into_split();
