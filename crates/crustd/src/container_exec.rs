@@ -276,6 +276,62 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     })
 }
 
+/// The files `<runtime> exec --process` needs beside the bundle: the process to run
+/// and where the runtime writes its pid. Removed when dropped.
+struct RuntimeExec {
+    proc_file: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl RuntimeExec {
+    fn new(bundle: &std::path::Path, spec: &executor::oci_spec::runtime::Spec) -> Result<Self> {
+        let tag = crate::util::new_id();
+        let x = RuntimeExec {
+            proc_file: bundle.join(format!("exec-{}.json", &tag[..12])),
+            pid_file: bundle.join(format!("exec-{}.pid", &tag[..12])),
+        };
+        let process = serde_json::to_vec(&spec.process().clone().unwrap_or_default())
+            .map_err(Error::internal)?;
+        std::fs::write(&x.proc_file, process)
+            .map_err(|e| Error::Internal(format!("writing {}: {e}", x.proc_file.display())))?;
+        Ok(x)
+    }
+
+    fn command(
+        &self,
+        rt: &container::executor::oci_runtime::OciRuntime,
+        id: &str,
+    ) -> tokio::process::Command {
+        tokio::process::Command::from(rt.exec_command(id, &self.proc_file, &self.pid_file))
+    }
+}
+
+impl Drop for RuntimeExec {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.proc_file);
+        let _ = std::fs::remove_file(&self.pid_file);
+    }
+}
+
+/// The exit code as shells and containerd report it, from a child's status.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Lets output pumps finish (the process has exited), but not past DRAIN: a background
+/// child that inherited the pipe must not hold the call open.
+async fn drain_pumps(pumps: Vec<tokio::task::JoinHandle<()>>) {
+    for t in pumps {
+        let abort = t.abort_handle();
+        if tokio::time::timeout(DRAIN, t).await.is_err() {
+            abort.abort();
+        }
+    }
+}
+
 /// ExecSync through an external OCI runtime: `<runtime> exec --process` with the
 /// container's process (args replaced), its output piped to us, killed at the deadline.
 async fn exec_external(
@@ -285,32 +341,15 @@ async fn exec_external(
     spec: executor::oci_spec::runtime::Spec,
     req: &ExecSyncRequest,
 ) -> Result<ExecSyncResponse> {
-    let tag = crate::util::new_id();
-    let proc_file = bundle.join(format!("exec-{}.json", &tag[..12]));
-    let pid_file = bundle.join(format!("exec-{}.pid", &tag[..12]));
-    let process =
-        serde_json::to_vec(&spec.process().clone().unwrap_or_default()).map_err(Error::internal)?;
-    std::fs::write(&proc_file, process)
-        .map_err(|e| Error::Internal(format!("writing {}: {e}", proc_file.display())))?;
-    let cleanup = || {
-        let _ = std::fs::remove_file(&proc_file);
-        let _ = std::fs::remove_file(&pid_file);
-    };
-    let mut cmd = tokio::process::Command::from(rt.exec_command(id, &proc_file, &pid_file));
+    let files = RuntimeExec::new(bundle, &spec)?;
+    let mut cmd = files.command(rt, id);
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            cleanup();
-            return Err(Error::Internal(format!(
-                "running {}: {e}",
-                rt.binary.display()
-            )));
-        }
-    };
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::Internal(format!("running {}: {e}", rt.binary.display())))?;
     let mut out = child.stdout.take().expect("piped");
     let mut err = child.stderr.take().expect("piped");
     let out_task = tokio::spawn(async move {
@@ -333,20 +372,18 @@ async fn exec_external(
         Some(child.wait().await)
     };
     let Some(status) = status else {
-        if let Some(pid) = container::executor::oci_runtime::read_pid(&pid_file) {
+        if let Some(pid) = container::executor::oci_runtime::read_pid(&files.pid_file) {
             // SAFETY: the exec'd process, named by the runtime's pid file just now.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         let _ = child.kill().await;
         out_task.abort();
         err_task.abort();
-        cleanup();
         return Err(Error::DeadlineExceeded(format!(
             "command {:?} in container {id} timed out after {}s",
             req.cmd, req.timeout
         )));
     };
-    cleanup();
     let status = status.map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
     let take = |t: tokio::task::JoinHandle<Vec<u8>>| async move {
         let abort = t.abort_handle();
@@ -360,14 +397,10 @@ async fn exec_external(
     };
     let stdout = take(out_task).await;
     let stderr = take(err_task).await;
-    use std::os::unix::process::ExitStatusExt;
-    let code = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     Ok(ExecSyncResponse {
         stdout,
         stderr,
-        exit_code: code,
+        exit_code: exit_code(status),
     })
 }
 
@@ -586,12 +619,7 @@ async fn exec_streams(
     } else {
         wait_exit(pidfd).await?
     };
-    for t in pumps {
-        let abort = t.abort_handle();
-        if tokio::time::timeout(DRAIN, t).await.is_err() {
-            abort.abort();
-        }
-    }
+    drain_pumps(pumps).await;
     Ok(code)
 }
 
@@ -601,14 +629,8 @@ async fn exec_streams_external(
     p: Prepared,
     streams: &mut streaming::remotecommand::Streams,
 ) -> Result<i32> {
-    let tag = crate::util::new_id();
-    let proc_file = p.bundle.join(format!("exec-{}.json", &tag[..12]));
-    let pid_file = p.bundle.join(format!("exec-{}.pid", &tag[..12]));
-    let process = serde_json::to_vec(&p.spec.process().clone().unwrap_or_default())
-        .map_err(Error::internal)?;
-    std::fs::write(&proc_file, process)
-        .map_err(|e| Error::Internal(format!("writing {}: {e}", proc_file.display())))?;
-    let mut cmd = tokio::process::Command::from(rt.exec_command(&p.id, &proc_file, &pid_file));
+    let files = RuntimeExec::new(&p.bundle, &p.spec)?;
+    let mut cmd = files.command(rt, &p.id);
     cmd.stdin(if streams.stdin.is_some() {
         std::process::Stdio::piped()
     } else {
@@ -616,47 +638,27 @@ async fn exec_streams_external(
     })
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped());
-    let res = async {
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| Error::Internal(format!("running {}: {e}", rt.binary.display())))?;
-        if let (Some(mut s), Some(mut w)) = (streams.stdin.take(), child.stdin.take()) {
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                while let Some(b) = s.read().await {
-                    if w.write_all(&b).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        let to_fd = |o: Option<OwnedFd>| o;
-        let out = child.stdout.take().and_then(|o| o.into_owned_fd().ok());
-        let err = child.stderr.take().and_then(|o| o.into_owned_fd().ok());
-        let mut pumps = Vec::new();
-        if let Some(fd) = to_fd(out) {
-            pumps.push(tokio::spawn(pump_out(fd, streams.stdout.clone())));
-        }
-        if let Some(fd) = to_fd(err) {
-            pumps.push(tokio::spawn(pump_out(fd, streams.stderr.clone())));
-        }
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
-        for t in pumps {
-            let abort = t.abort_handle();
-            if tokio::time::timeout(DRAIN, t).await.is_err() {
-                abort.abort();
-            }
-        }
-        use std::os::unix::process::ExitStatusExt;
-        Ok(status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::Internal(format!("running {}: {e}", rt.binary.display())))?;
+    let fd = |o: Option<std::io::Result<OwnedFd>>| o.and_then(|r| r.ok());
+    if let (Some(s), Some(w)) = (
+        streams.stdin.take(),
+        fd(child.stdin.take().map(|x| x.into_owned_fd())),
+    ) {
+        tokio::spawn(pump_in(s, w));
     }
-    .await;
-    let _ = std::fs::remove_file(&proc_file);
-    let _ = std::fs::remove_file(&pid_file);
-    res
+    let mut pumps = Vec::new();
+    if let Some(o) = fd(child.stdout.take().map(|x| x.into_owned_fd())) {
+        pumps.push(tokio::spawn(pump_out(o, streams.stdout.clone())));
+    }
+    if let Some(e) = fd(child.stderr.take().map(|x| x.into_owned_fd())) {
+        pumps.push(tokio::spawn(pump_out(e, streams.stderr.clone())));
+    }
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
+    drain_pumps(pumps).await;
+    Ok(exit_code(status))
 }
