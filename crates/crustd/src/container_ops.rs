@@ -200,12 +200,11 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     drop(sb_rec);
     match res {
         Ok(()) => {
-            let sandbox = rec.sandbox_id.clone();
-            let c = crust.containers.insert(rec);
-            watch(crust.clone(), c);
             crust
                 .events
-                .emit(&id, &sandbox, ContainerEventType::ContainerCreatedEvent);
+                .emit_container(&crust, &rec, ContainerEventType::ContainerCreatedEvent);
+            let c = crust.containers.insert(rec);
+            watch(crust, c);
             Ok(id)
         }
         Err(e) => {
@@ -584,11 +583,9 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
     if let Err(e) = crust.containers.save(rec) {
         tracing::warn!(container = %rec.id, error = %e, "saving the exit of a container");
     }
-    crust.events.emit(
-        &rec.id,
-        &rec.sandbox_id,
-        ContainerEventType::ContainerStoppedEvent,
-    );
+    crust
+        .events
+        .emit_container(crust, rec, ContainerEventType::ContainerStoppedEvent);
 }
 
 /// The kubelet's annotation naming the container's termination message file.
@@ -699,11 +696,9 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
     rec.state = ContainerState::Running;
     rec.started_at = started_at;
     crust.containers.save(&rec)?;
-    crust.events.emit(
-        &rec.id,
-        &rec.sandbox_id,
-        ContainerEventType::ContainerStartedEvent,
-    );
+    crust
+        .events
+        .emit_container(&crust, &rec, ContainerEventType::ContainerStartedEvent);
     Ok(())
 }
 
@@ -905,10 +900,13 @@ fn image_spec(rec: &ContainerRecord) -> ImageSpec {
     }
 }
 
-pub async fn status(crust: Arc<Crust>, id: &str, verbose: bool) -> Result<ContainerStatusResponse> {
-    let c = crust.containers.get(id)?;
-    let mut rec = c.rec.lock().await;
-    refresh(&crust, &mut rec);
+/// A record as the CRI's ContainerStatus, with the config and runtime spec it read.
+/// Sync and lock-free (the caller holds the record), so events can take the status of
+/// the container they are about at the moment they happen.
+pub fn cri_status(
+    crust: &Crust,
+    rec: &ContainerRecord,
+) -> (ContainerStatus, ContainerConfig, Option<serde_json::Value>) {
     let cfg = rec.config().unwrap_or_default();
     let image_ref = crust
         .images
@@ -931,13 +929,13 @@ pub async fn status(crust: Arc<Crust>, id: &str, verbose: bool) -> Result<Contai
     });
     let status = ContainerStatus {
         id: rec.id.clone(),
-        metadata: Some(metadata(&rec)),
+        metadata: Some(metadata(rec)),
         state: rec.state.cri() as i32,
         created_at: rec.created_at,
         started_at: rec.started_at,
         finished_at: rec.finished_at,
         exit_code: rec.exit_code,
-        image: Some(image_spec(&rec)),
+        image: Some(image_spec(rec)),
         image_ref,
         reason: rec.reason.clone(),
         message: rec.message.clone(),
@@ -956,6 +954,14 @@ pub async fn status(crust: Arc<Crust>, id: &str, verbose: bool) -> Result<Contai
         image_id: rec.image_id.clone(),
         user,
     };
+    (status, cfg, spec)
+}
+
+pub async fn status(crust: Arc<Crust>, id: &str, verbose: bool) -> Result<ContainerStatusResponse> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    refresh(&crust, &mut rec);
+    let (status, cfg, spec) = cri_status(&crust, &rec);
     let mut info = std::collections::HashMap::new();
     if verbose {
         let v = serde_json::json!({

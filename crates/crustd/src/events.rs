@@ -2,15 +2,17 @@
 //! the kubelet's evented PLEG, which reacts to them instead of relisting every second.
 //!
 //! Each event carries, as containerd's do, the status of the pod and of every container
-//! in it as they are when the event is sent. Those are read under the records' locks,
-//! which the operation that caused the event may still hold; so operations only queue
-//! the bare event (`emit`, never blocking), and one task turns the queue, in order, into
-//! full events for every subscriber. Sandboxes have events too, under their own id.
+//! in it. The container the event is about is described as it was at the event (its
+//! record is at hand then); the others and the pod are read under their locks, which
+//! the operation that caused the event may still hold, so they are read by one task
+//! that turns the queue, in order, into full events for every subscriber, and show them
+//! as they are when the event is published. Sandboxes have events too, under their own id.
 //! A subscriber that falls more than `BACKLOG` events behind misses the oldest ones (the
 //! kubelet relists then); nothing waits for a slow subscriber.
 
+use crate::container_store::ContainerRecord;
 use crate::daemon::Crust;
-use cri_api::{ContainerEventResponse, ContainerEventType, ContainerFilter};
+use cri_api::{ContainerEventResponse, ContainerEventType, ContainerFilter, ContainerStatus};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc};
 
@@ -21,6 +23,8 @@ struct Queued {
     pod: String,
     kind: ContainerEventType,
     at: i64,
+    /// The container's own status, taken when the event happened.
+    own: Option<ContainerStatus>,
 }
 
 pub struct Events {
@@ -42,13 +46,28 @@ impl Default for Events {
 }
 
 impl Events {
-    /// Queues an event of container (or sandbox) `id` in pod `pod`.
+    /// Queues an event of sandbox `id`, or of a container that no longer has a status
+    /// (deleted), in pod `pod`.
     pub fn emit(&self, id: &str, pod: &str, kind: ContainerEventType) {
+        self.queue(id, pod, kind, None);
+    }
+
+    /// Queues an event of the container `rec` (whose lock the caller holds), with its
+    /// status as it is now: by the time the event is published it may have moved on
+    /// (exited, been removed). Only taken when someone listens.
+    pub fn emit_container(&self, crust: &Crust, rec: &ContainerRecord, kind: ContainerEventType) {
+        let own =
+            (self.out.receiver_count() > 0).then(|| crate::container_ops::cri_status(crust, rec).0);
+        self.queue(&rec.id, &rec.sandbox_id, kind, own);
+    }
+
+    fn queue(&self, id: &str, pod: &str, kind: ContainerEventType, own: Option<ContainerStatus>) {
         let _ = self.queue.send(Queued {
             id: id.to_string(),
             pod: pod.to_string(),
             kind,
             at: crate::util::now_ns(),
+            own,
         });
     }
 
@@ -83,6 +102,10 @@ pub fn start(crust: Arc<Crust>) {
                         statuses.extend(r.status);
                     }
                 }
+            }
+            if let Some(own) = q.own {
+                statuses.retain(|s| s.id != own.id);
+                statuses.push(own);
             }
             let _ = crust.events.out.send(ContainerEventResponse {
                 container_id: q.id,
