@@ -94,6 +94,16 @@ impl Env {
         name: &str,
         change: impl FnOnce(&mut PodSandboxConfig),
     ) -> (String, PodSandboxConfig) {
+        self.pod_on(name, "", change).await
+    }
+
+    /// [`Env::pod_with`] for runtime handler `handler`.
+    pub async fn pod_on(
+        &mut self,
+        name: &str,
+        handler: &str,
+        change: impl FnOnce(&mut PodSandboxConfig),
+    ) -> (String, PodSandboxConfig) {
         let mut cfg = PodSandboxConfig {
             metadata: Some(PodSandboxMetadata {
                 name: name.into(),
@@ -111,7 +121,7 @@ impl Env {
             .c
             .run_pod_sandbox(RunPodSandboxRequest {
                 config: Some(cfg.clone()),
-                runtime_handler: String::new(),
+                runtime_handler: handler.into(),
             })
             .await
             .expect("RunPodSandbox")

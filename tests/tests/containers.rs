@@ -885,28 +885,7 @@ async fn runc_runtime_handler() {
         &format!("[oci_runtimes]\nrunc = {:?}\n", runc.display().to_string()),
     );
     let mut e = Env::with(d).await;
-    let cfg = PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: "runcpod".into(),
-            uid: "uid-runcpod".into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: "runcpod".into(),
-        log_directory: e.logs.path().join("runcpod").display().to_string(),
-        linux: Some(LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    };
-    let sid =
-        e.c.run_pod_sandbox(RunPodSandboxRequest {
-            config: Some(cfg.clone()),
-            runtime_handler: "runc".into(),
-        })
-        .await
-        .expect("RunPodSandbox with the runc handler")
-        .into_inner()
-        .pod_sandbox_id;
-    let pod = (sid, cfg);
+    let pod = e.pod_on("runcpod", "runc", |_| {}).await;
     let before = e.d.leftovers();
     let id = e
         .create(

@@ -52,6 +52,44 @@ async fn shim_for(e: &Env, sandbox: &str, containers: &[(&str, &str, bool, bool)
     Shim::start(e.d.socket.clone(), e.d.node.path(), pod)
 }
 
+/// `kubectl exec -i` (`k`, without its command) of `sh -c SCRIPT`, where the script
+/// writes `to-err` to stderr: stdin reaches it, stdout and stderr come back apart, and
+/// so does its exit code.
+fn check_stdio(mut k: Command, script: &str, input: &str, want_out: &str, code: i32) {
+    k.args(["-i", "--", "sh", "-c", script]);
+    let out = run(k, input.as_bytes());
+    assert_eq!(s(&out.stdout), want_out, "stderr: {}", s(&out.stderr));
+    assert!(s(&out.stderr).contains("to-err"), "{}", s(&out.stderr));
+    assert_eq!(out.status.code(), Some(code), "{}", s(&out.stderr));
+}
+
+/// `kubectl exec` (`k`, without its command) of a command printing `n` bytes `byte`:
+/// all arrive (more than SPDY's 64 KiB window), and it exits 0.
+fn check_big_output(mut k: Command, n: usize, byte: char) {
+    k.args(["--", "sh", "-c"])
+        .arg(format!("head -c {n} /dev/zero | tr '\\0' {byte}"));
+    let out = run(k, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
+    assert_eq!(out.stdout.len(), n);
+    assert!(out.stdout.iter().all(|b| *b == byte as u8));
+}
+
+/// `kubectl exec -it` under `script`, which gives kubectl a `rows` x `cols` terminal
+/// (kubectl only asks for a tty when its stdin is one): the command has a tty, of that
+/// size.
+fn check_tty_exec(kubectl: &Command, rows: u16, cols: u16) {
+    let cmd = format!(
+        "stty cols {cols} rows {rows}; {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
+        shell_words(kubectl)
+    );
+    let mut sc = Command::new("script");
+    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
+    let out = run(sc, b"");
+    let all = format!("{}{}", s(&out.stdout), s(&out.stderr));
+    assert!(s(&out.stdout).contains("is-a-tty"), "{all}");
+    assert!(s(&out.stdout).contains(&format!("{rows} {cols}")), "{all}");
+}
+
 /// `kubectl exec`: stdin in, stdout and stderr apart, the exit code out; output larger
 /// than a SPDY window; a command that cannot run; a tty (through `script`, which gives
 /// kubectl a terminal) sized as asked; and the Exec RPC's refusals.
@@ -67,25 +105,17 @@ async fn kubectl_exec() {
     let shim = shim_for(&e, &pod.0, &[("main", &id, false, false)]).await;
 
     let mut k = shim.kubectl();
-    k.args(["exec", "p", "-c", "main", "-i", "--", "sh", "-c"])
-        .arg("cat; echo to-err >&2; echo in-container=$FROM_IMAGE; exit 7");
-    let out = run(k, b"hello through crust\n");
-    assert_eq!(
-        s(&out.stdout),
+    k.args(["exec", "p", "-c", "main"]);
+    check_stdio(
+        k,
+        "cat; echo to-err >&2; echo in-container=$FROM_IMAGE; exit 7",
+        "hello through crust\n",
         "hello through crust\nin-container=yes\n",
-        "stderr: {}",
-        s(&out.stderr)
+        7,
     );
-    assert!(s(&out.stderr).contains("to-err"), "{}", s(&out.stderr));
-    assert_eq!(out.status.code(), Some(7), "{}", s(&out.stderr));
-
     let mut k = shim.kubectl();
-    k.args(["exec", "p", "-c", "main", "--", "sh", "-c"])
-        .arg("head -c 500000 /dev/zero | tr '\\0' x");
-    let out = run(k, b"");
-    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
-    assert_eq!(out.stdout.len(), 500000);
-    assert!(out.stdout.iter().all(|b| *b == b'x'));
+    k.args(["exec", "p", "-c", "main"]);
+    check_big_output(k, 500000, 'x');
 
     let mut k = shim.kubectl();
     k.args(["exec", "p", "-c", "main", "--", "/no/such/binary"]);
@@ -166,26 +196,7 @@ async fn kubectl_exec() {
         "the round trip changed the file"
     );
 
-    // A terminal: kubectl only asks for one when its own stdin is a terminal.
-    let cmd = format!(
-        "stty cols 91 rows 33; {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
-        shell_words(&shim.kubectl())
-    );
-    let mut sc = Command::new("script");
-    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
-    let out = run(sc, b"");
-    assert!(
-        s(&out.stdout).contains("is-a-tty"),
-        "{}{}",
-        s(&out.stdout),
-        s(&out.stderr)
-    );
-    assert!(
-        s(&out.stdout).contains("33 91"),
-        "{}{}",
-        s(&out.stdout),
-        s(&out.stderr)
-    );
+    check_tty_exec(&shim.kubectl(), 33, 91);
 
     // The RPC refuses what cannot be streamed.
     let client = e.c.clone();
@@ -547,45 +558,19 @@ async fn kubectl_over_websocket() {
     .await;
 
     let mut k = shim.kubectl_ws();
-    k.args(["exec", "p", "-c", "main", "-i", "--", "sh", "-c"])
-        .arg("cat; echo to-err >&2; exit 5");
-    let out = run(k, b"over a websocket\n");
-    assert_eq!(
-        s(&out.stdout),
+    k.args(["exec", "p", "-c", "main"]);
+    check_stdio(
+        k,
+        "cat; echo to-err >&2; exit 5",
         "over a websocket\n",
-        "stderr: {}",
-        s(&out.stderr)
+        "over a websocket\n",
+        5,
     );
-    assert!(s(&out.stderr).contains("to-err"), "{}", s(&out.stderr));
-    assert_eq!(out.status.code(), Some(5), "{}", s(&out.stderr));
     assert!(shim.websockets() >= 1, "kubectl fell back to SPDY");
-
     let mut k = shim.kubectl_ws();
-    k.args(["exec", "p", "-c", "main", "--", "sh", "-c"])
-        .arg("head -c 300000 /dev/zero | tr '\\0' y");
-    let out = run(k, b"");
-    assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
-    assert_eq!(out.stdout.len(), 300000);
-
-    let cmd = format!(
-        "stty cols 77 rows 22; {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
-        shell_words(&shim.kubectl_ws())
-    );
-    let mut sc = Command::new("script");
-    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
-    let out = run(sc, b"");
-    assert!(
-        s(&out.stdout).contains("is-a-tty"),
-        "{}{}",
-        s(&out.stdout),
-        s(&out.stderr)
-    );
-    assert!(
-        s(&out.stdout).contains("22 77"),
-        "{}{}",
-        s(&out.stdout),
-        s(&out.stderr)
-    );
+    k.args(["exec", "p", "-c", "main"]);
+    check_big_output(k, 300000, 'y');
+    check_tty_exec(&shim.kubectl_ws(), 22, 77);
 
     let mut k = shim.kubectl_ws();
     k.args(["attach", "p", "-c", "reader", "-i"]);
@@ -664,43 +649,19 @@ async fn kubectl_exec_through_runc() {
         &format!("[oci_runtimes]\nrunc = {:?}\n", runc.display().to_string()),
     );
     let mut e = Env::with(d).await;
-    let cfg = PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: "runcexec".into(),
-            uid: "uid-runcexec".into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: "runcexec".into(),
-        log_directory: e.logs.path().join("runcexec").display().to_string(),
-        linux: Some(LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    };
-    let sid =
-        e.c.run_pod_sandbox(RunPodSandboxRequest {
-            config: Some(cfg.clone()),
-            runtime_handler: "runc".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    let pod = (sid, cfg);
+    let pod = e.pod_on("runcexec", "runc", |_| {}).await;
     let id = e.create(&pod, ctr("main", &["sleep", "1000"])).await;
     e.start(&id).await;
     let shim = shim_for(&e, &pod.0, &[("main", &id, false, false)]).await;
     let mut k = shim.kubectl();
-    k.args(["exec", "p", "-c", "main", "-i", "--", "sh", "-c"])
-        .arg("cat; echo runc-err >&2; exit 6");
-    let out = run(k, b"through runc exec\n");
-    assert_eq!(
-        s(&out.stdout),
+    k.args(["exec", "p", "-c", "main"]);
+    check_stdio(
+        k,
+        "cat; echo to-err >&2; exit 6",
         "through runc exec\n",
-        "stderr: {}",
-        s(&out.stderr)
+        "through runc exec\n",
+        6,
     );
-    assert!(s(&out.stderr).contains("runc-err"), "{}", s(&out.stderr));
-    assert_eq!(out.status.code(), Some(6), "{}", s(&out.stderr));
     let cmd = format!(
         "{} exec -it p -c main -- true",
         shell_words(&shim.kubectl())
