@@ -11,7 +11,7 @@
 //! other than `Content-Length` (a chunked upload) are not supported: pushes go to the
 //! registry directly. One thread per connection.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,33 +67,14 @@ impl HeaderProxy {
 fn serve(conn: TcpStream, upstream: &str, name: &str, value: &str, counts: &Counts) {
     let mut w = conn.try_clone().unwrap();
     let mut r = BufReader::new(conn);
-    let mut line = String::new();
-    if r.read_line(&mut line).unwrap_or(0) == 0 {
+    let Some(crate::HttpRequest {
+        line,
+        headers,
+        body,
+    }) = crate::HttpRequest::read(&mut r)
+    else {
         return;
-    }
-    let mut headers: Vec<(String, String)> = Vec::new();
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).unwrap_or(0) == 0 {
-            return;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    if r.read_exact(&mut body).is_err() {
-        return;
-    }
+    };
     let allowed = headers
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case(name) && v == value);

@@ -412,6 +412,59 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
     unified
 }
 pub mod attach;
+
+/// One HTTP/1.1 request, as the tests' small servers read it (token_server.rs,
+/// header_proxy.rs): the request line as sent, the headers with their names as sent,
+/// and the body (by Content-Length).
+pub struct HttpRequest {
+    pub line: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpRequest {
+    /// The next request on `r`; None when the connection ends or breaks.
+    pub fn read(r: &mut impl std::io::BufRead) -> Option<HttpRequest> {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return None;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                headers.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        let mut req = HttpRequest {
+            line,
+            headers,
+            body: vec![],
+        };
+        let len: usize = req
+            .header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        req.body = vec![0; len];
+        r.read_exact(&mut req.body).ok()?;
+        Some(req)
+    }
+
+    /// The first value of header `name`, whatever its case.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
 pub mod bundle;
 pub mod cri;
 pub mod crustd;

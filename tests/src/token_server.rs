@@ -13,7 +13,7 @@
 
 use crate::{run, TempDir};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
@@ -87,42 +87,20 @@ fn serve(conn: TcpStream, conf: &Conf) {
     let mut w = conn.try_clone().unwrap();
     let mut r = BufReader::new(conn);
     loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
+        let Some(req) = crate::HttpRequest::read(&mut r) else {
             return;
-        }
-        let mut parts = line.split_whitespace();
+        };
+        let mut parts = req.line.split_whitespace();
         let (method, target) = (
             parts.next().unwrap_or("").to_string(),
             parts.next().unwrap_or("").to_string(),
         );
-        let mut headers = BTreeMap::new();
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-            }
-        }
-        let len: usize = headers
-            .get("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; len];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
+        let body = &req.body;
         let (path, query) = target.split_once('?').unwrap_or((&target, ""));
         let (status, json) = if path != "/token" {
             (404, "{}".to_string())
         } else if method == "POST" {
-            let form = decode_form(&String::from_utf8_lossy(&body));
+            let form = decode_form(&String::from_utf8_lossy(body));
             conf.posts.lock().unwrap().push(form.clone());
             let ok = form.get("grant_type").map(String::as_str) == Some("refresh_token")
                 && form.get("refresh_token") == Some(&conf.refresh_token)
@@ -137,7 +115,7 @@ fn serve(conn: TcpStream, conf: &Conf) {
                 ),
                 _ => (401, r#"{"error":"invalid_grant"}"#.to_string()),
             }
-        } else if headers.get("authorization") == Some(&conf.basic) {
+        } else if req.header("authorization") == Some(conf.basic.as_str()) {
             let scopes: Vec<String> = query
                 .split('&')
                 .filter_map(|kv| kv.split_once('='))
