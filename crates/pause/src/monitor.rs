@@ -520,35 +520,16 @@ impl Stream {
             buf,
             len: 0,
         };
-        if let Some(fd) = fd {
-            // Non-blocking, so that draining after the exit never waits.
-            let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
-            if flags >= 0 {
-                syscall(
-                    SYS_FCNTL,
-                    fd as usize,
-                    F_SETFL,
-                    flags as usize | O_NONBLOCK,
-                    0,
-                );
-                s.fd = fd;
-            }
+        // Non-blocking, so that draining after the exit never waits.
+        if let Some(fd) = fd.filter(|fd| set_nonblocking(*fd)) {
+            s.fd = fd;
         }
         s
     }
 
     /// Takes `fd` as this stream's source (non-blocking, like those given at start).
     fn adopt(&mut self, fd: i32) {
-        let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
-        if flags >= 0 {
-            syscall(
-                SYS_FCNTL,
-                fd as usize,
-                F_SETFL,
-                flags as usize | O_NONBLOCK,
-                0,
-            );
-        }
+        set_nonblocking(fd);
         self.fd = fd;
     }
 
@@ -625,17 +606,24 @@ impl Stream {
 
 /// `fd` made non-blocking (the monitor must never wait on the container).
 fn nonblocking(fd: i32) -> i32 {
-    let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
-    if flags >= 0 {
-        syscall(
-            SYS_FCNTL,
-            fd as usize,
-            F_SETFL,
-            flags as usize | O_NONBLOCK,
-            0,
-        );
-    }
+    set_nonblocking(fd);
     fd
+}
+
+/// Sets O_NONBLOCK on `fd`; false when `fd` is not an open descriptor.
+fn set_nonblocking(fd: i32) -> bool {
+    let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
+    if flags < 0 {
+        return false;
+    }
+    syscall(
+        SYS_FCNTL,
+        fd as usize,
+        F_SETFL,
+        flags as usize | O_NONBLOCK,
+        0,
+    );
+    true
 }
 
 impl Attach {
