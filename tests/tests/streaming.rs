@@ -74,20 +74,123 @@ fn check_big_output(mut k: Command, n: usize, byte: char) {
     assert!(out.stdout.iter().all(|b| *b == byte as u8));
 }
 
+/// A command under `script`, which gives it a terminal (kubectl asks for a tty only when
+/// its stdin is one), with the terminal's output collected as it comes. `script` runs
+/// the command with `/bin/sh` whatever `$SHELL` says, so every machine runs it alike;
+/// commands `exec` their last step, so kubectl is in the terminal's foreground process
+/// group (one in a background group is stopped by the terminal when it reads).
+struct Terminal {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Terminal {
+    /// `script -q -e`: its exit code is the command's.
+    fn spawn(cmd: &str) -> Terminal {
+        let mut child = Command::new("script")
+            .args(["-q", "-e", "-c", cmd, "/dev/null"])
+            .env("SHELL", "/bin/sh")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script (bsdutils) runs");
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let sink = out.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stdout.read(&mut buf) {
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal {
+            stdin: child.stdin.take(),
+            child,
+            out,
+            reader,
+        }
+    }
+
+    fn output(&self) -> String {
+        s(&self.out.lock().unwrap())
+    }
+
+    /// Waits (a generous minute: CI machines are slow and busy) until the terminal has
+    /// shown `text`.
+    fn wait_for(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.output().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "the terminal never showed {text:?}: {}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Types `input`.
+    fn type_in(&mut self, input: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("input not closed");
+        stdin.write_all(input).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Ends the input: `script` then sends the terminal's end-of-file once what was
+    /// typed has been read.
+    fn close_input(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Closes the terminal window: `script` passes SIGTERM on to the command.
+    fn hang_up(&self) {
+        // SAFETY: kill(2) on a child we have not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+    }
+
+    /// Waits (a minute at most) for the command to end: its exit code, the terminal's
+    /// output, `script`'s own stderr.
+    fn finish(mut self) -> (Option<i32>, String, String) {
+        self.stdin = None;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the command never ended: {}", self.output());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = Vec::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_end(&mut err);
+        }
+        let out = self.out.clone();
+        self.reader.join().unwrap();
+        let text = s(&out.lock().unwrap());
+        (status.code(), text, s(&err))
+    }
+}
+
 /// `kubectl exec -it` under `script`, which gives kubectl a `rows` x `cols` terminal
 /// (kubectl only asks for a tty when its stdin is one): the command has a tty, of that
 /// size.
 fn check_tty_exec(kubectl: &Command, rows: u16, cols: u16) {
     let cmd = format!(
-        "stty cols {cols} rows {rows}; {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
+        "stty cols {cols} rows {rows}; exec {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
         shell_words(kubectl)
     );
-    let mut sc = Command::new("script");
-    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
-    let out = run(sc, b"");
-    let all = format!("{}{}", s(&out.stdout), s(&out.stderr));
-    assert!(s(&out.stdout).contains("is-a-tty"), "{all}");
-    assert!(s(&out.stdout).contains(&format!("{rows} {cols}")), "{all}");
+    let mut t = Terminal::spawn(&cmd);
+    t.close_input();
+    let (_, out, err) = t.finish();
+    assert!(out.contains("is-a-tty"), "{out}{err}");
+    assert!(out.contains(&format!("{rows} {cols}")), "{out}{err}");
 }
 
 /// `kubectl exec`: stdin in, stdout and stderr apart, the exit code out; output larger
@@ -129,25 +232,13 @@ async fn kubectl_exec() {
 
     // A client that leaves a tty exec hangs up its terminal: the shell goes.
     let cmd = format!(
-        "timeout 3 {} exec -it p -c main -- sh -c 'echo marker-shell-$$; exec sleep 997'",
+        "exec {} exec -it p -c main -- sh -c 'echo marker-shell-$$; exec sleep 997'",
         shell_words(&shim.kubectl())
     );
-    let mut sc = Command::new("script");
-    sc.args(["-q", "-c", &cmd, "/dev/null"]);
-    let mut child = sc
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let input = child.stdin.take().unwrap();
-    let out = child.wait_with_output().unwrap();
-    drop(input);
-    assert!(
-        s(&out.stdout).contains("marker-shell-"),
-        "{}",
-        s(&out.stdout)
-    );
+    let t = Terminal::spawn(&cmd);
+    t.wait_for("marker-shell-");
+    t.hang_up();
+    t.finish();
     let sleeping = || {
         let mut c = e.c.clone();
         let id = id.clone();
@@ -304,7 +395,11 @@ async fn kubectl_attach() {
     // the container's terminal takes that size, and input reaches it.
     let mut cfg = ctr(
         "term",
-        &["sh", "-c", "read -t 30 l; echo line=$l; stty size; sleep 1"],
+        &[
+            "sh",
+            "-c",
+            "read -t 120 l; echo line=$l; stty size; sleep 1",
+        ],
     );
     cfg.stdin = true;
     cfg.tty = true;
@@ -312,25 +407,17 @@ async fn kubectl_attach() {
     e.start(&tid).await;
     let shim = shim_for(&e, &pod.0, &[("term", &tid, true, true)]).await;
     let cmd = format!(
-        "stty cols 91 rows 33; timeout 30 {} attach -it p -c term",
+        "stty cols 91 rows 33; exec {} attach -it p -c term",
         shell_words(&shim.kubectl())
     );
-    let mut sc = Command::new("script");
-    sc.args(["-q", "-c", &cmd, "/dev/null"]);
-    let mut child = sc
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    std::thread::sleep(Duration::from_secs(3));
-    input.write_all(b"hello\n").unwrap();
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    let text = s(&out.stdout);
-    assert!(text.contains("33 91"), "{text}{}", s(&out.stderr));
-    assert!(text.contains("line=hello"), "{text}{}", s(&out.stderr));
+    let mut t = Terminal::spawn(&cmd);
+    // Typed once kubectl is about to attach: the terminal holds it until kubectl reads.
+    t.wait_for("If you don't see a command prompt");
+    t.type_in(b"hello\n");
+    t.close_input();
+    t.wait_for("line=hello");
+    let (_, text, err) = t.finish();
+    assert!(text.contains("33 91"), "{text}{err}");
     e.wait_exited(&tid).await;
 
     // Attach to an exited container is refused by the RPC.
@@ -663,19 +750,14 @@ async fn kubectl_exec_through_runc() {
         6,
     );
     let cmd = format!(
-        "{} exec -it p -c main -- true",
+        "exec {} exec -it p -c main -- true",
         shell_words(&shim.kubectl())
     );
-    let mut sc = Command::new("script");
-    sc.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
-    let out = run(sc, b"");
-    assert_ne!(out.status.code(), Some(0));
-    assert!(
-        s(&out.stdout).contains("not supported"),
-        "{}{}",
-        s(&out.stdout),
-        s(&out.stderr)
-    );
+    let mut t = Terminal::spawn(&cmd);
+    t.close_input();
+    let (code, out, err) = t.finish();
+    assert_ne!(code, Some(0));
+    assert!(out.contains("not supported"), "{out}{err}");
 }
 
 /// `stream_idle_timeout_seconds`: an exec nothing crosses for that long is cut off
