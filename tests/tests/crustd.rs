@@ -1702,3 +1702,111 @@ async fn config_defaults_and_unknown_keys() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
 }
+
+/// A pod's `hostPort` through a chain of crust's bridge and the reference `portmap`
+/// plugin (the conflist a node with hostPort support has): the port mapping of the
+/// sandbox config reaches portmap as its `portMappings` capability, a connection to the
+/// node's port lands in the pod, and StopPodSandbox runs DEL down the chain so
+/// portmap's rules go with the pod.
+#[tokio::test]
+async fn host_port_through_the_reference_portmap_plugin() {
+    if !root() || !require_root(&["iptables"]) {
+        return;
+    }
+    let Some(portmap) = crust_e2e::reference_plugin("portmap") else {
+        return;
+    };
+    let d = Crustd::start_with(Options {
+        cni_conf: false,
+        subnet: 71,
+        extra_args: vec![
+            "--cni-bin-dir".into(),
+            portmap.parent().unwrap().display().to_string(),
+        ],
+        ..Default::default()
+    });
+    let mut conf = d.cni_conf();
+    let chain = conf["plugins"].as_array_mut().unwrap();
+    chain.push(serde_json::json!({
+        "type": "portmap",
+        "capabilities": {"portMappings": true},
+        "snat": true
+    }));
+    chain.push(serde_json::json!({"type": "firewall", "backend": "iptables"}));
+    chain.push(serde_json::json!({
+        "type": "tuning",
+        "sysctl": {"net.ipv4.conf.eth0.arp_notify": "1"}
+    }));
+    std::fs::write(d.conf_dir.path().join("10-e2e.conflist"), conf.to_string()).unwrap();
+    let mut c = d.client().await;
+    let mut cfg = pod_config("web", "uid-web");
+    cfg.port_mappings = vec![PortMapping {
+        protocol: Protocol::Tcp as i32,
+        container_port: 8080,
+        host_port: 18080,
+        host_ip: String::new(),
+    }];
+    let id = run(&mut c, cfg).await;
+    let (ip, _) = ips(&mut c, &id).await;
+    assert!(ip.starts_with("10.71.0."), "{ip}");
+
+    // A server on the pod's port 8080, inside the pod's network namespace.
+    let pod_net = d.pin(&id, "net");
+    let listener = std::thread::scope(|s| {
+        s.spawn(|| {
+            crust_e2e::enter_netns(&pod_net);
+            std::net::TcpListener::bind("0.0.0.0:8080").unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut conn, b"from the pod\n");
+        }
+    });
+    // The node dials its own address on the host port (the bridge's gateway address).
+    let node = d.node.path();
+    let dial = move || {
+        let node = node.clone();
+        std::thread::spawn(move || {
+            crust_e2e::enter_netns(&node);
+            let addr = "10.71.0.1:18080".parse().unwrap();
+            let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+                .map_err(|e| e.to_string())?;
+            conn.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut got = String::new();
+            std::io::Read::read_to_string(&mut conn, &mut got).map_err(|e| e.to_string())?;
+            Ok::<String, String>(got)
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(dial().as_deref(), Ok("from the pod\n"));
+    let nat = d.node.sh(&["iptables", "-t", "nat", "-S"]);
+    assert!(nat.contains(&id), "portmap's rules name the pod: {nat}");
+    // The plugins after portmap read the result it passed on: firewall admits the pod's
+    // address, tuning finds the pod's interface.
+    let filter = d.node.sh(&["iptables", "-S", "CNI-FORWARD"]);
+    assert!(filter.contains(&ip), "firewall's rules: {filter}");
+    let arp = in_pod(
+        "--net",
+        &pod_net,
+        &["cat", "/proc/sys/net/ipv4/conf/eth0/arp_notify"],
+    );
+    assert_eq!(arp, "1", "tuning's sysctl in the pod");
+
+    stop(&mut c, &id).await;
+    let nat = d.node.sh(&["iptables", "-t", "nat", "-S"]);
+    assert!(
+        !nat.contains(&id),
+        "portmap's rules outlived the pod: {nat}"
+    );
+    let filter = d.node.sh(&["iptables", "-S", "CNI-FORWARD"]);
+    assert!(
+        !filter.contains(&ip),
+        "firewall's rules outlived the pod: {filter}"
+    );
+    assert!(dial().is_err(), "the host port still reaches somewhere");
+    remove(&mut c, &id).await;
+}
