@@ -1337,6 +1337,44 @@ fn refuses_long_ifname() {
     );
 }
 
+/// A CNI_ARGS key bridge does not know is code 4 unless IgnoreUnknown passes it, as in
+/// the reference; nothing is created. With IgnoreUnknown (as runtimes send the
+/// `K8S_POD_*` keys) the same ADD works.
+#[test]
+fn refuses_unknown_cni_args_without_ignore_unknown() {
+    if !root() {
+        return;
+    }
+    let node = Node::ours();
+    let pod = Netns::new("bp");
+    let c = full_conf(&node, 231).to_string();
+    let with_args = |cmd: &str, args: &str| {
+        attachment_env(
+            Cni::new(node.plugin.clone(), Some(&node.ns)),
+            "cargs",
+            &netns_path(&pod),
+            "eth0",
+            &node.cni_path,
+        )
+        .env("CNI_ARGS", args)
+        .call(cmd, &c)
+    };
+    let before = state(&node, &pod);
+    let e = with_args("ADD", "K8S_POD_NAME=p").err(4);
+    assert!(e["msg"].as_str().unwrap().contains("K8S_POD_NAME"), "{e}");
+    assert_left_nothing(&node, &before, state(&node, &pod), Allow::default());
+    let r = with_args(
+        "ADD",
+        "IgnoreUnknown=1;K8S_POD_NAME=p;K8S_POD_NAMESPACE=default",
+    )
+    .ok();
+    assert_eq!(r["interfaces"][2]["name"], "eth0", "{r}");
+    with_args("DEL", "K8S_POD_NAME=p").ok();
+    let after = state(&node, &pod);
+    assert!(after.reservations.is_empty(), "{after:?}");
+    assert_eq!(after.pod_links, ["lo"]);
+}
+
 /// An IPAM plugin not in CNI_PATH is code 7; the veth made meanwhile is gone again.
 #[test]
 fn refuses_missing_ipam_plugin() {

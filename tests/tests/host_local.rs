@@ -696,6 +696,25 @@ fn requested_ip_from_cni_args() {
         ));
     }
     assert_eq!(ip_files(tmp.path(), NET), ["10.66.0.77", "10.66.0.78"]);
+    // Keys host-local does not know are refused unless IgnoreUnknown says to pass them
+    // (as the reference does): a misspelt request gives no address at all.
+    let e = call_env(
+        &ours(),
+        "ADD",
+        &c,
+        "c4",
+        "eth0",
+        &[("CNI_ARGS", "Ip=10.66.0.90")],
+    )
+    .err(4);
+    assert!(e["msg"].as_str().unwrap().contains("Ip=10.66.0.90"), "{e}");
+    assert_eq!(ip_files(tmp.path(), NET), ["10.66.0.77", "10.66.0.78"]);
+    let k8s = "IgnoreUnknown=true;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;IP=10.66.0.90";
+    let r = call_env(&ours(), "ADD", &c, "c4", "eth0", &[("CNI_ARGS", k8s)]).ok();
+    assert_eq!(r["ips"][0]["address"], "10.66.0.90/24");
+    // DEL releases whatever CNI_ARGS says.
+    call_env(&ours(), "DEL", &c, "c4", "eth0", &[("CNI_ARGS", "Ip=x")]).ok();
+    assert_eq!(ip_files(tmp.path(), NET), ["10.66.0.77", "10.66.0.78"]);
 }
 
 /// `args.cni.ips` in the configuration: one address per range set, dual-stack.

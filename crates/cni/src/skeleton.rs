@@ -71,6 +71,28 @@ pub struct Args {
 }
 
 impl Args {
+    /// Refuses `CNI_ARGS` keys the plugin does not know (`known`), unless the runtime
+    /// set `IgnoreUnknown` (`1` or `true`), as the reference plugins do: runtimes pass
+    /// `IgnoreUnknown=1` with their `K8S_POD_*` keys, and a misspelt `IP=` request is
+    /// refused instead of silently giving some other address.
+    pub fn known_args_only(&self, known: &[&str]) -> CniResult<()> {
+        let ignore = self
+            .arg("IgnoreUnknown")
+            .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let unknown: Vec<String> = self
+            .args
+            .iter()
+            .filter(|(k, _)| k != "IgnoreUnknown" && !known.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if ignore || unknown.is_empty() {
+            return Ok(());
+        }
+        Err(CniError::env(format!(
+            "CNI_ARGS: unknown args {unknown:?} (set IgnoreUnknown=1 to pass them)"
+        )))
+    }
+
     pub fn arg(&self, key: &str) -> Option<&str> {
         self.args
             .iter()

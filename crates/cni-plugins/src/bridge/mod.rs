@@ -78,6 +78,10 @@ struct Undo {
     rules: Option<bool>,
 }
 
+/// The `CNI_ARGS` keys bridge reads (a requested MAC); DEL takes any, so that tearing
+/// down never fails on them.
+const KNOWN_ARGS: &[&str] = &["MAC"];
+
 impl Plugin for Bridge {
     fn add(&self, args: &Args) -> CniResult<AddResult> {
         let res = add_attachment(args);
@@ -125,6 +129,7 @@ impl Plugin for Bridge {
     }
 
     fn check(&self, args: &Args) -> CniResult<()> {
+        args.known_args_only(KNOWN_ARGS)?;
         let conf = BridgeConf::parse(&args.stdin)?;
         let prev = args
             .conf
@@ -178,6 +183,7 @@ impl Plugin for Bridge {
 
 /// ADD proper: the bridge, the veth, IPAM, the pod and node side, the rules.
 fn add_attachment(args: &Args) -> CniResult<AddResult> {
+    args.known_args_only(KNOWN_ARGS)?;
     let conf = BridgeConf::parse(&args.stdin)?;
     let mac = conf.requested_mac(&args.args)?;
     let backend = if conf.ip_masq {

@@ -13,6 +13,10 @@ use cni::{code, AddResult, CniError, CniResult};
 
 pub struct HostLocal;
 
+/// The `CNI_ARGS` keys host-local reads (a requested address); DEL takes any, so that
+/// releasing never fails on them.
+const KNOWN_ARGS: &[&str] = &["IP"];
+
 impl HostLocal {
     fn config(args: &Args) -> CniResult<IpamConfig> {
         IpamConfig::parse(&args.stdin, &args.args)
@@ -21,6 +25,7 @@ impl HostLocal {
 
 impl Plugin for HostLocal {
     fn add(&self, args: &Args) -> CniResult<AddResult> {
+        args.known_args_only(KNOWN_ARGS)?;
         let conf = Self::config(args)?;
         let dns =
             match &conf.resolv_conf {
@@ -90,6 +95,7 @@ impl Plugin for HostLocal {
     }
 
     fn check(&self, args: &Args) -> CniResult<()> {
+        args.known_args_only(KNOWN_ARGS)?;
         let conf = Self::config(args)?;
         let held: Vec<_> = match DiskStore::open_existing(&conf.data_dir, &conf.name)? {
             Some(s) => s
