@@ -180,17 +180,64 @@ impl Terminal {
 
 /// `kubectl exec -it` under `script`, which gives kubectl a `rows` x `cols` terminal
 /// (kubectl only asks for a tty when its stdin is one): the command has a tty, of that
-/// size.
+/// size, with `TERM=xterm`; what is typed reaches it; its exit code comes back.
 fn check_tty_exec(kubectl: &Command, rows: u16, cols: u16) {
     let cmd = format!(
-        "stty cols {cols} rows {rows}; exec {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; stty size'",
+        "stty cols {cols} rows {rows}; exec {} exec -it p -c main -- sh -c 'tty >/dev/null && echo is-a-tty; echo term=$TERM; stty size; read l; echo got=$l; exit 3'",
         shell_words(kubectl)
     );
     let mut t = Terminal::spawn(&cmd);
+    t.wait_for(&format!("{rows} {cols}"));
+    t.type_in(b"typed\n");
     t.close_input();
-    let (_, out, err) = t.finish();
+    t.wait_for("got=typed");
+    let (code, out, err) = t.finish();
     assert!(out.contains("is-a-tty"), "{out}{err}");
-    assert!(out.contains(&format!("{rows} {cols}")), "{out}{err}");
+    assert!(out.contains("term=xterm"), "{out}{err}");
+    assert_eq!(code, Some(3), "{out}{err}");
+}
+
+/// A client that leaves a tty exec hangs up its terminal: the shell it ran goes, with
+/// what it `exec`ed.
+async fn check_hang_up(e: &Env, shim: &Shim, id: &str) {
+    let sleeping = || {
+        let mut c = e.c.clone();
+        let id = id.to_string();
+        async move {
+            let r = c
+                .exec_sync(ExecSyncRequest {
+                    container_id: id,
+                    cmd: vec![
+                        "sh".into(),
+                        "-c".into(),
+                        "cat /proc/[0-9]*/cmdline | tr '\\0' ' '".into(),
+                    ],
+                    timeout: 10,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            s(&r.stdout).contains("sleep 997")
+        }
+    };
+    let cmd = format!(
+        "exec {} exec -it p -c main -- sh -c 'echo marker-shell-$$; exec sleep 997'",
+        shell_words(&shim.kubectl())
+    );
+    let t = Terminal::spawn(&cmd);
+    t.wait_for("marker-shell-");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sleeping().await {
+        assert!(Instant::now() < deadline, "the exec never ran its sleep");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    t.hang_up();
+    t.finish();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sleeping().await {
+        assert!(Instant::now() < deadline, "the exec outlived its client");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// `kubectl exec`: stdin in, stdout and stderr apart, the exit code out; output larger
@@ -230,40 +277,7 @@ async fn kubectl_exec() {
         s(&out.stderr)
     );
 
-    // A client that leaves a tty exec hangs up its terminal: the shell goes.
-    let cmd = format!(
-        "exec {} exec -it p -c main -- sh -c 'echo marker-shell-$$; exec sleep 997'",
-        shell_words(&shim.kubectl())
-    );
-    let t = Terminal::spawn(&cmd);
-    t.wait_for("marker-shell-");
-    t.hang_up();
-    t.finish();
-    let sleeping = || {
-        let mut c = e.c.clone();
-        let id = id.clone();
-        async move {
-            let r = c
-                .exec_sync(ExecSyncRequest {
-                    container_id: id,
-                    cmd: vec![
-                        "sh".into(),
-                        "-c".into(),
-                        "cat /proc/[0-9]*/cmdline | tr '\\0' ' '".into(),
-                    ],
-                    timeout: 10,
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            s(&r.stdout).contains("sleep 997")
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sleeping().await {
-        assert!(Instant::now() < deadline, "the exec outlived its client");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    check_hang_up(&e, &shim, &id).await;
 
     // `kubectl cp` is tar through exec: a MiB of noise in through stdin, back out through
     // stdout, byte for byte.
@@ -723,8 +737,8 @@ fn http_get(port: u16) -> String {
 }
 
 /// Exec through a container an external OCI runtime runs (the `runc` handler): the
-/// command goes through `runc exec`, with stdin, stdout, stderr and the exit code; a
-/// tty there is refused with a message saying so.
+/// command goes through `runc exec`, with stdin, stdout, stderr and the exit code; and
+/// with a tty, sized, typed into, and hung up by a client that leaves.
 #[tokio::test]
 async fn kubectl_exec_through_runc() {
     if !crust_e2e::require_root(&["ip", "nsenter", "busybox", "runc"]) || !need_kubectl() {
@@ -749,15 +763,8 @@ async fn kubectl_exec_through_runc() {
         "through runc exec\n",
         6,
     );
-    let cmd = format!(
-        "exec {} exec -it p -c main -- true",
-        shell_words(&shim.kubectl())
-    );
-    let mut t = Terminal::spawn(&cmd);
-    t.close_input();
-    let (code, out, err) = t.finish();
-    assert_ne!(code, Some(0));
-    assert!(out.contains("not supported"), "{out}{err}");
+    check_tty_exec(&shim.kubectl(), 21, 83);
+    check_hang_up(&e, &shim, &id).await;
 }
 
 /// `stream_idle_timeout_seconds`: an exec nothing crosses for that long is cut off

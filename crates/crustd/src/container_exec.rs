@@ -139,6 +139,24 @@ pub(crate) async fn prepare(crust: &Crust, container_id: &str, cmd: &[String]) -
 }
 
 impl Prepared {
+    /// A process on a terminal: `TERM=xterm`, replacing the container's own, as
+    /// containerd sets for a tty exec, so full-screen programs know what they talk to.
+    /// (`process.terminal` stays off: the built-in executor is handed its pty; an OCI
+    /// runtime is told in [`exec_terminal_external`].)
+    fn for_terminal(&mut self) {
+        let mut process = self.spec.process().clone().unwrap_or_default();
+        let mut env: Vec<String> = process
+            .env()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| !e.starts_with("TERM="))
+            .collect();
+        env.push("TERM=xterm".into());
+        process.set_env(Some(env));
+        self.spec.set_process(Some(process));
+    }
+
     /// The external OCI runtime that runs this container, if not the built-in executor.
     fn external<'a>(
         &self,
@@ -522,14 +540,13 @@ async fn exec_streams(
     req: &cri_api::ExecRequest,
     streams: &mut streaming::remotecommand::Streams,
 ) -> Result<i32> {
-    let p = prepare(crust, &req.container_id, &req.cmd).await?;
+    let mut p = prepare(crust, &req.container_id, &req.cmd).await?;
+    if req.tty {
+        p.for_terminal();
+    }
     if let Some(rt) = p.external(crust) {
         if req.tty {
-            return Err(Error::Unimplemented(format!(
-                "exec with a tty in {}: not supported through {}",
-                p.id,
-                rt.binary.display()
-            )));
+            return exec_terminal_external(rt, p, streams).await;
         }
         return exec_streams_external(rt, p, streams).await;
     }
@@ -621,6 +638,87 @@ async fn exec_streams(
     };
     drain_pumps(pumps).await;
     Ok(code)
+}
+
+/// A streaming exec with a tty through an external OCI runtime: the runtime runs in the
+/// foreground on a pty of ours as its controlling terminal, the way it runs under a
+/// user's shell, and relays between that and the pty it makes in the container. Input,
+/// output and the exit code then pass through our master; a resize set on it reaches
+/// the runtime as SIGWINCH, which it applies to the container's pty; a client that leaves
+/// hangs the terminal up (SIGHUP, which the runtime passes on).
+async fn exec_terminal_external(
+    rt: &container::executor::oci_runtime::OciRuntime,
+    mut p: Prepared,
+    streams: &mut streaming::remotecommand::Streams,
+) -> Result<i32> {
+    let mut process = p.spec.process().clone().unwrap_or_default();
+    process.set_terminal(Some(true));
+    p.spec.set_process(Some(process));
+    let pty = nix::pty::openpty(None, None)
+        .map_err(|e| Error::Internal(format!("opening a pty: {e}")))?;
+    let (master, slave) = (pty.master, pty.slave);
+    let _ = nix::fcntl::fcntl(
+        &master,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    );
+    // The runtime reads the terminal's size as it starts: set the client's first.
+    let mut size_buf = Vec::new();
+    if let Some(r) = streams.resize.as_mut() {
+        let first = streaming::remotecommand::next_size(r, &mut size_buf);
+        if let Ok(Some(sz)) = tokio::time::timeout(Duration::from_millis(500), first).await {
+            set_size(&master, sz);
+        }
+    }
+    let files = RuntimeExec::new(&p.bundle, &p.spec)?;
+    let mut child = {
+        let mut cmd = files.command(rt, &p.id);
+        let dup = |fd: &OwnedFd| {
+            fd.try_clone()
+                .map(std::process::Stdio::from)
+                .map_err(|e| Error::Internal(format!("dup: {e}")))
+        };
+        cmd.stdin(dup(&slave)?)
+            .stdout(dup(&slave)?)
+            .stderr(std::process::Stdio::from(slave));
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn()
+            .map_err(|e| Error::Internal(format!("running {}: {e}", rt.binary.display())))?
+        // The command, and with it our copies of the slave, go here: the master reads
+        // end-of-file once the runtime is gone.
+    };
+    if let Some(s) = streams.stdin.take() {
+        tokio::spawn(pump_in(s, master.try_clone().map_err(Error::internal)?));
+    }
+    if let Some(r) = streams.resize.take() {
+        tokio::spawn(pump_resize(
+            r,
+            master.try_clone().map_err(Error::internal)?,
+            size_buf,
+        ));
+    }
+    let pumps = vec![tokio::spawn(pump_out(master, streams.stdout.clone()))];
+    let status = tokio::select! {
+        st = child.wait() => st,
+        _ = streams.closed() => {
+            if let Some(pid) = child.id() {
+                // SAFETY: kill(2) of our own child, not yet reaped.
+                unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+            }
+            child.wait().await
+        }
+    }
+    .map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
+    drain_pumps(pumps).await;
+    drop(files);
+    Ok(exit_code(status))
 }
 
 /// A streaming exec through an external OCI runtime (`<runtime> exec`), without a tty.
