@@ -405,34 +405,7 @@ async fn kubectl_attach() {
     assert!(stdout.contains("got-bye"), "{stdout}{}", s(&out.stderr));
     let st = e.wait_exited(&id).await;
     assert_eq!(st.exit_code, 0);
-    // A tty container: kubectl (given a 33x91 terminal by `script`) attaches with -it,
-    // the container's terminal takes that size, and input reaches it.
-    let mut cfg = ctr(
-        "term",
-        &[
-            "sh",
-            "-c",
-            "read -t 120 l; echo line=$l; stty size; sleep 1",
-        ],
-    );
-    cfg.stdin = true;
-    cfg.tty = true;
-    let tid = e.create(&pod, cfg).await;
-    e.start(&tid).await;
-    let shim = shim_for(&e, &pod.0, &[("term", &tid, true, true)]).await;
-    let cmd = format!(
-        "stty cols 91 rows 33; exec {} attach -it p -c term",
-        shell_words(&shim.kubectl())
-    );
-    let mut t = Terminal::spawn(&cmd);
-    // Typed once kubectl is about to attach: the terminal holds it until kubectl reads.
-    t.wait_for("If you don't see a command prompt");
-    t.type_in(b"hello\n");
-    t.close_input();
-    t.wait_for("line=hello");
-    let (_, text, err) = t.finish();
-    assert!(text.contains("33 91"), "{text}{err}");
-    e.wait_exited(&tid).await;
+    check_tty_attach(&mut e, &pod).await;
 
     // Attach to an exited container is refused by the RPC.
     let err =
@@ -444,6 +417,41 @@ async fn kubectl_attach() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+}
+
+/// A tty container (with stdin): kubectl (given a 33x91 terminal by `script`) attaches
+/// with -it, the container's terminal takes that size, input reaches it, and what it
+/// prints is in its log as well.
+async fn check_tty_attach(e: &mut Env, pod: &(String, PodSandboxConfig)) {
+    let mut cfg = ctr(
+        "term",
+        &[
+            "sh",
+            "-c",
+            "read -t 120 l; echo line=$l; stty size; sleep 1",
+        ],
+    );
+    cfg.stdin = true;
+    cfg.tty = true;
+    let tid = e.create(pod, cfg).await;
+    e.start(&tid).await;
+    let shim = shim_for(e, &pod.0, &[("term", &tid, true, true)]).await;
+    let cmd = format!(
+        "stty cols 91 rows 33; exec {} attach -it p -c term",
+        shell_words(&shim.kubectl())
+    );
+    let mut t = Terminal::spawn(&cmd);
+    // Typed once kubectl is about to attach: the terminal holds it until kubectl reads.
+    t.wait_for("If you don't see a command prompt");
+    t.type_in(b"hello\n");
+    t.close_input();
+    t.wait_for("line=hello");
+    let (_, text, err) = t.finish();
+    assert_eq!(e.wait_exited(&tid).await.exit_code, 0);
+    let log = std::path::Path::new(&pod.1.log_directory).join("term/0.log");
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(log.contains("line=hello"), "{log}");
+    assert!(text.contains("33 91"), "{text}{err}\nlog:\n{log}");
 }
 
 /// `kubectl port-forward`: a local port reaches a server listening on the pod's
@@ -738,7 +746,8 @@ fn http_get(port: u16) -> String {
 
 /// Exec through a container an external OCI runtime runs (the `runc` handler): the
 /// command goes through `runc exec`, with stdin, stdout, stderr and the exit code; and
-/// with a tty, sized, typed into, and hung up by a client that leaves.
+/// with a tty, sized, typed into, and hung up by a client that leaves. A tty container
+/// there gets its terminal from runc (through a console socket) and is attached to.
 #[tokio::test]
 async fn kubectl_exec_through_runc() {
     if !crust_e2e::require_root(&["ip", "nsenter", "busybox", "runc"]) || !need_kubectl() {
@@ -765,6 +774,7 @@ async fn kubectl_exec_through_runc() {
     );
     check_tty_exec(&shim.kubectl(), 21, 83);
     check_hang_up(&e, &shim, &id).await;
+    check_tty_attach(&mut e, &pod).await;
 }
 
 /// `stream_idle_timeout_seconds`: an exec nothing crosses for that long is cut off

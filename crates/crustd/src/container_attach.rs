@@ -29,7 +29,17 @@ async fn attach(
         .containers
         .get(&req.container_id)
         .map_err(|e| e.to_string())?;
-    let dir = crust.containers.exec_state(&c.id);
+    // The monitor's attach socket is in crust's state dir of the container, or in the
+    // bundle when an OCI runtime runs it (the runtime owns the state dir then).
+    let (runtime, pid) = {
+        let rec = c.rec.lock().await;
+        (rec.runtime.clone(), rec.pid)
+    };
+    let dir = if !runtime.is_empty() && crust.oci_runtimes.contains_key(&runtime) {
+        crust.containers.bundle(&c.id)
+    } else {
+        crust.containers.exec_state(&c.id)
+    };
     let sock = container::monitor::connect_attach(&dir)
         .map_err(|e| format!("attaching to {}: {e}", c.id))?;
     set_nonblocking(&sock);
@@ -57,7 +67,7 @@ async fn attach(
     // master, but the size can be set on the slave just as well: the init's stdin,
     // reopened through /proc.
     if let Some(mut r) = streams.resize.take() {
-        let tty = req.tty.then(|| executor_tty(&dir)).flatten();
+        let tty = req.tty.then(|| init_tty(pid)).flatten();
         tokio::spawn(async move {
             let mut buf = Vec::new();
             while let Some(sz) = streaming::remotecommand::next_size(&mut r, &mut buf).await {
@@ -89,14 +99,17 @@ async fn attach(
     }
 }
 
-/// The container's terminal (the init's stdin, when it is one).
-fn executor_tty(state_dir: &std::path::Path) -> Option<OwnedFd> {
-    let x = container::executor::Container::load(state_dir).ok()?;
+/// The container's terminal: its init's stdin, when it is one (whoever made the pty,
+/// crust's executor or an OCI runtime).
+fn init_tty(pid: i32) -> Option<OwnedFd> {
+    if pid <= 0 {
+        return None;
+    }
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(format!("/proc/{}/fd/0", x.pid))
+        .open(format!("/proc/{pid}/fd/0"))
         .ok()?;
     // SAFETY: isatty on a descriptor we hold.
     (unsafe { libc::isatty(f.as_raw_fd()) } == 1).then(|| f.into())

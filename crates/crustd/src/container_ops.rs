@@ -368,12 +368,6 @@ fn make(
         layers: snap.lowerdirs.clone(),
     };
     let external = crust.oci_runtimes.get(&sb.runtime_handler).cloned();
-    if external.is_some() && cfg.tty {
-        return Err(Error::InvalidArgument(format!(
-            "runtime handler {:?} runs no tty containers: only crust's own executor gives a container a terminal",
-            sb.runtime_handler
-        )));
-    }
     // An external runtime takes `cgroupsPath` as a path in each hierarchy.
     let cgroup_for_spec = match (&external, &rec.cgroup) {
         (Some(_), Some(cg)) => Some(external_cgroup_path(crust, cg)),
@@ -424,7 +418,7 @@ fn make(
         oci_runtime::mount_rootfs(&bundle.join("rootfs"), &snap.overlay_options())
             .map_err(|e| Error::Internal(format!("mounting the root file system of {id}: {e}")))?;
         let c = rt
-            .create(&id, &bundle, &monitor)
+            .create(&id, &bundle, &monitor, cfg.tty)
             .map_err(|e| Error::InvalidArgument(format!("{} create: {e}", sb.runtime_handler)))?;
         mark_created(
             rec,

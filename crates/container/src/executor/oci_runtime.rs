@@ -116,7 +116,17 @@ impl OciRuntime {
 
     /// Creates the container from the bundle (its `config.json` and a mounted root file
     /// system) under a monitor; the init waits for [`OciRuntime::start`].
-    pub fn create(&self, id: &str, bundle: &Path, monitor: &MonitorOpts) -> Result<Created> {
+    ///
+    /// `terminal` (the bundle's `process.terminal`): the runtime makes the container's
+    /// pty and sends its master to a console socket of ours; the connection it made is
+    /// what the monitor is given to receive the master on, as from crust's own init.
+    pub fn create(
+        &self,
+        id: &str,
+        bundle: &Path,
+        monitor: &MonitorOpts,
+        terminal: bool,
+    ) -> Result<Created> {
         fs::create_dir_all(&self.root)
             .map_err(|e| err(id, "create runtime root", &self.root, e))?;
         let pid_file = self.root.join(format!("{id}.pid"));
@@ -124,9 +134,21 @@ impl OciRuntime {
         let _ = fs::remove_file(&pid_file);
         let _ = fs::remove_file(&log);
         // The attach socket, if any, goes into the bundle (the runtime owns its state dir).
-        let (stdio, mexec, _) = monitor_io(monitor, false, bundle)
+        let (stdio, mexec, _init_end) = monitor_io(monitor, terminal, bundle)
             .map_err(|e| err(id, "set up monitor", &monitor.binary, e))?;
-        let argv: Vec<CString> = [
+        // The fd number the monitor is told (`-T N`) to receive the master on.
+        let tty_target: Option<RawFd> = mexec
+            .argv
+            .iter()
+            .position(|a| a.as_bytes() == b"-T")
+            .and_then(|i| mexec.argv.get(i + 1))
+            .and_then(|n| n.to_str().ok()?.parse().ok());
+        let console = if terminal {
+            Some(ConsoleSocket::bind(&self.root, id)?)
+        } else {
+            None
+        };
+        let mut args: Vec<&[u8]> = vec![
             self.binary.as_os_str().as_bytes(),
             b"--root",
             self.root.as_os_str().as_bytes(),
@@ -139,12 +161,18 @@ impl OciRuntime {
             bundle.as_os_str().as_bytes(),
             b"--pid-file",
             pid_file.as_os_str().as_bytes(),
-            id.as_bytes(),
-        ]
-        .iter()
-        .map(|a| cstr(a))
-        .collect::<io::Result<_>>()
-        .map_err(|e| err(id, "runtime arguments", bundle, e))?;
+        ];
+        if let Some(c) = &console {
+            args.push(b"--console-socket");
+            args.push(c.path.as_os_str().as_bytes());
+        }
+        args.push(id.as_bytes());
+        let argv: Vec<CString> = args
+            .iter()
+            .map(|a| cstr(a))
+            .collect::<io::Result<_>>()
+            .map_err(|e| err(id, "runtime arguments", bundle, e))?;
+        let console_fd: RawFd = console.as_ref().map_or(-1, |c| c.fd.as_raw_fd());
         let envp = [
             cstr(b"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
                 .map_err(|e| err(id, "runtime arguments", bundle, e))?,
@@ -194,6 +222,9 @@ impl OciRuntime {
                 let mut keep: Vec<RawFd> = mexec.keep.iter().map(|f| f.as_raw_fd()).collect();
                 keep.push(mexec.devnull.as_raw_fd());
                 keep.push(ready_w.as_raw_fd());
+                if console_fd >= 0 {
+                    keep.push(console_fd);
+                }
                 close_all_but(&mut keep);
                 let mut st = 0;
                 while libc::waitpid(r, &mut st, 0) < 0 {
@@ -203,6 +234,20 @@ impl OciRuntime {
                 }
                 if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
                     libc::_exit(1);
+                }
+                // The runtime connected to the console socket and sent the master
+                // before its `create` returned: the connection waits in the backlog.
+                if let (true, Some(target)) = (console_fd >= 0, tty_target) {
+                    let conn = libc::accept4(
+                        console_fd,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                    );
+                    if conn >= 0 {
+                        libc::dup2(conn, target);
+                        libc::close(conn);
+                    }
                 }
                 for target in 0..3 {
                     libc::dup2(mexec.devnull.as_raw_fd(), target);
@@ -215,7 +260,7 @@ impl OciRuntime {
                 libc::_exit(127);
             }
         }
-        drop((stdio, mexec, ready_w));
+        drop((stdio, mexec, ready_w, _init_end));
         // EOF on the pipe: M exec'd the monitor, or died.
         let deadline = Instant::now() + CREATE_TIMEOUT;
         let mut ready = std::fs::File::from(ready_r);
@@ -301,6 +346,29 @@ impl OciRuntime {
             .arg(pid_file)
             .arg(id);
         c
+    }
+}
+
+/// A listening socket for `--console-socket`, removed (path and fd) when dropped.
+struct ConsoleSocket {
+    path: PathBuf,
+    fd: std::os::fd::OwnedFd,
+}
+
+impl ConsoleSocket {
+    fn bind(dir: &Path, id: &str) -> Result<ConsoleSocket> {
+        // Short: a socket path has 107 bytes at most, and the state dir comes first.
+        let path = dir.join(format!("{}.tty", &id[..id.len().min(12)]));
+        let _ = fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(|e| err(id, "console socket", &path, e))?;
+        Ok(ConsoleSocket { path, fd: l.into() })
+    }
+}
+
+impl Drop for ConsoleSocket {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
     }
 }
 
