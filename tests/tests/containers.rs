@@ -830,6 +830,76 @@ async fn bad_input_leaves_nothing() {
     e.remove(&id).await;
 }
 
+/// The idempotent calls succeed for what does not exist (or no longer does), as the
+/// CRI says and the conformance suite checks: StopContainer and RemoveContainer of an
+/// unknown or removed container, StopPodSandbox and RemovePodSandbox of an unknown
+/// sandbox, RemoveImage of an unknown image id, twice.
+#[tokio::test]
+async fn missing_objects_stop_and_remove_quietly() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let unknown = "5b1c0a2e-8f3d-4c55-9a7e-0d6f2b9c1e44".to_string();
+    e.c.stop_container(StopContainerRequest {
+        container_id: unknown.clone(),
+        timeout: 0,
+    })
+    .await
+    .expect("StopContainer of an unknown container");
+    e.c.remove_container(RemoveContainerRequest {
+        container_id: unknown.clone(),
+    })
+    .await
+    .expect("RemoveContainer of an unknown container");
+    e.c.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: unknown.clone(),
+    })
+    .await
+    .expect("StopPodSandbox of an unknown sandbox");
+    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: unknown.clone(),
+    })
+    .await
+    .expect("RemovePodSandbox of an unknown sandbox");
+    let pod = e.pod("idem").await;
+    let id = e.create(&pod, ctr("c", &["sleep", "100"])).await;
+    e.start(&id).await;
+    for _ in 0..2 {
+        e.c.stop_container(StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await
+        .expect("StopContainer, again");
+    }
+    for _ in 0..2 {
+        e.c.remove_container(RemoveContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("RemoveContainer, again");
+    }
+    e.c.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 0,
+    })
+    .await
+    .expect("StopContainer of a removed container");
+    let mut images = e.d.images().await;
+    for _ in 0..2 {
+        images
+            .remove_image(RemoveImageRequest {
+                image: Some(ImageSpec {
+                    image: "0".repeat(64),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("RemoveImage of an unknown id");
+    }
+}
+
 /// Containers of a pod share its /dev/shm (as they share its IPC namespace); the
 /// tmpfs is gone after StopPodSandbox.
 #[tokio::test]

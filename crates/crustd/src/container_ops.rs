@@ -816,7 +816,13 @@ async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> 
 }
 
 pub async fn stop(crust: Arc<Crust>, id: &str, timeout: i64) -> Result<()> {
-    let c = crust.containers.get(id)?;
+    // Idempotent as the CRI asks: a container that is gone is stopped (containerd
+    // answers the same, and the CRI conformance suite checks it).
+    let c = match crust.containers.get(id) {
+        Ok(c) => c,
+        Err(Error::NotFound(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
     let mut rec = c.rec.lock().await;
     stop_locked(&crust, &mut rec, timeout).await
 }
