@@ -1137,3 +1137,186 @@ async fn mount_propagation() {
     guard.0.push(inner);
     e.remove(&id).await;
 }
+
+/// Imports `docker.io/library/vol:e2e`, three layers: the bottom one with files, a
+/// directory the middle one deletes (whiteout) and one it makes opaque, and a busybox to
+/// run from the volume; the top one overrides a file.
+fn import_volume_image(d: &Crustd) {
+    use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, LayoutImage};
+    let bb = which("busybox").expect("busybox");
+    let low = LayerBuilder::new()
+        .dir("data", 0o755)
+        .file("data/a", b"a1", 0o644)
+        .dir("etc", 0o755)
+        .file("etc/conf", b"base", 0o644)
+        .dir("gone", 0o755)
+        .file("gone/x", b"x", 0o644)
+        .dir("opq", 0o755)
+        .file("opq/old", b"old", 0o644)
+        .dir("tools", 0o755)
+        .file_from("tools/busybox", &bb, 0o755)
+        .finish();
+    let mid = LayerBuilder::new()
+        .dir("data", 0o755)
+        .file("data/b", b"b2", 0o644)
+        .whiteout("gone")
+        .dir("opq", 0o755)
+        .opaque("opq")
+        .file("opq/new", b"new", 0o644)
+        .finish();
+    let top = LayerBuilder::new()
+        .dir("etc", 0o755)
+        .file("etc/conf", b"top", 0o644)
+        .finish();
+    let img = LayoutImage::new(vec![
+        (low, Compression::Gzip),
+        (mid, Compression::Gzip),
+        (top, Compression::None),
+    ]);
+    let t = TempDir::new("layout");
+    write_oci_layout(
+        t.path(),
+        &[LayoutEntry {
+            ref_name: Some("e2e".into()),
+            image_name: Some("docker.io/library/vol:e2e".into()),
+            platforms: vec![img],
+        }],
+    );
+    let store = image::ImageStore::open(d.root.path().join("images"), None).unwrap();
+    store.import(t.path()).expect("importing vol:e2e");
+}
+
+fn image_mount(path: &str, sub: &str, readonly: bool) -> Mount {
+    Mount {
+        container_path: path.into(),
+        readonly,
+        image: Some(ImageSpec {
+            image: "vol:e2e".into(),
+            ..Default::default()
+        }),
+        image_sub_path: sub.into(),
+        ..Default::default()
+    }
+}
+
+/// Image volumes (a Mount with `image`): the image's file system as its layers make it
+/// (an override, a whiteout, an opaque directory), read-only but executable, whole or
+/// one directory of it (`image_sub_path`, from several layers or one); kept while the
+/// container lives even when the image is removed; gone with the container. Refused
+/// up front, leaving nothing: a writable one, a sub path that is no directory of the
+/// image or climbs out, an unknown image.
+#[tokio::test]
+async fn image_volumes_mount_an_image_read_only() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    import_volume_image(&e.d);
+    let pod = e.pod("imgvol").await;
+    let before = snapshots(&e.d);
+    let mut cfg = ctr("c", &["sleep", "1000"]);
+    cfg.mounts = vec![
+        image_mount("/vol", "", true),
+        image_mount("/sub", "data", true),
+        image_mount("/opq", "./opq", true),
+    ];
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let out = |r: Result<ExecSyncResponse, tonic::Status>| {
+        let r = r.expect("ExecSync");
+        (
+            r.exit_code,
+            String::from_utf8_lossy(&r.stdout).trim().to_string(),
+        )
+    };
+    let check = [
+        ("cat /vol/etc/conf", "top"),
+        ("ls /vol", "data etc opq tools"),
+        ("cat /vol/data/a /vol/data/b", "a1b2"),
+        ("ls /vol/opq", "new"),
+        ("cat /sub/a /sub/b", "a1b2"),
+        ("ls /opq", "new"),
+        (
+            "/vol/tools/busybox echo ran from the volume",
+            "ran from the volume",
+        ),
+    ];
+    for (cmd, want) in check {
+        let (code, got) = out(e
+            .exec(&id, &["sh", "-c", &format!("{cmd} | tr '\\n' ' '")], 10)
+            .await);
+        assert_eq!((code, got.trim()), (0, want), "{cmd}");
+    }
+    for dir in ["/vol", "/sub", "/opq"] {
+        let (code, _) = out(e
+            .exec(&id, &["touch", &format!("{dir}/new-file")], 10)
+            .await);
+        assert_ne!(code, 0, "{dir} is writable");
+    }
+    assert_eq!(
+        snapshots(&e.d),
+        before + 4,
+        "the root and three image volumes"
+    );
+
+    // The image goes; the volumes stay whole while the container lives.
+    let mut images = e.d.images().await;
+    images
+        .remove_image(RemoveImageRequest {
+            image: Some(ImageSpec {
+                image: "vol:e2e".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let (_, got) = out(e.exec(&id, &["cat", "/vol/etc/conf", "/sub/b"], 10).await);
+    assert_eq!(got, "topb2");
+    e.remove(&id).await;
+    assert_eq!(snapshots(&e.d), before);
+
+    import_volume_image(&e.d);
+    for (m, code, what) in [
+        (
+            image_mount("/v", "", false),
+            Code::InvalidArgument,
+            "writable",
+        ),
+        (
+            image_mount("/v", "nope", true),
+            Code::InvalidArgument,
+            "missing sub path",
+        ),
+        (
+            image_mount("/v", "etc/conf", true),
+            Code::InvalidArgument,
+            "a file as sub path",
+        ),
+        (
+            image_mount("/v", "gone", true),
+            Code::InvalidArgument,
+            "a deleted sub path",
+        ),
+        (
+            image_mount("/v", "../etc", true),
+            Code::InvalidArgument,
+            "climbing out",
+        ),
+        (
+            Mount {
+                image: Some(ImageSpec {
+                    image: "no/such:image".into(),
+                    ..Default::default()
+                }),
+                ..image_mount("/v", "", true)
+            },
+            Code::NotFound,
+            "unknown image",
+        ),
+    ] {
+        let mut cfg = ctr("bad", &["true"]);
+        cfg.mounts = vec![image_mount("/ok", "", true), m];
+        assert_code(e.try_create(&pod, cfg).await, code, what);
+        assert_eq!(snapshots(&e.d), before, "{what} left a snapshot");
+    }
+}

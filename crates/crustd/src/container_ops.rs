@@ -329,6 +329,12 @@ fn make(
     });
     let snap = prepared?;
     made_cgroup?;
+    let mut image_volumes = std::collections::HashMap::new();
+    for (i, m) in cfg.mounts.iter().enumerate() {
+        if crate::image_volume::wanted(m) {
+            image_volumes.insert(i, crate::image_volume::prepare(crust, &id, i, m)?);
+        }
+    }
     let t_snap = t0.elapsed();
     let mut cgroup_dirs: Vec<PathBuf> = vec![];
     let mut oom_events = None;
@@ -388,6 +394,7 @@ fn make(
             cgroup: cgroup_for_spec.as_deref(),
             cgroupns: crust.cgroups.version() == cgroups::Version::V2,
             target_pid_ns,
+            image_volumes,
         },
     )?;
     let json = serde_json::to_vec_pretty(&spec).map_err(Error::internal)?;
@@ -532,6 +539,7 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
             .map_err(|e| Error::Internal(format!("removing the snapshot of {}: {e}", rec.id)))?;
         rec.snapshot = false;
     }
+    crate::image_volume::remove_all(crust, &rec.id)?;
     crust.containers.delete_files(&rec.id)
 }
 
@@ -1172,7 +1180,7 @@ pub fn sweep_snapshots(crust: &Crust) {
         .map(|c| c.id.clone())
         .collect();
     for key in crust.images.snapshots() {
-        if !known.contains(&key) {
+        if !known.contains(crate::image_volume::owner(&key)) {
             tracing::warn!(snapshot = %key, "removing a snapshot no container has");
             if let Err(e) = crust.images.remove_snapshot(&key) {
                 tracing::warn!(snapshot = %key, error = %e, "removing an orphaned snapshot");

@@ -111,6 +111,9 @@ pub struct SpecInput<'a> {
     pub cgroupns: bool,
     /// `/proc/<init>/ns/pid` of the target container, for `NamespaceMode::Target`.
     pub target_pid_ns: Option<PathBuf>,
+    /// The OCI mounts (without destination) of the image volumes, by index in
+    /// `cfg.mounts` (see image_volume.rs).
+    pub image_volumes: std::collections::HashMap<usize, Value>,
 }
 
 fn args(cfg: &ContainerConfig, img: &ImageInfo) -> Result<Vec<String>> {
@@ -502,12 +505,18 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
         }
     }
     let mut rootfs_propagation = "rprivate";
-    for m in &cfg.mounts {
+    for (i, m) in cfg.mounts.iter().enumerate() {
         if m.container_path.is_empty() || !m.container_path.starts_with('/') {
             return Err(Error::InvalidArgument(format!(
                 "mount container_path {:?} is not absolute",
                 m.container_path
             )));
+        }
+        if let Some(v) = input.image_volumes.get(&i) {
+            let mut v = v.clone();
+            v["destination"] = json!(m.container_path);
+            mounts.push(v);
+            continue;
         }
         if m.host_path.is_empty() || !m.host_path.starts_with('/') {
             return Err(Error::InvalidArgument(format!(

@@ -10,6 +10,7 @@ mod daemon;
 mod error;
 mod events;
 mod image_service;
+mod image_volume;
 mod images_cli;
 mod network;
 mod pod_files;
