@@ -1648,8 +1648,11 @@ fn same_as_reference_default_gateway_mtu() {
 // Concurrency
 // ---------------------------------------------------------------------------------------
 
-/// 20 ADDs racing on one (not yet existing) bridge get 20 distinct addresses, and every
-/// pod reaches the first; 20 racing DELs then leave no veth, reservation or masq rule.
+/// 20 dual-stack ADDs racing on one (not yet existing) bridge get 20 distinct
+/// addresses, and every pod reaches the first; 20 racing DELs then leave no veth,
+/// reservation or masq rule. Forty rules take the kernel several reads to list, and
+/// the racing DELs change the list between them: a DEL that trusted such a listing
+/// missed its own rules.
 #[test]
 fn parallel_adds_and_dels_on_one_bridge() {
     if !root() {
@@ -1661,7 +1664,7 @@ fn parallel_adds_and_dels_on_one_bridge() {
     let c = node.conf(
         "1.0.0",
         json!({"isGateway": true, "ipMasq": true}),
-        json!({"ranges": [[{"subnet": "10.236.0.0/24"}]]}),
+        json!({"ranges": [[{"subnet": "10.236.0.0/24"}], [{"subnet": "fd00:236::/64"}]]}),
     );
     let ips: Vec<String> = std::thread::scope(|s| {
         let hs: Vec<_> = pods
@@ -1676,9 +1679,9 @@ fn parallel_adds_and_dels_on_one_bridge() {
     });
     let distinct: BTreeSet<&String> = ips.iter().collect();
     assert_eq!(distinct.len(), N, "duplicate addresses: {ips:?}");
-    assert_eq!(node.reservations().len(), N);
+    assert_eq!(node.reservations().len(), 2 * N);
     assert_eq!(node.veths().len(), N);
-    assert_eq!(node.nft_rules().len(), N);
+    assert_eq!(node.nft_rules().len(), 2 * N);
     std::thread::scope(|s| {
         for pod in &pods[1..] {
             let first = &ips[0];
@@ -1752,7 +1755,8 @@ fn our_del_removes_what_the_reference_add_made() {
 /// macspoofchk: frames from the pod's veth with a source MAC other than the pod's are
 /// dropped at the bridge (the pod can no longer reach its neighbour after changing its
 /// MAC, and can again once it changes back); CHECK sees the rule; DEL removes it and
-/// leaves the other pod's.
+/// leaves the other pod's. With ipMasq on as well, the pod's rules live in two tables
+/// of one name (inet and bridge), and CHECK and DEL find both.
 #[test]
 fn macspoofchk_drops_foreign_source_macs() {
     if !root() {
@@ -1762,7 +1766,7 @@ fn macspoofchk_drops_foreign_source_macs() {
     let (a, b) = (Netns::new("bp"), Netns::new("bp"));
     let c = node.conf(
         "1.0.0",
-        json!({"isGateway": true, "macspoofchk": true}),
+        json!({"isGateway": true, "ipMasq": true, "macspoofchk": true}),
         dual(222),
     );
     let ra = node.add(&c, "spoof-a", &a);
@@ -1804,5 +1808,10 @@ fn macspoofchk_drops_foreign_source_macs() {
         .sh(&["nft", "list", "chain", "bridge", "crust_cni", "macspoof"]);
     assert!(!rules.contains("id: spoof-a"), "{rules}");
     assert!(rules.contains("id: spoof-b"), "{rules}");
+    let masq = node.ns.sh(&["nft", "list", "table", "inet", "crust_cni"]);
+    assert!(!masq.contains("id: spoof-a"), "{masq}");
+    assert!(masq.contains("id: spoof-b"), "{masq}");
     node.del(&c, "spoof-b", &b);
+    let all = node.ns.sh(&["nft", "list", "ruleset"]);
+    assert!(!all.contains("id: spoof"), "{all}");
 }

@@ -340,8 +340,38 @@ impl Nft {
         b.unnest().attr(RULE_USERDATA, &userdata(&r.comment)).end();
     }
 
-    /// Every rule in `table` (of any family) whose comment is `comment`.
+    /// Every rule in `table` (of the inet and bridge families) whose comment is
+    /// `comment`.
+    ///
+    /// Each family is dumped on its own: a dump of every family by table name stops
+    /// after the first table of that name, so the inet table hid the bridge one.
+    /// The kernel resumes a dump that spans several reads by position, so rules
+    /// deleted by another plugin meanwhile can make it skip ours; it flags such a dump
+    /// (NLM_F_DUMP_INTR), and then the dump is taken again.
     pub fn find(&mut self, table: &str, comment: &str) -> CniResult<Vec<Found>> {
+        let mut out = Vec::new();
+        'family: for family in [INET, BRIDGE] {
+            for _ in 0..20 {
+                if let Some(found) = self.find_once(family, table, comment)? {
+                    out.extend(found);
+                    continue 'family;
+                }
+            }
+            return Err(CniError::new(
+                cni::code::TRY_AGAIN_LATER,
+                "nftables rules keep changing while being listed",
+            ));
+        }
+        Ok(out)
+    }
+
+    /// One dump of one family; None when it was interrupted.
+    fn find_once(
+        &mut self,
+        family: u8,
+        table: &str,
+        comment: &str,
+    ) -> CniResult<Option<Vec<Found>>> {
         let mut b = Builder::default();
         self.seq += 1;
         let seq = self.seq;
@@ -349,7 +379,7 @@ impl Nft {
             SUBSYS | GETRULE,
             rawnl::NLM_F_REQUEST | rawnl::NLM_F_DUMP,
             seq,
-            &nfgen(0),
+            &nfgen(family),
         )
         .str(RULE_TABLE, table)
         .end();
@@ -357,6 +387,7 @@ impl Nft {
             .send(&b.buf)
             .map_err(|e| CniError::io(format!("listing nftables rules: {e}")))?;
         let mut out = Vec::new();
+        let mut interrupted = false;
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let d = self
@@ -367,14 +398,14 @@ impl Nft {
                 if m.seq != seq {
                     continue;
                 }
+                interrupted |= m.flags & rawnl::NLM_F_DUMP_INTR != 0;
                 match m.ty {
-                    NLMSG_DONE => return Ok(out),
+                    NLMSG_DONE => return Ok((!interrupted).then_some(out)),
                     // No such table (yet): nothing of ours is there.
-                    NLMSG_ERROR if m.errno() == libc::ENOENT => return Ok(out),
+                    NLMSG_ERROR if m.errno() == libc::ENOENT => return Ok(Some(out)),
                     NLMSG_ERROR => return Err(nft_err("listing rules", m.errno())),
                     _ => {}
                 }
-                let family = m.payload.first().copied().unwrap_or(0);
                 let (mut chain, mut handle, mut matches) = (String::new(), None, false);
                 for (ty, v) in rawnl::attrs(m.payload, 4) {
                     match ty {
@@ -402,10 +433,11 @@ impl Nft {
 
     /// Deletes every rule in `table` commented `comment`, and says whether there was
     /// any. A rule deleted meanwhile by someone else fails the transaction with ENOENT:
-    /// listed again and retried.
+    /// listed again and retried. Done only when a listing finds none left, so a rule
+    /// a listing missed is not left behind.
     pub fn delete(&mut self, table: &str, comment: &str) -> CniResult<bool> {
         let mut deleted = false;
-        for _ in 0..5 {
+        for _ in 0..6 {
             let found = self.find(table, comment)?;
             if found.is_empty() {
                 return Ok(deleted);
@@ -426,8 +458,7 @@ impl Nft {
                     .end();
                 }
             }) {
-                Ok(()) => return Ok(true),
-                Err(e) if e == libc::ENOENT => continue,
+                Ok(()) | Err(libc::ENOENT) => continue,
                 Err(e) => return Err(nft_err("deleting rules", e)),
             }
         }

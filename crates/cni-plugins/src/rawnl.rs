@@ -8,6 +8,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub const NLM_F_REQUEST: u16 = 0x1;
 pub const NLM_F_ACK: u16 = 0x4;
+/// Set on a dump's messages when what was dumped changed meanwhile, so the dump may
+/// have skipped or repeated entries.
+pub const NLM_F_DUMP_INTR: u16 = 0x10;
 pub const NLM_F_DUMP: u16 = 0x300;
 pub const NLM_F_CREATE: u16 = 0x400;
 pub const NLM_F_APPEND: u16 = 0x800;
@@ -89,6 +92,7 @@ pub fn send_raw(fd: RawFd, buf: &[u8]) -> std::io::Result<()> {
 /// One netlink message: header as read, payload after the 16-byte header.
 pub struct Msg<'a> {
     pub ty: u16,
+    pub flags: u16,
     pub seq: u32,
     pub payload: &'a [u8],
 }
@@ -115,6 +119,7 @@ pub fn messages(mut buf: &[u8]) -> impl Iterator<Item = Msg<'_>> {
         }
         let m = Msg {
             ty: u16::from_ne_bytes(buf[4..6].try_into().unwrap()),
+            flags: u16::from_ne_bytes(buf[6..8].try_into().unwrap()),
             seq: u32::from_ne_bytes(buf[8..12].try_into().unwrap()),
             payload: &buf[16..len],
         };
