@@ -183,6 +183,11 @@ async fn process_environment_and_exec_sync() {
     );
     sc(&mut cfg).run_as_user = Some(Int64Value { value: 1000 });
     sc(&mut cfg).readonly_rootfs = true;
+    // As the kubelet asks for a pod without shareProcessNamespace: the init is PID 1.
+    sc(&mut cfg).namespace_options = Some(NamespaceOption {
+        pid: NamespaceMode::Container as i32,
+        ..Default::default()
+    });
     sc(&mut cfg).capabilities = Some(Capability {
         drop_capabilities: vec!["ALL".into()],
         add_capabilities: vec!["NET_BIND_SERVICE".into()],
@@ -693,7 +698,9 @@ async fn stdin_attach_and_stdin_once() {
 
 /// `shareProcessNamespace`: with PID mode POD the container joins the pod's PID
 /// namespace, whose PID 1 is the pause, and a second container sees the first's
-/// processes; it still runs under its monitor and its exit is recorded.
+/// processes; it still runs under its monitor and its exit is recorded. The second
+/// gives no namespace options at all, which is the CRI's default, POD, as containerd
+/// and the conformance suite read it.
 #[tokio::test]
 async fn shared_pod_pid_namespace() {
     if !root() {
@@ -724,7 +731,7 @@ async fn shared_pod_pid_namespace() {
             "cat /proc/1/cmdline | tr '\\0' ' '; echo; ps -o comm | grep -c sleep",
         ],
     );
-    sc(&mut second).namespace_options = Some(ns);
+    assert!(sc(&mut second).namespace_options.is_none());
     let b = e.create(&pod, second).await;
     e.start(&b).await;
     let s = e.wait_exited(&b).await;
@@ -743,6 +750,25 @@ async fn shared_pod_pid_namespace() {
         "1",
         "the sleeper of the other container: {lines:?}"
     );
+
+    // What an init leaves behind in the shared namespace dies with it, as with
+    // containerd: it would otherwise run on, unseen, until RemoveContainer.
+    let leaver = e
+        .create(&pod, ctr("leaver", &["sh", "-c", "sleep 301 & echo left"]))
+        .await;
+    e.start(&leaver).await;
+    let s = e.wait_exited(&leaver).await;
+    assert_eq!(s.exit_code, 0, "{s:?}");
+    let r = e
+        .exec(&a, &["sh", "-c", "ps -o args | grep -c '[s]leep 301'"], 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        "0",
+        "the exited container's background sleep still runs: {r:?}"
+    );
+    e.remove(&leaver).await;
     e.remove(&b).await;
     e.remove(&a).await;
 }
@@ -783,6 +809,13 @@ async fn bad_input_leaves_nothing() {
         e.try_create(&pod, cfg).await,
         Code::InvalidArgument,
         "memory limit too low",
+    );
+    let mut cfg = ctr("c", &["true"]);
+    sc(&mut cfg).run_as_group = Some(Int64Value { value: 1002 });
+    assert_code(
+        e.try_create(&pod, cfg).await,
+        Code::InvalidArgument,
+        "run_as_group without a user",
     );
     let mut cfg = ctr("c", &["true"]);
     cfg.metadata = None;

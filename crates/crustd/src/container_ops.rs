@@ -582,6 +582,19 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
         }
         _ => return,
     }
+    // In the pod's PID namespace, what the init started outlives it (in its own, the
+    // kernel ends it all with the init): it goes now, as containerd's shim and runc's
+    // `kill --all` see to, and not only at RemoveContainer.
+    if let Some(cg) = rec.cgroup.as_deref() {
+        if let Ok(path) = cgroups::CgroupPath::new(cg) {
+            let left = crust.cgroups.procs(&path).unwrap_or_default();
+            if !left.is_empty() {
+                if let Err(e) = crust.cgroups.kill_all(&path) {
+                    tracing::warn!(container = %rec.id, error = %e, "killing what the init left");
+                }
+            }
+        }
+    }
     if let Err(e) = crust.containers.save(rec) {
         tracing::warn!(container = %rec.id, error = %e, "saving the exit of a container");
     }

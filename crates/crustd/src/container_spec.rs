@@ -244,6 +244,18 @@ fn user(cfg: &ContainerConfig, img: &ImageInfo) -> Result<(u32, u32, Vec<u32>)> 
         .as_ref()
         .and_then(|l| l.security_context.clone())
         .unwrap_or_default();
+    // A group alone would run as the image's user with another group, which nobody
+    // asked for; containerd refuses it too.
+    if let (Some(g), None, "") = (
+        &sc.run_as_group,
+        &sc.run_as_user,
+        sc.run_as_username.as_str(),
+    ) {
+        return Err(Error::InvalidArgument(format!(
+            "run_as_group {} is set without run_as_user or run_as_username",
+            g.value
+        )));
+    }
     let pw = passwd(&img.layers);
     let gr = groups(&img.layers);
     let by_name = |n: &str| pw.iter().find(|(name, _, _)| name == n).cloned();
@@ -549,11 +561,13 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
             namespaces.push(json!({"type": kind, "path": p}));
         }
     }
+    // No options at all mean the CRI's default, POD (the enum's zero), as containerd
+    // and CRI-O read it: the container joins the pause's PID namespace.
     let pid_mode = sc
         .namespace_options
         .as_ref()
         .map(|n| n.pid)
-        .unwrap_or(NamespaceMode::Container as i32);
+        .unwrap_or(NamespaceMode::Pod as i32);
     match NamespaceMode::try_from(pid_mode).unwrap_or(NamespaceMode::Container) {
         NamespaceMode::Container => namespaces.push(json!({"type": "pid"})),
         NamespaceMode::Pod => match sb.pins.get("pid") {
