@@ -1791,13 +1791,14 @@ async fn host_port_through_the_reference_portmap_plugin() {
             let _ = std::io::Write::write_all(&mut conn, b"from the pod\n");
         }
     });
-    // The node dials its own address on the host port (the bridge's gateway address).
+    // The node dials its own address on the host port (the bridge's gateway address),
+    // and its loopback, as the conformance suite does (portmap's snat makes it work).
     let node = d.node.path();
-    let dial = move || {
+    let dial = move |addr: &'static str| {
         let node = node.clone();
         std::thread::spawn(move || {
             crust_e2e::enter_netns(&node);
-            let addr = "10.71.0.1:18080".parse().unwrap();
+            let addr = addr.parse().unwrap();
             let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
                 .map_err(|e| e.to_string())?;
             conn.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -1808,7 +1809,8 @@ async fn host_port_through_the_reference_portmap_plugin() {
         .join()
         .unwrap()
     };
-    assert_eq!(dial().as_deref(), Ok("from the pod\n"));
+    assert_eq!(dial("10.71.0.1:18080").as_deref(), Ok("from the pod\n"));
+    assert_eq!(dial("127.0.0.1:18080").as_deref(), Ok("from the pod\n"));
     let nat = d.node.sh(&["iptables", "-t", "nat", "-S"]);
     assert!(nat.contains(&id), "portmap's rules name the pod: {nat}");
     // The plugins after portmap read the result it passed on: firewall admits the pod's
@@ -1833,6 +1835,9 @@ async fn host_port_through_the_reference_portmap_plugin() {
         !filter.contains(&ip),
         "firewall's rules outlived the pod: {filter}"
     );
-    assert!(dial().is_err(), "the host port still reaches somewhere");
+    assert!(
+        dial("10.71.0.1:18080").is_err(),
+        "the host port still reaches somewhere"
+    );
     remove(&mut c, &id).await;
 }
