@@ -43,6 +43,8 @@ async fn run_exit_code_logs_and_remove() {
     assert_eq!(s.image.as_ref().unwrap().image, IMAGE);
     assert!(s.image_id.starts_with("sha256:"), "{}", s.image_id);
     assert!(s.image_ref.contains("sha256:"), "{}", s.image_ref);
+    // The log file is there as soon as CreateContainer returns.
+    assert!(Path::new(&s.log_path).is_file(), "{}", s.log_path);
     e.start(&id).await;
     let s = e.wait_exited(&id).await;
     assert_eq!(s.exit_code, 3);
