@@ -1009,6 +1009,51 @@ async fn runc_runtime_handler() {
     assert!(lines.iter().any(|l| l.3 == "runcpod"), "{lines:?}");
     e.remove(&id).await;
 
+    // runc says (`runc features`) it makes recursive read-only mounts: Status passes
+    // that on, and the `rro` option reaches it.
+    let status =
+        e.c.status(StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+    let h = status
+        .runtime_handlers
+        .iter()
+        .find(|h| h.name == "runc")
+        .unwrap();
+    assert!(
+        h.features.as_ref().unwrap().recursive_read_only_mounts,
+        "{h:?}"
+    );
+    let host = TempDir::new("runcrro");
+    let inner = host.path().join("tmpfs");
+    std::fs::create_dir_all(&inner).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "runcrro"])
+        .arg(&inner)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let _guard = HostMounts(vec![inner]);
+    let mut cfg = ctr("rro", &["sh", "-c", "touch /mnt/tmpfs/x 2>&1"]);
+    cfg.mounts = vec![Mount {
+        container_path: "/mnt".into(),
+        host_path: host.path().display().to_string(),
+        readonly: true,
+        recursive_read_only: true,
+        ..Default::default()
+    }];
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let s = e.wait_exited(&id).await;
+    assert_ne!(s.exit_code, 0, "{s:?}");
+    let lines = log_lines(Path::new(&s.log_path));
+    assert!(
+        lines.iter().any(|l| l.3.contains("Read-only file system")),
+        "{lines:?}"
+    );
+    e.remove(&id).await;
+
     let id = e
         .create(
             &pod,
@@ -1171,6 +1216,120 @@ async fn mount_propagation() {
     }
     guard.0.push(inner);
     e.remove(&id).await;
+}
+
+/// Recursive read-only mounts (the kubelet's `recursiveReadOnly: Enabled`), as the
+/// conformance suite checks them: Status says the handler makes them; a mount of a
+/// directory with a tmpfs inside is read-only in the tmpfs too, while a plain read-only
+/// mount leaves the tmpfs writable; one that is not read-only, or not private, is
+/// refused and leaves nothing.
+#[tokio::test]
+async fn recursive_read_only_mounts() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let status =
+        e.c.status(StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+    let default = status
+        .runtime_handlers
+        .iter()
+        .find(|h| h.name.is_empty())
+        .expect("the default handler");
+    assert!(
+        default
+            .features
+            .as_ref()
+            .unwrap()
+            .recursive_read_only_mounts,
+        "{status:?}"
+    );
+
+    let pod = e.pod("rro").await;
+    let host = TempDir::new("rro");
+    let tmpfs = host.path().join("tmpfs");
+    std::fs::create_dir_all(&tmpfs).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "rro"])
+        .arg(&tmpfs)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let _guard = HostMounts(vec![tmpfs.clone()]);
+    let mount = |recursive: bool, readonly: bool, prop: MountPropagation| Mount {
+        container_path: "/mnt".into(),
+        host_path: host.path().display().to_string(),
+        readonly,
+        recursive_read_only: recursive,
+        propagation: prop as i32,
+        ..Default::default()
+    };
+    let touch = |e: &mut Env, id: String, file: &'static str| {
+        let c = e.c.clone();
+        async move {
+            let mut c = c;
+            c.exec_sync(ExecSyncRequest {
+                container_id: id,
+                cmd: vec!["sh".into(), "-c".into(), format!("touch {file} 2>&1")],
+                timeout: 10,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+
+    let mut cfg = ctr("rro", &["sleep", "1000"]);
+    cfg.mounts = vec![mount(true, true, MountPropagation::PropagationPrivate)];
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let r = touch(&mut e, id.clone(), "/mnt/tmpfs/foo").await;
+    assert_ne!(r.exit_code, 0, "{r:?}");
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("Read-only file system"),
+        "{r:?}"
+    );
+    let r = touch(&mut e, id.clone(), "/mnt/top").await;
+    assert_ne!(r.exit_code, 0, "{r:?}");
+    e.remove(&id).await;
+
+    let mut cfg = ctr("ro", &["sleep", "1000"]);
+    cfg.mounts = vec![mount(false, true, MountPropagation::PropagationPrivate)];
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let r = touch(&mut e, id.clone(), "/mnt/tmpfs/file").await;
+    assert_eq!(
+        r.exit_code, 0,
+        "a plain read-only mount is not recursive: {r:?}"
+    );
+    let r = touch(&mut e, id.clone(), "/mnt/top").await;
+    assert_ne!(r.exit_code, 0, "{r:?}");
+    e.remove(&id).await;
+
+    let before = e.d.leftovers();
+    for (what, m) in [
+        (
+            "recursive read-only, not read-only",
+            mount(true, false, MountPropagation::PropagationPrivate),
+        ),
+        (
+            "recursive read-only, host to container",
+            mount(true, true, MountPropagation::PropagationHostToContainer),
+        ),
+        (
+            "recursive read-only, bidirectional",
+            mount(true, true, MountPropagation::PropagationBidirectional),
+        ),
+    ] {
+        let mut cfg = ctr("bad", &["sleep", "1000"]);
+        cfg.mounts = vec![m];
+        assert_code(e.try_create(&pod, cfg).await, Code::InvalidArgument, what);
+    }
+    assert_eq!(snapshots(&e.d), 0);
+    assert_eq!(e.d.leftovers(), before);
 }
 
 /// Imports `docker.io/library/vol:e2e`, three layers: the bottom one with files, a

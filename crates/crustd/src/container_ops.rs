@@ -395,6 +395,7 @@ fn make(
             cgroupns: crust.cgroups.version() == cgroups::Version::V2,
             target_pid_ns,
             image_volumes,
+            recursive_read_only: crust.rro_handlers.contains(&sb.runtime_handler),
         },
     )?;
     let json = serde_json::to_vec_pretty(&spec).map_err(Error::internal)?;

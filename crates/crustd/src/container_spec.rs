@@ -114,6 +114,9 @@ pub struct SpecInput<'a> {
     /// The OCI mounts (without destination) of the image volumes, by index in
     /// `cfg.mounts` (see image_volume.rs).
     pub image_volumes: std::collections::HashMap<usize, Value>,
+    /// Whether the sandbox's runtime handler makes recursive read-only mounts (what
+    /// RuntimeStatus reports for it).
+    pub recursive_read_only: bool,
 }
 
 fn args(cfg: &ContainerConfig, img: &ImageInfo) -> Result<Vec<String>> {
@@ -413,6 +416,29 @@ fn capabilities(cfg: &ContainerConfig, privileged: bool) -> Result<Vec<String>> 
     Ok(set)
 }
 
+/// A recursive read-only mount (the kubelet's `recursiveReadOnly: Enabled`) is read-only
+/// all the way down, so it cannot also be writable, nor receive mounts from the host
+/// that would then be read-only too: refused, as containerd does, and refused where
+/// the runtime cannot make one rather than quietly made writable below.
+fn recursive_read_only_allowed(m: &cri_api::Mount, supported: bool) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(Error::InvalidArgument(format!(
+            "recursive read-only mount of {} at {}: {why}",
+            m.host_path, m.container_path
+        )))
+    };
+    if !supported {
+        return refuse("the runtime handler cannot make recursive read-only mounts");
+    }
+    if !m.readonly {
+        return refuse("the mount is not read-only");
+    }
+    if MountPropagation::try_from(m.propagation) != Ok(MountPropagation::PropagationPrivate) {
+        return refuse("its propagation is not private");
+    }
+    Ok(())
+}
+
 fn propagation(p: i32) -> &'static str {
     match MountPropagation::try_from(p).unwrap_or(MountPropagation::PropagationPrivate) {
         MountPropagation::PropagationPrivate => "rprivate",
@@ -536,6 +562,9 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
                 m.host_path, m.container_path
             )));
         }
+        if m.recursive_read_only {
+            recursive_read_only_allowed(m, input.recursive_read_only)?;
+        }
         let src = Path::new(&m.host_path);
         if std::fs::symlink_metadata(src).is_err() {
             std::fs::create_dir_all(src).map_err(|e| {
@@ -552,7 +581,11 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
             _ => {}
         }
         let ro = if m.readonly { "ro" } else { "rw" };
-        mounts.push(json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": ["rbind", prop, ro]}));
+        let mut options = vec!["rbind", prop, ro];
+        if m.recursive_read_only {
+            options.push("rro");
+        }
+        mounts.push(json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": options}));
     }
 
     let mut namespaces: Vec<Value> = vec![json!({"type": "mount"})];

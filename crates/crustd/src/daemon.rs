@@ -19,6 +19,8 @@ pub struct Crust {
     pub pause_bin: PathBuf,
     /// Runtime handlers RunPodSandbox accepts.
     pub handlers: Vec<String>,
+    /// The handlers that make recursive read-only mounts (`rro`).
+    pub rro_handlers: std::collections::HashSet<String>,
     /// Handlers whose containers an external OCI runtime (runc, crun) runs.
     pub oci_runtimes:
         std::collections::HashMap<String, container::executor::oci_runtime::OciRuntime>,
@@ -66,19 +68,28 @@ impl Crust {
         };
         let mut handlers = vec![String::new(), "crust".to_string()];
         handlers.extend(cfg.runtime_handlers.iter().cloned());
+        // crust's own executor makes recursive read-only mounts where the kernel can.
+        let kernel_rro = container::executor::recursive_mount_options();
+        let mut rro_handlers: std::collections::HashSet<String> = if kernel_rro {
+            handlers.iter().cloned().collect()
+        } else {
+            Default::default()
+        };
         let mut oci_runtimes = std::collections::HashMap::new();
         for (name, binary) in &cfg.oci_runtimes {
             if name.is_empty() || name == "crust" || name.contains('/') {
                 anyhow::bail!("oci_runtimes: {name:?} cannot name a runtime handler");
             }
             handlers.push(name.clone());
-            oci_runtimes.insert(
-                name.clone(),
-                container::executor::oci_runtime::OciRuntime {
-                    binary: binary.clone(),
-                    root: cfg.state.join("runtimes").join(name),
-                },
-            );
+            let rt = container::executor::oci_runtime::OciRuntime {
+                binary: binary.clone(),
+                root: cfg.state.join("runtimes").join(name),
+            };
+            // Asked once, as containerd asks `runc features`.
+            if kernel_rro && rt.supports_mount_option("rro") {
+                rro_handlers.insert(name.clone());
+            }
+            oci_runtimes.insert(name.clone(), rt);
         }
         Ok(Crust {
             store: Store::new(cfg.root.join("sandboxes")),
@@ -92,6 +103,7 @@ impl Crust {
             cgroups,
             pause_bin,
             handlers,
+            rro_handlers,
             oci_runtimes,
             streams: Default::default(),
             events: Default::default(),

@@ -68,7 +68,7 @@ pub fn status(crust: &Crust, verbose: bool) -> StatusResponse {
             .map(|h| RuntimeHandler {
                 name: h.clone(),
                 features: Some(RuntimeHandlerFeatures {
-                    recursive_read_only_mounts: false,
+                    recursive_read_only_mounts: crust.rro_handlers.contains(h),
                     user_namespaces: false,
                 }),
             })

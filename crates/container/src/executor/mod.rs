@@ -57,9 +57,12 @@
 //!
 //! ## Not yet
 //! seccomp notify (`SCMP_ACT_NOTIFY`, refused), user namespaces and id-mapped mounts (refused),
-//! terminals (refused), AppArmor/SELinux labels, hooks, `rro`-style recursive
-//! flags (refused), time namespaces (refused), the monitor (the caller is the init's
-//! parent until then).
+//! terminals (refused), AppArmor/SELinux labels, hooks, time namespaces (refused), the
+//! monitor (the caller is the init's parent until then).
+//!
+//! The recursive flag options (`rro`, `rnosuid`, `rnodev`, `rnoexec` and their
+//! opposites) are set with `mount_setattr(AT_RECURSIVE)` after the mount (Linux 5.12;
+//! [`recursive_mount_options`] says whether the kernel has it).
 
 mod caps;
 mod cgroupfs;
@@ -89,6 +92,7 @@ pub use channel::Step;
 pub use exec::{exec, ExecOpts};
 /// The spec types (and builders) `create` takes, at the version this crate uses.
 pub use oci_spec;
+pub use rootfs::recursive_mount_options;
 pub use state::{Container, Status};
 
 use crate::error::{Error, Result};

@@ -87,6 +87,28 @@ fn runtime_error(log: &Path) -> String {
 }
 
 impl OciRuntime {
+    /// Whether the runtime says (`<runtime> features`, OCI runtime features) that it
+    /// takes mount option `opt`; false when it cannot say.
+    pub fn supports_mount_option(&self, opt: &str) -> bool {
+        let Ok(out) = Command::new(&self.binary)
+            .arg("features")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+        else {
+            return false;
+        };
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .ok()
+                .and_then(|v| {
+                    v["mountOptions"]
+                        .as_array()
+                        .map(|a| a.iter().any(|o| o.as_str() == Some(opt)))
+                })
+                .unwrap_or(false)
+    }
+
     fn run(&self, id: &str, args: &[&str]) -> Result<()> {
         let log = self.root.join(format!("{id}.log"));
         let out = Command::new(&self.binary)

@@ -178,7 +178,72 @@ fn mount_one(p: &Plan, root: BorrowedFd<'_>, m: &MountPlan) -> Result<(), Fail> 
         mount(NONE, &fd_path(t.as_fd()), NONE, f, NONE)
             .at(Step::Mount, format!("{name} (propagation)"))?;
     }
+    if m.attr_set != 0 || m.attr_clr != 0 {
+        let t = reopen(root, dest)?;
+        set_recursive_attrs(t.as_fd(), m.attr_set, m.attr_clr)
+            .at(Step::Mount, format!("{name} (recursive options)"))?;
+    }
     Ok(())
+}
+
+/// Whether the kernel has mount_setattr(2), which the recursive options (`rro`, ...)
+/// need: asked with a bad fd, it says EBADF if it exists and ENOSYS if not.
+pub fn recursive_mount_options() -> bool {
+    // SAFETY: mount_setattr with an invalid fd and no attributes changes nothing.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            -1,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            std::ptr::null::<MountAttr>(),
+            0usize,
+        )
+    };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Sets and clears `MOUNT_ATTR_*` on the mount at `fd` and every mount below it: a
+/// plain remount changes only the top one, so a read-only bind of a directory with
+/// mounts inside would leave those writable (`rro`, the kubelet's recursiveReadOnly).
+fn set_recursive_attrs(fd: BorrowedFd<'_>, set: u64, clr: u64) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr on an fd we hold, with an empty path and a struct of the
+    // size we pass.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ENOSYS) {
+        return Err(io::Error::other(
+            "recursive mount options need mount_setattr (Linux 5.12)",
+        ));
+    }
+    Err(e)
 }
 
 /// Symlinks in the host's `/sys/fs/cgroup` (`cpu -> cpu,cpuacct`).

@@ -55,6 +55,11 @@ pub(crate) struct MountPlan {
     pub propagation: Vec<MsFlags>,
     /// The options that are not flags (`mode=755`, `size=65536k`), comma-joined.
     pub data: String,
+    /// `MOUNT_ATTR_*` bits the recursive options (`rro`, `rnosuid`, ...) set and clear
+    /// on the mount and every mount below it, with `mount_setattr` once the mount and
+    /// its propagation are in place.
+    pub attr_set: u64,
+    pub attr_clr: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,16 +206,29 @@ fn option(o: &str) -> Option<Opt> {
 /// Options the executor refuses rather than silently ignores.
 const UNSUPPORTED_OPTIONS: [&str; 3] = ["idmap", "ridmap", "tmpcopyup"];
 
-/// The recursive flag options (`rro`, `rnosuid`, ...): they need `mount_setattr`.
-const RECURSIVE_FLAG_OPTIONS: [&str; 8] = [
-    "rro", "rrw", "rnosuid", "rsuid", "rnodev", "rdev", "rnoexec", "rexec",
+/// The recursive flag options: (name, `MOUNT_ATTR_*` bit, whether it sets the bit).
+const RECURSIVE_FLAG_OPTIONS: [(&str, u64, bool); 8] = [
+    ("rro", MOUNT_ATTR_RDONLY, true),
+    ("rrw", MOUNT_ATTR_RDONLY, false),
+    ("rnosuid", MOUNT_ATTR_NOSUID, true),
+    ("rsuid", MOUNT_ATTR_NOSUID, false),
+    ("rnodev", MOUNT_ATTR_NODEV, true),
+    ("rdev", MOUNT_ATTR_NODEV, false),
+    ("rnoexec", MOUNT_ATTR_NOEXEC, true),
+    ("rexec", MOUNT_ATTR_NOEXEC, false),
 ];
+pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub(crate) const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub(crate) const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub(crate) const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 struct Options {
     flags: MsFlags,
     propagation: Vec<MsFlags>,
     bind: Option<bool>,
     data: Vec<String>,
+    attr_set: u64,
+    attr_clr: u64,
 }
 
 fn parse_options(opts: &[String]) -> std::result::Result<Options, String> {
@@ -219,11 +237,23 @@ fn parse_options(opts: &[String]) -> std::result::Result<Options, String> {
         propagation: vec![],
         bind: None,
         data: vec![],
+        attr_set: 0,
+        attr_clr: 0,
     };
     for s in opts {
-        if UNSUPPORTED_OPTIONS.contains(&s.as_str()) || RECURSIVE_FLAG_OPTIONS.contains(&s.as_str())
-        {
+        if UNSUPPORTED_OPTIONS.contains(&s.as_str()) {
             return Err(format!("mount option {s:?} is not supported"));
+        }
+        if let Some(&(_, bit, set)) = RECURSIVE_FLAG_OPTIONS.iter().find(|(n, ..)| n == s) {
+            // The later option wins, as with the plain flags.
+            if set {
+                o.attr_set |= bit;
+                o.attr_clr &= !bit;
+            } else {
+                o.attr_clr |= bit;
+                o.attr_set &= !bit;
+            }
+            continue;
         }
         match option(s) {
             Some(Opt::Set(f)) => o.flags |= f,
@@ -459,6 +489,8 @@ fn plan_inner(
             flags,
             propagation: opts.propagation,
             data: opts.data.join(","),
+            attr_set: opts.attr_set,
+            attr_clr: opts.attr_clr,
         });
     }
 
@@ -800,7 +832,28 @@ mod tests {
             .options(vec!["rro".into()])
             .build()
             .unwrap()]));
-        assert!(err(&spec, "rro").contains("\"rro\" is not supported"));
+        let b = bundle("rro");
+        let p = plan("c1", &b, &spec, None).unwrap();
+        std::fs::remove_dir_all(&b).unwrap();
+        assert_eq!(
+            (p.mounts[0].attr_set, p.mounts[0].attr_clr),
+            (MOUNT_ATTR_RDONLY, 0)
+        );
+        let mut spec = Spec::default();
+        spec.set_mounts(Some(vec![MountBuilder::default()
+            .destination("/x")
+            .typ("bind")
+            .source("/y")
+            .options(vec!["rro".into(), "rnosuid".into(), "rrw".into()])
+            .build()
+            .unwrap()]));
+        let b = bundle("rrw");
+        let p = plan("c1", &b, &spec, None).unwrap();
+        std::fs::remove_dir_all(&b).unwrap();
+        assert_eq!(
+            (p.mounts[0].attr_set, p.mounts[0].attr_clr),
+            (MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY)
+        );
 
         assert!(plan("a/b", Path::new("/"), &Spec::default(), None)
             .unwrap_err()
