@@ -213,6 +213,13 @@ async fn process_environment_and_exec_sync() {
         .unwrap();
     assert_eq!(r.exit_code, 0, "{r:?}");
     assert_eq!(out(r), "bar yes envpod\n/data\n1000\n1000\n1000 2000");
+    // The identity of the first process, as ContainerStatus.user reports it: the
+    // primary group among the supplementary ones, with the image's /etc/group (Merge).
+    let (s, _) = e.status(&id).await;
+    let user = s.user.and_then(|u| u.linux).expect("ContainerStatus.user");
+    let mut groups = user.supplemental_groups.clone();
+    groups.sort();
+    assert_eq!((user.uid, user.gid, groups), (1000, 1000, vec![1000, 2000]));
     // The init's capabilities: bounding has exactly NET_BIND_SERVICE (bit 10).
     let r = e
         .exec(&id, &["grep", "CapBnd", "/proc/1/status"], 10)
@@ -696,6 +703,80 @@ async fn stdin_attach_and_stdin_once() {
     let s = e.wait_exited(&id).await;
     assert_eq!(s.exit_code, 0, "{s:?}");
     e.remove(&id).await;
+}
+
+/// SupplementalGroupsPolicy: Merge adds the groups the image's /etc/group gives the
+/// user to the configured ones, Strict only the configured ones; the init, an exec and
+/// ContainerStatus.user agree; Status says the policy is supported (the kubelet refuses
+/// Strict pods on a node whose runtime does not say so).
+#[tokio::test]
+async fn supplemental_groups_policy() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let status =
+        e.c.status(StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(
+        status.features.unwrap().supplemental_groups_policy,
+        "Status does not report SupplementalGroupsPolicy"
+    );
+    let pod = e.pod("groups").await;
+    for (policy, want) in [
+        (SupplementalGroupsPolicy::Merge, vec![1000, 1234, 2000]),
+        (SupplementalGroupsPolicy::Strict, vec![1000, 1234]),
+    ] {
+        let mut cfg = ctr(
+            &format!("{policy:?}").to_lowercase(),
+            &["sh", "-c", "id -G; sleep 1000"],
+        );
+        sc(&mut cfg).run_as_user = Some(Int64Value { value: 1000 });
+        sc(&mut cfg).supplemental_groups = vec![1234];
+        sc(&mut cfg).supplemental_groups_policy = policy as i32;
+        let id = e.create(&pod, cfg).await;
+        e.start(&id).await;
+        let (s, _) = e.status(&id).await;
+        let user = s.user.and_then(|u| u.linux).expect("ContainerStatus.user");
+        let mut groups = user.supplemental_groups.clone();
+        groups.sort();
+        assert_eq!(
+            (user.uid, user.gid, &groups),
+            (1000, 1000, &want),
+            "{policy:?}"
+        );
+        let line = want
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let r = e.exec(&id, &["id", "-G"], 10).await.unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&r.stdout).trim(),
+            line,
+            "{policy:?} exec"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let lines = log_lines(Path::new(&s.log_path));
+            if let Some(l) = lines.iter().find(|l| l.1 == "stdout") {
+                assert_eq!(l.3, line, "{policy:?} init");
+                break;
+            }
+            assert!(Instant::now() < deadline, "no output from {policy:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        e.remove(&id).await;
+    }
+    let mut cfg = ctr("bad", &["true"]);
+    sc(&mut cfg).supplemental_groups_policy = 7;
+    assert_code(
+        e.try_create(&pod, cfg).await,
+        Code::InvalidArgument,
+        "an unknown supplemental_groups_policy",
+    );
 }
 
 /// `shareProcessNamespace`: with PID mode POD the container joins the pod's PID

@@ -15,7 +15,10 @@
 
 use crate::error::{Error, Result};
 use crate::store::SandboxRecord;
-use cri_api::{ContainerConfig, LinuxContainerResources, MountPropagation, NamespaceMode};
+use cri_api::{
+    ContainerConfig, LinuxContainerResources, MountPropagation, NamespaceMode,
+    SupplementalGroupsPolicy,
+};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -340,10 +343,23 @@ fn user(cfg: &ContainerConfig, img: &ImageInfo) -> Result<(u32, u32, Vec<u32>)> 
         gid = Some(g.value as u32);
     }
     let gid = gid.unwrap_or(0);
-    let mut extra: Vec<u32> = vec![];
-    if let Some(n) = &name {
+    // The primary group is a supplementary one too, as containerd and CRI-O make it
+    // (and as ContainerStatus.user reports it). Merge (the default) adds the groups the
+    // image's /etc/group gives the user; Strict only what the config names.
+    let strict = match SupplementalGroupsPolicy::try_from(sc.supplemental_groups_policy) {
+        Ok(SupplementalGroupsPolicy::Merge) => false,
+        Ok(SupplementalGroupsPolicy::Strict) => true,
+        Err(_) => {
+            return Err(Error::InvalidArgument(format!(
+                "supplemental_groups_policy {} is unknown",
+                sc.supplemental_groups_policy
+            )))
+        }
+    };
+    let mut extra: Vec<u32> = vec![gid];
+    if let (Some(n), false) = (&name, strict) {
         for (_, id, members) in &gr {
-            if members.iter().any(|m| m == n) && *id != gid && !extra.contains(id) {
+            if members.iter().any(|m| m == n) && !extra.contains(id) {
                 extra.push(*id);
             }
         }

@@ -74,7 +74,7 @@ pub fn status(crust: &Crust, verbose: bool) -> StatusResponse {
             })
             .collect(),
         features: Some(RuntimeFeatures {
-            supplemental_groups_policy: false,
+            supplemental_groups_policy: true,
         }),
     }
 }
