@@ -655,6 +655,77 @@ fn hairpin_mode_on_the_port() {
     assert_eq!(port["hairpin"], true, "{port}");
 }
 
+/// portIsolation: pods on isolated ports reach the gateway and a pod on a plain port,
+/// but not each other; the port says `isolated` (and only with it set).
+#[test]
+fn port_isolation_keeps_pods_apart() {
+    if !root() {
+        return;
+    }
+    let node = Node::ours();
+    let (a, b, c) = (Netns::new("bp"), Netns::new("bp"), Netns::new("bp"));
+    let isolated = node.conf(
+        "1.0.0",
+        json!({"isGateway": true, "portIsolation": true}),
+        dual(226),
+    );
+    let plain = node.conf("1.0.0", json!({"isGateway": true}), dual(226));
+    let ip_a = result_ips(&node.add(&isolated, "iso-a", &a))[0].clone();
+    let ip_b = result_ips(&node.add(&isolated, "iso-b", &b))[0].clone();
+    let ip_c = result_ips(&node.add(&plain, "plain-c", &c))[0].clone();
+    for pod in [&a, &b] {
+        ping(pod, "10.226.0.1");
+        ping(pod, &ip_c);
+    }
+    ping(&c, &ip_a);
+    assert!(!ping_once(&a, &ip_b), "isolated ports reached each other");
+    assert!(!ping_once(&b, &ip_a), "isolated ports reached each other");
+    let isolated_ports: Vec<String> = node
+        .veths()
+        .into_iter()
+        .filter(|v| link(&node.ns, v)["linkinfo"]["info_slave_data"]["isolated"] == true)
+        .collect();
+    assert_eq!(isolated_ports.len(), 2, "{:?}", node.veths());
+}
+
+/// disableContainerInterface: without IPAM the pod's interface is made and left down;
+/// with IPAM the ADD is refused, as the reference plugin does, and leaves nothing.
+#[test]
+fn disable_container_interface_leaves_the_pod_end_down() {
+    if !root() {
+        return;
+    }
+    let node = Node::ours();
+    let pod = Netns::new("bp");
+    let mut c = node.conf(
+        "1.0.0",
+        json!({"disableContainerInterface": true}),
+        json!({}),
+    );
+    c.as_object_mut().unwrap().remove("ipam");
+    let r = node.add(&c, "down", &pod);
+    assert!(r["ips"].as_array().is_none_or(|a| a.is_empty()), "{r}");
+    let l = link(&pod, "eth0");
+    assert!(!is_up(&l), "{l}");
+    node.del(&c, "down", &pod);
+    assert!(!has_link(&pod, "eth0"));
+
+    let other = Netns::new("bp");
+    let with_ipam = node.conf(
+        "1.0.0",
+        json!({"disableContainerInterface": true}),
+        dual(227),
+    );
+    let conf = with_ipam.to_string();
+    refused(
+        &node,
+        &other,
+        (&conf, &netns_path(&other), "eth0"),
+        Some(999),
+        Allow::default(),
+    );
+}
+
 /// promiscMode puts the bridge into promiscuous mode (and only with it set).
 #[test]
 fn promisc_mode_on_the_bridge() {

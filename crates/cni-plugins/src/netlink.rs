@@ -277,15 +277,25 @@ impl Netlink {
     }
 
     pub async fn set_hairpin(&self, index: u32, on: bool) -> CniResult<()> {
+        self.set_port(index, InfoBridgePort::HairpinMode(on), "hairpin")
+            .await
+    }
+
+    pub async fn set_isolated(&self, index: u32, on: bool) -> CniResult<()> {
+        self.set_port(index, InfoBridgePort::Isolated(on), "port isolation")
+            .await
+    }
+
+    async fn set_port(&self, index: u32, info: InfoBridgePort, what: &str) -> CniResult<()> {
         let msg = rtnetlink::LinkBridgePort::new(index)
-            .append_info_data(InfoBridgePort::HairpinMode(on))
+            .append_info_data(info)
             .build();
         self.h
             .link()
             .set_port(msg)
             .execute()
             .await
-            .map_err(|e| nl_err(format_args!("failed to set hairpin on {index}"), e))
+            .map_err(|e| nl_err(format_args!("failed to set {what} on {index}"), e))
     }
 
     /// Puts a bridge port (or, with `on_bridge`, the bridge device itself) into `vid`

@@ -31,6 +31,13 @@ pub struct BridgeConf {
     pub macspoofchk: bool,
     #[serde(default)]
     pub enabledad: bool,
+    /// The host end of the veth is an isolated bridge port: pods on isolated ports
+    /// reach the bridge and non-isolated ports, not each other.
+    #[serde(rename = "portIsolation", default)]
+    pub port_isolation: bool,
+    /// The pod's end is left down (and, having no use for addresses, IPAM refused).
+    #[serde(rename = "disableContainerInterface", default)]
+    pub disable_container_interface: bool,
     #[serde(default)]
     pub dns: Option<Dns>,
     #[serde(rename = "runtimeConfig", default)]

@@ -185,6 +185,12 @@ impl Plugin for Bridge {
 fn add_attachment(args: &Args) -> CniResult<AddResult> {
     args.known_args_only(KNOWN_ARGS)?;
     let conf = BridgeConf::parse(&args.stdin)?;
+    if conf.disable_container_interface && ipam_type(args).is_some() {
+        // The reference plugin's refusal, before anything is made.
+        return Err(CniError::internal(
+            "cannot use IPAM when DisableContainerInterface flag is set",
+        ));
+    }
     let mac = conf.requested_mac(&args.args)?;
     let backend = if conf.ip_masq {
         Some(Backend::choose(conf.ip_masq_backend.as_deref())?)
@@ -310,6 +316,9 @@ async fn add(
     host.set_up(host_veth.index, true).await?;
     if conf.hairpin_mode {
         host.set_hairpin(host_veth.index, true).await?;
+    }
+    if conf.port_isolation {
+        host.set_isolated(host_veth.index, true).await?;
     }
     if let Some(vid) = conf.vlan() {
         host.set_vlan(host_veth.index, vid, conf.preserve_default_vlan, false)
@@ -480,7 +489,9 @@ async fn configure_container(
             Ok(())
         })??;
     }
-    cont.set_up(link.index, true).await?;
+    if !conf.disable_container_interface {
+        cont.set_up(link.index, true).await?;
+    }
     for ipc in &result.ips {
         cont.add_addr(link.index, ipc.address).await?;
     }
