@@ -829,6 +829,92 @@ fn vlan_on_the_port() {
     ping(&a, "10.217.0.3");
 }
 
+/// vlanTrunk: the pod's port carries the listed VLANs tagged (ids and ranges, merged),
+/// and leaves VLAN 1 with preserveDefaultVlan false; a trunk together with `vlan`, a
+/// range backwards and an id out of range are refused and leave nothing.
+#[test]
+fn vlan_trunk_on_the_port() {
+    if !root() {
+        return;
+    }
+    let node = Node::ours();
+    let pod = Netns::new("bp");
+    for (bad, what) in [
+        (
+            json!({"vlan": 100, "vlanTrunk": [{"id": 101}]}),
+            "vlan and vlanTrunk",
+        ),
+        (
+            json!({"vlanTrunk": [{"minID": 300, "maxID": 200}]}),
+            "a backwards range",
+        ),
+        (json!({"vlanTrunk": [{"id": 5000}]}), "an id out of range"),
+        (json!({"vlanTrunk": [{"minID": 300}]}), "minID alone"),
+    ] {
+        let c = node.conf(
+            "1.0.0",
+            bad,
+            json!({"ranges": [[{"subnet": "10.228.0.0/24"}]]}),
+        );
+        eprintln!("refusing {what}");
+        refused(
+            &node,
+            &pod,
+            (&c.to_string(), &netns_path(&pod), "eth0"),
+            Some(7),
+            Allow::default(),
+        );
+    }
+    let c = node.conf(
+        "1.0.0",
+        json!({
+            "vlanTrunk": [{"id": 101}, {"minID": 200, "maxID": 203}, {"id": 202}],
+            "preserveDefaultVlan": false
+        }),
+        json!({"ranges": [[{"subnet": "10.228.0.0/24"}]]}),
+    );
+    if !kernel_has_vlan_filtering(&node) {
+        eprintln!("note: this kernel lacks bridge VLAN filtering; checking only a clean failure");
+        let allow = Allow {
+            ipam_bookkeeping: true,
+            ..Allow::default()
+        };
+        refused(
+            &node,
+            &pod,
+            (&c.to_string(), &netns_path(&pod), "eth0"),
+            None,
+            allow,
+        );
+        return;
+    }
+    node.add(&c, "trunk", &pod);
+    let br = link(&node.ns, &node.bridge);
+    assert_eq!(br["linkinfo"]["info_data"]["vlan_filtering"], 1, "{br}");
+    let veth = node.the_veth();
+    let vlans: Value =
+        serde_json::from_str(&node.ns.sh(&["bridge", "-j", "vlan", "show"])).unwrap();
+    let port = vlans
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ifname"] == veth)
+        .unwrap_or_else(|| panic!("{veth} not in bridge vlan show: {vlans}"));
+    let mut ids = BTreeSet::new();
+    for v in port["vlans"].as_array().unwrap() {
+        let first = v["vlan"].as_u64().unwrap();
+        let last = v["vlanEnd"].as_u64().unwrap_or(first);
+        ids.extend(first..=last);
+        assert!(
+            v["flags"].as_array().is_none_or(|f| f.is_empty()),
+            "tagged only: {port}"
+        );
+    }
+    assert_eq!(ids, BTreeSet::from([101, 200, 201, 202, 203]), "{port}");
+    node.del(&c, "trunk", &pod);
+    assert!(node.veths().is_empty());
+}
+
 /// forceAddress: a bridge that already has another address of the gateway's subnet
 /// makes the ADD fail (leaving no veth, reservation or masq rule behind) unless
 /// forceAddress is set, which replaces that address with the gateway's.

@@ -344,6 +344,42 @@ impl Netlink {
             .map_err(|e| nl_err(format_args!("failed to set vlan {vid} on {index}"), e))
     }
 
+    /// Adds the sorted `vids` to a bridge port, tagged, in one message (consecutive ids
+    /// as one range); drops the port from the default VLAN 1 unless `keep_default`.
+    pub async fn add_trunk(&self, index: u32, vids: &[u16], keep_default: bool) -> CniResult<()> {
+        use netlink_packet_route::link::BridgeVlanInfoFlags as F;
+        if !keep_default && !vids.contains(&1) {
+            let msg = rtnetlink::LinkBridgeVlan::new(index)
+                .vlan(1, F::empty())
+                .build();
+            match self.h.link().del_with_message(msg).execute().await {
+                Ok(()) => {}
+                Err(e) if errno(&e) == Some(libc::ENOENT) || errno(&e) == Some(libc::EINVAL) => {}
+                Err(e) => {
+                    return Err(nl_err(
+                        format_args!("failed to remove default vlan from {index}"),
+                        e,
+                    ))
+                }
+            }
+        }
+        let mut b = rtnetlink::LinkBridgeVlan::new(index);
+        for (first, last) in vid_ranges(vids) {
+            b = if first == last {
+                b.vlan(first, F::empty())
+            } else {
+                b.vlan_range_start(first, F::empty())
+                    .vlan_range_end(last, F::empty())
+            };
+        }
+        self.h
+            .link()
+            .set(b.build())
+            .execute()
+            .await
+            .map_err(|e| nl_err(format_args!("failed to add trunk vlans to {index}"), e))
+    }
+
     pub async fn del_link(&self, index: u32) -> CniResult<()> {
         match self.h.link().del(index).execute().await {
             Ok(()) => Ok(()),
@@ -493,8 +529,30 @@ fn route_addr(a: &netlink_packet_route::route::RouteAddress) -> Option<IpAddr> {
     }
 }
 
+/// Sorted, distinct VLAN ids as (first, last) runs of consecutive ids, so a trunk of
+/// thousands of VLANs is a handful of netlink attributes.
+pub fn vid_ranges(vids: &[u16]) -> Vec<(u16, u16)> {
+    let mut out: Vec<(u16, u16)> = Vec::new();
+    for &v in vids {
+        match out.last_mut() {
+            Some((_, last)) if *last + 1 == v => *last = v,
+            _ => out.push((v, v)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn vlan_runs() {
+        assert_eq!(
+            super::vid_ranges(&[1, 2, 3, 7, 9, 10]),
+            [(1, 3), (7, 7), (9, 10)]
+        );
+        assert!(super::vid_ranges(&[]).is_empty());
+    }
+
     use super::*;
 
     #[test]

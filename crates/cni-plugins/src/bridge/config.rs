@@ -27,6 +27,12 @@ pub struct BridgeConf {
     pub vlan: Option<u32>,
     #[serde(rename = "preserveDefaultVlan", default = "yes")]
     pub preserve_default_vlan: bool,
+    /// VLANs the pod's port carries tagged: `{"id": N}` or `{"minID": A, "maxID": B}`.
+    #[serde(rename = "vlanTrunk", default)]
+    pub vlan_trunk: Vec<TrunkItem>,
+    /// `vlanTrunk` as sorted, distinct VLAN ids (filled by `parse`).
+    #[serde(skip)]
+    pub trunk_vids: Vec<u16>,
     #[serde(default)]
     pub macspoofchk: bool,
     #[serde(default)]
@@ -44,6 +50,55 @@ pub struct BridgeConf {
     pub runtime_config: Option<MacHolder>,
     #[serde(default)]
     pub args: Option<ArgsHolder>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TrunkItem {
+    #[serde(rename = "minID", default)]
+    pub min_id: Option<i64>,
+    #[serde(rename = "maxID", default)]
+    pub max_id: Option<i64>,
+    #[serde(default)]
+    pub id: Option<i64>,
+}
+
+/// The VLAN ids of a `vlanTrunk`, sorted and distinct; each id in 1..=4094, a range
+/// given by both ends, low end first (the reference plugin's rules).
+fn trunk_vids(items: &[TrunkItem]) -> CniResult<Vec<u16>> {
+    let valid = |v: i64, what: &str| -> CniResult<u16> {
+        if (1..=4094).contains(&v) {
+            Ok(v as u16)
+        } else {
+            Err(CniError::config(format!(
+                "vlanTrunk: {what} {v} is not a VLAN id (1 to 4094)"
+            )))
+        }
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for item in items {
+        match (item.min_id, item.max_id) {
+            (Some(lo), Some(hi)) => {
+                let (lo, hi) = (valid(lo, "minID")?, valid(hi, "maxID")?);
+                if hi < lo {
+                    return Err(CniError::config(format!(
+                        "vlanTrunk: minID {lo} is greater than maxID {hi}"
+                    )));
+                }
+                out.extend(lo..=hi);
+            }
+            (Some(_), None) => {
+                return Err(CniError::config("vlanTrunk: minID without maxID"));
+            }
+            (None, Some(_)) => {
+                return Err(CniError::config("vlanTrunk: maxID without minID"));
+            }
+            (None, None) => {}
+        }
+        if let Some(id) = item.id {
+            out.insert(valid(id, "id")?);
+        }
+    }
+    Ok(out.into_iter().collect())
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -80,6 +135,12 @@ impl BridgeConf {
                     "invalid VLAN ID {v} (must be between 0 and 4094)"
                 )));
             }
+        }
+        c.trunk_vids = trunk_vids(&c.vlan_trunk)?;
+        if c.vlan().is_some() && !c.trunk_vids.is_empty() {
+            return Err(CniError::config(
+                "cannot set vlan and vlanTrunk at the same time",
+            ));
         }
         if c.mtu == Some(0) {
             c.mtu = None;
@@ -125,6 +186,35 @@ impl BridgeConf {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn vlan_trunk_ids_and_ranges() {
+        let c = BridgeConf::parse(
+            br#"{"cniVersion":"1.0.0","name":"n","type":"bridge",
+                "vlanTrunk":[{"id":101},{"minID":200,"maxID":202},{"id":201},{"minID":5,"maxID":5}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.trunk_vids, [5, 101, 200, 201, 202]);
+        for bad in [
+            r#"[{"id":0}]"#,
+            r#"[{"id":4095}]"#,
+            r#"[{"minID":3,"maxID":2}]"#,
+            r#"[{"maxID":2}]"#,
+        ] {
+            let conf =
+                format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"bridge","vlanTrunk":{bad}}}"#);
+            assert_eq!(
+                BridgeConf::parse(conf.as_bytes()).unwrap_err().code,
+                7,
+                "{bad}"
+            );
+        }
+        let both =
+            br#"{"cniVersion":"1.0.0","name":"n","type":"bridge","vlan":4,"vlanTrunk":[{"id":5}]}"#;
+        assert_eq!(BridgeConf::parse(both).unwrap_err().code, 7);
+    }
+
     use super::*;
 
     #[test]

@@ -215,7 +215,11 @@ fn add_attachment(args: &Args) -> CniResult<AddResult> {
             let mut ipam: IpamJob = None;
             let res = async {
                 let br = host
-                    .ensure_bridge(&conf.bridge, conf.mtu, conf.vlan().is_some())
+                    .ensure_bridge(
+                        &conf.bridge,
+                        conf.mtu,
+                        conf.vlan().is_some() || !conf.trunk_vids.is_empty(),
+                    )
                     .await?;
                 if conf.promisc_mode {
                     host.set_promisc(br.index).await?;
@@ -323,6 +327,14 @@ async fn add(
     if let Some(vid) = conf.vlan() {
         host.set_vlan(host_veth.index, vid, conf.preserve_default_vlan, false)
             .await?;
+    }
+    if !conf.trunk_vids.is_empty() {
+        host.add_trunk(
+            host_veth.index,
+            &conf.trunk_vids,
+            conf.preserve_default_vlan,
+        )
+        .await?;
     }
 
     // Addresses.
