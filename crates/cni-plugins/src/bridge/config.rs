@@ -215,8 +215,6 @@ mod tests {
         assert_eq!(BridgeConf::parse(both).unwrap_err().code, 7);
     }
 
-    use super::*;
-
     #[test]
     fn defaults_and_validation() {
         let c = BridgeConf::parse(br#"{"isDefaultGateway":true}"#).unwrap();
