@@ -705,6 +705,57 @@ async fn stdin_attach_and_stdin_once() {
     e.remove(&id).await;
 }
 
+/// StopContainer's grace period does not hold the container up for anyone else: while
+/// a container that ignores SIGTERM waits out its 10 s, ListContainers and
+/// ContainerStatus answer (as the kubelet's relist every second needs), and show it
+/// running; then SIGKILL ends it.
+#[tokio::test]
+async fn stop_grace_period_leaves_lists_and_status_free() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("grace").await;
+    let id = e
+        .create(
+            &pod,
+            ctr(
+                "stubborn",
+                &["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"],
+            ),
+        )
+        .await;
+    e.start(&id).await;
+    let mut c = e.c.clone();
+    let stop_id = id.clone();
+    let stopping = tokio::spawn(async move {
+        c.stop_container(StopContainerRequest {
+            container_id: stop_id,
+            timeout: 10,
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let listed =
+        e.c.list_containers(ListContainersRequest { filter: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    let (s, _) = e.status(&id).await;
+    assert!(
+        !stopping.is_finished(),
+        "the stop ended before the list and status came back"
+    );
+    assert!(listed.iter().any(|c| c.id == id), "{listed:?}");
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+    stopping.await.unwrap().unwrap();
+    let (s, _) = e.status(&id).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    assert_eq!(s.exit_code, 137, "{s:?}");
+    e.remove(&id).await;
+}
+
 /// SupplementalGroupsPolicy: Merge adds the groups the image's /etc/group gives the
 /// user to the configured ones, Strict only the configured ones; the init, an exec and
 /// ContainerStatus.user agree; Status says the policy is supported (the kubelet refuses

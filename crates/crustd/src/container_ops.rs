@@ -818,15 +818,12 @@ async fn wait_monitor(crust: &Crust, rec: &ContainerRecord, timeout: Duration) -
     true
 }
 
-/// Stops a container under its lock: the stop signal, `timeout`, SIGKILL.
-async fn stop_locked(crust: &Crust, rec: &mut ContainerRecord, timeout: i64) -> Result<()> {
+/// Ends a container under its lock: SIGKILL (the grace period, if any, is over), the
+/// wait for its exit, and what it left in a shared PID namespace.
+async fn kill_locked(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
     refresh(crust, rec);
     if rec.state == ContainerState::Exited || rec.state == ContainerState::Creating {
         return Ok(());
-    }
-    if rec.state == ContainerState::Running && timeout > 0 {
-        signal_init(rec, signal_number(&rec.stop_signal));
-        wait_monitor(crust, rec, Duration::from_secs(timeout as u64)).await;
     }
     if monitor_alive(rec) {
         signal_init(rec, libc::SIGKILL);
@@ -862,8 +859,28 @@ pub async fn stop(crust: Arc<Crust>, id: &str, timeout: i64) -> Result<()> {
         Err(Error::NotFound(_)) => return Ok(()),
         Err(e) => return Err(e),
     };
+    // The stop signal and the grace period without the record's lock: the kubelet
+    // relists (ListContainers, ContainerStatus) every second and must not wait out a
+    // pod's terminationGracePeriodSeconds; SIGKILL and the rest under it.
+    if timeout > 0 {
+        let running = {
+            let mut rec = c.rec.lock().await;
+            refresh(&crust, &mut rec);
+            match rec.state {
+                ContainerState::Exited | ContainerState::Creating => return Ok(()),
+                ContainerState::Running => {
+                    signal_init(&rec, signal_number(&rec.stop_signal));
+                    Some(rec.clone())
+                }
+                _ => None,
+            }
+        };
+        if let Some(snapshot) = running {
+            wait_monitor(&crust, &snapshot, Duration::from_secs(timeout as u64)).await;
+        }
+    }
     let mut rec = c.rec.lock().await;
-    stop_locked(&crust, &mut rec, timeout).await
+    kill_locked(&crust, &mut rec).await
 }
 
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
@@ -877,7 +894,7 @@ pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
 
 pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()> {
     let mut rec = c.rec.lock().await;
-    stop_locked(&crust, &mut rec, 0).await?;
+    kill_locked(&crust, &mut rec).await?;
     let copy = rec.clone();
     let cr = crust.clone();
     let (copy, res) = tokio::task::spawn_blocking(move || {
@@ -910,7 +927,7 @@ pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()
 pub async fn stop_all(crust: Arc<Crust>, sandbox_id: &str) -> Result<()> {
     for c in crust.containers.of_sandbox(sandbox_id) {
         let mut rec = c.rec.lock().await;
-        stop_locked(&crust, &mut rec, 0).await?;
+        kill_locked(&crust, &mut rec).await?;
     }
     Ok(())
 }

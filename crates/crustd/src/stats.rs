@@ -192,7 +192,8 @@ async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSan
     let ts = cpu.timestamp;
     let mut containers = vec![];
     for c in crust.containers.of_sandbox(&rec.id) {
-        let r = c.rec.lock().await;
+        // A copy: the lock is not held while the writable layer is measured.
+        let r = c.rec.lock().await.clone();
         if let Some(s) = container_stats(crust, &r) {
             containers.push(s);
         }
@@ -225,7 +226,7 @@ async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSan
 
 pub async fn container(crust: Arc<Crust>, id: &str) -> Result<ContainerStatsResponse> {
     let c = crust.containers.get(id)?;
-    let rec = c.rec.lock().await;
+    let rec = c.rec.lock().await.clone();
     let stats = container_stats(&crust, &rec).ok_or_else(|| {
         Error::NotFound(format!(
             "container {} has no stats: it is not running",
@@ -256,7 +257,7 @@ pub async fn list_containers(
         if sandbox.as_ref().is_some_and(|s| *s != c.sandbox_id) {
             continue;
         }
-        let rec = c.rec.lock().await;
+        let rec = c.rec.lock().await.clone();
         if !f
             .label_selector
             .iter()
