@@ -8,6 +8,7 @@ use crate::daemon::Crust;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
+use std::time::Duration;
 use streaming::remotecommand::Streams;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -48,6 +49,28 @@ async fn attach(
         unsafe { AsyncFd::register_with_interest(sock, Interest::READABLE | Interest::WRITABLE) }
             .map_err(|e| e.to_string())?,
     );
+    // A tty attach's sizes go to the container's terminal. The monitor holds the pty's
+    // master, but the size can be set on the slave just as well: the init's stdin,
+    // reopened through /proc. The client sends its size first thing; it is applied
+    // (waited for briefly) before any input is passed on, so what the input sets off
+    // in the container already sees the client's size.
+    if let Some(mut r) = streams.resize.take() {
+        let tty = req.tty.then(|| init_tty(pid)).flatten();
+        let mut buf = Vec::new();
+        if let Some(t) = &tty {
+            let first = streaming::remotecommand::next_size(&mut r, &mut buf);
+            if let Ok(Some(sz)) = tokio::time::timeout(Duration::from_millis(500), first).await {
+                crate::container_exec::set_size(t, sz);
+            }
+        }
+        tokio::spawn(async move {
+            while let Some(sz) = streaming::remotecommand::next_size(&mut r, &mut buf).await {
+                if let Some(t) = &tty {
+                    crate::container_exec::set_size(t, sz);
+                }
+            }
+        });
+    }
     if let Some(mut input) = streams.stdin.take() {
         let s = sock.clone();
         tokio::spawn(async move {
@@ -61,20 +84,6 @@ async fn attach(
             // The client's input ended: so does ours (stdin_once closes the container's).
             // SAFETY: shutdown on a socket we hold.
             unsafe { libc::shutdown(s.get_ref().as_raw_fd(), libc::SHUT_WR) };
-        });
-    }
-    // A tty attach's sizes go to the container's terminal. The monitor holds the pty's
-    // master, but the size can be set on the slave just as well: the init's stdin,
-    // reopened through /proc.
-    if let Some(mut r) = streams.resize.take() {
-        let tty = req.tty.then(|| init_tty(pid)).flatten();
-        tokio::spawn(async move {
-            let mut buf = Vec::new();
-            while let Some(sz) = streaming::remotecommand::next_size(&mut r, &mut buf).await {
-                if let Some(t) = &tty {
-                    crate::container_exec::set_size(t, sz);
-                }
-            }
         });
     }
     let mut buf = vec![0u8; 64 << 10];

@@ -651,9 +651,6 @@ async fn exec_terminal_external(
     mut p: Prepared,
     streams: &mut streaming::remotecommand::Streams,
 ) -> Result<i32> {
-    let mut process = p.spec.process().clone().unwrap_or_default();
-    process.set_terminal(Some(true));
-    p.spec.set_process(Some(process));
     let pty = nix::pty::openpty(None, None)
         .map_err(|e| Error::Internal(format!("opening a pty: {e}")))?;
     let (master, slave) = (pty.master, pty.slave);
@@ -661,14 +658,25 @@ async fn exec_terminal_external(
         &master,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     );
-    // The runtime reads the terminal's size as it starts: set the client's first.
+    // The client's first size goes on our terminal and into the process's
+    // `consoleSize`: the runtime sizes the container's pty with it before the command
+    // runs (it copies our terminal's size only later, racing a shell that asks at once).
     let mut size_buf = Vec::new();
+    let mut process = p.spec.process().clone().unwrap_or_default();
+    process.set_terminal(Some(true));
     if let Some(r) = streams.resize.as_mut() {
         let first = streaming::remotecommand::next_size(r, &mut size_buf);
         if let Ok(Some(sz)) = tokio::time::timeout(Duration::from_millis(500), first).await {
             set_size(&master, sz);
+            let b = executor::oci_spec::runtime::BoxBuilder::default()
+                .height(u64::from(sz.height))
+                .width(u64::from(sz.width))
+                .build()
+                .map_err(Error::internal)?;
+            process.set_console_size(Some(b));
         }
     }
+    p.spec.set_process(Some(process));
     let files = RuntimeExec::new(&p.bundle, &p.spec)?;
     let mut child = {
         let mut cmd = files.command(rt, &p.id);
