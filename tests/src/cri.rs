@@ -162,6 +162,25 @@ impl Env {
             .expect("StartContainer");
     }
 
+    /// The runtime's Status (features, handlers, conditions).
+    pub async fn runtime_status(&mut self) -> StatusResponse {
+        self.c
+            .status(StatusRequest::default())
+            .await
+            .expect("Status")
+            .into_inner()
+    }
+
+    /// The features a runtime handler reports.
+    pub async fn handler_features(&mut self, handler: &str) -> RuntimeHandlerFeatures {
+        let st = self.runtime_status().await;
+        st.runtime_handlers
+            .iter()
+            .find(|h| h.name == handler)
+            .and_then(|h| h.features)
+            .unwrap_or_else(|| panic!("no features for handler {handler:?}: {st:?}"))
+    }
+
     pub async fn status(&mut self, id: &str) -> (ContainerStatus, serde_json::Value) {
         let r = self
             .c

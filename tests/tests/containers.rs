@@ -766,11 +766,7 @@ async fn supplemental_groups_policy() {
         return;
     }
     let mut e = setup().await;
-    let status =
-        e.c.status(StatusRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
+    let status = e.runtime_status().await;
     assert!(
         status.features.unwrap().supplemental_groups_policy,
         "Status does not report SupplementalGroupsPolicy"
@@ -1143,20 +1139,7 @@ async fn runc_runtime_handler() {
 
     // runc says (`runc features`) it makes recursive read-only mounts: Status passes
     // that on, and the `rro` option reaches it.
-    let status =
-        e.c.status(StatusRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-    let h = status
-        .runtime_handlers
-        .iter()
-        .find(|h| h.name == "runc")
-        .unwrap();
-    assert!(
-        h.features.as_ref().unwrap().recursive_read_only_mounts,
-        "{h:?}"
-    );
+    assert!(e.handler_features("runc").await.recursive_read_only_mounts);
     let host = TempDir::new("runcrro");
     let inner = host.path().join("tmpfs");
     std::fs::create_dir_all(&inner).unwrap();
@@ -1361,24 +1344,7 @@ async fn recursive_read_only_mounts() {
         return;
     }
     let mut e = setup().await;
-    let status =
-        e.c.status(StatusRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-    let default = status
-        .runtime_handlers
-        .iter()
-        .find(|h| h.name.is_empty())
-        .expect("the default handler");
-    assert!(
-        default
-            .features
-            .as_ref()
-            .unwrap()
-            .recursive_read_only_mounts,
-        "{status:?}"
-    );
+    assert!(e.handler_features("").await.recursive_read_only_mounts);
 
     let pod = e.pod("rro").await;
     let host = TempDir::new("rro");

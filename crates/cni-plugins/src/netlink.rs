@@ -317,18 +317,7 @@ impl Netlink {
             }
         };
         if !keep_default {
-            let msg = builder().vlan(1, BridgeVlanInfoFlags::empty()).build();
-            match self.h.link().del_with_message(msg).execute().await {
-                Ok(()) => {}
-                // Not in VLAN 1 to begin with.
-                Err(e) if errno(&e) == Some(libc::ENOENT) || errno(&e) == Some(libc::EINVAL) => {}
-                Err(e) => {
-                    return Err(nl_err(
-                        format_args!("failed to remove default vlan from {index}"),
-                        e,
-                    ))
-                }
-            }
+            self.leave_default_vlan(builder()).await?;
         }
         let msg = builder()
             .vlan(
@@ -344,24 +333,32 @@ impl Netlink {
             .map_err(|e| nl_err(format_args!("failed to set vlan {vid} on {index}"), e))
     }
 
+    /// Takes a bridge port (or the bridge, per `b`) out of the default VLAN 1; one that
+    /// is not in it is fine.
+    async fn leave_default_vlan(
+        &self,
+        b: rtnetlink::LinkMessageBuilder<rtnetlink::LinkBridgeVlan>,
+    ) -> CniResult<()> {
+        use netlink_packet_route::link::BridgeVlanInfoFlags;
+        let msg = b.vlan(1, BridgeVlanInfoFlags::empty()).build();
+        let index = msg.header.index;
+        match self.h.link().del_with_message(msg).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) if errno(&e) == Some(libc::ENOENT) || errno(&e) == Some(libc::EINVAL) => Ok(()),
+            Err(e) => Err(nl_err(
+                format_args!("failed to remove default vlan from {index}"),
+                e,
+            )),
+        }
+    }
+
     /// Adds the sorted `vids` to a bridge port, tagged, in one message (consecutive ids
     /// as one range); drops the port from the default VLAN 1 unless `keep_default`.
     pub async fn add_trunk(&self, index: u32, vids: &[u16], keep_default: bool) -> CniResult<()> {
         use netlink_packet_route::link::BridgeVlanInfoFlags as F;
         if !keep_default && !vids.contains(&1) {
-            let msg = rtnetlink::LinkBridgeVlan::new(index)
-                .vlan(1, F::empty())
-                .build();
-            match self.h.link().del_with_message(msg).execute().await {
-                Ok(()) => {}
-                Err(e) if errno(&e) == Some(libc::ENOENT) || errno(&e) == Some(libc::EINVAL) => {}
-                Err(e) => {
-                    return Err(nl_err(
-                        format_args!("failed to remove default vlan from {index}"),
-                        e,
-                    ))
-                }
-            }
+            self.leave_default_vlan(rtnetlink::LinkBridgeVlan::new(index))
+                .await?;
         }
         let mut b = rtnetlink::LinkBridgeVlan::new(index);
         for (first, last) in vid_ranges(vids) {
