@@ -831,14 +831,15 @@ mod tests {
         .unwrap();
         let mut i = img(&[], &[]);
         i.layers = vec![d.clone()];
+        // The primary group is among the supplementary ones, as containerd has it.
         i.user = "www".into();
-        assert_eq!(user(&cfg(&[], &[]), &i).unwrap(), (33, 44, vec![70]));
+        assert_eq!(user(&cfg(&[], &[]), &i).unwrap(), (33, 44, vec![44, 70]));
         i.user = "33:web".into();
-        assert_eq!(user(&cfg(&[], &[]), &i).unwrap(), (33, 44, vec![70]));
+        assert_eq!(user(&cfg(&[], &[]), &i).unwrap(), (33, 44, vec![44, 70]));
         i.user = "nobody".into();
         assert!(user(&cfg(&[], &[]), &i).is_err());
         i.user = "1234".into();
-        assert_eq!(user(&cfg(&[], &[]), &i).unwrap(), (1234, 0, vec![]));
+        assert_eq!(user(&cfg(&[], &[]), &i).unwrap(), (1234, 0, vec![0]));
         let _ = std::fs::remove_dir_all(d);
     }
 }
