@@ -528,7 +528,7 @@ fn route_addr(a: &netlink_packet_route::route::RouteAddress) -> Option<IpAddr> {
 
 /// Sorted, distinct VLAN ids as (first, last) runs of consecutive ids, so a trunk of
 /// thousands of VLANs is a handful of netlink attributes.
-pub fn vid_ranges(vids: &[u16]) -> Vec<(u16, u16)> {
+fn vid_ranges(vids: &[u16]) -> Vec<(u16, u16)> {
     let mut out: Vec<(u16, u16)> = Vec::new();
     for &v in vids {
         match out.last_mut() {
@@ -541,16 +541,13 @@ pub fn vid_ranges(vids: &[u16]) -> Vec<(u16, u16)> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn vlan_runs() {
-        assert_eq!(
-            super::vid_ranges(&[1, 2, 3, 7, 9, 10]),
-            [(1, 3), (7, 7), (9, 10)]
-        );
-        assert!(super::vid_ranges(&[]).is_empty());
+        assert_eq!(vid_ranges(&[1, 2, 3, 7, 9, 10]), [(1, 3), (7, 7), (9, 10)]);
+        assert!(vid_ranges(&[]).is_empty());
     }
-
-    use super::*;
 
     #[test]
     fn macs() {

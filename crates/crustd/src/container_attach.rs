@@ -8,7 +8,6 @@ use crate::daemon::Crust;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
-use std::time::Duration;
 use streaming::remotecommand::Streams;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -58,8 +57,7 @@ async fn attach(
         let tty = req.tty.then(|| init_tty(pid)).flatten();
         let mut buf = Vec::new();
         if let Some(t) = &tty {
-            let first = streaming::remotecommand::next_size(&mut r, &mut buf);
-            if let Ok(Some(sz)) = tokio::time::timeout(Duration::from_millis(500), first).await {
+            if let Some(sz) = crate::container_exec::first_size(Some(&mut r), &mut buf).await {
                 crate::container_exec::set_size(t, sz);
             }
         }

@@ -456,6 +456,19 @@ async fn pump_in(mut from: streaming::remotecommand::Input, fd: OwnedFd) {
     }
 }
 
+/// The terminal size a tty client sends first thing, waited for briefly, so the process
+/// can start with it (a shell asks at once). `buf` keeps what was read of the next one.
+pub(crate) async fn first_size(
+    resize: Option<&mut streaming::remotecommand::Input>,
+    buf: &mut Vec<u8>,
+) -> Option<streaming::remotecommand::Size> {
+    let first = streaming::remotecommand::next_size(resize?, buf);
+    tokio::time::timeout(Duration::from_millis(500), first)
+        .await
+        .ok()
+        .flatten()
+}
+
 /// Sets a terminal's size (on either side of the pty); the kernel sends SIGWINCH to its
 /// foreground process group.
 pub(crate) fn set_size(master: &OwnedFd, sz: streaming::remotecommand::Size) {
@@ -575,11 +588,8 @@ async fn exec_streams(
         // The client sends its terminal's size first thing: the process should start
         // with it (a shell asks at once), so it is waited for, briefly.
         let mut size_buf = Vec::new();
-        if let Some(r) = streams.resize.as_mut() {
-            let first = streaming::remotecommand::next_size(r, &mut size_buf);
-            if let Ok(Some(sz)) = tokio::time::timeout(Duration::from_millis(500), first).await {
-                set_size(&master, sz);
-            }
+        if let Some(sz) = first_size(streams.resize.as_mut(), &mut size_buf).await {
+            set_size(&master, sz);
         }
         let stdin = if streams.stdin.is_some() {
             Stdio::Fd(dup(&slave)?)
@@ -664,17 +674,14 @@ async fn exec_terminal_external(
     let mut size_buf = Vec::new();
     let mut process = p.spec.process().clone().unwrap_or_default();
     process.set_terminal(Some(true));
-    if let Some(r) = streams.resize.as_mut() {
-        let first = streaming::remotecommand::next_size(r, &mut size_buf);
-        if let Ok(Some(sz)) = tokio::time::timeout(Duration::from_millis(500), first).await {
-            set_size(&master, sz);
-            let b = executor::oci_spec::runtime::BoxBuilder::default()
-                .height(u64::from(sz.height))
-                .width(u64::from(sz.width))
-                .build()
-                .map_err(Error::internal)?;
-            process.set_console_size(Some(b));
-        }
+    if let Some(sz) = first_size(streams.resize.as_mut(), &mut size_buf).await {
+        set_size(&master, sz);
+        let b = executor::oci_spec::runtime::BoxBuilder::default()
+            .height(u64::from(sz.height))
+            .width(u64::from(sz.width))
+            .build()
+            .map_err(Error::internal)?;
+        process.set_console_size(Some(b));
     }
     p.spec.set_process(Some(process));
     let files = RuntimeExec::new(&p.bundle, &p.spec)?;

@@ -395,7 +395,7 @@ fn make(
             cgroupns: crust.cgroups.version() == cgroups::Version::V2,
             target_pid_ns,
             image_volumes,
-            recursive_read_only: crust.rro_handlers.contains(&sb.runtime_handler),
+            recursive_read_only: crust.recursive_read_only(&sb.runtime_handler),
         },
     )?;
     let json = serde_json::to_vec_pretty(&spec).map_err(Error::internal)?;
@@ -818,8 +818,8 @@ async fn wait_monitor(crust: &Crust, rec: &ContainerRecord, timeout: Duration) -
     true
 }
 
-/// Ends a container under its lock: SIGKILL (the grace period, if any, is over), the
-/// wait for its exit, and what it left in a shared PID namespace.
+/// Ends a container under its lock: SIGKILL (the grace period, if any, is over) and the
+/// wait for its exit; `refresh` then ends what it left in a shared PID namespace.
 async fn kill_locked(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
     refresh(crust, rec);
     if rec.state == ContainerState::Exited || rec.state == ContainerState::Creating {
@@ -841,13 +841,6 @@ async fn kill_locked(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
         )));
     }
     refresh(crust, rec);
-    // What the init left behind in a shared PID namespace dies with it, as runc's
-    // `kill --all` does.
-    if let Some(cg) = rec.cgroup.clone() {
-        if let Ok(path) = cgroups::CgroupPath::new(&cg) {
-            let _ = crust.cgroups.kill_all(&path);
-        }
-    }
     Ok(())
 }
 

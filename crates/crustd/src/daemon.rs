@@ -19,8 +19,9 @@ pub struct Crust {
     pub pause_bin: PathBuf,
     /// Runtime handlers RunPodSandbox accepts.
     pub handlers: Vec<String>,
-    /// The handlers that make recursive read-only mounts (`rro`).
-    pub rro_handlers: std::collections::HashSet<String>,
+    /// The handlers that make recursive read-only mounts (`rro`): found out on first
+    /// use, not at start (it runs each OCI runtime's `features`).
+    rro_handlers: std::sync::OnceLock<std::collections::HashSet<String>>,
     /// Handlers whose containers an external OCI runtime (runc, crun) runs.
     pub oci_runtimes:
         std::collections::HashMap<String, container::executor::oci_runtime::OciRuntime>,
@@ -68,28 +69,19 @@ impl Crust {
         };
         let mut handlers = vec![String::new(), "crust".to_string()];
         handlers.extend(cfg.runtime_handlers.iter().cloned());
-        // crust's own executor makes recursive read-only mounts where the kernel can.
-        let kernel_rro = container::executor::recursive_mount_options();
-        let mut rro_handlers: std::collections::HashSet<String> = if kernel_rro {
-            handlers.iter().cloned().collect()
-        } else {
-            Default::default()
-        };
         let mut oci_runtimes = std::collections::HashMap::new();
         for (name, binary) in &cfg.oci_runtimes {
             if name.is_empty() || name == "crust" || name.contains('/') {
                 anyhow::bail!("oci_runtimes: {name:?} cannot name a runtime handler");
             }
             handlers.push(name.clone());
-            let rt = container::executor::oci_runtime::OciRuntime {
-                binary: binary.clone(),
-                root: cfg.state.join("runtimes").join(name),
-            };
-            // Asked once, as containerd asks `runc features`.
-            if kernel_rro && rt.supports_mount_option("rro") {
-                rro_handlers.insert(name.clone());
-            }
-            oci_runtimes.insert(name.clone(), rt);
+            oci_runtimes.insert(
+                name.clone(),
+                container::executor::oci_runtime::OciRuntime {
+                    binary: binary.clone(),
+                    root: cfg.state.join("runtimes").join(name),
+                },
+            );
         }
         Ok(Crust {
             store: Store::new(cfg.root.join("sandboxes")),
@@ -103,7 +95,7 @@ impl Crust {
             cgroups,
             pause_bin,
             handlers,
-            rro_handlers,
+            rro_handlers: Default::default(),
             oci_runtimes,
             streams: Default::default(),
             events: Default::default(),
@@ -112,6 +104,28 @@ impl Crust {
     }
 
     /// Where a sandbox's namespace pins live (volatile: they die with the node).
+    /// Whether `handler` makes recursive read-only mounts: crust's own executor where
+    /// the kernel has `mount_setattr`, an OCI runtime where its `features` (asked once,
+    /// as containerd asks `runc features`) list `rro` too.
+    pub fn recursive_read_only(&self, handler: &str) -> bool {
+        self.rro_handlers
+            .get_or_init(|| {
+                if !container::executor::recursive_mount_options() {
+                    return Default::default();
+                }
+                self.handlers
+                    .iter()
+                    .filter(|h| {
+                        self.oci_runtimes
+                            .get(*h)
+                            .is_none_or(|rt| rt.supports_mount_option("rro"))
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .contains(handler)
+    }
+
     pub fn pin_dir(&self, id: &str) -> PathBuf {
         self.cfg.state.join("sandboxes").join(id)
     }

@@ -68,7 +68,7 @@ pub fn status(crust: &Crust, verbose: bool) -> StatusResponse {
             .map(|h| RuntimeHandler {
                 name: h.clone(),
                 features: Some(RuntimeHandlerFeatures {
-                    recursive_read_only_mounts: crust.rro_handlers.contains(h),
+                    recursive_read_only_mounts: crust.recursive_read_only(h),
                     user_namespaces: false,
                 }),
             })
