@@ -213,6 +213,25 @@ pub(crate) fn controller_set(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether the `cgroup.controllers` or `cgroup.subtree_control` file `file` names
+/// `controller`; `None` when the file cannot be read (the cgroup does not exist).
+pub(crate) fn lists_controller(file: &Path, controller: &str) -> Option<bool> {
+    let text = std::fs::read_to_string(file).ok()?;
+    Some(controller_set(&text).iter().any(|c| c == controller))
+}
+
+/// `dir`, or its nearest ancestor that exists, not going above `root`.
+pub(crate) fn nearest_existing(dir: &Path, root: &Path) -> PathBuf {
+    let mut d = dir;
+    while !d.is_dir() && d != root {
+        match d.parent() {
+            Some(p) if p.starts_with(root) => d = p,
+            _ => break,
+        }
+    }
+    d.to_path_buf()
+}
+
 #[cfg(test)]
 pub(crate) mod testutil {
     use std::cell::RefCell;

@@ -96,9 +96,26 @@ pub trait CgroupManager {
     /// limit the kernel refuses is an error naming the file and value
     /// ([`Error::Limit`] for a memory limit below [`MIN_MEMORY_LIMIT`] or, on v1, below
     /// what the cgroup uses). A limit needing a controller the cgroup lacks (v1: not
-    /// mounted) is [`Error::Unsupported`]. Stops at the first error: earlier files keep
+    /// mounted; v2: not enabled by the parent) is [`Error::Unsupported`]; a field left
+    /// `None` asks nothing of its controller. Stops at the first error: earlier files keep
     /// their new values.
     fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()>;
+
+    /// Whether limits of `controller` can be written for the cgroup (made already): on
+    /// v1 its hierarchy is mounted (hugetlb also counts when the hybrid cgroup2 mount
+    /// has it enabled for this cgroup); on v2 the cgroup's `cgroup.controllers` lists it,
+    /// that is its parent enabled it. Callers that may leave a limit out (hugepages on a
+    /// node without hugetlb) ask this first instead of parsing [`Error::Unsupported`].
+    fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool;
+
+    /// Why cgroups made below `below` (crust's cgroup root) will not have the hugetlb
+    /// controller, or `None` when they will. Asked once at start, so that a node
+    /// without it is reported once, not once per container: v1 needs a hugetlb
+    /// hierarchy or the hybrid cgroup2 mount enabling hugetlb for `below`'s children
+    /// (crust enables nothing there); v2 needs hugetlb in `below`'s `cgroup.controllers`
+    /// (crust enables it further down itself). A `below` not made yet is judged by its
+    /// nearest existing ancestor.
+    fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String>;
 
     /// What the cgroup used (CPU, memory, pids); a controller it lacks reads as zero.
     fn stats(&self, path: &CgroupPath) -> Result<Stats>;
@@ -250,6 +267,12 @@ impl CgroupManager for Hierarchy {
     }
     fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()> {
         self.inner().apply(path, resources)
+    }
+    fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool {
+        self.inner().has_controller(controller, path)
+    }
+    fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String> {
+        self.inner().hugetlb_unavailable(below)
     }
     fn stats(&self, path: &CgroupPath) -> Result<Stats> {
         self.inner().stats(path)

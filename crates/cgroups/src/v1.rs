@@ -75,24 +75,20 @@ impl Manager {
     }
 
     /// hugetlb from the v1 hierarchy, else from the hybrid cgroup2 mount when the
-    /// controller is enabled there (this project's machines have it only there).
+    /// controller is enabled there for this cgroup (some hosts have it only there).
     fn apply_hugetlb(&self, path: &CgroupPath, r: &Resources) -> Result<()> {
         if let Some(dir) = self.dir("hugetlb", path) {
             return hugetlb::apply(&dir, r, hugetlb::V1);
         }
-        if let Some(dir) = self.dir("", path) {
-            let controllers = fs::read_opt(&dir.join("cgroup.controllers"))?.unwrap_or_default();
-            if fs::controller_set(&controllers)
-                .iter()
-                .any(|c| c == "hugetlb")
-            {
-                return hugetlb::apply(&dir, r, hugetlb::V2);
+        match self.dir("", path) {
+            Some(dir) if self.has_controller("hugetlb", path) => {
+                hugetlb::apply(&dir, r, hugetlb::V2)
             }
+            _ => Err(Error::Unsupported {
+                cgroup: path.to_string(),
+                reason: "no hugetlb controller (neither v1 nor on the hybrid cgroup2 mount)".into(),
+            }),
         }
-        Err(Error::Unsupported {
-            cgroup: path.to_string(),
-            reason: "no hugetlb controller (neither v1 nor on the hybrid cgroup2 mount)".into(),
-        })
     }
 
     pub(crate) fn map_roots(&self, f: impl Fn(&Root) -> Result<Root>) -> Result<Manager> {
@@ -180,6 +176,41 @@ impl CgroupManager for Manager {
             self.apply_hugetlb(path, r)?;
         }
         Ok(())
+    }
+
+    fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool {
+        if self.root_of(controller).is_some() && !controller.is_empty() {
+            return true;
+        }
+        // Only hugetlb is ever taken from the hybrid mount (see `apply_hugetlb`).
+        controller == "hugetlb"
+            && self.dir("", path).is_some_and(|d| {
+                fs::lists_controller(&d.join("cgroup.controllers"), controller) == Some(true)
+            })
+    }
+
+    fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String> {
+        if self.root_of("hugetlb").is_some() {
+            return None;
+        }
+        let Some(hybrid) = &self.hybrid else {
+            return Some(
+                "no cgroup v1 hugetlb hierarchy is mounted and there is no cgroup2 mount \
+                 beside the v1 ones"
+                    .into(),
+            );
+        };
+        let dir = fs::nearest_existing(&below.dir_under(&hybrid.dir), &hybrid.dir);
+        let control = dir.join("cgroup.subtree_control");
+        match fs::lists_controller(&control, "hugetlb") {
+            Some(true) => None,
+            _ => Some(format!(
+                "no cgroup v1 hugetlb hierarchy is mounted and the cgroup2 mount does not \
+                 enable hugetlb for the cgroups below {} (not in {})",
+                dir.display(),
+                control.display()
+            )),
+        }
     }
 
     fn stats(&self, path: &CgroupPath) -> Result<Stats> {
@@ -476,6 +507,100 @@ mod tests {
         t.writes();
         h.apply(&cg, &r).unwrap();
         assert_eq!(t.writes(), ["unified/c/hugetlb.2MB.max=2097152"]);
+        assert_eq!(t.writes(), Vec::<String>::new());
+    }
+
+    /// Which controllers a cgroup has, and whether a node has hugetlb for its pods:
+    /// only a v1 hierarchy, or the hybrid mount enabling it below crust's root, counts.
+    #[test]
+    fn has_controller_and_hugetlb_on_the_node() {
+        let t = Tree::new();
+        let h = host(&t);
+        let cg = p("/pod/c");
+        h.create(&cg).unwrap();
+        for c in ["cpu", "cpuacct", "cpuset", "memory", "pids", "freezer"] {
+            assert!(h.has_controller(c, &cg), "{c}");
+        }
+        for c in ["blkio", "hugetlb", ""] {
+            assert!(!h.has_controller(c, &cg), "{c:?}");
+        }
+        // This project's machines: hugetlb on the hybrid root, enabled for nobody.
+        t.write("unified/cgroup.controllers", "hugetlb\n");
+        t.write("unified/cgroup.subtree_control", "\n");
+        let why = h.hugetlb_unavailable(&p("/")).unwrap();
+        assert!(why.contains("does not enable hugetlb"), "{why}");
+        assert!(why.contains("unified/cgroup.subtree_control"), "{why}");
+        // A root not made yet is judged by its nearest existing ancestor.
+        let why = h.hugetlb_unavailable(&p("/not/yet")).unwrap();
+        assert!(why.contains("unified/cgroup.subtree_control"), "{why}");
+        t.write("unified/cgroup.subtree_control", "hugetlb\n");
+        assert_eq!(h.hugetlb_unavailable(&p("/not/yet")), None);
+        // Per cgroup, what its own cgroup.controllers says.
+        assert!(!h.has_controller("hugetlb", &cg));
+        t.write("unified/pod/c/cgroup.controllers", "hugetlb\n");
+        assert!(h.has_controller("hugetlb", &cg));
+
+        // No hybrid mount at all.
+        let t2 = Tree::new();
+        t2.mkdir("memory");
+        let h2 = Hierarchy::with_roots(Roots::V1 {
+            hierarchies: vec![("memory".into(), t2.path("memory"))],
+            hybrid: None,
+        });
+        let why = h2.hugetlb_unavailable(&p("/")).unwrap();
+        assert!(why.contains("no cgroup2 mount"), "{why}");
+        // A v1 hugetlb hierarchy: always there.
+        t2.mkdir("hugetlb");
+        let h3 = Hierarchy::with_roots(Roots::V1 {
+            hierarchies: vec![("hugetlb".into(), t2.path("hugetlb"))],
+            hybrid: None,
+        });
+        assert_eq!(h3.hugetlb_unavailable(&p("/")), None);
+        assert!(h3.has_controller("hugetlb", &p("/x")));
+    }
+
+    /// A controller the host does not mount: a limit for it is refused naming it, a
+    /// field left unset asks nothing of it.
+    #[test]
+    fn absent_controller_only_matters_when_named() {
+        let t = Tree::new();
+        t.mkdir("memory");
+        let h = Hierarchy::with_roots(Roots::V1 {
+            hierarchies: vec![("memory".into(), t.path("memory"))],
+            hybrid: None,
+        });
+        let cg = p("/c");
+        h.create(&cg).unwrap();
+        t.write("memory/c/memory.limit_in_bytes", "9223372036854771712\n");
+        t.writes();
+        let r = Resources {
+            memory_limit: Some(64 << 20),
+            ..Default::default()
+        };
+        h.apply(&cg, &r).unwrap();
+        assert_eq!(t.writes(), ["memory/c/memory.limit_in_bytes=67108864"]);
+        for r in [
+            Resources {
+                cpu_shares: Some(2),
+                ..Default::default()
+            },
+            Resources {
+                cpu_period: Some(100_000),
+                ..Default::default()
+            },
+            Resources {
+                cpuset_cpus: Some("0".into()),
+                ..Default::default()
+            },
+            Resources {
+                pids_limit: Some(5),
+                ..Default::default()
+            },
+        ] {
+            let e = h.apply(&cg, &r).unwrap_err();
+            assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+            assert!(e.to_string().contains("controller mounted"), "{e}");
+        }
         assert_eq!(t.writes(), Vec::<String>::new());
     }
 

@@ -97,14 +97,33 @@ impl CgroupManager for Manager {
     }
 
     /// cpuset, memory, cpu, pids, hugetlb, then the `unified` map, so that it overrides
-    /// what the fields above wrote. A controller the parent did not enable has no files
-    /// here: the write fails with ENOENT naming the file.
+    /// what the fields above wrote. A limit for a controller the parent did not enable
+    /// (not delegated: the cgroup has none of its files) is [`Error::Unsupported`]
+    /// naming the controller, as is a `unified` key of such a controller (runc refuses
+    /// both too); a limit a controller does not ask for writes nothing.
     fn apply(&self, path: &CgroupPath, r: &Resources) -> Result<()> {
         let dir = path.dir_under(&self.root);
+        // Unreadable (the cgroup does not exist): each write below fails naming its file.
+        let listed = std::fs::read_to_string(dir.join("cgroup.controllers"))
+            .ok()
+            .map(|t| fs::controller_set(&t));
+        let need = |controller: &str, wanted: bool| -> Result<()> {
+            match &listed {
+                Some(l) if wanted && !l.iter().any(|c| c == controller) => {
+                    Err(not_enabled(path, &dir, controller))
+                }
+                _ => Ok(()),
+            }
+        };
+        need("cpuset", r.has_cpuset())?;
         cpuset::apply(&dir, r)?;
+        need("memory", r.has_memory())?;
         memory::apply_v2(&dir, r)?;
+        need("cpu", r.has_cpu())?;
         cpu::apply_v2(&dir, r)?;
+        need("pids", r.pids_limit.is_some())?;
         pids::apply(&dir, r)?;
+        need("hugetlb", !r.hugepage_limits.is_empty())?;
         hugetlb::apply(&dir, r, hugetlb::V2)?;
         for (file, value) in &r.unified {
             let ok = !file.is_empty()
@@ -118,9 +137,41 @@ impl CgroupManager for Manager {
                     reason: format!("{file:?} is not a cgroup control file name"),
                 });
             }
-            fs::set(&dir.join(file), value)?;
+            match fs::set(&dir.join(file), value) {
+                Err(e) if matches!(e.errno(), Some(libc::ENOENT | libc::EACCES | libc::EPERM)) => {
+                    // As runc: a key of a controller the cgroup lacks says so.
+                    let controller = file.split('.').next().unwrap_or_default();
+                    let lacks = listed
+                        .as_ref()
+                        .is_some_and(|l| !l.iter().any(|c| c == controller));
+                    if lacks && controller != "cgroup" {
+                        return Err(not_enabled(path, &dir, controller));
+                    }
+                    return Err(e);
+                }
+                r => r?,
+            }
         }
         Ok(())
+    }
+
+    fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool {
+        let file = path.dir_under(&self.root).join("cgroup.controllers");
+        fs::lists_controller(&file, controller) == Some(true)
+    }
+
+    fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String> {
+        let dir = fs::nearest_existing(&below.dir_under(&self.root), &self.root);
+        let file = dir.join("cgroup.controllers");
+        match fs::lists_controller(&file, "hugetlb") {
+            Some(true) => None,
+            Some(false) => Some(format!(
+                "the cgroup v2 hierarchy does not delegate hugetlb to {} (not in {})",
+                dir.display(),
+                file.display()
+            )),
+            None => Some(format!("cannot read {}", file.display())),
+        }
     }
 
     fn stats(&self, path: &CgroupPath) -> Result<Stats> {
@@ -145,13 +196,36 @@ impl CgroupManager for Manager {
     }
 }
 
+/// The error for a limit of `controller` in a cgroup whose parent did not enable it.
+fn not_enabled(path: &CgroupPath, dir: &Path, controller: &str) -> Error {
+    let parent = dir.parent().unwrap_or(dir).join("cgroup.subtree_control");
+    Error::Unsupported {
+        cgroup: path.to_string(),
+        reason: format!(
+            "no {controller} controller: {} does not enable it (not delegated)",
+            parent.display()
+        ),
+    }
+}
+
 /// Errors of a `subtree_control` write that mean "not this controller here": EBUSY
 /// (the level has processes), EINVAL / ENOTSUP (cannot be enabled), ENOENT (not
-/// available here; a missing file instead means a missing cgroup, not skippable).
+/// available here; a missing file instead means a missing cgroup, not skippable),
+/// EACCES / EPERM / EROFS (a level delegated to us without its `subtree_control`, or
+/// mounted read-only). runc goes on past all of these too: only a limit for a
+/// controller that ended up missing fails, in `apply`, naming it.
 fn skippable(control: &Path, e: &Error) -> bool {
     matches!(
         e.errno(),
-        Some(libc::EBUSY | libc::EINVAL | libc::ENOTSUP | libc::ENOENT)
+        Some(
+            libc::EBUSY
+                | libc::EINVAL
+                | libc::ENOTSUP
+                | libc::ENOENT
+                | libc::EACCES
+                | libc::EPERM
+                | libc::EROFS
+        )
     ) && control.exists()
 }
 
@@ -331,6 +405,131 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// A controller the parent did not enable (not delegated): limits for it are
+    /// refused naming it and the parent's `subtree_control`, unified keys of it too
+    /// (as runc); limits of other controllers, and unset ones, still go through.
+    #[test]
+    fn not_delegated_controllers() {
+        let t = Tree::new();
+        let h = host(&t, "cpu memory pids");
+        let cg = p("/pod/c");
+        h.create(&cg).unwrap();
+        // What the kernel shows in the leaf: what pod/ enabled.
+        t.write("pod/c/cgroup.controllers", "cpu memory pids\n");
+        t.writes();
+        let r = Resources {
+            cpu_shares: Some(2),
+            cpu_period: Some(100_000),
+            memory_limit: Some(64 << 20),
+            ..Default::default()
+        };
+        h.apply(&cg, &r).unwrap();
+        assert_eq!(
+            t.writes(),
+            [
+                "pod/c/memory.max=67108864",
+                "pod/c/cpu.weight=1",
+                "pod/c/cpu.max=max 100000"
+            ]
+        );
+        assert!(h.has_controller("memory", &cg));
+        assert!(!h.has_controller("hugetlb", &cg));
+        assert!(!h.has_controller("cpuset", &p("/gone")));
+        let hp = Resources {
+            hugepage_limits: [("2MB".to_string(), 0)].into(),
+            ..Default::default()
+        };
+        let cpuset = Resources {
+            cpuset_cpus: Some("0".into()),
+            ..Default::default()
+        };
+        for (r, controller) in [(hp, "hugetlb"), (cpuset, "cpuset")] {
+            let e = h.apply(&cg, &r).unwrap_err();
+            assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "cgroup /pod/c: no {controller} controller: {} does not enable it (not \
+                     delegated)",
+                    t.path("pod/cgroup.subtree_control").display()
+                )
+            );
+        }
+        assert_eq!(t.writes(), Vec::<String>::new());
+        // A unified key: written when the file is there, refused naming the controller
+        // when the controller is missing. Fake trees create the files they write, so a
+        // link into a missing directory stands in for the kernel's missing file.
+        let r = Resources {
+            unified: [("memory.high".to_string(), "1000000".to_string())].into(),
+            ..Default::default()
+        };
+        h.apply(&cg, &r).unwrap();
+        assert_eq!(t.writes(), ["pod/c/memory.high=1000000"]);
+        let io = Resources {
+            unified: [("io.weight".to_string(), "default 100".to_string())].into(),
+            ..Default::default()
+        };
+        std::os::unix::fs::symlink(t.path("missing/io.weight"), t.path("pod/c/io.weight")).unwrap();
+        let e = h.apply(&cg, &io).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("no io controller"), "{e}");
+        // A missing file of a controller the cgroup has is the write's own error.
+        std::os::unix::fs::symlink(t.path("missing/memory.low"), t.path("pod/c/memory.low"))
+            .unwrap();
+        let low = Resources {
+            unified: [("memory.low".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        };
+        let e = h.apply(&cg, &low).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOENT), "{e}");
+        assert!(e.to_string().contains("memory.low"), "{e}");
+    }
+
+    /// A `subtree_control` the kernel will not let us write (read-only mount, a
+    /// delegation that keeps it) leaves the controller off instead of failing the
+    /// cgroup, as runc goes on; a missing file (no such cgroup) still fails.
+    #[test]
+    fn refused_subtree_control_is_skipped() {
+        let t = Tree::new();
+        t.write("cgroup.subtree_control", "");
+        let control = t.path("cgroup.subtree_control");
+        for errno in [libc::EROFS, libc::EACCES, libc::EPERM, libc::EBUSY] {
+            let e = Error::io(
+                crate::Op::Write,
+                &control,
+                std::io::Error::from_raw_os_error(errno),
+            );
+            assert!(skippable(&control, &e), "{errno}");
+        }
+        let e = Error::io(
+            crate::Op::Write,
+            t.path("gone/cgroup.subtree_control"),
+            std::io::Error::from_raw_os_error(libc::EROFS),
+        );
+        assert!(!skippable(&t.path("gone/cgroup.subtree_control"), &e));
+        let e = Error::io(
+            crate::Op::Write,
+            &control,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        assert!(!skippable(&control, &e));
+    }
+
+    /// Whether pods below a root get hugetlb: what the root's parent delegated.
+    #[test]
+    fn hugetlb_on_the_node() {
+        let t = Tree::new();
+        let h = host(&t, "cpu memory pids hugetlb\n");
+        assert_eq!(h.hugetlb_unavailable(&p("/")), None);
+        assert_eq!(h.hugetlb_unavailable(&p("/kubepods/not/yet")), None);
+        t.write("cgroup.controllers", "cpu memory\n");
+        let why = h.hugetlb_unavailable(&p("/kubepods")).unwrap();
+        assert!(why.contains("does not delegate hugetlb"), "{why}");
+        assert!(why.contains("cgroup.controllers"), "{why}");
+        let gone = Hierarchy::with_roots(Roots::V2(t.path("nope")));
+        assert!(gone.hugetlb_unavailable(&p("/")).is_some());
     }
 
     #[test]
