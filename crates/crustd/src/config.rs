@@ -51,6 +51,12 @@ pub struct CgroupConfig {
     /// the hierarchy's root: for crustd inside a container, and for tests, which must
     /// keep their cgroups under their own.
     pub nested: bool,
+    /// Fail CreateContainer and UpdateContainerResources that carry hugepage limits
+    /// when the container's cgroup has no hugetlb controller. Off by default because the
+    /// kubelet sends a limit for every page size the kernel has (0 for pods asking for
+    /// none), so a node without the controller could run no pod at all; containerd
+    /// leaves such limits out by default too.
+    pub require_hugetlb: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,6 +118,7 @@ impl Default for CgroupConfig {
             driver: "cgroupfs".into(),
             root: "/".into(),
             nested: false,
+            require_hugetlb: false,
         }
     }
 }
@@ -274,6 +281,9 @@ mod tests {
         assert!(text.contains("conf_dir = \"/etc/cni/net.d\""), "{text}");
         assert_eq!(Config::parse(&text).unwrap(), Config::default());
         assert_eq!(Config::parse("").unwrap(), Config::default());
+        assert!(text.contains("require_hugetlb = false"), "{text}");
+        let c = Config::parse("[cgroup]\nrequire_hugetlb = true").unwrap();
+        assert!(c.cgroup.require_hugetlb);
     }
 
     #[test]

@@ -96,6 +96,107 @@ pub fn resources(r: &LinuxContainerResources) -> cgroups::Resources {
     }
 }
 
+/// The limits CreateContainer and UpdateContainerResources write into the container's
+/// cgroup `cg` (made already): the CRI resources, less the hugepage limits where the
+/// cgroup has no hugetlb controller. The kubelet sends a limit for every page size the
+/// kernel has (0 when the pod asks for none) whether or not the node has the
+/// controller, so refusing them would fail every pod on such a node; containerd leaves
+/// them out by default too. With `cgroup.require_hugetlb` they are refused instead.
+fn cgroup_resources(
+    crust: &Crust,
+    what: &str,
+    cg: &cgroups::CgroupPath,
+    r: &LinuxContainerResources,
+) -> Result<cgroups::Resources> {
+    let mut res = resources(r);
+    let has = res.hugepage_limits.is_empty() || crust.cgroups.has_controller("hugetlb", cg);
+    hugepages_without_hugetlb(
+        &mut res,
+        has,
+        crust.cfg.cgroup.require_hugetlb,
+        crust.hugetlb_missing.as_deref(),
+        what,
+        cg,
+    )?;
+    Ok(res)
+}
+
+/// [`cgroup_resources`]' decision: nothing to do when the cgroup has hugetlb (or no
+/// limit names it); else the limits are dropped, or refused naming the key that asks
+/// for them. `why` is the node's reason found at start, when it has one.
+fn hugepages_without_hugetlb(
+    res: &mut cgroups::Resources,
+    has_hugetlb: bool,
+    require: bool,
+    why: Option<&str>,
+    what: &str,
+    cg: &cgroups::CgroupPath,
+) -> Result<()> {
+    if has_hugetlb || res.hugepage_limits.is_empty() {
+        return Ok(());
+    }
+    let sizes: Vec<&str> = res.hugepage_limits.keys().map(String::as_str).collect();
+    let sizes = sizes.join(", ");
+    if require {
+        let why = why.map(|w| format!(": {w}")).unwrap_or_default();
+        return Err(Error::FailedPrecondition(format!(
+            "{what}: hugepage limits ({sizes}) need the hugetlb cgroup controller and cgroup \
+             {cg} has none{why}; refused because cgroup.require_hugetlb is set (set it to \
+             false to run such containers without hugepage limits)"
+        )));
+    }
+    // Said once at start (daemon.rs); per container only at debug.
+    tracing::debug!(%cg, sizes, "no hugetlb controller: hugepage limits not applied");
+    res.hugepage_limits.clear();
+    Ok(())
+}
+
+/// The container config as the spec gets it, for what an OCI runtime (runc, crun)
+/// applies again from the bundle: no swap limit where the cgroup has no swap
+/// accounting (runc fails writing the missing file, where crust's own cgroup code
+/// skips it; containerd leaves it out there too), and an `oom_score_adj` below
+/// crustd's own raised to it when crustd may not lower it (no `CAP_SYS_RESOURCE`, as
+/// on these machines), as containerd's `restrict_oom_score_adj` does, where runc
+/// would fail the container.
+fn spec_config(
+    crust: &Crust,
+    cfg: &ContainerConfig,
+    cg: Option<&cgroups::CgroupPath>,
+) -> ContainerConfig {
+    let mut cfg = cfg.clone();
+    let Some(r) = cfg.linux.as_mut().and_then(|l| l.resources.as_mut()) else {
+        return cfg;
+    };
+    if r.memory_swap_limit_in_bytes != 0 && !cg.is_some_and(|cg| swap_accounting(crust, cg)) {
+        r.memory_swap_limit_in_bytes = 0;
+    }
+    if !util::has_cap_sys_resource() {
+        let own = util::own_oom_score_adj();
+        if r.oom_score_adj < own {
+            tracing::debug!(
+                asked = r.oom_score_adj,
+                own,
+                "no CAP_SYS_RESOURCE: oom_score_adj raised to crustd's own"
+            );
+            r.oom_score_adj = own;
+        }
+    }
+    cfg
+}
+
+/// Whether the container's memory cgroup has a swap limit file (v1
+/// `memory.memsw.limit_in_bytes`, v2 `memory.swap.max`).
+fn swap_accounting(crust: &Crust, cg: &cgroups::CgroupPath) -> bool {
+    let file = match crust.cgroups.version() {
+        cgroups::Version::V1 => "memory.memsw.limit_in_bytes",
+        cgroups::Version::V2 => "memory.swap.max",
+    };
+    crust
+        .cgroups
+        .dir("memory", cg)
+        .is_some_and(|d| d.join(file).exists())
+}
+
 pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<String> {
     let cfg = req
         .config
@@ -310,10 +411,9 @@ fn make(
                     .create(cg)
                     .map_err(cgroup_err(format!("creating cgroup {cg}")))?;
                 if let Some(r) = resources_wanted {
-                    crust
-                        .cgroups
-                        .apply(cg, &resources(r))
-                        .map_err(cgroup_err(format!("container resources of {id}")))?;
+                    let what = format!("container resources of {id}");
+                    let res = cgroup_resources(crust, &what, cg, r)?;
+                    crust.cgroups.apply(cg, &res).map_err(cgroup_err(what))?;
                 }
                 Ok(())
             })
@@ -384,7 +484,7 @@ fn make(
         .unwrap_or_else(|_| sb_cfg.hostname.clone());
     let t_cgroup = t0.elapsed();
     let spec = container_spec::build(
-        cfg,
+        &spec_config(crust, cfg, cg.as_ref()),
         &SpecInput {
             id: &id,
             sandbox: sb,
@@ -1126,10 +1226,9 @@ pub async fn update_resources(
     if let Some(cg) = &rec.cgroup {
         let path = cgroups::CgroupPath::new(cg)
             .map_err(|e| Error::Internal(format!("recorded cgroup {cg:?}: {e}")))?;
-        crust
-            .cgroups
-            .apply(&path, &resources(&r))
-            .map_err(cgroup_err(format!("updating the resources of {}", rec.id)))?;
+        let what = format!("updating the resources of {}", rec.id);
+        let res = cgroup_resources(&crust, &what, &path, &r)?;
+        crust.cgroups.apply(&path, &res).map_err(cgroup_err(what))?;
     }
     rec.resources_pb = util::hex(&r.encode_to_vec());
     crust.containers.save(&rec)
@@ -1234,5 +1333,70 @@ pub fn sweep_snapshots(crust: &Crust) {
 pub fn watch_all(crust: &Arc<Crust>) {
     for c in crust.containers.list() {
         watch(crust.clone(), c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kubelet's hugepage limits where the cgroup has no hugetlb controller: left
+    /// out by default, refused naming the key with `cgroup.require_hugetlb`, applied
+    /// where the controller is.
+    #[test]
+    fn hugepage_limits_without_hugetlb() {
+        let cg = cgroups::CgroupPath::new("/kubepods/pod1/c1").unwrap();
+        let r = LinuxContainerResources {
+            cpu_shares: 2,
+            cpu_period: 100_000,
+            hugepage_limits: vec![
+                HugepageLimit {
+                    page_size: "2MB".into(),
+                    limit: 0,
+                },
+                HugepageLimit {
+                    page_size: "1GB".into(),
+                    limit: 0,
+                },
+            ],
+            ..Default::default()
+        };
+        let full = resources(&r);
+        assert_eq!(full.hugepage_limits.len(), 2);
+
+        // The controller is there: as asked, for both settings of the key.
+        for require in [false, true] {
+            let mut res = full.clone();
+            hugepages_without_hugetlb(&mut res, true, require, None, "c1", &cg).unwrap();
+            assert_eq!(res, full);
+        }
+        // Not there: dropped, everything else kept.
+        let mut res = full.clone();
+        hugepages_without_hugetlb(&mut res, false, false, Some("why"), "c1", &cg).unwrap();
+        assert!(res.hugepage_limits.is_empty());
+        assert_eq!((res.cpu_shares, res.cpu_period), (Some(2), Some(100_000)));
+        // Required: refused, naming the sizes, the cgroup, the reason and the key.
+        let mut res = full.clone();
+        let e = hugepages_without_hugetlb(
+            &mut res,
+            false,
+            true,
+            Some("no hugetlb hierarchy"),
+            "container resources of c1",
+            &cg,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::FailedPrecondition(_)), "{e}");
+        let text = e.to_string();
+        for part in [
+            "container resources of c1: hugepage limits (1GB, 2MB)",
+            "cgroup /kubepods/pod1/c1 has none: no hugetlb hierarchy",
+            "cgroup.require_hugetlb is set",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+        // No limits asked: nothing to refuse, whatever the node.
+        let mut res = resources(&LinuxContainerResources::default());
+        hugepages_without_hugetlb(&mut res, false, true, None, "c1", &cg).unwrap();
     }
 }

@@ -16,6 +16,9 @@ pub struct Crust {
     pub monitor_bin: PathBuf,
     pub network: Network,
     pub cgroups: cgroups::Hierarchy,
+    /// Why the pods' cgroups will have no hugetlb controller (`None`: they will), found
+    /// once at start: logged then and reported by Status, not once per container.
+    pub hugetlb_missing: Option<String>,
     pub pause_bin: PathBuf,
     /// Runtime handlers RunPodSandbox accepts.
     pub handlers: Vec<String>,
@@ -62,6 +65,20 @@ impl Crust {
                 .nested_in_own_cgroup()
                 .map_err(|e| anyhow::anyhow!("finding crustd's own cgroup: {e}"))?;
         }
+        let hugetlb_missing = hugetlb_missing(&cgroups, &cfg.cgroup.root);
+        match (&hugetlb_missing, cfg.cgroup.require_hugetlb) {
+            (None, _) => {
+                tracing::debug!("hugetlb cgroup controller present: hugepage limits are applied")
+            }
+            (Some(reason), false) => tracing::warn!(
+                reason = %reason,
+                "no usable hugetlb cgroup controller: hugepage limits are not applied (set cgroup.require_hugetlb = true to refuse containers that carry them instead)"
+            ),
+            (Some(reason), true) => tracing::warn!(
+                reason = %reason,
+                "no usable hugetlb cgroup controller and cgroup.require_hugetlb is set: containers with hugepage limits will be refused"
+            ),
+        }
         let network = Network {
             conf_dir: cfg.cni.conf_dir.clone(),
             runtime: CniRuntime::new(cfg.cni.bin_dirs.clone(), cfg.root.join("cni")),
@@ -93,6 +110,7 @@ impl Crust {
             monitor_bin,
             network,
             cgroups,
+            hugetlb_missing,
             pause_bin,
             handlers,
             rro_handlers: Default::default(),
@@ -103,7 +121,22 @@ impl Crust {
         })
     }
 
-    /// Where a sandbox's namespace pins live (volatile: they die with the node).
+    /// What Status reports about hugepage limits on this node: whether the hugetlb
+    /// controller is there, why not, and what becomes of the limits the kubelet sends.
+    pub fn hugetlb_status(&self) -> serde_json::Value {
+        let limits = match (&self.hugetlb_missing, self.cfg.cgroup.require_hugetlb) {
+            (None, _) => "applied",
+            (Some(_), false) => "not applied",
+            (Some(_), true) => "refused (cgroup.require_hugetlb)",
+        };
+        serde_json::json!({
+            "controller": self.hugetlb_missing.is_none(),
+            "reason": self.hugetlb_missing,
+            "requireHugetlb": self.cfg.cgroup.require_hugetlb,
+            "hugepageLimits": limits,
+        })
+    }
+
     /// Whether `handler` makes recursive read-only mounts: crust's own executor where
     /// the kernel has `mount_setattr`, an OCI runtime where its `features` (asked once,
     /// as containerd asks `runc features`) list `rro` too.
@@ -126,6 +159,7 @@ impl Crust {
             .contains(handler)
     }
 
+    /// Where a sandbox's namespace pins live (volatile: they die with the node).
     pub fn pin_dir(&self, id: &str) -> PathBuf {
         self.cfg.state.join("sandboxes").join(id)
     }
@@ -163,5 +197,14 @@ impl Crust {
         p.push('/');
         p.push_str(id);
         p
+    }
+}
+
+/// [`cgroups::CgroupManager::hugetlb_unavailable`] below the configured cgroup root.
+fn hugetlb_missing(h: &cgroups::Hierarchy, root: &str) -> Option<String> {
+    use cgroups::CgroupManager;
+    match cgroups::CgroupPath::new(root) {
+        Ok(root) => h.hugetlb_unavailable(&root),
+        Err(e) => Some(format!("cgroup.root {root:?}: {e}")),
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::daemon::Crust;
 use crate::error::{Error, Result};
+use cgroups::CgroupManager;
 use cri_api::*;
 use serde_json::json;
 
@@ -55,6 +56,14 @@ pub fn status(crust: &Crust, verbose: bool) -> StatusResponse {
                 "cniConfDir": crust.cfg.cni.conf_dir, "cniBinDirs": crust.cfg.cni.bin_dirs, "network": cni,
             })
             .to_string(),
+        );
+        let version = match crust.cgroups.version() {
+            cgroups::Version::V1 => "v1",
+            cgroups::Version::V2 => "v2",
+        };
+        info.insert(
+            "cgroups".to_string(),
+            json!({"version": version, "hugetlb": crust.hugetlb_status()}).to_string(),
         );
     }
     StatusResponse {

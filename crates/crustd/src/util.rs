@@ -72,6 +72,28 @@ fn write_via_temp(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> 
     Ok(())
 }
 
+/// crustd's own `oom_score_adj` (0 when unreadable): the lowest a process it starts may
+/// have without `CAP_SYS_RESOURCE`.
+pub fn own_oom_score_adj() -> i64 {
+    std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether crustd's effective set has `CAP_SYS_RESOURCE`, which lowering an
+/// `oom_score_adj` below its own needs (these machines' bounding set lacks it).
+pub fn has_cap_sys_resource() -> bool {
+    /// linux/capability.h
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
 /// RFC 3339 with nanoseconds, for the verbose info maps.
 pub fn rfc3339(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
