@@ -18,6 +18,9 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tower::service_fn;
 
+pub mod authority;
+mod hpack;
+
 /// Generated code, in a module tree that mirrors the protobuf package names.
 pub mod runtime {
     /// The CRI v1 API: package `runtime.v1`.

@@ -72,7 +72,12 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
     let listener = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("binding {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660))?;
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Every connection through the authority fix: the kubelet before v1.30 and grpc's
+    // C core send `:authority` values the HTTP/2 server would refuse (see the module).
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::UnixListenerStream::new(listener),
+        |conn| conn.map(cri_api::authority::AuthorityFix::new),
+    );
     let svc = Service {
         crust: crust.clone(),
     };
