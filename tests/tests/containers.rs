@@ -1612,3 +1612,254 @@ async fn image_volumes_mount_an_image_read_only() {
         assert_eq!(snapshots(&e.d), before, "{what} left a snapshot");
     }
 }
+
+/// The hugepage sizes the kernel has, named as the kubelet names them (`2MB`, `1GB`).
+fn hugepage_sizes() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .map(|r| {
+            r.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let kb: u64 = name
+                        .strip_prefix("hugepages-")?
+                        .strip_suffix("kB")?
+                        .parse()
+                        .ok()?;
+                    Some(if kb % (1 << 20) == 0 {
+                        format!("{}GB", kb >> 20)
+                    } else if kb % 1024 == 0 {
+                        format!("{}MB", kb >> 10)
+                    } else {
+                        format!("{kb}KB")
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// What a kubelet v1.28 sends for a Guaranteed container on a cgroup v1 node: CPU
+/// shares, the CFS period with a quota, a memory limit with memory+swap equal to it
+/// (no swap), the Guaranteed class's oom_score_adj (which these machines cannot lower
+/// to), and a hugepage limit of 0 for every page size the kernel has.
+fn kubelet_resources() -> LinuxContainerResources {
+    LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        cpu_shares: 512,
+        memory_limit_in_bytes: 64 << 20,
+        memory_swap_limit_in_bytes: 64 << 20,
+        oom_score_adj: -997,
+        hugepage_limits: hugepage_sizes()
+            .into_iter()
+            .map(|page_size| HugepageLimit {
+                page_size,
+                limit: 0,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// crustd's verbose Status `info.cgroups.hugetlb`.
+async fn hugetlb_status(e: &mut Env) -> serde_json::Value {
+    let st =
+        e.c.status(StatusRequest { verbose: true })
+            .await
+            .unwrap()
+            .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&st.info["cgroups"]).unwrap();
+    info["hugetlb"].clone()
+}
+
+/// The hugetlb limit file for `size` in the container's cgroup, if the cgroup has one.
+fn hugetlb_file(e: &Env, info: &serde_json::Value, size: &str) -> Option<PathBuf> {
+    use cgroups::CgroupManager;
+    let h = e.d.cgroups();
+    let cg = cgroups::CgroupPath::new(info["cgroup"].as_str().unwrap()).unwrap();
+    [
+        h.dir("hugetlb", &cg)
+            .map(|d| d.join(format!("hugetlb.{size}.limit_in_bytes"))),
+        h.dir("", &cg)
+            .map(|d| d.join(format!("hugetlb.{size}.max"))),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|f| f.exists())
+}
+
+/// Whether pods under this daemon get a hugetlb controller (these machines: no, it is
+/// only on the cgroup2 mount and not enabled below its root).
+fn hugetlb_missing(e: &Env) -> Option<String> {
+    use cgroups::CgroupManager;
+    let root = cgroups::CgroupPath::new(&e.d.cgroup_root).unwrap();
+    e.d.cgroups().hugetlb_unavailable(&root)
+}
+
+/// A container with what a real kubelet sends (hugepage limits for every page size
+/// included) runs on this node, in crust's executor and in runc: where the node has
+/// no hugetlb controller the limits are left out, which crustd says once at start
+/// (not per container) and in verbose Status; where it has one they are in the cgroup.
+#[tokio::test]
+async fn kubelet_resources_with_hugepage_limits_run() {
+    if !require_root(&["ip", "nsenter", "nft", "busybox", "runc"]) {
+        return;
+    }
+    let runc = which("runc").unwrap();
+    let d = Crustd::start_with_config(
+        Default::default(),
+        &format!("[oci_runtimes]\nrunc = {:?}\n", runc.display().to_string()),
+    );
+    let mut e = Env::with(d).await;
+    let missing = hugetlb_missing(&e);
+    eprintln!(
+        "hugetlb on this node: {missing:?}; page sizes {:?}",
+        hugepage_sizes()
+    );
+    let hs = hugetlb_status(&mut e).await;
+    assert_eq!(hs["controller"], missing.is_none(), "{hs}");
+    assert_eq!(hs["reason"].as_str().map(str::to_string), missing, "{hs}");
+    assert_eq!(hs["requireHugetlb"], false, "{hs}");
+    let expected = if missing.is_some() {
+        "not applied"
+    } else {
+        "applied"
+    };
+    assert_eq!(hs["hugepageLimits"], expected, "{hs}");
+
+    let mut ids = vec![];
+    for handler in ["", "runc"] {
+        let name = format!("kres{handler}");
+        let pod = e.pod_on(&name, handler, |_| {}).await;
+        for n in 0..2 {
+            let mut cfg = ctr(&format!("c{n}"), &["sleep", "1000"]);
+            *res(&mut cfg) = kubelet_resources();
+            let id = e.create(&pod, cfg).await;
+            e.start(&id).await;
+            let (s, info) = e.status(&id).await;
+            assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+            // The limits that apply are in the cgroup.
+            use cgroups::CgroupManager;
+            let cg = cgroups::CgroupPath::new(info["cgroup"].as_str().unwrap()).unwrap();
+            let h = e.d.cgroups();
+            let mem = h.dir("memory", &cg).unwrap();
+            let limit = ["memory.max", "memory.limit_in_bytes"]
+                .iter()
+                .map(|f| mem.join(f))
+                .find(|f| f.exists())
+                .unwrap();
+            assert_eq!(
+                std::fs::read_to_string(&limit).unwrap().trim(),
+                (64u64 << 20).to_string(),
+                "{handler}"
+            );
+            for size in hugepage_sizes() {
+                let file = hugetlb_file(&e, &info, &size);
+                match &missing {
+                    None => assert_eq!(
+                        std::fs::read_to_string(file.unwrap()).unwrap().trim(),
+                        "0",
+                        "{size}"
+                    ),
+                    Some(_) => assert_eq!(file, None, "{size}"),
+                }
+            }
+            ids.push(id);
+        }
+    }
+    // An update carrying them too (the kubelet resizing a pod) succeeds.
+    e.c.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: ids[0].clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 96 << 20,
+            memory_swap_limit_in_bytes: 96 << 20,
+            ..kubelet_resources()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Said once, at start: not once per container.
+    let log = e.d.log_text();
+    let said = log.matches("no usable hugetlb cgroup controller").count();
+    assert_eq!(said, usize::from(missing.is_some()), "{log}");
+    for id in ids {
+        e.remove(&id).await;
+    }
+    assert!(container_dirs(&e.d).is_empty());
+}
+
+/// `cgroup.require_hugetlb = true`: where the node has no hugetlb controller, a
+/// container with hugepage limits (create or update) is refused with an error naming
+/// the key, and nothing is left; one without them runs. Where the node has the
+/// controller, the limits are applied as without the key.
+#[tokio::test]
+async fn require_hugetlb_refuses_hugepage_limits_it_cannot_apply() {
+    if !root() {
+        return;
+    }
+    let d = Crustd::start_with_config(Default::default(), "[cgroup]\nrequire_hugetlb = true\n");
+    let mut e = Env::with(d).await;
+    let missing = hugetlb_missing(&e);
+    let hs = hugetlb_status(&mut e).await;
+    assert_eq!(hs["requireHugetlb"], true, "{hs}");
+    let pod = e.pod("reqhuge").await;
+    let mut cfg = ctr("hp", &["sleep", "1000"]);
+    *res(&mut cfg) = kubelet_resources();
+    if hugepage_sizes().is_empty() {
+        eprintln!("no hugepage sizes in this kernel: nothing to refuse");
+        return;
+    }
+    let Some(why) = missing else {
+        // The controller is there: applied, as without the key.
+        assert_eq!(hs["hugepageLimits"], "applied", "{hs}");
+        let id = e.create(&pod, cfg).await;
+        let (_, info) = e.status(&id).await;
+        let file = hugetlb_file(&e, &info, &hugepage_sizes()[0]).unwrap();
+        assert_eq!(std::fs::read_to_string(file).unwrap().trim(), "0");
+        e.remove(&id).await;
+        return;
+    };
+    assert_eq!(
+        hs["hugepageLimits"], "refused (cgroup.require_hugetlb)",
+        "{hs}"
+    );
+    let log = e.d.log_text();
+    assert!(
+        log.contains(
+            "cgroup.require_hugetlb is set: containers with hugepage limits will be refused"
+        ),
+        "{log}"
+    );
+    let err = e.try_create(&pod, cfg).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    let msg = err.message();
+    assert!(msg.contains("cgroup.require_hugetlb is set"), "{msg}");
+    assert!(msg.contains("need the hugetlb cgroup controller"), "{msg}");
+    assert!(msg.contains(&why), "{msg}");
+    assert!(container_dirs(&e.d).is_empty(), "nothing left");
+
+    // Without hugepage limits: runs; an update adding them is refused the same way.
+    let mut cfg = ctr("plain", &["sleep", "1000"]);
+    *res(&mut cfg) = LinuxContainerResources {
+        hugepage_limits: vec![],
+        ..kubelet_resources()
+    };
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let err =
+        e.c.update_container_resources(UpdateContainerResourcesRequest {
+            container_id: id.clone(),
+            linux: Some(kubelet_resources()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("cgroup.require_hugetlb"), "{err:?}");
+    let (s, _) = e.status(&id).await;
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32);
+    e.remove(&id).await;
+}
