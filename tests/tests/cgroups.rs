@@ -864,3 +864,56 @@ fn v2_cgroup_kill_of_a_frozen_cgroup() {
     g.h.remove(&cg).unwrap();
     assert!(!g.h.exists(&cg));
 }
+
+/// v2: a controller the parent does not enable (not delegated) has no files in the
+/// cgroup: a limit or unified key for it is refused naming the controller, limits of
+/// the others still apply, and `has_controller` / `hugetlb_unavailable` say so.
+#[test]
+#[ignore = "cgroup v2 only: hack/vm-test runs it in a VM"]
+fn v2_not_delegated_controller_is_named() {
+    if !require_root(&[]) {
+        return;
+    }
+    let g = Guard::new("crustcg2n");
+    assert_eq!(g.h.version(), Version::V2, "needs a cgroup v2 host");
+    let parent = g.path("p");
+    let cg = g.path("p/c");
+    g.h.create(&cg).unwrap();
+    assert!(g.h.has_controller("pids", &cg));
+    // Take pids (and hugetlb, where the kernel has it) back from the child.
+    let control = g.dir("", &parent).join("cgroup.subtree_control");
+    let mut off = vec!["-pids"];
+    if g.h.has_controller("hugetlb", &cg) {
+        off.push("-hugetlb");
+    }
+    for c in off {
+        std::fs::write(&control, c).unwrap_or_else(|e| panic!("{c}: {e}"));
+    }
+    assert!(!g.h.has_controller("pids", &cg));
+    assert!(!g.h.has_controller("hugetlb", &cg));
+    assert!(g.h.has_controller("memory", &cg));
+    assert!(g.h.hugetlb_unavailable(&cg).is_some());
+    let expect = format!(
+        "cgroup {cg}: no pids controller: {} does not enable it (not delegated)",
+        control.display()
+    );
+    let r = Resources {
+        pids_limit: Some(10),
+        ..Default::default()
+    };
+    assert_eq!(g.h.apply(&cg, &r).unwrap_err().to_string(), expect);
+    let r = Resources {
+        unified: [("pids.max".to_string(), "10".to_string())].into(),
+        ..Default::default()
+    };
+    assert_eq!(g.h.apply(&cg, &r).unwrap_err().to_string(), expect);
+    let r = Resources {
+        memory_limit: Some(64 * MIB),
+        cpu_shares: Some(2),
+        cpu_period: Some(100_000),
+        ..Default::default()
+    };
+    g.h.apply(&cg, &r).unwrap();
+    assert_eq!(g.file("", &cg, "memory.max"), (64 * MIB).to_string());
+    assert_eq!(g.file("", &cg, "cpu.max"), "max 100000");
+}
