@@ -1,0 +1,284 @@
+//! The crustlet's settings: the kubelet's flag names, and a `--config` file (TOML) of the
+//! same keys. A flag given on the command line wins over the file, the file over the
+//! default. Unknown flags and unknown keys are errors that name them.
+
+use anyhow::{bail, Context};
+use clap::{ArgAction, Parser};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+pub const DEFAULT_ENDPOINT: &str = "unix:///run/crust/crust.sock";
+
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "crustlet",
+    version,
+    about = "A thin kubelet: runs the pods bound to this node through a CRI runtime"
+)]
+pub struct Flags {
+    /// A TOML file with any of the keys below (flag names without the dashes).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Kubeconfig for the apiserver; without it (and without --pod-manifest-path) there
+    /// is nothing to run.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The CRI runtime's socket.
+    #[arg(long)]
+    pub container_runtime_endpoint: Option<String>,
+    /// The node's name (default: the hostname, lowercased).
+    #[arg(long)]
+    pub hostname_override: Option<String>,
+    /// The node's InternalIP (default: the first non-loopback IPv4 address).
+    #[arg(long)]
+    pub node_ip: Option<String>,
+    /// Volumes, pod records and certificates live here.
+    #[arg(long)]
+    pub root_dir: Option<PathBuf>,
+    /// TLS certificates (the HTTPS server of the next round).
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+    /// Prefix of the pod cgroups (`<root>/kubepods/...`).
+    #[arg(long)]
+    pub cgroup_root: Option<String>,
+    /// A folder of static pod manifests (YAML or JSON).
+    #[arg(long)]
+    pub pod_manifest_path: Option<PathBuf>,
+    /// Cluster DNS servers for ClusterFirst pods (repeat, or comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain (search paths of ClusterFirst pods).
+    #[arg(long)]
+    pub cluster_domain: Option<String>,
+    /// Pods this node takes at most (its `pods` capacity).
+    #[arg(long)]
+    pub max_pods: Option<u32>,
+    /// Labels for the Node, `k=v,k2=v2`.
+    #[arg(long, value_delimiter = ',')]
+    pub node_labels: Vec<String>,
+    /// Register the Node object with the apiserver.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
+    pub register_node: Option<bool>,
+    /// Log verbosity as the kubelet counts it (0-10); 4 and up is debug.
+    #[arg(long = "v", short = 'v')]
+    pub verbosity: Option<u8>,
+    /// Log level or tracing filter (wins over --v).
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+/// The file: the same keys as the flags.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct File {
+    kubeconfig: Option<PathBuf>,
+    container_runtime_endpoint: Option<String>,
+    hostname_override: Option<String>,
+    node_ip: Option<String>,
+    root_dir: Option<PathBuf>,
+    cert_dir: Option<PathBuf>,
+    cgroup_root: Option<String>,
+    pod_manifest_path: Option<PathBuf>,
+    #[serde(default)]
+    cluster_dns: Vec<String>,
+    cluster_domain: Option<String>,
+    max_pods: Option<u32>,
+    #[serde(default)]
+    node_labels: Vec<String>,
+    register_node: Option<bool>,
+    v: Option<u8>,
+    log_level: Option<String>,
+}
+
+/// Everything resolved.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub kubeconfig: Option<PathBuf>,
+    /// The socket path (the `unix://` scheme taken off).
+    pub runtime_socket: PathBuf,
+    pub node_name: String,
+    pub node_ip: Option<String>,
+    pub root_dir: PathBuf,
+    pub cert_dir: PathBuf,
+    pub cgroup_root: String,
+    pub pod_manifest_path: Option<PathBuf>,
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    pub max_pods: u32,
+    pub node_labels: Vec<(String, String)>,
+    pub register_node: bool,
+    pub log_filter: String,
+}
+
+impl Config {
+    pub fn resolve(flags: Flags) -> anyhow::Result<Config> {
+        let file: File = match &flags.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading --config {}", p.display()))?;
+                toml::from_str(&text).with_context(|| format!("in {}", p.display()))?
+            }
+            None => File::default(),
+        };
+        let pick = |flag: Vec<String>, file: Vec<String>| if flag.is_empty() { file } else { flag };
+        let endpoint = flags
+            .container_runtime_endpoint
+            .or(file.container_runtime_endpoint)
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
+        let runtime_socket = match endpoint.strip_prefix("unix://") {
+            Some(p) => PathBuf::from(p),
+            None if endpoint.starts_with('/') => PathBuf::from(&endpoint),
+            None => bail!(
+                "--container-runtime-endpoint {endpoint:?}: only unix:// sockets are supported"
+            ),
+        };
+        let node_name = match flags.hostname_override.or(file.hostname_override) {
+            Some(n) => n,
+            None => nix_hostname()?,
+        }
+        .to_lowercase();
+        let root_dir = flags
+            .root_dir
+            .or(file.root_dir)
+            .unwrap_or_else(|| PathBuf::from("/var/lib/crustlet"));
+        let cert_dir = flags
+            .cert_dir
+            .or(file.cert_dir)
+            .unwrap_or_else(|| root_dir.join("pki"));
+        let mut node_labels = Vec::new();
+        for l in pick(flags.node_labels, file.node_labels) {
+            match l.split_once('=') {
+                Some((k, v)) if !k.is_empty() => node_labels.push((k.to_string(), v.to_string())),
+                _ => bail!("--node-labels: {l:?} is not key=value"),
+            }
+        }
+        let log_filter = match flags.log_level.or(file.log_level) {
+            Some(l) => l,
+            None => match flags.verbosity.or(file.v).unwrap_or(0) {
+                0..=1 => "info",
+                2..=3 => "info,crustlet=debug",
+                4..=5 => "debug",
+                _ => "trace",
+            }
+            .to_string(),
+        };
+        let cfg = Config {
+            kubeconfig: flags.kubeconfig.or(file.kubeconfig),
+            runtime_socket,
+            node_name,
+            node_ip: flags.node_ip.or(file.node_ip),
+            root_dir,
+            cert_dir,
+            cgroup_root: flags
+                .cgroup_root
+                .or(file.cgroup_root)
+                .unwrap_or_else(|| "/".to_string()),
+            pod_manifest_path: flags.pod_manifest_path.or(file.pod_manifest_path),
+            cluster_dns: pick(flags.cluster_dns, file.cluster_dns),
+            cluster_domain: flags
+                .cluster_domain
+                .or(file.cluster_domain)
+                .unwrap_or_else(|| "cluster.local".to_string()),
+            max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
+            node_labels,
+            register_node: flags.register_node.or(file.register_node).unwrap_or(true),
+            log_filter,
+        };
+        if cfg.kubeconfig.is_none() && cfg.pod_manifest_path.is_none() {
+            bail!(
+                "nothing to run: give --kubeconfig (pods from an apiserver) or --pod-manifest-path (static pods), or both"
+            );
+        }
+        Ok(cfg)
+    }
+
+    /// `<root-dir>/pods/<uid>`: the pod's volumes and files.
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.root_dir.join("pods").join(uid)
+    }
+
+    /// The cgroup parent of a pod of `qos`, as the kubelet's cgroupfs driver names it.
+    pub fn pod_cgroup(&self, qos: &str, uid: &str) -> String {
+        let root = self.cgroup_root.trim_end_matches('/');
+        match qos {
+            "Guaranteed" => format!("{root}/kubepods/pod{uid}"),
+            "Burstable" => format!("{root}/kubepods/burstable/pod{uid}"),
+            _ => format!("{root}/kubepods/besteffort/pod{uid}"),
+        }
+    }
+}
+
+fn nix_hostname() -> anyhow::Result<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the hostname")?;
+    Ok(h.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let f = Flags::try_parse_from(std::iter::once("crustlet").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        Config::resolve(f).map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn needs_an_apiserver_or_a_manifest_folder() {
+        let e = parse(&[]).unwrap_err();
+        assert!(
+            e.contains("--kubeconfig") && e.contains("--pod-manifest-path"),
+            "{e}"
+        );
+        assert!(parse(&["--pod-manifest-path", "/etc/kubernetes/manifests"]).is_ok());
+    }
+
+    #[test]
+    fn unknown_flags_and_keys_are_named() {
+        let e = parse(&["--kubeconfig", "k", "--no-such-flag"]).unwrap_err();
+        assert!(e.contains("--no-such-flag"), "{e}");
+        let dir = std::env::temp_dir().join(format!("crustlet-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(&f, "kubeconfig = \"k\"\nmax-podz = 3\n").unwrap();
+        let e = parse(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("max-podz"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_defaults_fill_the_rest() {
+        let dir = std::env::temp_dir().join(format!("crustlet-cfg2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(
+            &f,
+            "kubeconfig = \"/k\"\nmax-pods = 7\ncluster-dns = [\"10.0.0.10\"]\nhostname-override = \"FileNode\"\n",
+        )
+        .unwrap();
+        let c = parse(&[
+            "--config",
+            f.to_str().unwrap(),
+            "--max-pods=9",
+            "--register-node=false",
+            "--node-labels=a=b,c=",
+            "--v=4",
+        ])
+        .unwrap();
+        assert_eq!(c.max_pods, 9);
+        assert_eq!(c.cluster_dns, ["10.0.0.10"]);
+        assert_eq!(c.node_name, "filenode");
+        assert!(!c.register_node);
+        assert_eq!(
+            c.node_labels,
+            [("a".into(), "b".into()), ("c".into(), "".into())]
+        );
+        assert_eq!(c.log_filter, "debug");
+        assert_eq!(c.runtime_socket, PathBuf::from("/run/crust/crust.sock"));
+        assert_eq!(c.cluster_domain, "cluster.local");
+        assert_eq!(c.pod_cgroup("Burstable", "u1"), "/kubepods/burstable/podu1");
+        let e = parse(&["--kubeconfig=k", "--container-runtime-endpoint=tcp://x:1"]).unwrap_err();
+        assert!(e.contains("unix://"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,729 @@
+//! What a pod needs from outside itself before its containers can be made: its volumes
+//! as folders on the node (emptyDir, hostPath, configMap, secret, downwardAPI, projected
+//! with service-account tokens), the values of its containers' environment, and the
+//! credentials of its imagePullSecrets. ConfigMaps, Secrets and tokens come from the
+//! apiserver; a static pod without one can use emptyDir and hostPath only.
+//!
+//! Files of configMap, secret, downwardAPI and projected volumes are written as the
+//! kubelet writes them: into a fresh `..<stamp>` folder, then `..data` is switched to it
+//! by a rename and each top-level name is a symlink through `..data`, so a container
+//! never sees half an update.
+
+use crate::spec;
+use base64::Engine as _;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvVar, EnvVarSource, KeyToPath, Pod, Secret, ServiceAccount, Volume,
+};
+use kube::api::{Api, PostParams};
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// A reason the pod cannot run yet, shown in its status and events.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Missing(String),
+    #[error("apiserver: {0}")]
+    Api(String),
+}
+
+impl InputError {
+    /// The container waiting reason the kubelet shows for it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InputError::Invalid(_) => "CreateContainerConfigError",
+            InputError::Missing(_) => "CreateContainerConfigError",
+            InputError::Api(_) => "CreateContainerConfigError",
+        }
+    }
+}
+
+fn api_err(e: kube::Error) -> InputError {
+    InputError::Api(e.to_string())
+}
+
+pub struct Inputs<'a> {
+    pub client: Option<&'a kube::Client>,
+    pub pod: &'a Pod,
+    pub pod_dir: PathBuf,
+    pub node_name: &'a str,
+    pub node_ip: &'a str,
+}
+
+impl Inputs<'_> {
+    fn ns(&self) -> &str {
+        spec::namespace(self.pod)
+    }
+
+    fn client(&self, what: &str) -> Result<&kube::Client, InputError> {
+        self.client.ok_or_else(|| {
+            InputError::Invalid(format!("{what} needs an apiserver (this is a static pod)"))
+        })
+    }
+
+    async fn config_map(
+        &self,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<ConfigMap>, InputError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client("a configMap")?.clone(), self.ns());
+        match api.get_opt(name).await.map_err(api_err)? {
+            Some(c) => Ok(Some(c)),
+            None if optional => Ok(None),
+            None => Err(InputError::Missing(format!("configmap {name:?} not found"))),
+        }
+    }
+
+    async fn secret(&self, name: &str, optional: bool) -> Result<Option<Secret>, InputError> {
+        let api: Api<Secret> = Api::namespaced(self.client("a secret")?.clone(), self.ns());
+        match api.get_opt(name).await.map_err(api_err)? {
+            Some(s) => Ok(Some(s)),
+            None if optional => Ok(None),
+            None => Err(InputError::Missing(format!("secret {name:?} not found"))),
+        }
+    }
+
+    /// Makes or refreshes every volume of the pod; returns each volume's folder (or file,
+    /// for a hostPath file).
+    pub async fn volumes(&self) -> Result<HashMap<String, PathBuf>, InputError> {
+        let mut dirs = HashMap::new();
+        for v in spec::spec(self.pod).volumes.iter().flatten() {
+            dirs.insert(v.name.clone(), self.volume(v).await?);
+        }
+        Ok(dirs)
+    }
+
+    async fn volume(&self, v: &Volume) -> Result<PathBuf, InputError> {
+        let dir = |plugin: &str| self.pod_dir.join("volumes").join(plugin).join(&v.name);
+        let io = |p: &Path, e: std::io::Error| InputError::Invalid(format!("{}: {e}", p.display()));
+        if v.empty_dir.is_some() {
+            let d = dir("kubernetes.io~empty-dir");
+            std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+            // World-writable, as the kubelet makes them, so any user in the pod can write.
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| io(&d, e))?;
+            return Ok(d);
+        }
+        if let Some(h) = &v.host_path {
+            let p = PathBuf::from(&h.path);
+            match h.type_.as_deref().unwrap_or("") {
+                "DirectoryOrCreate" => std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?,
+                "FileOrCreate" if !p.exists() => {
+                    std::fs::write(&p, b"").map_err(|e| io(&p, e))?;
+                }
+                "Directory" if !p.is_dir() => {
+                    return Err(InputError::Invalid(format!(
+                        "hostPath {}: not a directory",
+                        p.display()
+                    )))
+                }
+                "File" if !p.is_file() => {
+                    return Err(InputError::Invalid(format!(
+                        "hostPath {}: not a file",
+                        p.display()
+                    )))
+                }
+                "Socket" | "CharDevice" | "BlockDevice" if !p.exists() => {
+                    return Err(InputError::Invalid(format!(
+                        "hostPath {}: does not exist",
+                        p.display()
+                    )))
+                }
+                _ => {}
+            }
+            return Ok(p);
+        }
+        let files = if let Some(c) = &v.config_map {
+            let mode = c.default_mode.unwrap_or(0o644);
+            match self
+                .config_map(&c.name, c.optional.unwrap_or(false))
+                .await?
+            {
+                Some(cm) => key_files(config_map_data(&cm), c.items.as_deref(), mode, &c.name)?,
+                None => vec![],
+            }
+        } else if let Some(s) = &v.secret {
+            let name = s.secret_name.clone().unwrap_or_default();
+            let mode = s.default_mode.unwrap_or(0o644);
+            match self.secret(&name, s.optional.unwrap_or(false)).await? {
+                Some(sec) => key_files(secret_data(&sec), s.items.as_deref(), mode, &name)?,
+                None => vec![],
+            }
+        } else if let Some(d) = &v.downward_api {
+            let mode = d.default_mode.unwrap_or(0o644);
+            let mut out = vec![];
+            for item in d.items.iter().flatten() {
+                let value = match &item.field_ref {
+                    Some(f) => self.field(&f.field_path)?,
+                    None => String::new(),
+                };
+                out.push((
+                    item.path.clone(),
+                    value.into_bytes(),
+                    item.mode.unwrap_or(mode),
+                ));
+            }
+            out
+        } else if let Some(p) = &v.projected {
+            self.projected(p).await?
+        } else {
+            return Err(InputError::Invalid(format!(
+                "volume {:?}: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported",
+                v.name
+            )));
+        };
+        let plugin = if v.config_map.is_some() {
+            "kubernetes.io~configmap"
+        } else if v.secret.is_some() {
+            "kubernetes.io~secret"
+        } else if v.downward_api.is_some() {
+            "kubernetes.io~downward-api"
+        } else {
+            "kubernetes.io~projected"
+        };
+        let d = dir(plugin);
+        write_atomically(&d, &files).map_err(|e| io(&d, e))?;
+        Ok(d)
+    }
+
+    async fn projected(
+        &self,
+        p: &k8s_openapi::api::core::v1::ProjectedVolumeSource,
+    ) -> Result<Vec<(String, Vec<u8>, i32)>, InputError> {
+        let mode = p.default_mode.unwrap_or(0o644);
+        let mut out = vec![];
+        for s in p.sources.iter().flatten() {
+            if let Some(t) = &s.service_account_token {
+                let token = self.token(t.audience.clone(), t.expiration_seconds).await?;
+                out.push((t.path.clone(), token.into_bytes(), mode));
+            }
+            if let Some(c) = &s.config_map {
+                if let Some(cm) = self
+                    .config_map(&c.name, c.optional.unwrap_or(false))
+                    .await?
+                {
+                    out.extend(key_files(
+                        config_map_data(&cm),
+                        c.items.as_deref(),
+                        mode,
+                        &c.name,
+                    )?);
+                }
+            }
+            if let Some(c) = &s.secret {
+                if let Some(sec) = self.secret(&c.name, c.optional.unwrap_or(false)).await? {
+                    out.extend(key_files(
+                        secret_data(&sec),
+                        c.items.as_deref(),
+                        mode,
+                        &c.name,
+                    )?);
+                }
+            }
+            if let Some(d) = &s.downward_api {
+                for item in d.items.iter().flatten() {
+                    if let Some(f) = &item.field_ref {
+                        out.push((
+                            item.path.clone(),
+                            self.field(&f.field_path)?.into_bytes(),
+                            item.mode.unwrap_or(mode),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A token of the pod's service account bound to the pod (TokenRequest).
+    async fn token(
+        &self,
+        audience: Option<String>,
+        expiration: Option<i64>,
+    ) -> Result<String, InputError> {
+        let sa = spec::spec(self.pod)
+            .service_account_name
+            .unwrap_or_else(|| "default".into());
+        let api: Api<ServiceAccount> =
+            Api::namespaced(self.client("a service account token")?.clone(), self.ns());
+        let req = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: audience.into_iter().collect(),
+                expiration_seconds: Some(expiration.unwrap_or(3600)),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(spec::name(self.pod).into()),
+                    uid: Some(spec::uid(self.pod).into()),
+                }),
+            },
+            ..Default::default()
+        };
+        let r: TokenRequest = api
+            .create_subresource("token", &sa, &PostParams::default(), &req)
+            .await
+            .map_err(api_err)?;
+        r.status
+            .map(|s| s.token)
+            .ok_or_else(|| InputError::Api(format!("no token for service account {sa:?}")))
+    }
+
+    /// A downward API field of the pod.
+    fn field(&self, path: &str) -> Result<String, InputError> {
+        let m = &self.pod.metadata;
+        let kv = |map: Option<&BTreeMap<String, String>>| {
+            map.map(|m| m.iter().map(|(k, v)| format!("{k}={v:?}\n")).collect())
+                .unwrap_or_default()
+        };
+        let status = self.pod.status.clone().unwrap_or_default();
+        let spec = spec::spec(self.pod);
+        Ok(match path {
+            "metadata.name" => spec::name(self.pod).into(),
+            "metadata.namespace" => spec::namespace(self.pod).into(),
+            "metadata.uid" => spec::uid(self.pod).into(),
+            "metadata.labels" => kv(m.labels.as_ref()),
+            "metadata.annotations" => kv(m.annotations.as_ref()),
+            "spec.nodeName" => spec.node_name.unwrap_or_else(|| self.node_name.into()),
+            "spec.serviceAccountName" => spec.service_account_name.unwrap_or_default(),
+            "status.hostIP" => status.host_ip.unwrap_or_else(|| self.node_ip.into()),
+            "status.podIP" => status.pod_ip.unwrap_or_default(),
+            p => {
+                if let Some(k) = p
+                    .strip_prefix("metadata.labels['")
+                    .and_then(|k| k.strip_suffix("']"))
+                {
+                    m.labels
+                        .as_ref()
+                        .and_then(|l| l.get(k))
+                        .cloned()
+                        .unwrap_or_default()
+                } else if let Some(k) = p
+                    .strip_prefix("metadata.annotations['")
+                    .and_then(|k| k.strip_suffix("']"))
+                {
+                    m.annotations
+                        .as_ref()
+                        .and_then(|l| l.get(k))
+                        .cloned()
+                        .unwrap_or_default()
+                } else {
+                    return Err(InputError::Invalid(format!(
+                        "fieldRef {p:?} is not supported"
+                    )));
+                }
+            }
+        })
+    }
+
+    /// The container's environment: `envFrom` first, then `env` (later wins), with
+    /// `$(VAR)` references expanded as the kubelet expands them.
+    pub async fn env(
+        &self,
+        c: &Container,
+        pod_ip: &str,
+    ) -> Result<Vec<cri_api::KeyValue>, InputError> {
+        let mut vars: Vec<(String, String)> = vec![];
+        let set = |k: String, v: String, vars: &mut Vec<(String, String)>| {
+            vars.retain(|(n, _)| *n != k);
+            vars.push((k, v));
+        };
+        for from in c.env_from.iter().flatten() {
+            let prefix = from.prefix.clone().unwrap_or_default();
+            let data = if let Some(r) = &from.config_map_ref {
+                self.config_map(&r.name, r.optional.unwrap_or(false))
+                    .await?
+                    .map(|c| config_map_data(&c))
+            } else if let Some(r) = &from.secret_ref {
+                self.secret(&r.name, r.optional.unwrap_or(false))
+                    .await?
+                    .map(|s| secret_data(&s))
+            } else {
+                None
+            };
+            for (k, v) in data.unwrap_or_default() {
+                set(
+                    format!("{prefix}{k}"),
+                    String::from_utf8_lossy(&v).into_owned(),
+                    &mut vars,
+                );
+            }
+        }
+        for EnvVar {
+            name,
+            value,
+            value_from,
+        } in c.env.iter().flatten().cloned()
+        {
+            let v = match value_from {
+                None => expand(&value.unwrap_or_default(), &vars),
+                Some(src) => match self.env_source(c, &src, pod_ip).await? {
+                    Some(v) => v,
+                    None => continue,
+                },
+            };
+            set(name, v, &mut vars);
+        }
+        Ok(vars
+            .into_iter()
+            .map(|(key, value)| cri_api::KeyValue { key, value })
+            .collect())
+    }
+
+    async fn env_source(
+        &self,
+        c: &Container,
+        src: &EnvVarSource,
+        pod_ip: &str,
+    ) -> Result<Option<String>, InputError> {
+        if let Some(f) = &src.field_ref {
+            if f.field_path == "status.podIP" || f.field_path == "status.podIPs" {
+                return Ok(Some(pod_ip.into()));
+            }
+            return self.field(&f.field_path).map(Some);
+        }
+        if let Some(r) = &src.config_map_key_ref {
+            let optional = r.optional.unwrap_or(false);
+            let Some(cm) = self.config_map(&r.name, optional).await? else {
+                return Ok(None);
+            };
+            return match config_map_data(&cm).remove(&r.key) {
+                Some(v) => Ok(Some(String::from_utf8_lossy(&v).into_owned())),
+                None if optional => Ok(None),
+                None => Err(InputError::Missing(format!(
+                    "configmap {:?} has no key {:?}",
+                    r.name, r.key
+                ))),
+            };
+        }
+        if let Some(r) = &src.secret_key_ref {
+            let optional = r.optional.unwrap_or(false);
+            let Some(s) = self.secret(&r.name, optional).await? else {
+                return Ok(None);
+            };
+            return match secret_data(&s).remove(&r.key) {
+                Some(v) => Ok(Some(String::from_utf8_lossy(&v).into_owned())),
+                None if optional => Ok(None),
+                None => Err(InputError::Missing(format!(
+                    "secret {:?} has no key {:?}",
+                    r.name, r.key
+                ))),
+            };
+        }
+        if let Some(r) = &src.resource_field_ref {
+            let res = c.resources.clone().unwrap_or_default();
+            let (limits, name) = match r.resource.split_once('.') {
+                Some(("limits", n)) => (true, n),
+                Some(("requests", n)) => (false, n),
+                _ => {
+                    return Err(InputError::Invalid(format!(
+                        "resourceFieldRef {:?}",
+                        r.resource
+                    )))
+                }
+            };
+            let q =
+                if limits { res.limits } else { res.requests }.and_then(|m| m.get(name).cloned());
+            let v = match (name, q) {
+                ("cpu", Some(q)) => {
+                    let m = crate::quantity::milli(&q)
+                        .map_err(|e| InputError::Invalid(e.to_string()))?;
+                    (m + 999) / 1000
+                }
+                (_, Some(q)) => {
+                    crate::quantity::value(&q).map_err(|e| InputError::Invalid(e.to_string()))?
+                }
+                (_, None) => 0,
+            };
+            return Ok(Some(v.to_string()));
+        }
+        Ok(None)
+    }
+
+    /// Registry credentials from the pod's imagePullSecrets, for `image`'s registry.
+    pub async fn pull_auth(&self, image: &str) -> Result<Option<cri_api::AuthConfig>, InputError> {
+        let registry = registry_of(image);
+        for r in spec::spec(self.pod).image_pull_secrets.iter().flatten() {
+            let Some(sec) = self.secret(&r.name, true).await? else {
+                continue;
+            };
+            let data = secret_data(&sec);
+            let json = data
+                .get(".dockerconfigjson")
+                .or_else(|| data.get(".dockercfg"))
+                .cloned()
+                .unwrap_or_default();
+            if let Some(a) = auth_for(&json, &registry) {
+                return Ok(Some(a));
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn config_map_data(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    let mut out: BTreeMap<String, Vec<u8>> = cm
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    out.extend(
+        cm.binary_data
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0)),
+    );
+    out
+}
+
+fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
+    let mut out: BTreeMap<String, Vec<u8>> = s
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    out.extend(
+        s.string_data
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes())),
+    );
+    out
+}
+
+/// The files of a configMap or secret: every key, or the listed items at their paths.
+fn key_files(
+    mut data: BTreeMap<String, Vec<u8>>,
+    items: Option<&[KeyToPath]>,
+    mode: i32,
+    source: &str,
+) -> Result<Vec<(String, Vec<u8>, i32)>, InputError> {
+    match items {
+        None => Ok(data.into_iter().map(|(k, v)| (k, v, mode)).collect()),
+        Some(items) => items
+            .iter()
+            .map(|i| match data.remove(&i.key) {
+                Some(v) => Ok((i.path.clone(), v, i.mode.unwrap_or(mode))),
+                None => Err(InputError::Missing(format!(
+                    "{source:?} has no key {:?}",
+                    i.key
+                ))),
+            })
+            .collect(),
+    }
+}
+
+/// `$(NAME)` becomes the value of an earlier variable; `$$(NAME)` stays `$(NAME)`;
+/// an unknown name is left as written.
+pub fn expand(s: &str, vars: &[(String, String)]) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(a) = after.strip_prefix('$') {
+            out.push('$');
+            rest = a;
+        } else if let Some(body) = after.strip_prefix('(') {
+            match body.find(')') {
+                Some(end) => {
+                    let name = &body[..end];
+                    match vars.iter().rev().find(|(n, _)| n == name) {
+                        Some((_, v)) => out.push_str(v),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &body[end + 1..];
+                }
+                None => {
+                    out.push_str(&rest[i..]);
+                    rest = "";
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Writes `files` (relative path, content, mode) under `dir` atomically, as described
+/// at the top of this module.
+pub fn write_atomically(dir: &Path, files: &[(String, Vec<u8>, i32)]) -> std::io::Result<()> {
+    for (p, _, _) in files {
+        if p.is_empty()
+            || p.starts_with('/')
+            || p.split('/').any(|c| c == ".." || c.starts_with(".."))
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("file path {p:?} must be relative and stay inside the volume"),
+            ));
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    let stamp = format!(
+        "..{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    );
+    let new = dir.join(&stamp);
+    std::fs::create_dir(&new)?;
+    for (p, content, mode) in files {
+        let f = new.join(p);
+        if let Some(parent) = f.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&f, content)?;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(*mode as u32 & 0o7777))?;
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp)?;
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::fs::rename(&tmp, dir.join("..data"))?;
+    let tops: std::collections::BTreeSet<&str> = files
+        .iter()
+        .map(|(p, _, _)| p.split('/').next().unwrap_or(p))
+        .collect();
+    for top in &tops {
+        let link = dir.join(top);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(top), &link)?;
+        }
+    }
+    // Links of names no longer there, and the previous contents.
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("..") && !tops.contains(name.as_str()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    if let Some(old) = old.filter(|o| o != Path::new(&stamp)) {
+        let _ = std::fs::remove_dir_all(dir.join(old));
+    }
+    Ok(())
+}
+
+/// The registry host of an image reference, as Docker names it.
+pub fn registry_of(image: &str) -> String {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first.to_string(),
+        _ => "docker.io".to_string(),
+    }
+}
+
+/// Credentials for `registry` in a docker config (`{"auths": {...}}` or the old flat
+/// `.dockercfg` form).
+fn auth_for(json: &[u8], registry: &str) -> Option<cri_api::AuthConfig> {
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let auths = v.get("auths").unwrap_or(&v).as_object()?;
+    let strip = |s: &str| {
+        s.trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let want = if registry == "docker.io" {
+        "index.docker.io".to_string()
+    } else {
+        registry.to_string()
+    };
+    let (_, e) = auths
+        .iter()
+        .find(|(k, _)| strip(k) == registry || strip(k) == want)?;
+    let s = |k: &str| e.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+    let (mut username, mut password) = (s("username"), s("password"));
+    if username.is_empty() {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(s("auth"))
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        let (u, p) = text.split_once(':')?;
+        (username, password) = (u.to_string(), p.to_string());
+    }
+    Some(cri_api::AuthConfig {
+        username,
+        password,
+        server_address: registry.to_string(),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variable_references_expand_as_the_kubelet_does() {
+        let vars = vec![
+            ("A".to_string(), "1".to_string()),
+            ("B".to_string(), "x$(A)".to_string()),
+        ];
+        assert_eq!(expand("$(A)-$(B)", &vars), "1-x$(A)");
+        assert_eq!(expand("$$(A) $(NOPE) $x $(", &vars), "$(A) $(NOPE) $x $(");
+    }
+
+    #[test]
+    fn files_switch_atomically_and_old_names_go() {
+        let d = std::env::temp_dir().join(format!("crustlet-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        write_atomically(
+            &d,
+            &[
+                ("a".into(), b"1".to_vec(), 0o644),
+                ("sub/b".into(), b"2".to_vec(), 0o600),
+            ],
+        )
+        .unwrap();
+        assert_eq!(std::fs::read(d.join("a")).unwrap(), b"1");
+        assert_eq!(std::fs::read(d.join("sub/b")).unwrap(), b"2");
+        let mode = std::fs::metadata(d.join("sub/b"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+        write_atomically(&d, &[("a".into(), b"new".to_vec(), 0o644)]).unwrap();
+        assert_eq!(std::fs::read(d.join("a")).unwrap(), b"new");
+        assert!(!d.join("sub").exists());
+        let stamps = std::fs::read_dir(&d)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("..1"))
+            .count();
+        assert_eq!(stamps, 1, "the previous contents are removed");
+        assert!(write_atomically(&d, &[("../x".into(), vec![], 0o644)]).is_err());
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn pull_credentials_from_docker_configs() {
+        let cfg = br#"{"auths":{"https://reg.example:5000/v1/":{"auth":"dTpw"},"other":{"username":"a","password":"b"}}}"#;
+        let a = auth_for(cfg, "reg.example:5000").unwrap();
+        assert_eq!((a.username.as_str(), a.password.as_str()), ("u", "p"));
+        assert!(auth_for(cfg, "docker.io").is_none());
+        assert_eq!(registry_of("reg.example:5000/x/y:1"), "reg.example:5000");
+        assert_eq!(registry_of("busybox"), "docker.io");
+        assert_eq!(registry_of("library/busybox"), "docker.io");
+        assert_eq!(registry_of("localhost/x"), "localhost");
+    }
+}

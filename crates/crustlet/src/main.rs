@@ -1,0 +1,172 @@
+//! `crustlet`: a thin kubelet. It registers its Node, takes the pods bound to it from
+//! the apiserver (and static pods from a folder of manifests), and runs each through
+//! any CRI runtime (crustd by default), reporting their status back. See the README.
+
+mod config;
+mod cri;
+mod inputs;
+mod node;
+mod pods;
+mod probe;
+mod quantity;
+mod spec;
+mod worker;
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::sync::Arc;
+
+/// What every pod worker shares.
+pub struct Ctx {
+    pub cfg: Arc<config::Config>,
+    pub cri: cri::Cri,
+    pub client: Option<kube::Client>,
+    pub node_ip: String,
+    pub node_memory: i64,
+    recorder: Option<Recorder>,
+}
+
+impl Ctx {
+    /// Posts an event about `pod` in the background (an apiserver that is slow or gone
+    /// must not hold a pod worker up).
+    pub fn event(&self, pod: &Pod, warning: bool, reason: &str, note: String) {
+        tracing::debug!(pod = %spec::key(pod), reason, "{note}");
+        let Some(rec) = self.recorder.clone() else {
+            return;
+        };
+        let mut reference = kube::Resource::object_ref(pod, &());
+        // Events of static pods go to their mirror pods, which have other uids.
+        if self.source(pod) == "file" {
+            reference.uid = None;
+        }
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1024).collect()),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = rec.publish(&ev, &reference).await {
+                tracing::debug!("event: {e}");
+            }
+        });
+    }
+
+    /// `api` or `file` (a static pod).
+    pub fn source(&self, pod: &Pod) -> &'static str {
+        let file = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(pods::SOURCE))
+            .is_some_and(|s| s == "file");
+        if file {
+            "file"
+        } else {
+            "api"
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let flags = config::Flags::parse();
+    let cfg = match config::Config::resolve(flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("crustlet: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log_filter))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(Arc::new(cfg))) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
+    let cri = cri::Cri::lazy(&cfg.runtime_socket);
+    let client = match &cfg.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            let c = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            Some(kube::Client::try_from(c)?)
+        }
+        None => None,
+    };
+    std::fs::create_dir_all(cfg.root_dir.join("pods"))?;
+    let node_ip = match &cfg.node_ip {
+        Some(ip) => ip.clone(),
+        None => default_ip().unwrap_or_else(|| "127.0.0.1".into()),
+    };
+    let recorder = client.clone().map(|c| {
+        Recorder::new(
+            c,
+            Reporter {
+                controller: "kubelet".into(),
+                instance: Some(cfg.node_name.clone()),
+            },
+        )
+    });
+    if let Some(client) = client.clone() {
+        tokio::spawn(node::run(cfg.clone(), client, cri.clone()));
+    }
+    tracing::info!(node = %cfg.node_name, runtime = %cfg.runtime_socket.display(), "crustlet starting");
+    let ctx = Arc::new(Ctx {
+        cfg: cfg.clone(),
+        cri,
+        client,
+        node_ip,
+        node_memory: node::memory_capacity(),
+        recorder,
+    });
+    pods::run(ctx).await;
+    Ok(())
+}
+
+/// The first IPv4 address of an interface that is up and not loopback: the InternalIP
+/// when `--node-ip` is not given.
+fn default_ip() -> Option<String> {
+    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below and only read in between.
+    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut p = addrs;
+    while !p.is_null() {
+        // SAFETY: p walks the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0;
+        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
+        if ifa.ifa_addr.is_null() || !up || lo {
+            continue;
+        }
+        // SAFETY: the address is non-null and its family says how to read it.
+        if unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).to_string());
+            break;
+        }
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(addrs) };
+    found
+}

@@ -1,0 +1,347 @@
+//! Where pods come from and who runs them: a watch on the apiserver's pods bound to
+//! this node, and a folder of static pod manifests; one worker per pod uid.
+//!
+//! The watch lists, then watches from the list's resourceVersion, lists again after a
+//! 410 Gone and reconnects with back-off (kube's watcher). After each full list, a pod
+//! that was running here and is no longer in it was deleted while the watch was down,
+//! and is stopped. Sandboxes in the runtime that carry a pod uid label no source knows
+//! are left over from pods deleted while the crustlet was down, and are removed once
+//! the first list is in.
+
+use crate::spec;
+use crate::{worker, Ctx};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// What a source says about one pod.
+pub enum Update {
+    /// The pod as it is now (new or changed).
+    Pod(Box<Pod>),
+    /// The pod with this uid is gone.
+    Gone(String),
+    /// The source's complete set of uids (after a full list).
+    All(&'static str, HashSet<String>),
+}
+
+pub const MIRROR: &str = "kubernetes.io/config.mirror";
+pub const SOURCE: &str = "kubernetes.io/config.source";
+
+/// Runs the sources and the workers until the process ends.
+pub async fn run(ctx: Arc<Ctx>) {
+    let (tx, mut rx) = mpsc::channel::<Update>(256);
+    if let Some(client) = ctx.client.clone() {
+        tokio::spawn(watch_apiserver(
+            client,
+            ctx.cfg.node_name.clone(),
+            tx.clone(),
+        ));
+    }
+    if let Some(dir) = ctx.cfg.pod_manifest_path.clone() {
+        tokio::spawn(watch_folder(ctx.clone(), dir, tx.clone()));
+    }
+    let mut workers: HashMap<String, (&'static str, watch::Sender<Option<Pod>>)> = HashMap::new();
+    let mut known: HashMap<&'static str, HashSet<String>> = HashMap::new();
+    let expected =
+        usize::from(ctx.client.is_some()) + usize::from(ctx.cfg.pod_manifest_path.is_some());
+    let mut orphans_checked = false;
+    while let Some(u) = rx.recv().await {
+        match u {
+            Update::Pod(pod) => {
+                let pod = *pod;
+                let uid = spec::uid(&pod).to_string();
+                let source = ctx.source(&pod);
+                match workers.get(&uid) {
+                    Some((_, tx)) => {
+                        let _ = tx.send(Some(pod));
+                    }
+                    None => {
+                        let (tx, rx) = watch::channel(Some(pod));
+                        tokio::spawn(worker::run(ctx.clone(), rx));
+                        workers.insert(uid, (source, tx));
+                    }
+                }
+            }
+            Update::Gone(uid) => {
+                if let Some((_, tx)) = workers.remove(&uid) {
+                    let _ = tx.send(None);
+                }
+            }
+            Update::All(source, uids) => {
+                let gone: Vec<String> = workers
+                    .iter()
+                    .filter(|(uid, (s, _))| *s == source && !uids.contains(*uid))
+                    .map(|(uid, _)| uid.clone())
+                    .collect();
+                for uid in gone {
+                    if let Some((_, tx)) = workers.remove(&uid) {
+                        let _ = tx.send(None);
+                    }
+                }
+                known.insert(source, uids);
+                if !orphans_checked && known.len() == expected {
+                    orphans_checked = true;
+                    let all: HashSet<String> = known.values().flatten().cloned().collect();
+                    tokio::spawn(remove_orphans(ctx.clone(), all));
+                }
+            }
+        }
+        workers.retain(|_, (_, tx)| !tx.is_closed());
+    }
+}
+
+async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Update>) {
+    let api: Api<Pod> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let mut stream = watcher(api, cfg).default_backoff().boxed();
+    let mut listing: HashSet<String> = HashSet::new();
+    let is_mirror = |p: &Pod| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR))
+    };
+    while let Some(ev) = stream.next().await {
+        let msg = match ev {
+            Ok(watcher::Event::Init) => {
+                listing.clear();
+                continue;
+            }
+            Ok(watcher::Event::InitApply(p)) => {
+                if is_mirror(&p) {
+                    continue;
+                }
+                listing.insert(spec::uid(&p).to_string());
+                Update::Pod(Box::new(p))
+            }
+            Ok(watcher::Event::InitDone) => Update::All("api", std::mem::take(&mut listing)),
+            Ok(watcher::Event::Apply(p)) => {
+                if is_mirror(&p) {
+                    continue;
+                }
+                Update::Pod(Box::new(p))
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                if is_mirror(&p) {
+                    continue;
+                }
+                Update::Gone(spec::uid(&p).to_string())
+            }
+            Err(e) => {
+                tracing::warn!("pod watch: {e}");
+                continue;
+            }
+        };
+        if tx.send(msg).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Static pods: every `*.yaml`, `*.yml` and `*.json` file of the folder is a Pod, read
+/// again every few seconds; a changed file is a new pod (a new uid) that replaces the
+/// old one. With an apiserver, each gets a mirror pod there.
+async fn watch_folder(ctx: Arc<Ctx>, dir: std::path::PathBuf, tx: mpsc::Sender<Update>) {
+    let mut mirrored: HashSet<String> = HashSet::new();
+    loop {
+        let mut uids = HashSet::new();
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        entries.sort();
+        for path in entries {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if !["yaml", "yml", "json"].contains(&ext) {
+                continue;
+            }
+            match static_pod(&path, &ctx.cfg.node_name) {
+                Ok(pod) => {
+                    let uid = spec::uid(&pod).to_string();
+                    uids.insert(uid.clone());
+                    if let Some(client) = &ctx.client {
+                        if !mirrored.contains(&uid) && mirror(client, &pod).await {
+                            mirrored.insert(uid.clone());
+                        }
+                    }
+                    if tx.send(Update::Pod(Box::new(pod))).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!(file = %path.display(), "static pod: {e}"),
+            }
+        }
+        mirrored.retain(|u| uids.contains(u));
+        if tx.send(Update::All("file", uids)).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// Reads a manifest: the pod gets the node's name appended to its own, the `default`
+/// namespace if none, this node, and a uid from the file's content, as the kubelet does
+/// for static pods.
+pub fn static_pod(path: &Path, node: &str) -> anyhow::Result<Pod> {
+    let text = std::fs::read_to_string(path)?;
+    let mut pod: Pod = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text)?
+    } else {
+        serde_saphyr::from_str(&text)?
+    };
+    let name = pod
+        .metadata
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("the pod has no metadata.name"))?;
+    if pod.spec.as_ref().is_none_or(|s| s.containers.is_empty()) {
+        anyhow::bail!("the pod has no containers");
+    }
+    // A uid that changes with the content, so an edited file replaces its pod.
+    let hash = fnv(format!("{node}\0{text}").as_bytes());
+    pod.metadata.name = Some(format!("{name}-{node}"));
+    pod.metadata
+        .namespace
+        .get_or_insert_with(|| "default".into());
+    pod.metadata.uid = Some(format!("{hash:016x}"));
+    let ann = pod
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    ann.insert(SOURCE.into(), "file".into());
+    ann.insert("kubernetes.io/config.hash".into(), format!("{hash:016x}"));
+    if let Some(s) = pod.spec.as_mut() {
+        s.node_name = Some(node.to_string());
+    }
+    Ok(pod)
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Creates the static pod's mirror in the apiserver (replacing an outdated one).
+async fn mirror(client: &kube::Client, pod: &Pod) -> bool {
+    let api: Api<Pod> = Api::namespaced(client.clone(), spec::namespace(pod));
+    let hash = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubernetes.io/config.hash"))
+        .cloned()
+        .unwrap_or_default();
+    if let Ok(Some(existing)) = api.get_opt(spec::name(pod)).await {
+        let same = existing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MIRROR))
+            .is_some_and(|h| *h == hash);
+        if same {
+            return true;
+        }
+        let _ = api
+            .delete(
+                spec::name(pod),
+                &kube::api::DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    let mut m = pod.clone();
+    m.metadata.uid = None;
+    m.metadata.resource_version = None;
+    m.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(MIRROR.into(), hash);
+    m.status = None;
+    match api.create(&PostParams::default(), &m).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(pod = %spec::key(pod), "mirror pod: {e}");
+            false
+        }
+    }
+}
+
+/// Removes sandboxes of pods no source knows (deleted while the crustlet was down).
+async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>) {
+    let mut rt = ctx.cri.runtime.clone();
+    let Ok(list) = rt
+        .list_pod_sandbox(cri_api::ListPodSandboxRequest { filter: None })
+        .await
+    else {
+        return;
+    };
+    for s in list.into_inner().items {
+        let Some(uid) = s.labels.get(spec::POD_UID) else {
+            continue;
+        };
+        if known.contains(uid) {
+            continue;
+        }
+        tracing::info!(sandbox = %s.id, uid = %uid, "removing the sandbox of a pod that no longer exists");
+        let _ = rt
+            .stop_pod_sandbox(cri_api::StopPodSandboxRequest {
+                pod_sandbox_id: s.id.clone(),
+            })
+            .await;
+        let _ = rt
+            .remove_pod_sandbox(cri_api::RemovePodSandboxRequest {
+                pod_sandbox_id: s.id.clone(),
+            })
+            .await;
+        let _ = std::fs::remove_dir_all(ctx.cfg.pod_dir(uid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_pods_from_yaml_and_json() {
+        let d = std::env::temp_dir().join(format!("crustlet-static-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let y = d.join("web.yaml");
+        std::fs::write(
+            &y,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox\n",
+        )
+        .unwrap();
+        let p = static_pod(&y, "n1").unwrap();
+        assert_eq!(spec::name(&p), "web-n1");
+        assert_eq!(spec::namespace(&p), "default");
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        let uid1 = spec::uid(&p).to_string();
+        std::fs::write(
+            &y,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1\n",
+        )
+        .unwrap();
+        assert_ne!(
+            spec::uid(&static_pod(&y, "n1").unwrap()),
+            uid1,
+            "a changed file is a new pod"
+        );
+        let j = d.join("x.json");
+        std::fs::write(&j, r#"{"metadata":{"name":"x"},"spec":{"containers":[]}}"#).unwrap();
+        assert!(static_pod(&j, "n1")
+            .unwrap_err()
+            .to_string()
+            .contains("no containers"));
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

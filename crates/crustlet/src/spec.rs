@@ -1,0 +1,686 @@
+//! A Pod in, the CRI requests out: `PodSandboxConfig` and `ContainerConfig` shaped as
+//! the kubelet shapes them (labels, annotations, log paths, DNS, ports, namespaces,
+//! resources, security context), so a runtime cannot tell the crustlet from a kubelet.
+
+use crate::config::Config;
+use crate::quantity::{milli, value, BadQuantity};
+use cri_api as cri;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub const POD_NAME: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const POD_UID: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
+
+/// CFS period the kubelet uses for every container.
+const CPU_PERIOD: i64 = 100_000;
+
+pub fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or("")
+}
+
+pub fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+pub fn uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or("")
+}
+
+pub fn spec(pod: &Pod) -> PodSpec {
+    pod.spec.clone().unwrap_or_default()
+}
+
+/// `namespace/name`, for logs and events.
+pub fn key(pod: &Pod) -> String {
+    format!("{}/{}", namespace(pod), name(pod))
+}
+
+/// The pod's QoS class: the apiserver's when it set one (static pods have none).
+pub fn qos(pod: &Pod) -> String {
+    if let Some(q) = pod.status.as_ref().and_then(|s| s.qos_class.clone()) {
+        return q;
+    }
+    let spec = spec(pod);
+    let all: Vec<&Container> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .collect();
+    let res = |c: &Container, limits: bool, r: &str| {
+        c.resources
+            .as_ref()
+            .and_then(|x| {
+                if limits {
+                    x.limits.as_ref()
+                } else {
+                    x.requests.as_ref()
+                }
+            })
+            .and_then(|m| m.get(r))
+            .is_some_and(|q| milli(q).is_ok_and(|v| v != 0))
+    };
+    let any = all.iter().any(|c| {
+        ["cpu", "memory"]
+            .iter()
+            .any(|r| res(c, true, r) || res(c, false, r))
+    });
+    if !any {
+        return "BestEffort".into();
+    }
+    let guaranteed = all.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| {
+            let rr = c.resources.clone().unwrap_or_default();
+            let l = rr.limits.as_ref().and_then(|m| m.get(*r)).cloned();
+            let q = rr
+                .requests
+                .as_ref()
+                .and_then(|m| m.get(*r))
+                .cloned()
+                .or(l.clone());
+            match (l, q) {
+                (Some(l), Some(q)) => {
+                    milli(&l).ok() == milli(&q).ok() && milli(&l).is_ok_and(|v| v > 0)
+                }
+                _ => false,
+            }
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+    .into()
+}
+
+pub fn log_directory(pod: &Pod) -> String {
+    format!(
+        "/var/log/pods/{}_{}_{}",
+        namespace(pod),
+        name(pod),
+        uid(pod)
+    )
+}
+
+/// The sandbox of `pod`, `attempt` counting the sandboxes made for it before.
+pub fn sandbox_config(
+    cfg: &Config,
+    pod: &Pod,
+    attempt: u32,
+    source: &str,
+) -> cri::PodSandboxConfig {
+    let spec = spec(pod);
+    let host_network = spec.host_network.unwrap_or(false);
+    let mut labels: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    labels.insert(POD_NAME.into(), name(pod).into());
+    labels.insert(POD_NAMESPACE.into(), namespace(pod).into());
+    labels.insert(POD_UID.into(), uid(pod).into());
+    let mut annotations: HashMap<String, String> = pod
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    annotations.insert("kubernetes.io/config.source".into(), source.into());
+    let mut hostname = spec
+        .hostname
+        .clone()
+        .unwrap_or_else(|| name(pod).to_string());
+    hostname.truncate(63);
+    let hostname = hostname.trim_end_matches(['-', '.']).to_string();
+    let psc = spec.security_context.clone().unwrap_or_default();
+    let privileged = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false)
+        });
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name(pod).into(),
+            uid: uid(pod).into(),
+            namespace: namespace(pod).into(),
+            attempt,
+        }),
+        hostname: if host_network {
+            cfg.node_name.clone()
+        } else {
+            hostname
+        },
+        log_directory: log_directory(pod),
+        dns_config: Some(dns_config(cfg, pod)),
+        port_mappings: port_mappings(&spec),
+        labels,
+        annotations,
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: cfg.pod_cgroup(&qos(pod), uid(pod)),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces(&spec)),
+                run_as_user: psc.run_as_user.map(|value| cri::Int64Value { value }),
+                run_as_group: psc.run_as_group.map(|value| cri::Int64Value { value }),
+                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                privileged,
+                seccomp: Some(seccomp(psc.seccomp_profile.as_ref())),
+                ..Default::default()
+            }),
+            sysctls: psc
+                .sysctls
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| (s.name, s.value))
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn namespaces(spec: &PodSpec) -> cri::NamespaceOption {
+    use cri::NamespaceMode::*;
+    let mode = |node: Option<bool>, otherwise| if node.unwrap_or(false) { Node } else { otherwise } as i32;
+    cri::NamespaceOption {
+        network: mode(spec.host_network, Pod),
+        pid: mode(
+            spec.host_pid,
+            if spec.share_process_namespace.unwrap_or(false) {
+                Pod
+            } else {
+                Container
+            },
+        ),
+        ipc: mode(spec.host_ipc, Pod),
+        ..Default::default()
+    }
+}
+
+fn seccomp(p: Option<&k8s_openapi::api::core::v1::SeccompProfile>) -> cri::SecurityProfile {
+    use cri::security_profile::ProfileType;
+    match p.map(|p| (p.type_.as_str(), p.localhost_profile.clone())) {
+        Some(("RuntimeDefault", _)) => cri::SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        },
+        Some(("Localhost", Some(r))) => cri::SecurityProfile {
+            profile_type: ProfileType::Localhost as i32,
+            localhost_ref: r,
+        },
+        // The kubelet's default without the SeccompDefault feature gate.
+        _ => cri::SecurityProfile {
+            profile_type: ProfileType::Unconfined as i32,
+            localhost_ref: String::new(),
+        },
+    }
+}
+
+fn port_mappings(spec: &PodSpec) -> Vec<cri::PortMapping> {
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.is_some_and(|h| h > 0))
+        .map(|p| cri::PortMapping {
+            protocol: match p.protocol.as_deref() {
+                Some("UDP") => cri::Protocol::Udp,
+                Some("SCTP") => cri::Protocol::Sctp,
+                _ => cri::Protocol::Tcp,
+            } as i32,
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The node's own resolver settings (`Default` pods, and the search paths that
+/// ClusterFirst pods append).
+fn host_resolv() -> (Vec<String>, Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let (mut servers, mut searches, mut options) = (vec![], vec![], vec![]);
+    for line in text.lines() {
+        let mut w = line.split_whitespace();
+        match w.next() {
+            Some("nameserver") => servers.extend(w.next().map(str::to_string)),
+            Some("search") | Some("domain") => searches = w.map(str::to_string).collect(),
+            Some("options") => options.extend(w.map(str::to_string)),
+            _ => {}
+        }
+    }
+    (servers, searches, options)
+}
+
+/// `dnsPolicy` and `dnsConfig` as the kubelet resolves them.
+pub fn dns_config(cfg: &Config, pod: &Pod) -> cri::DnsConfig {
+    let spec = spec(pod);
+    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    let host_network = spec.host_network.unwrap_or(false);
+    let cluster = match policy {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !host_network,
+        _ => false,
+    } && !cfg.cluster_dns.is_empty();
+    let (hs, hsearch, hopts) = host_resolv();
+    let mut d = match policy {
+        "None" => cri::DnsConfig::default(),
+        _ if cluster => {
+            let ns = namespace(pod);
+            let dom = &cfg.cluster_domain;
+            let mut searches = vec![format!("{ns}.svc.{dom}"), format!("svc.{dom}"), dom.clone()];
+            searches.extend(hsearch);
+            cri::DnsConfig {
+                servers: cfg.cluster_dns.clone(),
+                searches,
+                options: vec!["ndots:5".into()],
+            }
+        }
+        _ => cri::DnsConfig {
+            servers: hs,
+            searches: hsearch,
+            options: hopts,
+        },
+    };
+    if let Some(extra) = spec.dns_config {
+        d.servers.extend(extra.nameservers.unwrap_or_default());
+        d.searches.extend(extra.searches.unwrap_or_default());
+        for o in extra.options.unwrap_or_default() {
+            let Some(name) = o.name else { continue };
+            d.options
+                .retain(|x| x.split(':').next() != Some(name.as_str()));
+            d.options.push(match o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name,
+            });
+        }
+    }
+    d.searches.dedup();
+    d
+}
+
+/// CPU shares, quota and memory limit from a container's requests and limits, and the
+/// OOM score the kubelet gives its QoS class.
+pub fn resources(
+    r: Option<&ResourceRequirements>,
+    qos: &str,
+    node_memory: i64,
+) -> Result<cri::LinuxContainerResources, BadQuantity> {
+    let get = |limits: bool, name: &str| {
+        r.and_then(|r| {
+            if limits {
+                r.limits.as_ref()
+            } else {
+                r.requests.as_ref()
+            }
+        })
+        .and_then(|m| m.get(name))
+    };
+    let cpu_limit = get(true, "cpu").map(milli).transpose()?;
+    let cpu_request = get(false, "cpu").map(milli).transpose()?.or(cpu_limit);
+    let mem_limit = get(true, "memory").map(value).transpose()?;
+    let mem_request = get(false, "memory").map(value).transpose()?.or(mem_limit);
+    let shares = match cpu_request {
+        Some(m) if m > 0 => (m * 1024 / 1000).max(2),
+        _ => 2,
+    };
+    let oom = match qos {
+        "Guaranteed" => -997,
+        "BestEffort" => 1000,
+        _ => {
+            let req = mem_request.unwrap_or(0);
+            let adj = if node_memory > 0 {
+                1000 - 1000 * req / node_memory
+            } else {
+                999
+            };
+            adj.clamp(2, 999)
+        }
+    };
+    Ok(cri::LinuxContainerResources {
+        cpu_period: if cpu_limit.is_some() { CPU_PERIOD } else { 0 },
+        cpu_quota: cpu_limit
+            .map(|m| (m * CPU_PERIOD / 1000).max(1000))
+            .unwrap_or(0),
+        cpu_shares: shares,
+        memory_limit_in_bytes: mem_limit.unwrap_or(0),
+        oom_score_adj: oom,
+        ..Default::default()
+    })
+}
+
+/// A volume mount made ready: where the volume is on the node.
+pub struct VolumePaths<'a> {
+    pub dirs: &'a HashMap<String, PathBuf>,
+}
+
+impl VolumePaths<'_> {
+    pub fn mounts(&self, c: &Container) -> Result<Vec<cri::Mount>, String> {
+        let mut out = Vec::new();
+        for m in c.volume_mounts.iter().flatten() {
+            let Some(dir) = self.dirs.get(&m.name) else {
+                return Err(format!(
+                    "volume mount {:?}: the pod has no volume of that name",
+                    m.name
+                ));
+            };
+            let mut host = dir.clone();
+            if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                if Path::new(sub).is_absolute() || sub.split('/').any(|p| p == "..") {
+                    return Err(format!(
+                        "volume mount {:?}: subPath {sub:?} must be relative and stay inside",
+                        m.name
+                    ));
+                }
+                host = host.join(sub);
+                if !host.exists() {
+                    std::fs::create_dir_all(&host)
+                        .map_err(|e| format!("creating {}: {e}", host.display()))?;
+                }
+            }
+            out.push(cri::Mount {
+                container_path: m.mount_path.clone(),
+                host_path: host.to_string_lossy().into_owned(),
+                readonly: m.read_only.unwrap_or(false),
+                propagation: match m.mount_propagation.as_deref() {
+                    Some("HostToContainer") => cri::MountPropagation::PropagationHostToContainer,
+                    Some("Bidirectional") => cri::MountPropagation::PropagationBidirectional,
+                    _ => cri::MountPropagation::PropagationPrivate,
+                } as i32,
+                ..Default::default()
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Everything a container's config needs that is not in the pod itself.
+pub struct ContainerInputs {
+    pub attempt: u32,
+    pub envs: Vec<cri::KeyValue>,
+    pub mounts: Vec<cri::Mount>,
+    pub image: String,
+    pub node_memory: i64,
+}
+
+pub fn container_config(
+    pod: &Pod,
+    c: &Container,
+    inp: ContainerInputs,
+) -> Result<cri::ContainerConfig, String> {
+    let spec = spec(pod);
+    let psc = spec.security_context.clone().unwrap_or_default();
+    let sc = c.security_context.clone().unwrap_or_default();
+    let qos = qos(pod);
+    let resources =
+        resources(c.resources.as_ref(), &qos, inp.node_memory).map_err(|e| e.to_string())?;
+    let labels = HashMap::from([
+        (POD_NAME.to_string(), name(pod).to_string()),
+        (POD_NAMESPACE.to_string(), namespace(pod).to_string()),
+        (POD_UID.to_string(), uid(pod).to_string()),
+        (CONTAINER_NAME.to_string(), c.name.clone()),
+    ]);
+    let termination_path = c
+        .termination_message_path
+        .clone()
+        .unwrap_or_else(|| "/dev/termination-log".into());
+    let annotations = HashMap::from([
+        (RESTART_COUNT.to_string(), inp.attempt.to_string()),
+        (TERMINATION_MESSAGE_PATH.to_string(), termination_path),
+        (
+            "io.kubernetes.container.terminationMessagePolicy".to_string(),
+            c.termination_message_policy
+                .clone()
+                .unwrap_or_else(|| "File".into()),
+        ),
+        (
+            GRACE.to_string(),
+            spec.termination_grace_period_seconds
+                .unwrap_or(30)
+                .to_string(),
+        ),
+    ]);
+    let caps = sc.capabilities.clone().unwrap_or_default();
+    let seccomp_profile = sc.seccomp_profile.clone().or(psc.seccomp_profile.clone());
+    Ok(cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: inp.attempt,
+        }),
+        image: Some(cri::ImageSpec {
+            image: inp.image,
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: inp.envs,
+        mounts: inp.mounts,
+        labels,
+        annotations,
+        log_path: format!("{}/{}.log", c.name, inp.attempt),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(resources),
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                capabilities: Some(cri::Capability {
+                    add_capabilities: caps.add.unwrap_or_default(),
+                    drop_capabilities: caps.drop.unwrap_or_default(),
+                    ..Default::default()
+                }),
+                privileged: sc.privileged.unwrap_or(false),
+                namespace_options: Some(namespaces(&spec)),
+                run_as_user: sc
+                    .run_as_user
+                    .or(psc.run_as_user)
+                    .map(|value| cri::Int64Value { value }),
+                run_as_group: sc
+                    .run_as_group
+                    .or(psc.run_as_group)
+                    .map(|value| cri::Int64Value { value }),
+                readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
+                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                no_new_privs: sc.allow_privilege_escalation == Some(false),
+                seccomp: Some(seccomp(seccomp_profile.as_ref())),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn cfg() -> Config {
+        Config {
+            kubeconfig: None,
+            runtime_socket: "/run/crust/crust.sock".into(),
+            node_name: "node-a".into(),
+            node_ip: None,
+            root_dir: "/var/lib/crustlet".into(),
+            cert_dir: "/var/lib/crustlet/pki".into(),
+            cgroup_root: "/".into(),
+            pod_manifest_path: None,
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            max_pods: 110,
+            node_labels: vec![],
+            register_node: true,
+            log_filter: "info".into(),
+        }
+    }
+
+    #[test]
+    fn qos_classes() {
+        let p = |res: serde_json::Value| {
+            pod(
+                serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": res}]}}),
+            )
+        };
+        assert_eq!(qos(&p(serde_json::json!({}))), "BestEffort");
+        assert_eq!(
+            qos(&p(serde_json::json!({"requests": {"cpu": "100m"}}))),
+            "Burstable"
+        );
+        assert_eq!(
+            qos(&p(
+                serde_json::json!({"limits": {"cpu": "1", "memory": "64Mi"}})
+            )),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos(&p(
+                serde_json::json!({"limits": {"cpu": "1", "memory": "64Mi"}, "requests": {"cpu": "500m"}})
+            )),
+            "Burstable"
+        );
+    }
+
+    #[test]
+    fn resources_as_the_kubelet_sends_them() {
+        let rr = ResourceRequirements {
+            limits: Some(
+                [
+                    ("cpu".to_string(), Quantity("500m".into())),
+                    ("memory".to_string(), Quantity("64Mi".into())),
+                ]
+                .into(),
+            ),
+            requests: Some([("cpu".to_string(), Quantity("250m".into()))].into()),
+            ..Default::default()
+        };
+        let r = resources(Some(&rr), "Burstable", 1 << 30).unwrap();
+        assert_eq!(
+            (r.cpu_period, r.cpu_quota, r.cpu_shares),
+            (100_000, 50_000, 256)
+        );
+        assert_eq!(r.memory_limit_in_bytes, 64 << 20);
+        // No memory request given: the limit stands for it.
+        assert_eq!(r.oom_score_adj, 1000 - 1000 * (64 << 20) / (1 << 30));
+        let none = resources(None, "BestEffort", 1 << 30).unwrap();
+        assert_eq!(
+            (
+                none.cpu_period,
+                none.cpu_quota,
+                none.cpu_shares,
+                none.oom_score_adj
+            ),
+            (0, 0, 2, 1000)
+        );
+    }
+
+    #[test]
+    fn sandbox_labels_dns_ports_and_namespaces() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns1", "uid": "u-1", "labels": {"app": "web"}},
+            "spec": {"shareProcessNamespace": true, "subdomain": "s",
+                     "containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}]}]}
+        }));
+        let s = sandbox_config(&cfg(), &p, 2, "api");
+        let m = s.metadata.clone().unwrap();
+        assert_eq!(
+            (
+                m.name.as_str(),
+                m.namespace.as_str(),
+                m.uid.as_str(),
+                m.attempt
+            ),
+            ("web", "ns1", "u-1", 2)
+        );
+        assert_eq!(s.labels[POD_UID], "u-1");
+        assert_eq!(s.labels["app"], "web");
+        assert_eq!(s.log_directory, "/var/log/pods/ns1_web_u-1");
+        assert_eq!(s.hostname, "web");
+        let d = s.dns_config.unwrap();
+        assert_eq!(d.servers, ["10.96.0.10"]);
+        assert_eq!(
+            d.searches[..3],
+            [
+                "ns1.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local"
+            ]
+        );
+        assert_eq!(d.options, ["ndots:5"]);
+        assert_eq!(s.port_mappings.len(), 1);
+        assert_eq!(
+            (
+                s.port_mappings[0].container_port,
+                s.port_mappings[0].host_port
+            ),
+            (80, 8080)
+        );
+        let linux = s.linux.unwrap();
+        assert_eq!(linux.cgroup_parent, "/kubepods/besteffort/podu-1");
+        let ns = linux.security_context.unwrap().namespace_options.unwrap();
+        assert_eq!(ns.pid, cri::NamespaceMode::Pod as i32);
+        assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
+    fn container_config_names_and_paths() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns1", "uid": "u-1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sh"], "args": ["-c", "true"],
+                     "volumeMounts": [{"name": "v", "mountPath": "/data", "readOnly": true}]}]}
+        }));
+        let c = &spec(&p).containers[0];
+        let dirs = HashMap::from([(
+            "v".to_string(),
+            PathBuf::from("/var/lib/crustlet/pods/u-1/volumes/v"),
+        )]);
+        let mounts = VolumePaths { dirs: &dirs }.mounts(c).unwrap();
+        let cc = container_config(
+            &p,
+            c,
+            ContainerInputs {
+                attempt: 3,
+                envs: vec![],
+                mounts,
+                image: "busybox".into(),
+                node_memory: 1 << 30,
+            },
+        )
+        .unwrap();
+        assert_eq!(cc.log_path, "c/3.log");
+        assert_eq!(cc.labels[CONTAINER_NAME], "c");
+        assert_eq!(cc.annotations[RESTART_COUNT], "3");
+        assert_eq!(cc.mounts[0].container_path, "/data");
+        assert!(cc.mounts[0].readonly);
+        assert_eq!(
+            (cc.command.clone(), cc.args.clone()),
+            (
+                vec!["sh".to_string()],
+                vec!["-c".to_string(), "true".to_string()]
+            )
+        );
+        let bad = VolumePaths {
+            dirs: &HashMap::new(),
+        }
+        .mounts(c)
+        .unwrap_err();
+        assert!(bad.contains("no volume"), "{bad}");
+    }
+}

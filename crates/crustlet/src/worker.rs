@@ -1,0 +1,1286 @@
+//! One worker per pod: it turns the pod's spec into CRI calls and the runtime's answers
+//! into the pod's status, once a second and whenever the pod changes.
+//!
+//! ```text
+//!            +-------------------------- sync, every second ----------------------+
+//!            v                                                                    |
+//!   [no sandbox] --volumes, RunPodSandbox--> [sandbox ready] --init containers,   |
+//!            ^                                     |          in order, each to   |
+//!            | sandbox died: a new one,            |          exit 0--------------+
+//!            | every container again               v                              |
+//!            +------------------------ [app containers: start, probe, restart by  |
+//!                                        restartPolicy with back-off]-------------+
+//!   deletionTimestamp or gone --> StopContainer (grace) --> StopPodSandbox -->
+//!   RemovePodSandbox --> pod deleted with grace 0 --> worker ends
+//! ```
+//!
+//! The worker keeps nothing that the runtime does not also know: after a restart of the
+//! crustlet it finds its sandbox and containers by their labels and carries on.
+
+use crate::cri::Cri;
+use crate::inputs::Inputs;
+use crate::probe;
+use crate::spec::{self, ContainerInputs, VolumePaths};
+use crate::Ctx;
+use cri_api as cri;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Back-off of a container's restarts and image pulls, as the kubelet's: 10 s, doubling,
+/// at most 5 minutes.
+#[derive(Debug, Clone)]
+struct Backoff {
+    delay: Duration,
+    until: Instant,
+}
+
+impl Backoff {
+    fn next(prev: Option<&Backoff>) -> Backoff {
+        let delay = match prev {
+            Some(b) => (b.delay * 2).min(Duration::from_secs(300)),
+            None => Duration::from_secs(10),
+        };
+        Backoff {
+            delay,
+            until: Instant::now() + delay,
+        }
+    }
+}
+
+/// The sandbox the pod runs in now.
+struct Sandbox {
+    id: String,
+    config: cri::PodSandboxConfig,
+    ip: String,
+    ips: Vec<String>,
+}
+
+/// One container instance as the runtime reports it.
+#[derive(Clone)]
+struct Instance {
+    id: String,
+    attempt: u32,
+    state: i32,
+    status: cri::ContainerStatus,
+}
+
+impl Instance {
+    fn running(&self) -> bool {
+        self.state == cri::ContainerState::ContainerRunning as i32
+    }
+    fn exited(&self) -> bool {
+        self.state == cri::ContainerState::ContainerExited as i32
+    }
+}
+
+struct Probes {
+    liveness: Option<probe::State>,
+    readiness: Option<probe::State>,
+    startup: Option<probe::State>,
+}
+
+pub struct Worker {
+    ctx: Arc<Ctx>,
+    sandbox: Option<Sandbox>,
+    volumes: Option<(HashMap<String, PathBuf>, Instant)>,
+    restart_backoff: HashMap<String, Backoff>,
+    pull_backoff: HashMap<String, Backoff>,
+    /// Why a container is waiting, for its status (reason, message).
+    waiting: HashMap<String, (String, String)>,
+    /// Probe state by container id.
+    probes: HashMap<String, Probes>,
+    last_status: Option<serde_json::Value>,
+    start_time: Option<Time>,
+    sandbox_backoff: Option<Backoff>,
+    /// The phase once the pod can no longer change (Succeeded, Failed).
+    finished: Option<String>,
+    runtime_name: String,
+    last_pod: Option<Pod>,
+}
+
+/// Runs the pod until it is deleted (or removed from this node).
+pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
+    let mut w = Worker {
+        ctx,
+        sandbox: None,
+        volumes: None,
+        restart_backoff: HashMap::new(),
+        pull_backoff: HashMap::new(),
+        waiting: HashMap::new(),
+        probes: HashMap::new(),
+        last_status: None,
+        start_time: None,
+        sandbox_backoff: None,
+        finished: None,
+        runtime_name: String::new(),
+        last_pod: None,
+    };
+    loop {
+        let pod = rx.borrow_and_update().clone();
+        match pod {
+            None => {
+                // Gone from the apiserver (force-deleted, or bound elsewhere): stop it.
+                let last = w.last_pod.take();
+                if let Some(p) = last {
+                    w.terminate(&p, Some(2), false).await;
+                }
+                return;
+            }
+            Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
+                let grace = pod
+                    .metadata
+                    .deletion_grace_period_seconds
+                    .or(spec::spec(&pod).termination_grace_period_seconds);
+                w.terminate(&pod, grace, true).await;
+                return;
+            }
+            Some(pod) => {
+                w.last_pod = Some(pod.clone());
+                if let Err(e) = w.sync(&pod).await {
+                    tracing::warn!(pod = %spec::key(&pod), "sync: {e:#}");
+                }
+            }
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() {
+                // The manager dropped the pod.
+                let last = w.last_pod.take();
+                if let Some(p) = last { w.terminate(&p, Some(2), false).await; }
+                return;
+            },
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn time_from_nanos(ns: i64) -> Option<Time> {
+    if ns <= 0 {
+        return None;
+    }
+    k8s_openapi::jiff::Timestamp::from_nanosecond(ns as i128)
+        .ok()
+        .map(Time)
+}
+
+fn by_name<'a>(cs: &'a [Container], name: &str) -> Option<&'a Container> {
+    cs.iter().find(|c| c.name == name)
+}
+
+impl Worker {
+    fn cri(&self) -> Cri {
+        self.ctx.cri.clone()
+    }
+
+    fn event(&self, pod: &Pod, warning: bool, reason: &str, note: String) {
+        self.ctx.event(pod, warning, reason, note);
+    }
+
+    /// The pod's sandboxes in the runtime, newest first.
+    async fn sandboxes(&self, uid: &str) -> anyhow::Result<Vec<cri::PodSandbox>> {
+        let mut rt = self.cri().runtime;
+        let mut items = rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest {
+                filter: Some(cri::PodSandboxFilter {
+                    label_selector: HashMap::from([(spec::POD_UID.to_string(), uid.to_string())]),
+                    ..Default::default()
+                }),
+            })
+            .await?
+            .into_inner()
+            .items;
+        items.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        Ok(items)
+    }
+
+    /// The container instances of the sandbox, by container name, newest attempt first.
+    async fn instances(&self, sandbox: &str) -> anyhow::Result<HashMap<String, Vec<Instance>>> {
+        let mut rt = self.cri().runtime;
+        let list = rt
+            .list_containers(cri::ListContainersRequest {
+                filter: Some(cri::ContainerFilter {
+                    pod_sandbox_id: sandbox.to_string(),
+                    ..Default::default()
+                }),
+            })
+            .await?
+            .into_inner()
+            .containers;
+        let mut out: HashMap<String, Vec<Instance>> = HashMap::new();
+        for c in list {
+            let status = match rt
+                .container_status(cri::ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: false,
+                })
+                .await
+            {
+                Ok(r) => r.into_inner().status.unwrap_or_default(),
+                Err(_) => continue,
+            };
+            let name = c
+                .metadata
+                .as_ref()
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            let attempt = c.metadata.as_ref().map_or(0, |m| m.attempt);
+            out.entry(name).or_default().push(Instance {
+                id: c.id,
+                attempt,
+                state: status.state,
+                status,
+            });
+        }
+        for v in out.values_mut() {
+            v.sort_by_key(|i| {
+                (
+                    std::cmp::Reverse(i.attempt),
+                    std::cmp::Reverse(i.status.created_at),
+                )
+            });
+        }
+        Ok(out)
+    }
+
+    async fn sync(&mut self, pod: &Pod) -> anyhow::Result<()> {
+        if self.start_time.is_none() {
+            self.start_time = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.clone())
+                .or_else(|| Some(now()));
+        }
+        if self.runtime_name.is_empty() {
+            if let Ok(v) = self
+                .cri()
+                .runtime
+                .version(cri::VersionRequest::default())
+                .await
+            {
+                self.runtime_name = v.into_inner().runtime_name;
+            }
+        }
+        let spec = spec::spec(pod);
+        let policy = spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
+
+        if self.finished.is_some() {
+            // Nothing restarts any more: the kubelet stops the sandbox of a finished pod.
+            if let Some(sb) = self.sandbox.take() {
+                let _ = self
+                    .cri()
+                    .runtime
+                    .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                        pod_sandbox_id: sb.id.clone(),
+                    })
+                    .await;
+                self.sandbox = Some(sb);
+                let st = self.status(pod, &HashMap::new(), false).await;
+                self.report(pod, st).await;
+                self.sandbox = None;
+            }
+            return Ok(());
+        }
+
+        self.ensure_sandbox(pod).await?;
+        let Some(sandbox_id) = self.sandbox.as_ref().map(|s| s.id.clone()) else {
+            let st = self.status(pod, &HashMap::new(), false).await;
+            self.report(pod, st).await;
+            return Ok(());
+        };
+        let instances = self.instances(&sandbox_id).await?;
+
+        // Init containers, in order: each must exit 0 before the next starts.
+        let mut initialized = true;
+        for c in spec.init_containers.iter().flatten() {
+            let latest = instances.get(&c.name).and_then(|v| v.first()).cloned();
+            match latest {
+                Some(i) if i.exited() && i.status.exit_code == 0 => continue,
+                Some(i)
+                    if i.running() || i.state == cri::ContainerState::ContainerCreated as i32 =>
+                {
+                    initialized = false;
+                    break;
+                }
+                Some(i) if i.exited() => {
+                    initialized = false;
+                    if policy == "Never" {
+                        self.finished = Some("Failed".into());
+                    } else {
+                        self.restart(pod, c, Some(&i)).await;
+                    }
+                    break;
+                }
+                _ => {
+                    initialized = false;
+                    self.start(pod, c, None).await;
+                    break;
+                }
+            }
+        }
+
+        if initialized {
+            for c in &spec.containers {
+                let latest = instances.get(&c.name).and_then(|v| v.first()).cloned();
+                match latest {
+                    None => self.start(pod, c, None).await,
+                    Some(i) if i.running() => self.probe(pod, c, &i).await,
+                    Some(i) if i.exited() => {
+                        let restart = match policy.as_str() {
+                            "Never" => false,
+                            "OnFailure" => i.status.exit_code != 0,
+                            _ => true,
+                        };
+                        if restart {
+                            self.restart(pod, c, Some(&i)).await;
+                        }
+                    }
+                    Some(i) if i.state == cri::ContainerState::ContainerCreated as i32 => {
+                        // Made but never started (a crash between the two calls).
+                        let _ = self
+                            .cri()
+                            .runtime
+                            .start_container(cri::StartContainerRequest {
+                                container_id: i.id.clone(),
+                            })
+                            .await;
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+
+        let instances = self.instances(&sandbox_id).await?;
+        self.collect_garbage(&instances).await;
+        let st = self.status(pod, &instances, initialized).await;
+        let phase = st.phase.clone().unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            self.finished = Some(phase);
+        }
+        self.report(pod, st).await;
+        Ok(())
+    }
+
+    /// A ready sandbox for the pod: the one the runtime has, or a new one (with the
+    /// pod's volumes made first). A sandbox that died takes its containers with it.
+    async fn ensure_sandbox(&mut self, pod: &Pod) -> anyhow::Result<()> {
+        let uid = spec::uid(pod).to_string();
+        let sandboxes = self.sandboxes(&uid).await?;
+        let ready = sandboxes
+            .iter()
+            .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32);
+        if let Some(s) = ready {
+            if self.sandbox.as_ref().map(|x| x.id.as_str()) != Some(s.id.as_str()) {
+                // Adopted (a restarted crustlet) or first seen.
+                let (ip, ips) = self.sandbox_ips(&s.id).await;
+                let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
+                self.sandbox = Some(Sandbox {
+                    id: s.id.clone(),
+                    config: spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod)),
+                    ip,
+                    ips,
+                });
+            }
+            self.refresh_volumes(pod, false).await;
+            return Ok(());
+        }
+        if self.sandbox.take().is_some() {
+            self.event(
+                pod,
+                false,
+                "SandboxChanged",
+                "Pod sandbox changed, it will be killed and re-created.".into(),
+            );
+        }
+        if let Some(b) = &self.sandbox_backoff {
+            if Instant::now() < b.until {
+                return Ok(());
+            }
+        }
+        // Old sandboxes go: their containers cannot run again.
+        for s in &sandboxes {
+            let mut rt = self.cri().runtime;
+            let _ = rt
+                .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await;
+            let _ = rt
+                .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await;
+        }
+        if !self.refresh_volumes(pod, true).await {
+            return Ok(());
+        }
+        let attempt = sandboxes
+            .iter()
+            .filter_map(|s| s.metadata.as_ref().map(|m| m.attempt + 1))
+            .max()
+            .unwrap_or(0);
+        let config = spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod));
+        let _ = std::fs::create_dir_all(&config.log_directory);
+        let r = self
+            .cri()
+            .runtime
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: spec::spec(pod).runtime_class_name.unwrap_or_default(),
+            })
+            .await;
+        match r {
+            Ok(r) => {
+                let id = r.into_inner().pod_sandbox_id;
+                self.sandbox_backoff = None;
+                let (ip, ips) = self.sandbox_ips(&id).await;
+                self.sandbox = Some(Sandbox {
+                    id,
+                    config,
+                    ip,
+                    ips,
+                });
+            }
+            Err(e) => {
+                let msg = format!("Failed to create pod sandbox: {}", e.message());
+                self.event(pod, true, "FailedCreatePodSandBox", msg.clone());
+                self.sandbox_backoff = Some(Backoff::next(self.sandbox_backoff.as_ref()));
+                for c in spec::spec(pod)
+                    .containers
+                    .iter()
+                    .chain(spec::spec(pod).init_containers.iter().flatten())
+                {
+                    self.waiting
+                        .insert(c.name.clone(), ("ContainerCreating".into(), msg.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn sandbox_ips(&self, id: &str) -> (String, Vec<String>) {
+        let r = self
+            .cri()
+            .runtime
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: false,
+            })
+            .await;
+        let net = r
+            .ok()
+            .and_then(|r| r.into_inner().status)
+            .and_then(|s| s.network);
+        match net {
+            Some(n) if !n.ip.is_empty() => {
+                let mut ips = vec![n.ip.clone()];
+                ips.extend(n.additional_ips.into_iter().map(|i| i.ip));
+                (n.ip, ips)
+            }
+            _ => {
+                let ip = self.ctx.node_ip.clone();
+                (ip.clone(), vec![ip])
+            }
+        }
+    }
+
+    /// Makes (or, once a minute, refreshes) the pod's volumes; false when they cannot
+    /// be made yet (the reason is in the containers' waiting state and an event).
+    async fn refresh_volumes(&mut self, pod: &Pod, force: bool) -> bool {
+        if !force
+            && self
+                .volumes
+                .as_ref()
+                .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60))
+        {
+            return true;
+        }
+        let inputs = self.inputs(pod);
+        match inputs.volumes().await {
+            Ok(v) => {
+                self.volumes = Some((v, Instant::now()));
+                true
+            }
+            Err(e) => {
+                self.event(pod, true, "FailedMount", e.to_string());
+                for c in spec::spec(pod)
+                    .containers
+                    .iter()
+                    .chain(spec::spec(pod).init_containers.iter().flatten())
+                {
+                    self.waiting
+                        .insert(c.name.clone(), ("ContainerCreating".into(), e.to_string()));
+                }
+                false
+            }
+        }
+    }
+
+    fn inputs<'a>(&'a self, pod: &'a Pod) -> Inputs<'a> {
+        Inputs {
+            client: self.ctx.client.as_ref(),
+            pod,
+            pod_dir: self.ctx.cfg.pod_dir(spec::uid(pod)),
+            node_name: &self.ctx.cfg.node_name,
+            node_ip: &self.ctx.node_ip,
+        }
+    }
+
+    /// Restarts an exited container when its back-off allows.
+    async fn restart(&mut self, pod: &Pod, c: &Container, prev: Option<&Instance>) {
+        let b = self.restart_backoff.get(&c.name).cloned();
+        match &b {
+            // It ran for 10 minutes: the back-off starts over, as the kubelet's does.
+            Some(_)
+                if prev.is_some_and(|p| {
+                    p.status.finished_at - p.status.started_at > 600_000_000_000
+                }) =>
+            {
+                self.restart_backoff.remove(&c.name);
+            }
+            Some(b) if Instant::now() < b.until => {
+                let msg = format!(
+                    "back-off {}s restarting failed container={} pod={}_{}({})",
+                    b.delay.as_secs(),
+                    c.name,
+                    spec::name(pod),
+                    spec::namespace(pod),
+                    spec::uid(pod)
+                );
+                if self.waiting.get(&c.name).map(|w| w.0.as_str()) != Some("CrashLoopBackOff") {
+                    self.event(
+                        pod,
+                        true,
+                        "BackOff",
+                        format!(
+                            "Back-off restarting failed container {} in pod {}",
+                            c.name,
+                            spec::key(pod)
+                        ),
+                    );
+                }
+                self.waiting
+                    .insert(c.name.clone(), ("CrashLoopBackOff".into(), msg));
+                return;
+            }
+            _ => {}
+        }
+        let next = Backoff::next(self.restart_backoff.get(&c.name));
+        self.restart_backoff.insert(c.name.clone(), next);
+        self.start(pod, c, prev).await;
+    }
+
+    /// Pulls the image as the policy says, then creates and starts the container.
+    async fn start(&mut self, pod: &Pod, c: &Container, prev: Option<&Instance>) {
+        let Some(sandbox) = self.sandbox.as_ref() else {
+            return;
+        };
+        let (sandbox_id, sandbox_config, pod_ip) = (
+            sandbox.id.clone(),
+            sandbox.config.clone(),
+            sandbox.ip.clone(),
+        );
+        let attempt = prev.map_or(0, |p| p.attempt + 1);
+        let image = match self.ensure_image(pod, c).await {
+            Some(i) => i,
+            None => return,
+        };
+        let inputs = self.inputs(pod);
+        let envs = match inputs.env(c, &pod_ip).await {
+            Ok(e) => e,
+            Err(e) => {
+                self.event(pod, true, "Failed", format!("Error: {e}"));
+                self.waiting
+                    .insert(c.name.clone(), (e.reason().into(), e.to_string()));
+                return;
+            }
+        };
+        let dirs = self
+            .volumes
+            .as_ref()
+            .map(|(d, _)| d.clone())
+            .unwrap_or_default();
+        let mut mounts = match (VolumePaths { dirs: &dirs }).mounts(c) {
+            Ok(m) => m,
+            Err(e) => {
+                self.waiting.insert(
+                    c.name.clone(),
+                    ("CreateContainerConfigError".into(), e.clone()),
+                );
+                self.event(pod, true, "Failed", format!("Error: {e}"));
+                return;
+            }
+        };
+        // The termination message file, written by the container, read at its exit.
+        let term = self.termination_file(pod, &c.name, attempt);
+        if let Some(dir) = term.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if std::fs::write(&term, b"").is_ok() {
+            mounts.push(cri::Mount {
+                container_path: c
+                    .termination_message_path
+                    .clone()
+                    .unwrap_or_else(|| "/dev/termination-log".into()),
+                host_path: term.to_string_lossy().into_owned(),
+                ..Default::default()
+            });
+        }
+        let config = match spec::container_config(
+            pod,
+            c,
+            ContainerInputs {
+                attempt,
+                envs,
+                mounts,
+                image: image.clone(),
+                node_memory: self.ctx.node_memory,
+            },
+        ) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                self.waiting.insert(
+                    c.name.clone(),
+                    ("CreateContainerConfigError".into(), e.clone()),
+                );
+                self.event(pod, true, "Failed", format!("Error: {e}"));
+                return;
+            }
+        };
+        let mut rt = self.cri().runtime;
+        let created = rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id,
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            })
+            .await;
+        let id = match created {
+            Ok(r) => r.into_inner().container_id,
+            Err(e) => {
+                let msg = e.message().to_string();
+                self.event(pod, true, "Failed", format!("Error: {msg}"));
+                self.waiting
+                    .insert(c.name.clone(), ("CreateContainerError".into(), msg));
+                return;
+            }
+        };
+        self.event(
+            pod,
+            false,
+            "Created",
+            format!("Created container {}", c.name),
+        );
+        if let Err(e) = rt
+            .start_container(cri::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+        {
+            let msg = e.message().to_string();
+            self.event(pod, true, "Failed", format!("Error: {msg}"));
+            self.waiting
+                .insert(c.name.clone(), ("RunContainerError".into(), msg));
+            return;
+        }
+        self.event(
+            pod,
+            false,
+            "Started",
+            format!("Started container {}", c.name),
+        );
+        self.waiting.remove(&c.name);
+    }
+
+    fn termination_file(&self, pod: &Pod, name: &str, attempt: u32) -> PathBuf {
+        self.ctx
+            .cfg
+            .pod_dir(spec::uid(pod))
+            .join("containers")
+            .join(name)
+            .join(format!("{attempt}-termination-log"))
+    }
+
+    /// The image reference to create the container from, after a pull if the policy
+    /// asks; None while it cannot be had (ErrImagePull, then ImagePullBackOff).
+    async fn ensure_image(&mut self, pod: &Pod, c: &Container) -> Option<String> {
+        let image = c.image.clone().unwrap_or_default();
+        if image.is_empty() {
+            self.waiting.insert(
+                c.name.clone(),
+                ("InvalidImageName".into(), "container has no image".into()),
+            );
+            return None;
+        }
+        let tag_latest = {
+            let last = image.rsplit('/').next().unwrap_or(&image);
+            !last.contains(':') && !image.contains('@') || last.ends_with(":latest")
+        };
+        let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
+            if tag_latest {
+                "Always".into()
+            } else {
+                "IfNotPresent".into()
+            }
+        });
+        let mut images = self.cri().images;
+        let present = images
+            .image_status(cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().image)
+            .is_some();
+        if present && policy != "Always" {
+            return Some(image);
+        }
+        if policy == "Never" {
+            let msg = format!("Container image {image:?} is not present with pull policy of Never");
+            self.waiting
+                .insert(c.name.clone(), ("ErrImageNeverPull".into(), msg.clone()));
+            self.event(pod, true, "ErrImageNeverPull", msg);
+            return None;
+        }
+        if let Some(b) = self.pull_backoff.get(&c.name) {
+            if Instant::now() < b.until {
+                let msg = format!("Back-off pulling image {image:?}");
+                if self.waiting.get(&c.name).map(|w| w.0.as_str()) != Some("ImagePullBackOff") {
+                    self.event(pod, false, "BackOff", msg.clone());
+                }
+                self.waiting
+                    .insert(c.name.clone(), ("ImagePullBackOff".into(), msg));
+                return None;
+            }
+        }
+        let auth = self.inputs(pod).pull_auth(&image).await.ok().flatten();
+        self.event(pod, false, "Pulling", format!("Pulling image {image:?}"));
+        let started = Instant::now();
+        let r = images
+            .pull_image(cri::PullImageRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                auth,
+                sandbox_config: self.sandbox.as_ref().map(|s| s.config.clone()),
+            })
+            .await;
+        match r {
+            Ok(_) => {
+                self.pull_backoff.remove(&c.name);
+                self.event(
+                    pod,
+                    false,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image {image:?} in {:.3}s",
+                        started.elapsed().as_secs_f64()
+                    ),
+                );
+                Some(image)
+            }
+            Err(e) => {
+                let msg = format!("Failed to pull image {image:?}: {}", e.message());
+                self.event(pod, true, "Failed", msg.clone());
+                self.pull_backoff.insert(
+                    c.name.clone(),
+                    Backoff::next(self.pull_backoff.get(&c.name)),
+                );
+                self.waiting
+                    .insert(c.name.clone(), ("ErrImagePull".into(), msg));
+                None
+            }
+        }
+    }
+
+    /// Runs the container's due probes; a failed liveness or startup probe kills it
+    /// (the restart policy then decides).
+    async fn probe(&mut self, pod: &Pod, c: &Container, i: &Instance) {
+        let started = Instant::now();
+        let ps = self.probes.entry(i.id.clone()).or_insert_with(|| Probes {
+            liveness: c
+                .liveness_probe
+                .as_ref()
+                .map(|p| probe::State::new(p, started)),
+            readiness: c
+                .readiness_probe
+                .as_ref()
+                .map(|p| probe::State::new(p, started)),
+            startup: c
+                .startup_probe
+                .as_ref()
+                .map(|p| probe::State::new(p, started)),
+        });
+        let ip = self
+            .sandbox
+            .as_ref()
+            .map(|s| s.ip.clone())
+            .unwrap_or_default();
+        let cri = self.ctx.cri.clone();
+        let mut kill = None;
+        let mut events = vec![];
+        let startup_done = ps
+            .startup
+            .as_ref()
+            .is_none_or(|s| s.verdict == Some(probe::Outcome::Success));
+        let due = |s: &Option<probe::State>| s.as_ref().is_some_and(|s| Instant::now() >= s.next);
+        if !startup_done && due(&ps.startup) {
+            let p = c.startup_probe.as_ref().expect("startup probe");
+            let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
+            let st = ps.startup.as_mut().expect("state");
+            if r == probe::Outcome::Failure {
+                events.push(format!("Startup probe failed: {m}"));
+            }
+            if st.record(p, r, m) == Some(probe::Outcome::Failure) {
+                kill = Some("failed startup probe");
+            }
+        }
+        if startup_done {
+            for (which, probe_spec) in [
+                ("Liveness", &c.liveness_probe),
+                ("Readiness", &c.readiness_probe),
+            ] {
+                let Some(p) = probe_spec else { continue };
+                let st = if which == "Liveness" {
+                    &mut ps.liveness
+                } else {
+                    &mut ps.readiness
+                };
+                if !due(st) {
+                    continue;
+                }
+                let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
+                if r == probe::Outcome::Failure {
+                    events.push(format!("{which} probe failed: {m}"));
+                }
+                let st = st.as_mut().expect("state");
+                if st.record(p, r, m) == Some(probe::Outcome::Failure) && which == "Liveness" {
+                    kill = Some("failed liveness probe");
+                }
+            }
+        }
+        for e in events {
+            self.event(pod, true, "Unhealthy", e);
+        }
+        if let Some(why) = kill {
+            self.event(
+                pod,
+                false,
+                "Killing",
+                format!("Container {} {why}, will be restarted", c.name),
+            );
+            let grace = spec::spec(pod)
+                .termination_grace_period_seconds
+                .unwrap_or(30);
+            let _ = self
+                .cri()
+                .runtime
+                .stop_container(cri::StopContainerRequest {
+                    container_id: i.id.clone(),
+                    timeout: grace,
+                })
+                .await;
+            self.probes.remove(&i.id);
+        }
+    }
+
+    /// Keeps each container's newest two instances (the previous one for `--previous`).
+    async fn collect_garbage(&mut self, instances: &HashMap<String, Vec<Instance>>) {
+        for v in instances.values() {
+            for old in v.iter().skip(2).filter(|i| i.exited()) {
+                let _ = self
+                    .cri()
+                    .runtime
+                    .remove_container(cri::RemoveContainerRequest {
+                        container_id: old.id.clone(),
+                    })
+                    .await;
+                self.probes.remove(&old.id);
+            }
+        }
+        let live: Vec<&String> = instances.values().flatten().map(|i| &i.id).collect();
+        self.probes.retain(|id, _| live.contains(&id));
+    }
+
+    fn container_status(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        v: Option<&Vec<Instance>>,
+    ) -> ContainerStatus {
+        let latest = v.and_then(|v| v.first());
+        let previous = v.and_then(|v| v.get(1));
+        let id_of = |i: &Instance| format!("{}://{}", self.runtime_name, i.id);
+        let terminated = |i: &Instance| {
+            let s = &i.status;
+            let message = std::fs::read_to_string(self.termination_file(pod, &c.name, i.attempt))
+                .ok()
+                .filter(|m| !m.is_empty())
+                .or_else(|| Some(s.message.clone()).filter(|m| !m.is_empty()));
+            ContainerStateTerminated {
+                exit_code: s.exit_code,
+                reason: Some(if s.reason.is_empty() {
+                    if s.exit_code == 0 {
+                        "Completed"
+                    } else {
+                        "Error"
+                    }
+                    .to_string()
+                } else {
+                    s.reason.clone()
+                }),
+                message: message.map(|m| m.chars().take(4096).collect()),
+                started_at: time_from_nanos(s.started_at),
+                finished_at: time_from_nanos(s.finished_at),
+                container_id: Some(id_of(i)),
+                ..Default::default()
+            }
+        };
+        let waiting = self.waiting.get(&c.name);
+        let state = match latest {
+            Some(i) if i.running() => ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: time_from_nanos(i.status.started_at),
+                }),
+                ..Default::default()
+            },
+            Some(i) if i.exited() && waiting.is_none() => ContainerState {
+                terminated: Some(terminated(i)),
+                ..Default::default()
+            },
+            _ => ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(waiting.map_or("ContainerCreating".into(), |w| w.0.clone())),
+                    message: waiting.map(|w| w.1.clone()).filter(|m| !m.is_empty()),
+                }),
+                ..Default::default()
+            },
+        };
+        // In back-off, the instance that exited last is the last state.
+        let last = match (latest, &state.waiting) {
+            (Some(i), Some(_)) if i.exited() => Some(i),
+            _ => previous.filter(|p| p.exited()),
+        };
+        let probes = latest.and_then(|i| self.probes.get(&i.id));
+        let running = latest.is_some_and(|i| i.running());
+        let started = running
+            && probes
+                .and_then(|p| p.startup.as_ref())
+                .is_none_or(|s| s.verdict == Some(probe::Outcome::Success));
+        let ready = started
+            && match (
+                &c.readiness_probe,
+                probes.and_then(|p| p.readiness.as_ref()),
+            ) {
+                (None, _) => true,
+                (Some(_), Some(s)) => s.verdict == Some(probe::Outcome::Success),
+                (Some(_), None) => false,
+            };
+        // Each restart is a new attempt of the container's name.
+        let restart_count = latest.map_or(0, |i| i.attempt as i32);
+        ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            image_id: latest
+                .map(|i| i.status.image_ref.clone())
+                .unwrap_or_default(),
+            container_id: latest.map(id_of),
+            ready,
+            started: Some(started),
+            restart_count,
+            state: Some(state),
+            last_state: last.map(|i| ContainerState {
+                terminated: Some(terminated(i)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn status(
+        &mut self,
+        pod: &Pod,
+        instances: &HashMap<String, Vec<Instance>>,
+        initialized: bool,
+    ) -> PodStatus {
+        let spec = spec::spec(pod);
+        let policy = spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
+        let init_statuses: Vec<ContainerStatus> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| self.container_status(pod, c, instances.get(&c.name)))
+            .collect();
+        let statuses: Vec<ContainerStatus> = spec
+            .containers
+            .iter()
+            .map(|c| self.container_status(pod, c, instances.get(&c.name)))
+            .collect();
+        let phase = if let Some(f) = &self.finished {
+            f.clone()
+        } else if !initialized {
+            "Pending".to_string()
+        } else {
+            let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+            for s in &statuses {
+                let st = s.state.clone().unwrap_or_default();
+                if st.running.is_some() {
+                    running += 1;
+                } else if let Some(t) = &st.terminated {
+                    stopped += 1;
+                    if t.exit_code == 0 {
+                        succeeded += 1;
+                    }
+                } else if s
+                    .last_state
+                    .as_ref()
+                    .and_then(|l| l.terminated.as_ref())
+                    .is_some()
+                {
+                    stopped += 1;
+                } else {
+                    waiting += 1;
+                }
+            }
+            if waiting > 0 {
+                "Pending"
+            } else if running > 0 {
+                "Running"
+            } else if stopped > 0 {
+                match policy.as_str() {
+                    "Always" => "Running",
+                    "OnFailure" if stopped == succeeded => "Succeeded",
+                    "OnFailure" => "Running",
+                    _ if stopped == succeeded => "Succeeded",
+                    _ => "Failed",
+                }
+            } else {
+                "Pending"
+            }
+            .to_string()
+        };
+        let phase = if phase == "Pending"
+            && !initialized
+            && policy == "Never"
+            && init_statuses.iter().any(|s| {
+                s.state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code != 0)
+            }) {
+            "Failed".to_string()
+        } else {
+            phase
+        };
+        let sandbox_ready = self.sandbox.is_some() && self.finished.is_none();
+        let all_ready = statuses.iter().all(|s| s.ready);
+        let old = pod.status.clone().unwrap_or_default();
+        let cond = |t: &str, ok: bool, reason: Option<&str>| {
+            let prev = old.conditions.iter().flatten().find(|c| c.type_ == t);
+            let status = if ok { "True" } else { "False" };
+            let transition = match prev {
+                Some(p) if p.status == status => p.last_transition_time.clone(),
+                _ => Some(now()),
+            };
+            PodCondition {
+                type_: t.into(),
+                status: status.into(),
+                last_transition_time: transition,
+                reason: if ok { None } else { reason.map(str::to_string) },
+                ..Default::default()
+            }
+        };
+        let mut conditions = vec![
+            cond("PodReadyToStartContainers", sandbox_ready, None),
+            cond(
+                "Initialized",
+                initialized || self.finished.is_some(),
+                Some("ContainersNotInitialized"),
+            ),
+            cond(
+                "Ready",
+                all_ready && initialized,
+                Some(if phase == "Succeeded" || phase == "Failed" {
+                    "PodCompleted"
+                } else {
+                    "ContainersNotReady"
+                }),
+            ),
+            cond(
+                "ContainersReady",
+                all_ready && initialized,
+                Some(if phase == "Succeeded" || phase == "Failed" {
+                    "PodCompleted"
+                } else {
+                    "ContainersNotReady"
+                }),
+            ),
+        ];
+        // The scheduler's condition stays as it set it.
+        conditions.extend(
+            old.conditions
+                .iter()
+                .flatten()
+                .filter(|c| c.type_ == "PodScheduled")
+                .cloned(),
+        );
+        let (pod_ip, pod_ips) = match &self.sandbox {
+            Some(s) => (Some(s.ip.clone()), s.ips.clone()),
+            None => (
+                old.pod_ip.clone(),
+                old.pod_ips.iter().flatten().map(|p| p.ip.clone()).collect(),
+            ),
+        };
+        PodStatus {
+            phase: Some(phase),
+            conditions: Some(conditions),
+            host_ip: Some(self.ctx.node_ip.clone()),
+            host_ips: Some(vec![HostIP {
+                ip: self.ctx.node_ip.clone(),
+            }]),
+            pod_ip: pod_ip.filter(|i| !i.is_empty()),
+            pod_ips: Some(
+                pod_ips
+                    .into_iter()
+                    .filter(|i| !i.is_empty())
+                    .map(|ip| PodIP { ip })
+                    .collect(),
+            ),
+            start_time: self.start_time.clone(),
+            qos_class: Some(spec::qos(pod)),
+            init_container_statuses: if init_statuses.is_empty() {
+                None
+            } else {
+                Some(init_statuses)
+            },
+            container_statuses: Some(statuses),
+            ..Default::default()
+        }
+    }
+
+    /// Sends the status when it differs from what was sent last.
+    async fn report(&mut self, pod: &Pod, st: PodStatus) {
+        let value = serde_json::json!({ "status": st });
+        let mut cmp = value.clone();
+        // Transition times alone are no reason to write.
+        if let Some(cs) = cmp
+            .pointer_mut("/status/conditions")
+            .and_then(|c| c.as_array_mut())
+        {
+            for c in cs {
+                c.as_object_mut().map(|o| o.remove("lastTransitionTime"));
+            }
+        }
+        if self.last_status.as_ref() == Some(&cmp) {
+            return;
+        }
+        let Some(client) = self.ctx.client.clone() else {
+            self.last_status = Some(cmp);
+            return;
+        };
+        let api: Api<Pod> = Api::namespaced(client, spec::namespace(pod));
+        match api
+            .patch_status(
+                spec::name(pod),
+                &PatchParams::default(),
+                &Patch::Strategic(&value),
+            )
+            .await
+        {
+            Ok(_) => self.last_status = Some(cmp),
+            Err(e) => tracing::warn!(pod = %spec::key(pod), "status update: {e}"),
+        }
+    }
+
+    /// Stops every container with the grace period, then the sandbox, removes both, and
+    /// (for a pod deleted through the apiserver) deletes the pod object.
+    async fn terminate(&mut self, pod: &Pod, grace: Option<i64>, delete: bool) {
+        let grace = grace.unwrap_or(30).max(0);
+        let uid = spec::uid(pod).to_string();
+        let sandboxes = self.sandboxes(&uid).await.unwrap_or_default();
+        let spec = spec::spec(pod);
+        for s in &sandboxes {
+            let instances = self.instances(&s.id).await.unwrap_or_default();
+            let mut stops = vec![];
+            for (name, v) in &instances {
+                for i in v.iter().filter(|i| i.running()) {
+                    if let Some(c) = by_name(&spec.containers, name) {
+                        self.event(
+                            pod,
+                            false,
+                            "Killing",
+                            format!("Stopping container {}", c.name),
+                        );
+                    }
+                    let mut rt = self.cri().runtime;
+                    let id = i.id.clone();
+                    stops.push(async move {
+                        rt.stop_container(cri::StopContainerRequest {
+                            container_id: id,
+                            timeout: grace,
+                        })
+                        .await
+                    });
+                }
+            }
+            futures::future::join_all(stops).await;
+            if delete {
+                let latest: HashMap<String, Vec<Instance>> =
+                    self.instances(&s.id).await.unwrap_or_default();
+                let st = self.status(pod, &latest, true).await;
+                self.report(pod, st).await;
+            }
+            let mut rt = self.cri().runtime;
+            let _ = rt
+                .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await;
+            let _ = rt
+                .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await;
+        }
+        let _ = std::fs::remove_dir_all(self.ctx.cfg.pod_dir(&uid));
+        if delete {
+            if let Some(client) = self.ctx.client.clone() {
+                let api: Api<Pod> = Api::namespaced(client, spec::namespace(pod));
+                let dp = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                if let Err(e) = api.delete(spec::name(pod), &dp).await {
+                    tracing::debug!(pod = %spec::key(pod), "delete: {e}");
+                }
+            }
+        }
+        tracing::info!(pod = %spec::key(pod), "pod stopped and removed");
+    }
+}
