@@ -122,7 +122,9 @@ pub fn pids() -> io::Result<(u64, u64)> {
         Ok(t) => pid_max.min(t as u64),
         Err(_) => pid_max,
     };
-    let now = procfs::LoadAverage::current().map_err(io::Error::other)?.max as u64;
+    let now = procfs::LoadAverage::current()
+        .map_err(io::Error::other)?
+        .max as u64;
     Ok((max, now))
 }
 
@@ -191,7 +193,12 @@ pub struct IfAddr {
 /// else the first usable address of an up interface. Loopback and link-local addresses
 /// are never chosen: no other node or pod could reach them.
 pub fn choose_ip(addrs: &[IfAddr], default_ifaces: &[String]) -> Option<Ipv4Addr> {
-    let usable = |a: &&IfAddr| a.up && !a.loopback && !a.ip.is_loopback() && !a.ip.is_link_local() && !a.ip.is_unspecified();
+    let usable = |a: &&IfAddr| {
+        a.up && !a.loopback
+            && !a.ip.is_loopback()
+            && !a.ip.is_link_local()
+            && !a.ip.is_unspecified()
+    };
     for iface in default_ifaces {
         if let Some(a) = addrs.iter().filter(usable).find(|a| &a.iface == iface) {
             return Some(a.ip);
@@ -364,17 +371,24 @@ mod tests {
             a("eth0", [10, 0, 0, 5], true),
             a("wlan0", [192, 168, 1, 9], false),
         ];
-        assert_eq!(choose_ip(&addrs, &["eth0".into()]), Some(Ipv4Addr::new(10, 0, 0, 5)));
+        assert_eq!(
+            choose_ip(&addrs, &["eth0".into()]),
+            Some(Ipv4Addr::new(10, 0, 0, 5))
+        );
         // No default route: the first up, non-loopback, non-link-local one.
         assert_eq!(choose_ip(&addrs, &[]), Some(Ipv4Addr::new(172, 17, 0, 1)));
         // A default route through a down or address-less interface falls through.
-        assert_eq!(choose_ip(&addrs, &["wlan0".into()]), Some(Ipv4Addr::new(172, 17, 0, 1)));
+        assert_eq!(
+            choose_ip(&addrs, &["wlan0".into()]),
+            Some(Ipv4Addr::new(172, 17, 0, 1))
+        );
         assert_eq!(choose_ip(&addrs[..1], &[]), None);
     }
 
     #[test]
     fn default_routes_from_proc_net_route() {
-        let t = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+        let t =
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
                  wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n\
                  eth0\t00000000\t0100000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
                  eth0\t0000000A\t00000000\t0001\t0\t0\t100\t00FFFFFF\t0\t0\t0\n";
@@ -395,8 +409,14 @@ mod tests {
     #[test]
     fn pretty_name_unquoted() {
         let t = "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\n";
-        assert_eq!(pretty_name(t).as_deref(), Some("Debian GNU/Linux 12 (bookworm)"));
-        assert_eq!(pretty_name("PRETTY_NAME=Alpine\n").as_deref(), Some("Alpine"));
+        assert_eq!(
+            pretty_name(t).as_deref(),
+            Some("Debian GNU/Linux 12 (bookworm)")
+        );
+        assert_eq!(
+            pretty_name("PRETTY_NAME=Alpine\n").as_deref(),
+            Some("Alpine")
+        );
         assert_eq!(pretty_name("ID=x\n"), None);
     }
 
@@ -413,7 +433,10 @@ mod tests {
         let (max, now) = r.pids.unwrap();
         assert!(max >= 301 && now >= 1 && now < max, "{max} {now}");
         assert_eq!(nearest_existing(&dir.join("a/b")), std::env::temp_dir());
-        assert_eq!(nearest_existing(Path::new("relative/none")), PathBuf::from("/"));
+        assert_eq!(
+            nearest_existing(Path::new("relative/none")),
+            PathBuf::from("/")
+        );
         let s = system_info();
         assert!(!s.kernel_version.is_empty() && !s.os_image.is_empty());
         assert_eq!(s.boot_id.len(), 36, "{s:?}");

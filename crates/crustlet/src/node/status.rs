@@ -41,7 +41,10 @@ pub fn binary_si(bytes: u64) -> String {
 /// (and less hugepages, for memory), as the kubelet computes it with no reservations.
 /// A reading that failed leaves its resource out, which makes Ready false (the kubelet's
 /// "Missing node capacity" rule) instead of reporting a zero the scheduler would trust.
-pub fn capacity(r: &Readings, max_pods: u32) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+pub fn capacity(
+    r: &Readings,
+    max_pods: u32,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
     let mut cap = BTreeMap::new();
     let mut alloc = BTreeMap::new();
     let mut both = |k: &str, c: String, a: String| {
@@ -52,17 +55,28 @@ pub fn capacity(r: &Readings, max_pods: u32) -> (BTreeMap<String, Quantity>, BTr
     both("pods", max_pods.to_string(), max_pods.to_string());
     if r.mem_total > 0 {
         let huge: u64 = r.hugepages.iter().map(|(_, b)| b).sum();
-        let a = r.mem_total.saturating_sub(huge).saturating_sub(MEMORY_AVAILABLE_MIN);
+        let a = r
+            .mem_total
+            .saturating_sub(huge)
+            .saturating_sub(MEMORY_AVAILABLE_MIN);
         both("memory", binary_si(r.mem_total), binary_si(a));
     }
     for (size, bytes) in &r.hugepages {
-        both(&format!("hugepages-{size}"), binary_si(*bytes), binary_si(*bytes));
+        both(
+            &format!("hugepages-{size}"),
+            binary_si(*bytes),
+            binary_si(*bytes),
+        );
     }
     if let Some(fs) = r.fs {
         // The kubelet turns the percentage into bytes by truncating a float product.
         let reserve = fs.capacity / 100 * NODEFS_AVAILABLE_MIN_PERCENT
             + fs.capacity % 100 * NODEFS_AVAILABLE_MIN_PERCENT / 100;
-        both("ephemeral-storage", binary_si(fs.capacity), binary_si(fs.capacity - reserve));
+        both(
+            "ephemeral-storage",
+            binary_si(fs.capacity),
+            binary_si(fs.capacity - reserve),
+        );
     }
     (cap, alloc)
 }
@@ -73,13 +87,17 @@ pub fn memory_pressure(r: &Readings) -> bool {
 
 pub fn disk_pressure(r: &Readings) -> bool {
     let Some(fs) = r.fs else { return false };
-    let low_space = fs.capacity > 0 && fs.available * 100 < fs.capacity * NODEFS_AVAILABLE_MIN_PERCENT;
-    let low_inodes = fs.inodes > 0 && fs.inodes_free * 100 < fs.inodes * NODEFS_INODES_FREE_MIN_PERCENT;
+    let low_space =
+        fs.capacity > 0 && fs.available * 100 < fs.capacity * NODEFS_AVAILABLE_MIN_PERCENT;
+    let low_inodes =
+        fs.inodes > 0 && fs.inodes_free * 100 < fs.inodes * NODEFS_INODES_FREE_MIN_PERCENT;
     low_space || low_inodes
 }
 
 pub fn pid_pressure(r: &Readings) -> bool {
-    let Some((max, now)) = r.pids else { return false };
+    let Some((max, now)) = r.pids else {
+        return false;
+    };
     max.saturating_sub(now) * 100 < max * PIDS_AVAILABLE_MIN_PERCENT
 }
 
@@ -138,17 +156,29 @@ pub type Want = (&'static str, bool, &'static str, String);
 
 /// The four conditions in the kubelet's order (Ready last: older controllers read the
 /// last one), from readings, runtime errors and the capacity just computed.
-pub fn wanted_conditions(r: &Readings, runtime: &[String], cap: &BTreeMap<String, Quantity>) -> Vec<Want> {
+pub fn wanted_conditions(
+    r: &Readings,
+    runtime: &[String],
+    cap: &BTreeMap<String, Quantity>,
+) -> Vec<Want> {
     let mut errs = runtime.to_vec();
     let missing: Vec<&str> = ["cpu", "memory", "pods", "ephemeral-storage"]
         .into_iter()
         .filter(|k| !cap.contains_key(*k))
         .collect();
     if !missing.is_empty() {
-        errs.push(format!("Missing node capacity for resources: {}", missing.join(", ")));
+        errs.push(format!(
+            "Missing node capacity for resources: {}",
+            missing.join(", ")
+        ));
     }
     let ready = match aggregate(&errs) {
-        None => ("Ready", true, "KubeletReady", "kubelet is posting ready status".to_string()),
+        None => (
+            "Ready",
+            true,
+            "KubeletReady",
+            "kubelet is posting ready status".to_string(),
+        ),
         Some(m) => ("Ready", false, "KubeletNotReady", m),
     };
     let pressure = |ty, on: bool, yes: (&'static str, &str), no: (&'static str, &str)| -> Want {
@@ -159,8 +189,14 @@ pub fn wanted_conditions(r: &Readings, runtime: &[String], cap: &BTreeMap<String
         pressure(
             "MemoryPressure",
             memory_pressure(r),
-            ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
-            ("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            (
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+            ),
+            (
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
         ),
         pressure(
             "DiskPressure",
@@ -171,8 +207,14 @@ pub fn wanted_conditions(r: &Readings, runtime: &[String], cap: &BTreeMap<String
         pressure(
             "PIDPressure",
             pid_pressure(r),
-            ("KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
-            ("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            (
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+            ),
+            (
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
         ),
         ready,
     ]
@@ -253,7 +295,8 @@ pub fn differs(current: Option<&NodeStatus>, desired: &NodeStatus) -> bool {
             _ => return true,
         }
     }
-    let map_covers = |cur: &Option<BTreeMap<String, Quantity>>, want: &Option<BTreeMap<String, Quantity>>| {
+    let map_covers = |cur: &Option<BTreeMap<String, Quantity>>,
+                      want: &Option<BTreeMap<String, Quantity>>| {
         let empty = BTreeMap::new();
         let cur = cur.as_ref().unwrap_or(&empty);
         want.iter().flatten().all(|(k, v)| cur.get(k) == Some(v))
@@ -262,7 +305,8 @@ pub fn differs(current: Option<&NodeStatus>, desired: &NodeStatus) -> bool {
         || !map_covers(&cur.allocatable, &desired.allocatable)
         || cur.addresses != desired.addresses
         || cur.node_info != desired.node_info
-        || cur.images.as_deref().unwrap_or_default() != desired.images.as_deref().unwrap_or_default()
+        || cur.images.as_deref().unwrap_or_default()
+            != desired.images.as_deref().unwrap_or_default()
         || cur.daemon_endpoints != desired.daemon_endpoints
 }
 
@@ -318,7 +362,10 @@ mod tests {
         assert_eq!(q(&cap, "cpu"), "2");
         assert_eq!(q(&cap, "pods"), "110");
         assert_eq!(q(&cap, "memory"), "8141344Ki");
-        assert_eq!(q(&alloc, "memory"), binary_si(8_141_344 * 1024 - (4 << 20) - (100 << 20)));
+        assert_eq!(
+            q(&alloc, "memory"),
+            binary_si(8_141_344 * 1024 - (4 << 20) - (100 << 20))
+        );
         assert_eq!(q(&cap, "hugepages-2Mi"), "4Mi");
         assert_eq!(q(&cap, "hugepages-1Gi"), "0");
         assert_eq!(q(&cap, "ephemeral-storage"), "100Gi");
@@ -334,7 +381,12 @@ mod tests {
         let ready = wanted_conditions(&r, &[], &cap).pop().unwrap();
         assert_eq!(
             ready,
-            ("Ready", false, "KubeletNotReady", "Missing node capacity for resources: memory, ephemeral-storage".into())
+            (
+                "Ready",
+                false,
+                "KubeletNotReady",
+                "Missing node capacity for resources: memory, ephemeral-storage".into()
+            )
         );
     }
 
@@ -360,7 +412,10 @@ mod tests {
     #[test]
     fn ready_follows_the_runtime_in_the_kubelets_words() {
         assert!(runtime_errors(&up()).is_empty());
-        assert_eq!(runtime_errors(&RuntimeState::Down), ["container runtime is down"]);
+        assert_eq!(
+            runtime_errors(&RuntimeState::Down),
+            ["container runtime is down"]
+        );
         let net_down = RuntimeState::Up(vec![
             ("RuntimeReady".into(), true, "".into(), "".into()),
             (
@@ -377,14 +432,25 @@ mod tests {
         );
         let cap = capacity(&healthy(), 110).0;
         let ready = wanted_conditions(&healthy(), &errs, &cap).pop().unwrap();
-        assert_eq!((ready.1, ready.2, ready.3.as_str()), (false, "KubeletNotReady", errs[0].as_str()));
+        assert_eq!(
+            (ready.1, ready.2, ready.3.as_str()),
+            (false, "KubeletNotReady", errs[0].as_str())
+        );
         let none = runtime_errors(&RuntimeState::Up(vec![]));
         assert_eq!(
             aggregate(&none).unwrap(),
             "[container runtime not ready: <nil>, container runtime network not ready: <nil>]"
         );
         let ready = wanted_conditions(&healthy(), &[], &cap).pop().unwrap();
-        assert_eq!(ready, ("Ready", true, "KubeletReady", "kubelet is posting ready status".into()));
+        assert_eq!(
+            ready,
+            (
+                "Ready",
+                true,
+                "KubeletReady",
+                "kubelet is posting ready status".into()
+            )
+        );
         assert_eq!(aggregate(&["a".into(), "a".into()]).unwrap(), "a");
     }
 
@@ -394,17 +460,29 @@ mod tests {
         let t0 = t("2024-01-01T00:00:00Z");
         let first = conditions(&[], &wanted_conditions(&healthy(), &[], &cap), &t0);
         let types: Vec<&str> = first.iter().map(|c| c.type_.as_str()).collect();
-        assert_eq!(types, ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]);
-        assert!(first.iter().all(|c| c.last_transition_time == Some(t0.clone())));
-        assert_eq!(first[0].reason.as_deref(), Some("KubeletHasSufficientMemory"));
+        assert_eq!(
+            types,
+            ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+        );
+        assert!(first
+            .iter()
+            .all(|c| c.last_transition_time == Some(t0.clone())));
+        assert_eq!(
+            first[0].reason.as_deref(),
+            Some("KubeletHasSufficientMemory")
+        );
         assert_eq!(first[0].status, "False");
         assert_eq!(first[3].status, "True");
 
         // Same readings later: heartbeat moves, transition stays.
         let t1 = t("2024-01-01T00:00:10Z");
         let again = conditions(&first, &wanted_conditions(&healthy(), &[], &cap), &t1);
-        assert!(again.iter().all(|c| c.last_transition_time == Some(t0.clone())));
-        assert!(again.iter().all(|c| c.last_heartbeat_time == Some(t1.clone())));
+        assert!(again
+            .iter()
+            .all(|c| c.last_transition_time == Some(t0.clone())));
+        assert!(again
+            .iter()
+            .all(|c| c.last_heartbeat_time == Some(t1.clone())));
 
         // The runtime goes: Ready flips, the others keep their transition time.
         let t2 = t("2024-01-01T00:00:20Z");
@@ -439,11 +517,17 @@ mod tests {
         };
         let mut cur = desired.clone();
         // An extra capacity key (a device plugin's) and an unset images list are no change.
-        cur.capacity.as_mut().unwrap().insert("example.com/gpu".into(), Quantity("1".into()));
+        cur.capacity
+            .as_mut()
+            .unwrap()
+            .insert("example.com/gpu".into(), Quantity("1".into()));
         cur.images = None;
         cur.volumes_in_use = Some(vec!["v".into()]);
         assert!(!differs(Some(&cur), &desired));
-        cur.capacity.as_mut().unwrap().insert("pods".into(), Quantity("10".into()));
+        cur.capacity
+            .as_mut()
+            .unwrap()
+            .insert("pods".into(), Quantity("10".into()));
         assert!(differs(Some(&cur), &desired));
     }
 
@@ -461,7 +545,12 @@ mod tests {
     fn images_largest_first_digests_then_tags_capped() {
         let mut list = vec![
             img("small", 10, &["busybox:1"], &["busybox@sha256:aa"]),
-            img("big", 1000, &["a:1", "a:2", "a:3", "a:4"], &["a@sha256:1", "a@sha256:2"]),
+            img(
+                "big",
+                1000,
+                &["a:1", "a:2", "a:3", "a:4"],
+                &["a@sha256:1", "a@sha256:2"],
+            ),
             img("mid-b", 100, &["b:1"], &[]),
             img("mid-a", 100, &[], &["c@sha256:3"]),
         ];
@@ -477,7 +566,10 @@ mod tests {
         assert_eq!(out[0].size_bytes, Some(1000));
         assert_eq!(out[1].names.as_deref().unwrap(), ["c@sha256:3"]);
         assert_eq!(out[2].names.as_deref().unwrap(), ["b:1"]);
-        assert_eq!(out[3].names.as_deref().unwrap(), ["busybox@sha256:aa", "busybox:1"]);
+        assert_eq!(
+            out[3].names.as_deref().unwrap(),
+            ["busybox@sha256:aa", "busybox:1"]
+        );
         assert_eq!(out[4].size_bytes, Some(1));
     }
 
@@ -490,9 +582,16 @@ mod tests {
         };
         assert_eq!(pod_cidrs(None), None);
         assert_eq!(pod_cidrs(Some(&s(None, None))), None);
-        assert_eq!(pod_cidrs(Some(&s(Some("10.244.1.0/24"), None))).as_deref(), Some("10.244.1.0/24"));
         assert_eq!(
-            pod_cidrs(Some(&s(Some("10.244.1.0/24"), Some(&["10.244.1.0/24", "fd00:1::/64"])))).as_deref(),
+            pod_cidrs(Some(&s(Some("10.244.1.0/24"), None))).as_deref(),
+            Some("10.244.1.0/24")
+        );
+        assert_eq!(
+            pod_cidrs(Some(&s(
+                Some("10.244.1.0/24"),
+                Some(&["10.244.1.0/24", "fd00:1::/64"])
+            )))
+            .as_deref(),
             Some("10.244.1.0/24,fd00:1::/64")
         );
     }
