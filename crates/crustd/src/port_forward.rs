@@ -1,8 +1,10 @@
 //! PortForward's stream: Kubernetes' `portforward.k8s.io` protocol over SPDY. For each
 //! forwarded connection the client opens two streams, `error` then `data`, both naming
 //! the pod port and a request id; crust connects to that port on the pod's loopback,
-//! from inside the pod's network namespace, and copies bytes both ways. A connection
-//! that cannot be made is reported on its error stream; the session goes on.
+//! from inside the pod's network namespace, and copies bytes both ways until the pod
+//! closes its side (then both streams close, which is what ends the client's local
+//! connection). A connection that cannot be made is reported on its error stream; the
+//! session goes on.
 
 use crate::daemon::Crust;
 use std::collections::HashMap;
@@ -112,12 +114,24 @@ async fn forward(mut data: Stream, netns: Option<PathBuf>, port: u16) -> Result<
         }
         let _ = out.close();
     });
-    while let Some(b) = data.read().await {
-        if wr.write_all(&b).await.is_err() {
-            break;
+    let mut up = up;
+    let client = async {
+        while let Some(b) = data.read().await {
+            if wr.write_all(&b).await.is_err() {
+                break;
+            }
         }
+        let _ = wr.shutdown().await;
+    };
+    tokio::select! {
+        // The client is done sending: the pod's answer still comes back.
+        _ = client => {
+            let _ = up.await;
+        }
+        // The pod closed its side: the connection is over (as containerd ends it). The
+        // client waits for the error stream to close before it closes its own end, so
+        // waiting for its data here would hold both sides open for ever.
+        _ = &mut up => {}
     }
-    let _ = wr.shutdown().await;
-    let _ = up.await;
     Ok(())
 }
