@@ -41,6 +41,9 @@ pub struct Flags {
     /// Prefix of the pod cgroups (`<root>/kubepods/...`).
     #[arg(long)]
     pub cgroup_root: Option<String>,
+    /// Where the pods' log folders go (the kubelet's `podLogsDir`).
+    #[arg(long)]
+    pub pod_logs_dir: Option<PathBuf>,
     /// A folder of static pod manifests (YAML or JSON).
     #[arg(long)]
     pub pod_manifest_path: Option<PathBuf>,
@@ -78,6 +81,7 @@ struct File {
     root_dir: Option<PathBuf>,
     cert_dir: Option<PathBuf>,
     cgroup_root: Option<String>,
+    pod_logs_dir: Option<PathBuf>,
     pod_manifest_path: Option<PathBuf>,
     #[serde(default)]
     cluster_dns: Vec<String>,
@@ -101,6 +105,7 @@ pub struct Config {
     pub root_dir: PathBuf,
     pub cert_dir: PathBuf,
     pub cgroup_root: String,
+    pub pod_logs_dir: PathBuf,
     pub pod_manifest_path: Option<PathBuf>,
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
@@ -173,6 +178,10 @@ impl Config {
                 .cgroup_root
                 .or(file.cgroup_root)
                 .unwrap_or_else(|| "/".to_string()),
+            pod_logs_dir: flags
+                .pod_logs_dir
+                .or(file.pod_logs_dir)
+                .unwrap_or_else(|| PathBuf::from("/var/log/pods")),
             pod_manifest_path: flags.pod_manifest_path.or(file.pod_manifest_path),
             cluster_dns: pick(flags.cluster_dns, file.cluster_dns),
             cluster_domain: flags

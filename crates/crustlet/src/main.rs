@@ -136,7 +136,16 @@ async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
         node_memory: node::memory_capacity(),
         recorder,
     });
-    pods::run(ctx).await;
+    // SIGTERM and SIGINT end the crustlet; its pods keep running in the runtime and are
+    // adopted by the next start, as the kubelet's are.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = pods::run(ctx) => {}
+        _ = term.recv() => tracing::info!("SIGTERM: stopping; pods keep running"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping; pods keep running"),
+    }
     Ok(())
 }
 

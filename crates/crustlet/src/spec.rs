@@ -99,13 +99,12 @@ pub fn qos(pod: &Pod) -> String {
     .into()
 }
 
-pub fn log_directory(pod: &Pod) -> String {
-    format!(
-        "/var/log/pods/{}_{}_{}",
-        namespace(pod),
-        name(pod),
-        uid(pod)
-    )
+/// `<pod logs dir>/<namespace>_<name>_<uid>`, where the runtime writes the pod's logs.
+pub fn log_directory(cfg: &Config, pod: &Pod) -> String {
+    cfg.pod_logs_dir
+        .join(format!("{}_{}_{}", namespace(pod), name(pod), uid(pod)))
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The sandbox of `pod`, `attempt` counting the sandboxes made for it before.
@@ -164,7 +163,7 @@ pub fn sandbox_config(
         } else {
             hostname
         },
-        log_directory: log_directory(pod),
+        log_directory: log_directory(cfg, pod),
         dns_config: Some(dns_config(cfg, pod)),
         port_mappings: port_mappings(&spec),
         labels,
@@ -522,6 +521,7 @@ mod tests {
             root_dir: "/var/lib/crustlet".into(),
             cert_dir: "/var/lib/crustlet/pki".into(),
             cgroup_root: "/".into(),
+            pod_logs_dir: "/var/log/pods".into(),
             pod_manifest_path: None,
             cluster_dns: vec!["10.96.0.10".into()],
             cluster_domain: "cluster.local".into(),
