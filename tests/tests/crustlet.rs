@@ -1,0 +1,365 @@
+//! The crustlet without an apiserver: static pods from a folder of manifests, run on a
+//! crustd (its own node namespace, crust's bridge, the busybox image in its store) and
+//! checked through CRI, as a kubelet's static pods are.
+
+use cri_api::*;
+use crust_e2e::cri::{import_busybox, Client};
+use crust_e2e::crustd::Crustd;
+use crust_e2e::{bin, require_root, TempDir};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NODE: &str = "n1";
+
+struct Crustlet {
+    child: Child,
+    manifests: TempDir,
+    root: TempDir,
+    logs: TempDir,
+    socket: String,
+}
+
+impl Crustlet {
+    fn start(d: &Crustd) -> Crustlet {
+        let mut c = Crustlet {
+            child: Command::new("true").spawn().unwrap(),
+            manifests: TempDir::new("cm"),
+            root: TempDir::new("cr"),
+            logs: TempDir::new("cp"),
+            socket: d.socket.display().to_string(),
+        };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let _ = self.child.wait();
+        let log = std::fs::File::create(self.root.path().join("crustlet.log")).unwrap();
+        self.child = Command::new(bin("crustlet"))
+            .args([
+                "--pod-manifest-path",
+                &self.manifests.path().display().to_string(),
+            ])
+            .args(["--hostname-override", NODE])
+            .args([
+                "--container-runtime-endpoint",
+                &format!("unix://{}", self.socket),
+            ])
+            .args([
+                "--root-dir",
+                &self.root.path().join("root").display().to_string(),
+            ])
+            .args(["--pod-logs-dir", &self.logs.path().display().to_string()])
+            .args(["--v", "4"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting crustlet");
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "crustlet exited {status} on SIGTERM:\n{}",
+            self.log()
+        );
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("crustlet.log")).unwrap_or_default()
+    }
+
+    fn manifest(&self, name: &str, yaml: &str) {
+        std::fs::write(self.manifests.path().join(format!("{name}.yaml")), yaml).unwrap();
+    }
+}
+
+impl Drop for Crustlet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn root() -> bool {
+    require_root(&["ip", "nsenter", "nft", "busybox"])
+}
+
+/// The pod's sandboxes (by its static name) and their containers: name → (id, attempt,
+/// state, exit code), newest attempt last.
+async fn pod_state(
+    c: &mut Client,
+    pod: &str,
+) -> (
+    Vec<PodSandbox>,
+    HashMap<String, Vec<(String, u32, i32, i32)>>,
+) {
+    let sandboxes = c
+        .list_pod_sandbox(ListPodSandboxRequest {
+            filter: Some(PodSandboxFilter {
+                label_selector: HashMap::from([(
+                    "io.kubernetes.pod.name".to_string(),
+                    format!("{pod}-{NODE}"),
+                )]),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    let mut out: HashMap<String, Vec<(String, u32, i32, i32)>> = HashMap::new();
+    for s in &sandboxes {
+        let list = c
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    pod_sandbox_id: s.id.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+        for k in list {
+            let st = c
+                .container_status(ContainerStatusRequest {
+                    container_id: k.id.clone(),
+                    verbose: false,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+                .unwrap();
+            let m = k.metadata.unwrap();
+            out.entry(m.name)
+                .or_default()
+                .push((k.id, m.attempt, st.state, st.exit_code));
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_by_key(|x| x.1);
+    }
+    (sandboxes, out)
+}
+
+async fn wait_until<T>(
+    what: &str,
+    cl: &Crustlet,
+    limit: Duration,
+    mut f: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out waiting for {what}; crustlet log:\n{}",
+            cl.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn log_of(logs: &Path, pod: &str, container: &str, attempt: u32) -> String {
+    let dir = std::fs::read_dir(logs)
+        .unwrap()
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("default_{pod}-{NODE}_"))
+        })
+        .map(|e| e.path());
+    dir.and_then(|d| std::fs::read_to_string(d.join(container).join(format!("{attempt}.log"))).ok())
+        .unwrap_or_default()
+}
+
+const RUNNING: i32 = ContainerState::ContainerRunning as i32;
+const EXITED: i32 = ContainerState::ContainerExited as i32;
+
+/// A static pod with an init container, an emptyDir they share, environment with
+/// `$(VAR)` references and the downward API runs in order; its logs are where the
+/// kubelet puts them; a restart of the crustlet adopts it; removing the manifest stops
+/// and removes it.
+#[tokio::test]
+async fn static_pod_init_volumes_env_adoption_and_removal() {
+    if !root() {
+        return;
+    }
+    let d = Crustd::start();
+    import_busybox(&d);
+    let mut c = d.client().await;
+    let mut cl = Crustlet::start(&d);
+    cl.manifest(
+        "web",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  volumes:
+  - name: shared
+    emptyDir: {}
+  initContainers:
+  - name: init
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo from-init > /shared/marker"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+  containers:
+  - name: main
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    env:
+    - {name: GREETING, value: hello}
+    - {name: MESSAGE, value: "$(GREETING) world $$(GREETING)"}
+    - name: POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    command: ["sh", "-c", "cat /shared/marker; echo $MESSAGE; echo pod=$POD_NAME; exec sleep 1000"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+"#,
+    );
+    let (sandboxes, containers) = wait_until(
+        "the static pod to run",
+        &cl,
+        Duration::from_secs(60),
+        async || {
+            let (s, k) = pod_state(&mut c, "web").await;
+            let running = k
+                .get("main")
+                .and_then(|v| v.last())
+                .is_some_and(|x| x.2 == RUNNING);
+            running.then_some((s, k))
+        },
+    )
+    .await;
+    assert_eq!(sandboxes.len(), 1);
+    let sb = &sandboxes[0];
+    assert_eq!(sb.labels["io.kubernetes.pod.namespace"], "default");
+    assert_eq!(sb.labels["app"], "web");
+    assert_eq!(sb.annotations["kubernetes.io/config.source"], "file");
+    let init = &containers["init"];
+    assert_eq!(
+        (init.len(), init[0].2, init[0].3),
+        (1, EXITED, 0),
+        "the init container ran once, to exit 0"
+    );
+    let log = wait_until(
+        "the main container's log",
+        &cl,
+        Duration::from_secs(20),
+        async || {
+            let l = log_of(cl.logs.path(), "web", "main", 0);
+            l.contains("pod=").then_some(l)
+        },
+    )
+    .await;
+    assert!(
+        log.contains("from-init"),
+        "the init container's file is in the shared emptyDir: {log}"
+    );
+    assert!(
+        log.contains("hello world $(GREETING)"),
+        "env references expanded, $$ escaped: {log}"
+    );
+    assert!(
+        log.contains(&format!("pod=web-{NODE}")),
+        "downward API: {log}"
+    );
+
+    // A crustlet restart adopts the pod: same sandbox, the container not restarted.
+    let main_id = containers["main"][0].0.clone();
+    cl.stop();
+    cl.spawn();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (s2, k2) = pod_state(&mut c, "web").await;
+    assert_eq!(s2.iter().map(|s| &s.id).collect::<Vec<_>>(), [&sb.id]);
+    assert_eq!(
+        k2["main"].len(),
+        1,
+        "not restarted: {:?}\n{}",
+        k2["main"],
+        cl.log()
+    );
+    assert_eq!(
+        (k2["main"][0].0.as_str(), k2["main"][0].2),
+        (main_id.as_str(), RUNNING)
+    );
+
+    std::fs::remove_file(cl.manifests.path().join("web.yaml")).unwrap();
+    wait_until(
+        "the pod to be removed",
+        &cl,
+        Duration::from_secs(60),
+        async || pod_state(&mut c, "web").await.0.is_empty().then_some(()),
+    )
+    .await;
+}
+
+/// restartPolicy OnFailure: a container that fails once is restarted (attempt 1) and,
+/// once it exits 0, left alone; Never leaves a failed container exited.
+#[tokio::test]
+async fn static_pod_restart_policies() {
+    if !root() {
+        return;
+    }
+    let d = Crustd::start();
+    import_busybox(&d);
+    let mut c = d.client().await;
+    let cl = Crustlet::start(&d);
+    let pod = |name: &str, policy: &str| {
+        format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  restartPolicy: {policy}
+  volumes: [{{name: state, emptyDir: {{}}}}]
+  containers:
+  - name: flaky
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "if [ -e /state/ran ]; then echo second; exit 0; fi; touch /state/ran; echo first; exit 3"]
+    volumeMounts: [{{name: state, mountPath: /state}}]
+"#
+        )
+    };
+    cl.manifest("onfailure", &pod("onfailure", "OnFailure"));
+    cl.manifest("never", &pod("never", "Never"));
+    // The back-off after the first failure is 10 s.
+    let k = wait_until(
+        "the OnFailure container's second run to exit 0",
+        &cl,
+        Duration::from_secs(60),
+        async || {
+            let (_, k) = pod_state(&mut c, "onfailure").await;
+            let done = k
+                .get("flaky")
+                .is_some_and(|v| v.len() == 2 && v[1].2 == EXITED);
+            done.then_some(k)
+        },
+    )
+    .await;
+    let v = &k["flaky"];
+    assert_eq!((v[0].1, v[0].3, v[1].1, v[1].3), (0, 3, 1, 0), "{v:?}");
+    let (_, never) = pod_state(&mut c, "never").await;
+    let n = &never["flaky"];
+    assert_eq!(n.len(), 1, "Never does not restart: {n:?}");
+    assert_eq!((n[0].2, n[0].3), (EXITED, 3));
+    // Nothing more happens to either.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(pod_state(&mut c, "onfailure").await.1["flaky"].len(), 2);
+}
