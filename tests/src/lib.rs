@@ -466,11 +466,13 @@ impl HttpRequest {
     }
 }
 pub mod bundle;
+pub mod cluster;
 pub mod cri;
 pub mod crustd;
 pub mod header_proxy;
 pub mod kube_shim;
 pub mod registry;
+pub mod terminal;
 pub mod token_server;
 
 /// Builds a root file system of busybox-static under `dir`: `bin/busybox` and one

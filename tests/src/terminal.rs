@@ -1,0 +1,123 @@
+//! A command under `script`, which gives it a terminal (kubectl asks for a tty only when
+//! its stdin is one), with the terminal's output collected as it comes. `script` runs
+//! the command with `/bin/sh` whatever `$SHELL` says, so every machine runs it alike;
+//! commands `exec` their last step, so the client is in the terminal's foreground
+//! process group (one in a background group is stopped by the terminal when it reads).
+
+use std::io::{Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Terminal {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: Arc<Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Terminal {
+    /// `script -q -e -c CMD`: its exit code is the command's.
+    pub fn spawn(cmd: &str) -> Terminal {
+        let mut child = Command::new("script")
+            .args(["-q", "-e", "-c", cmd, "/dev/null"])
+            .env("SHELL", "/bin/sh")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script (bsdutils) runs");
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let sink = out.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stdout.read(&mut buf) {
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal {
+            stdin: child.stdin.take(),
+            child,
+            out,
+            reader,
+        }
+    }
+
+    pub fn output(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (a minute at most) until the terminal has shown `text`.
+    pub fn wait_for(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.output().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "the terminal never showed {text:?}: {}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Types `input`.
+    pub fn type_in(&mut self, input: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("input not closed");
+        stdin.write_all(input).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Ends the input: `script` then sends the terminal's end-of-file once what was
+    /// typed has been read.
+    pub fn close_input(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Waits (a minute at most) for the command to end: its exit code, the terminal's
+    /// output, `script`'s own stderr.
+    pub fn finish(mut self) -> (Option<i32>, String, String) {
+        self.stdin = None;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the command never ended: {}", self.output());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = Vec::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_end(&mut err);
+        }
+        let out = self.out.clone();
+        self.reader.join().unwrap();
+        let text = String::from_utf8_lossy(&out.lock().unwrap()).into_owned();
+        (
+            status.code(),
+            text,
+            String::from_utf8_lossy(&err).into_owned(),
+        )
+    }
+}
+
+/// `c` as one shell command line (its env, program and single-quoted arguments).
+pub fn shell_words(c: &Command) -> String {
+    let mut parts = vec![];
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            parts.push(format!("{}='{}'", k.to_string_lossy(), v.to_string_lossy()));
+        }
+    }
+    parts.push(c.get_program().to_string_lossy().into_owned());
+    parts.extend(c.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
+    if parts.len() > 1 {
+        format!("env {}", parts.join(" "))
+    } else {
+        parts.join(" ")
+    }
+}

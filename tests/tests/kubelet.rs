@@ -1,0 +1,1393 @@
+//! crustd under the real kubelet v1.28.7: one single-node cluster for the whole suite
+//! (tests/src/cluster.rs: etcd, kube-apiserver, controller-manager, scheduler, the
+//! kubelet, crustd, a registry, all in a node network namespace the suite makes), and
+//! what a cluster user does with it, through the real kubectl (and the real crictl
+//! where a check looks under the kubelet).
+//!
+//! Its own harness (`harness = false`): the cluster comes up once, independent checks
+//! run at the same time, those that restart crustd or the kubelet run alone after them,
+//! and the cluster is torn down at the end whatever happened. It prints one line per
+//! check and libtest's summary line, and exits non-zero when a check failed. Arguments
+//! that do not start with `-` filter checks by name, as with libtest.
+//!
+//! Binaries: `$CRUST_KUBE_BIN`, else `target/kube-bin` (where `hack/deps` unpacks
+//! them), else `PATH`; etcd from `PATH` (Debian's `etcd-server`). Without root or
+//! them it skips loudly, except under `CI=true`, where that is a failure.
+
+use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, NODE};
+use crust_e2e::terminal::{shell_words, Terminal};
+use serde_json::{json, Value};
+use std::io::{BufRead, Read, Write};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+type CheckFn = fn(&Cluster);
+
+struct Check {
+    name: &'static str,
+    f: CheckFn,
+}
+
+macro_rules! checks {
+    ($($f:ident),* $(,)?) => {
+        vec![$(Check { name: stringify!($f), f: $f }),*]
+    };
+}
+
+fn s(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const T: Duration = Duration::from_secs(60);
+
+/// Runs `cmd` (a minute at most) and panics unless it succeeds; returns stdout.
+fn ok(mut cmd: Command) -> String {
+    let out = run_timeout(&mut cmd, T);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+    s(&out.stdout)
+}
+
+/// Runs `cmd` with `input` on stdin, a minute at most.
+fn with_input(mut cmd: Command, input: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + T;
+        while Instant::now() < deadline {
+            if d.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: our own child, not reaped while `done` is false.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+    let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    out
+}
+
+fn kubectl(c: &Cluster, args: &[&str]) -> String {
+    ok(c.kubectl(args))
+}
+
+/// `kubectl apply` of one object (JSON is YAML).
+fn apply(c: &Cluster, obj: Value) {
+    let out = with_input(c.kubectl(&["apply", "-f", "-"]), obj.to_string().as_bytes());
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}{}\n{obj:#}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+}
+
+fn get(c: &Cluster, kind: &str, name: &str) -> Option<Value> {
+    let out = run_timeout(&mut c.kubectl(&["get", kind, name, "-o", "json"]), T);
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+fn container(name: &str, image: &str, script: &str) -> Value {
+    json!({
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", script],
+    })
+}
+
+/// A pod of one container `main` running `script`, changed by `change`.
+fn pod(c: &Cluster, name: &str, script: &str, change: impl FnOnce(&mut Value)) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"suite": "crust"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [container("main", &c.image, script)],
+        }
+    });
+    change(&mut p);
+    p
+}
+
+fn status_of<'a>(p: &'a Value, ctr: &str) -> Option<&'a Value> {
+    p["status"]["containerStatuses"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == ctr)
+}
+
+/// Waits until the pod satisfies `pred`; returns it.
+fn wait_pod(
+    c: &Cluster,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(&format!("pod {name}: {what}"), limit, |last| {
+        let p = get(c, "pod", name)?;
+        *last = p["status"].to_string();
+        pred(&p).then_some(p)
+    })
+}
+
+fn running(p: &Value) -> bool {
+    p["status"]["phase"] == "Running"
+        && p["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|s| s["state"]["running"].is_object()))
+}
+
+fn run_pod(c: &Cluster, p: Value) -> Value {
+    let name = p["metadata"]["name"].as_str().unwrap().to_string();
+    apply(c, p);
+    wait_pod(c, &name, "Running", Duration::from_secs(90), running)
+}
+
+fn sleeper(c: &Cluster, name: &str) -> Value {
+    run_pod(c, pod(c, name, "exec sleep 3600", |_| {}))
+}
+
+/// The crust container id of `ctr` in pod JSON `p` (`crust://<id>`).
+fn container_id(p: &Value, ctr: &str) -> String {
+    let id = status_of(p, ctr).expect("container status")["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    id.strip_prefix("crust://")
+        .unwrap_or_else(|| panic!("container id {id:?} is not crust's"))
+        .to_string()
+}
+
+/// GET `http://addr/path` from inside the node namespace: the body, or the error.
+fn http_get(c: &Cluster, addr: &str, path: &str) -> Result<String, String> {
+    let node = c.node.path();
+    let (addr, path) = (addr.to_string(), path.to_string());
+    std::thread::spawn(move || {
+        crust_e2e::enter_netns(&node);
+        let mut conn = std::net::TcpStream::connect(&addr).map_err(|e| format!("{addr}: {e}"))?;
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(conn, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").map_err(|e| e.to_string())?;
+        let mut resp = String::new();
+        conn.read_to_string(&mut resp).map_err(|e| e.to_string())?;
+        Ok(resp)
+    })
+    .join()
+    .unwrap()
+}
+
+// ---- a. the node, pods, logs and streaming --------------------------------------------
+
+fn node_ready_with_crust_version(c: &Cluster) {
+    let node = c.wait_node_ready(Duration::from_secs(120));
+    let v = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(v, format!("crust://{}", env!("CARGO_PKG_VERSION")));
+    let addrs = node["status"]["addresses"].to_string();
+    assert!(addrs.contains(&c.ip), "{addrs}");
+}
+
+fn pod_running_with_ip(c: &Cluster) {
+    let p = run_pod(c, pod(c, "web", "exec httpd -f -p 8080 -h /www", |_| {}));
+    let ip = p["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        ip.starts_with(&format!("10.{}.0.", c.subnet)),
+        "pod IP {ip:?}"
+    );
+    let body = wait_for("the pod's web server", T, |last| {
+        http_get(c, &format!("{ip}:8080"), "/")
+            .map_err(|e| *last = e)
+            .ok()
+    });
+    assert!(body.contains("hello from crust"), "{body}");
+    // Under the kubelet, crustd has the pod's sandbox ready.
+    let pods: Value =
+        serde_json::from_str(&ok(c.crictl(&["pods", "--name", "web", "-o", "json"]))).unwrap();
+    let items = pods["items"].as_array().unwrap();
+    assert!(
+        items.iter().any(|i| i["state"] == "SANDBOX_READY"),
+        "{pods:#}"
+    );
+}
+
+fn logs(c: &Cluster) {
+    apply(
+        c,
+        pod(
+            c,
+            "logger",
+            "echo line-one; echo to-stderr >&2; echo line-two; sleep 1; echo line-three",
+            |p| {
+                p["spec"]["restartPolicy"] = json!("Never");
+            },
+        ),
+    );
+    wait_pod(c, "logger", "Succeeded", T, |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    // stdout and stderr are two pipes: their lines come in order within each, and
+    // what the pod wrote a second later comes after both.
+    let out = kubectl(c, &["logs", "logger"]);
+    let lines: Vec<&str> = out.lines().collect();
+    let mut first_two = lines[..lines.len().min(3)].to_vec();
+    first_two.retain(|l| *l != "to-stderr");
+    assert_eq!(first_two, ["line-one", "line-two"], "{out}");
+    assert!(lines.contains(&"to-stderr"), "{out}");
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[3], "line-three", "{out}");
+    let out = kubectl(c, &["logs", "logger", "--tail=1"]);
+    assert_eq!(out, "line-three\n");
+}
+
+fn logs_follow(c: &Cluster) {
+    run_pod(
+        c,
+        pod(
+            c,
+            "follower",
+            "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done",
+            |_| {},
+        ),
+    );
+    let mut child = Killed(
+        c.kubectl(&["logs", "-f", "follower"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // Lines keep coming after what was there when kubectl started.
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    while seen.len() < 30 && start.elapsed() < T {
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(l) => seen.push(l),
+            Err(_) => break,
+        }
+    }
+    drop(child);
+    assert!(seen.len() >= 30, "kubectl logs -f stalled after {seen:?}");
+    let first: u32 = seen[0].trim_start_matches("tick-").parse().unwrap();
+    let last: u32 = seen[29].trim_start_matches("tick-").parse().unwrap();
+    assert_eq!(last, first + 29, "{seen:?}");
+}
+
+fn logs_previous(c: &Cluster) {
+    let script = "n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; \
+                  echo attempt-$n; if [ $n -ge 2 ]; then exec sleep 3600; fi; exit 1";
+    apply(
+        c,
+        pod(c, "previous", script, |p| {
+            p["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+            p["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "data", "mountPath": "/data"}]);
+        }),
+    );
+    wait_pod(
+        c,
+        "previous",
+        "restarted and running",
+        Duration::from_secs(90),
+        |p| running(p) && status_of(p, "main").is_some_and(|s| s["restartCount"] == 1),
+    );
+    assert_eq!(
+        kubectl(c, &["logs", "previous", "--previous"]),
+        "attempt-1\n"
+    );
+    assert_eq!(kubectl(c, &["logs", "previous"]), "attempt-2\n");
+}
+
+fn exec_output_and_exit_code(c: &Cluster) {
+    sleeper(c, "exec");
+    let out = run_timeout(
+        &mut c.kubectl(&[
+            "exec",
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "echo to-out; echo to-err >&2; exit 7",
+        ]),
+        T,
+    );
+    assert_eq!(s(&out.stdout), "to-out\n", "{}", s(&out.stderr));
+    assert!(s(&out.stderr).contains("to-err"), "{}", s(&out.stderr));
+    assert_eq!(out.status.code(), Some(7), "{}", s(&out.stderr));
+    // stdin reaches the command.
+    let out = with_input(
+        c.kubectl(&["exec", "-i", "exec", "--", "sh", "-c", "tr a-z A-Z"]),
+        b"shout\n",
+    );
+    assert_eq!(s(&out.stdout), "SHOUT\n", "{}", s(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+    // A command that does not exist.
+    let out = run_timeout(&mut c.kubectl(&["exec", "exec", "--", "/no/such"]), T);
+    assert!(!out.status.success());
+}
+
+fn exec_tty(c: &Cluster) {
+    sleeper(c, "tty");
+    let k = c.kubectl(&[
+        "exec",
+        "-it",
+        "tty",
+        "--",
+        "sh",
+        "-c",
+        "tty >/dev/null && echo is-a-tty; echo term=$TERM; stty size; read l; echo got=$l; exit 3",
+    ]);
+    let mut t = Terminal::spawn(&format!("stty cols 91 rows 33; exec {}", shell_words(&k)));
+    t.wait_for("33 91");
+    t.type_in(b"typed\n");
+    t.close_input();
+    t.wait_for("got=typed");
+    let (code, out, err) = t.finish();
+    assert!(out.contains("is-a-tty"), "{out}{err}");
+    assert!(out.contains("term=xterm"), "{out}{err}");
+    assert_eq!(code, Some(3), "{out}{err}");
+}
+
+fn attach(c: &Cluster) {
+    run_pod(
+        c,
+        pod(
+            c,
+            "attach",
+            "echo ready; while read l; do echo got:$l; done; echo bye",
+            |p| {
+                p["spec"]["restartPolicy"] = json!("Never");
+                p["spec"]["containers"][0]["stdin"] = json!(true);
+                p["spec"]["containers"][0]["stdinOnce"] = json!(true);
+            },
+        ),
+    );
+    let out = with_input(
+        c.kubectl(&["attach", "-i", "attach", "-c", "main"]),
+        b"hello\n",
+    );
+    assert!(
+        s(&out.stdout).contains("got:hello"),
+        "{}{}",
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+    // stdinOnce: the input ended with the one attach, and so did the shell.
+    let p = wait_pod(c, "attach", "Succeeded", T, |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    assert_eq!(
+        status_of(&p, "main").unwrap()["state"]["terminated"]["exitCode"],
+        0
+    );
+    assert_eq!(kubectl(c, &["logs", "attach"]), "ready\ngot:hello\nbye\n");
+}
+
+/// A child process killed when this goes (also when the check panics).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn port_forward(c: &Cluster) {
+    run_pod(c, pod(c, "pf", "exec httpd -f -p 8080 -h /www", |_| {}));
+    let mut child = Killed(
+        c.kubectl(&["port-forward", "pod/pf", "18080:8080"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    let _ = stdout.read_line(&mut line);
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = stdout.read_to_string(&mut sink);
+    });
+    assert!(
+        line.contains("Forwarding from 127.0.0.1:18080"),
+        "port-forward said {line:?}"
+    );
+    // Each connection ends when the server closes it (read to the end, HTTP/1.0).
+    for _ in 0..3 {
+        let body = http_get(c, "127.0.0.1:18080", "/").unwrap();
+        assert!(body.contains("hello from crust"), "{body}");
+    }
+}
+
+fn cp(c: &Cluster) {
+    sleeper(c, "cp");
+    let local = c.path("cp-in.bin");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&local, &data).unwrap();
+    kubectl(
+        c,
+        &["cp", local.to_str().unwrap(), "default/cp:/tmp/in.bin"],
+    );
+    let sum = kubectl(c, &["exec", "cp", "--", "wc", "-c", "/tmp/in.bin"]);
+    assert!(sum.starts_with("300000 "), "{sum}");
+    let back = c.path("cp-out.bin");
+    kubectl(c, &["cp", "default/cp:/tmp/in.bin", back.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "the copy came back different"
+    );
+}
+
+// ---- b. controllers, init containers, probes, restarts ---------------------------------
+
+fn deployment_scaled_up_and_down(c: &Cluster) {
+    apply(
+        c,
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "scaler"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "scaler"}},
+                "template": {
+                    "metadata": {"labels": {"app": "scaler"}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [container("main", &c.image, "exec sleep 3600")],
+                    }
+                }
+            }
+        }),
+    );
+    let ready = |n: u64| {
+        move |last: &mut String| {
+            let d = get(c, "deployment", "scaler")?;
+            *last = d["status"].to_string();
+            let pods: Value = serde_json::from_str(&kubectl(
+                c,
+                &["get", "pods", "-l", "app=scaler", "-o", "json"],
+            ))
+            .ok()?;
+            let items = pods["items"].as_array()?;
+            (d["status"]["readyReplicas"].as_u64() == Some(n)
+                && d["status"]["replicas"].as_u64() == Some(n)
+                && items.len() as u64 == n
+                && items.iter().all(running))
+            .then_some(())
+        }
+    };
+    wait_for("1 replica", Duration::from_secs(90), ready(1));
+    kubectl(c, &["scale", "deployment", "scaler", "--replicas=3"]);
+    wait_for("3 replicas", Duration::from_secs(90), ready(3));
+    kubectl(c, &["scale", "deployment", "scaler", "--replicas=1"]);
+    wait_for("back to 1 replica", Duration::from_secs(90), ready(1));
+    kubectl(c, &["delete", "deployment", "scaler", "--wait=true"]);
+}
+
+fn job_to_completion(c: &Cluster) {
+    apply(
+        c,
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "job"},
+            "spec": {
+                "completions": 2,
+                "parallelism": 2,
+                "backoffLimit": 0,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [container("main", &c.image, "echo job-done")],
+                    }
+                }
+            }
+        }),
+    );
+    wait_for("the job to complete", Duration::from_secs(90), |last| {
+        let j = get(c, "job", "job")?;
+        *last = j["status"].to_string();
+        let complete = j["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True");
+        (complete && j["status"]["succeeded"] == 2).then_some(())
+    });
+    assert_eq!(kubectl(c, &["logs", "job/job"]), "job-done\n");
+}
+
+fn init_containers_in_order(c: &Cluster) {
+    let p = pod(c, "init", "cat /data/order; exec sleep 3600", |p| {
+        p["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+        let mount = json!([{"name": "data", "mountPath": "/data"}]);
+        let mut first = container("first", &c.image, "echo first >> /data/order; sleep 1");
+        let mut second = container("second", &c.image, "echo second >> /data/order");
+        first["volumeMounts"] = mount.clone();
+        second["volumeMounts"] = mount.clone();
+        p["spec"]["initContainers"] = json!([first, second]);
+        p["spec"]["containers"][0]["volumeMounts"] = mount;
+    });
+    let p = run_pod(c, p);
+    assert_eq!(kubectl(c, &["logs", "init"]), "first\nsecond\n");
+    let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
+    assert_eq!(inits.len(), 2);
+    for i in inits {
+        assert_eq!(i["state"]["terminated"]["reason"], "Completed", "{i}");
+        assert_eq!(i["state"]["terminated"]["exitCode"], 0, "{i}");
+    }
+    let t = |i: usize, k: &str| {
+        inits[i]["state"]["terminated"][k]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(t(1, "startedAt") >= t(0, "finishedAt"), "{inits:?}");
+}
+
+fn liveness_probe_exec(c: &Cluster) {
+    let p = pod(
+        c,
+        "live",
+        "touch /tmp/healthy; sleep 3; rm /tmp/healthy; exec sleep 3600",
+        |p| {
+            p["spec"]["containers"][0]["livenessProbe"] = json!({
+                "exec": {"command": ["cat", "/tmp/healthy"]},
+                "periodSeconds": 1,
+                "failureThreshold": 2,
+            });
+        },
+    );
+    apply(c, p);
+    let p = wait_pod(
+        c,
+        "live",
+        "restarted by its liveness probe",
+        Duration::from_secs(90),
+        |p| status_of(p, "main").is_some_and(|s| s["restartCount"].as_u64() >= Some(1)),
+    );
+    let last = &status_of(&p, "main").unwrap()["lastState"]["terminated"];
+    assert!(last.is_object(), "{p:#}");
+    let events = kubectl(
+        c,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=live",
+        ],
+    );
+    assert!(events.contains("Liveness probe failed"), "{events}");
+}
+
+fn readiness_probe_http(c: &Cluster) {
+    let p = pod(
+        c,
+        "ready",
+        "httpd -p 8080 -h /www; sleep 6; echo ok > /www/ready.html; exec sleep 3600",
+        |p| {
+            p["spec"]["containers"][0]["readinessProbe"] = json!({
+                "httpGet": {"path": "/ready.html", "port": 8080},
+                "periodSeconds": 1,
+            });
+        },
+    );
+    apply(c, p);
+    // Running but not ready while the page is missing, then ready.
+    wait_pod(c, "ready", "running, not ready", T, |p| {
+        running(p) && status_of(p, "main").is_some_and(|s| s["ready"] == false)
+    });
+    let p = wait_pod(c, "ready", "ready", T, |p| {
+        status_of(p, "main").is_some_and(|s| s["ready"] == true)
+    });
+    assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 0);
+}
+
+fn startup_probe_tcp(c: &Cluster) {
+    let p = pod(
+        c,
+        "startup",
+        "sleep 5; exec httpd -f -p 8080 -h /www",
+        |p| {
+            p["spec"]["containers"][0]["startupProbe"] = json!({
+                "tcpSocket": {"port": 8080},
+                "periodSeconds": 1,
+                "failureThreshold": 60,
+            });
+            p["spec"]["containers"][0]["livenessProbe"] = json!({
+                "tcpSocket": {"port": 8080},
+                "periodSeconds": 1,
+                "failureThreshold": 1,
+            });
+        },
+    );
+    apply(c, p);
+    wait_pod(c, "startup", "running, not started", T, |p| {
+        running(p) && status_of(p, "main").is_some_and(|s| s["started"] == false)
+    });
+    let p = wait_pod(c, "startup", "started and ready", T, |p| {
+        status_of(p, "main").is_some_and(|s| s["started"] == true && s["ready"] == true)
+    });
+    assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 0, "{p:#}");
+}
+
+fn restart_policy_and_crash_loop(c: &Cluster) {
+    apply(c, pod(c, "crash", "echo crashing; exit 3", |_| {}));
+    apply(
+        c,
+        pod(c, "onfailure", "exit 0", |p| {
+            p["spec"]["restartPolicy"] = json!("OnFailure")
+        }),
+    );
+    apply(
+        c,
+        pod(c, "never", "exit 4", |p| {
+            p["spec"]["restartPolicy"] = json!("Never")
+        }),
+    );
+    let p = wait_pod(
+        c,
+        "crash",
+        "in CrashLoopBackOff",
+        Duration::from_secs(90),
+        |p| {
+            status_of(p, "main").is_some_and(|s| {
+                s["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+                    && s["restartCount"].as_u64() >= Some(1)
+            })
+        },
+    );
+    let last = &status_of(&p, "main").unwrap()["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 3, "{last}");
+    assert_eq!(last["reason"], "Error", "{last}");
+    let p = wait_pod(c, "onfailure", "Succeeded", T, |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 0);
+    let p = wait_pod(c, "never", "Failed", T, |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    let st = status_of(&p, "main").unwrap();
+    assert_eq!(st["restartCount"], 0);
+    assert_eq!(st["state"]["terminated"]["exitCode"], 4, "{st}");
+}
+
+// ---- c. resources, volumes, host network ----------------------------------------------
+
+fn read_trim(p: &std::path::Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+fn requests_and_limits_in_cgroups(c: &Cluster) {
+    let p = run_pod(
+        c,
+        pod(c, "res", "exec sleep 3600", |p| {
+            p["spec"]["containers"][0]["resources"] = json!({
+                "requests": {"cpu": "100m", "memory": "32Mi"},
+                "limits": {"cpu": "200m", "memory": "64Mi"},
+            });
+        }),
+    );
+    assert_eq!(p["status"]["qosClass"], "Burstable");
+    let id = container_id(&p, "main");
+    let mem = c
+        .cgroup_dir_named("memory", &id)
+        .unwrap_or_else(|| panic!("no memory cgroup named {id} under {}", c.cgroup_root));
+    assert!(
+        mem.to_string_lossy().contains("/kubepods/burstable/pod"),
+        "{}",
+        mem.display()
+    );
+    assert_eq!(read_trim(&mem.join("memory.limit_in_bytes")), "67108864");
+    let cpu = c.cgroup_dir_named("cpu", &id).expect("cpu cgroup");
+    assert_eq!(read_trim(&cpu.join("cpu.cfs_quota_us")), "20000");
+    assert_eq!(read_trim(&cpu.join("cpu.cfs_period_us")), "100000");
+    assert_eq!(read_trim(&cpu.join("cpu.shares")), "102");
+    // The container's processes are in it.
+    let procs = read_trim(&mem.join("cgroup.procs"));
+    assert!(!procs.is_empty(), "no process in {}", mem.display());
+    // The pod-level cgroup the kubelet made carries the pod's limit too.
+    let pod_mem = mem.parent().unwrap();
+    assert_eq!(
+        read_trim(&pod_mem.join("memory.limit_in_bytes")),
+        "67108864"
+    );
+}
+
+fn b64url(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for ch in text.bytes() {
+        let v = match ch {
+            b'A'..=b'Z' => ch - b'A',
+            b'a'..=b'z' => ch - b'a' + 26,
+            b'0'..=b'9' => ch - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => continue,
+        } as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
+}
+
+fn jwt_claims(token: &str) -> Value {
+    let parts: Vec<&str> = token.trim().split('.').collect();
+    assert_eq!(parts.len(), 3, "not a JWT: {token}");
+    serde_json::from_slice(&b64url(parts[1])).expect("JWT claims")
+}
+
+fn configmap_secret_and_token_volumes(c: &Cluster) {
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+               "data": {"greeting": "hello-config"}}),
+    );
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec"},
+               "stringData": {"password": "s3cret"}}),
+    );
+    run_pod(
+        c,
+        pod(c, "vols", "exec sleep 3600", |p| {
+            p["spec"]["volumes"] = json!([
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "sec", "secret": {"secretName": "sec"}},
+                {"name": "tok", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token", "audience": "crust-test", "expirationSeconds": 3600}}
+                ]}},
+            ]);
+            p["spec"]["containers"][0]["volumeMounts"] = json!([
+                {"name": "cfg", "mountPath": "/etc/cfg"},
+                {"name": "sec", "mountPath": "/etc/sec"},
+                {"name": "tok", "mountPath": "/var/run/tok"},
+            ]);
+        }),
+    );
+    let cat = |f: &str| kubectl(c, &["exec", "vols", "--", "cat", f]);
+    assert_eq!(cat("/etc/cfg/greeting"), "hello-config");
+    assert_eq!(cat("/etc/sec/password"), "s3cret");
+    let claims = jwt_claims(&cat("/var/run/tok/token"));
+    assert_eq!(claims["aud"], json!(["crust-test"]), "{claims}");
+    assert_eq!(claims["kubernetes.io"]["pod"]["name"], "vols", "{claims}");
+    // The default service account token, with the cluster's CA and namespace.
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let claims = jwt_claims(&cat(&format!("{sa}/token")));
+    assert_eq!(
+        claims["sub"], "system:serviceaccount:default:default",
+        "{claims}"
+    );
+    assert_eq!(cat(&format!("{sa}/namespace")), "default");
+    let ca = std::fs::read_to_string(c.path("pki/ca.pem")).unwrap();
+    assert_eq!(cat(&format!("{sa}/ca.crt")).trim(), ca.trim());
+    // Read-only where Kubernetes says so.
+    let out = run_timeout(
+        &mut c.kubectl(&["exec", "vols", "--", "touch", "/etc/sec/x"]),
+        T,
+    );
+    assert!(!out.status.success(), "the secret volume is writable");
+}
+
+fn host_network_pod(c: &Cluster) {
+    let p = run_pod(
+        c,
+        pod(c, "hostnet", "exec sleep 3600", |p| {
+            p["spec"]["hostNetwork"] = json!(true)
+        }),
+    );
+    assert_eq!(p["status"]["podIP"], c.ip.as_str());
+    let dev = kubectl(c, &["exec", "hostnet", "--", "cat", "/proc/net/dev"]);
+    assert!(dev.contains("knode0"), "{dev}");
+}
+
+fn host_port_pod(c: &Cluster) {
+    run_pod(
+        c,
+        pod(c, "hostport", "exec httpd -f -p 8080 -h /www", |p| {
+            p["spec"]["containers"][0]["ports"] =
+                json!([{"containerPort": 8080, "hostPort": 18081, "protocol": "TCP"}]);
+        }),
+    );
+    for addr in [format!("{}:18081", c.ip), "127.0.0.1:18081".to_string()] {
+        let body = wait_for(&format!("the host port on {addr}"), T, |last| {
+            http_get(c, &addr, "/").map_err(|e| *last = e).ok()
+        });
+        assert!(body.contains("hello from crust"), "{body}");
+    }
+}
+
+// ---- d. deletion -----------------------------------------------------------------------
+
+/// Deletes pod `name` and waits until it is gone: how long that took.
+fn delete_timed(c: &Cluster, name: &str) -> Duration {
+    let start = Instant::now();
+    let out = run_timeout(
+        &mut c.kubectl(&["delete", "pod", name, "--wait=true"]),
+        Duration::from_secs(90),
+    );
+    assert!(out.status.success(), "{}", s(&out.stderr));
+    start.elapsed()
+}
+
+/// What crustd still has of pod `name`'s containers, running or not.
+fn crictl_containers(c: &Cluster, pod_name: &str, all: bool) -> Vec<Value> {
+    let mut args = vec!["ps", "-o", "json", "--label", ""];
+    let label = format!("io.kubernetes.pod.name={pod_name}");
+    args[4] = &label;
+    if all {
+        args.push("-a");
+    }
+    let v: Value = serde_json::from_str(&ok(c.crictl(&args))).unwrap();
+    v["containers"].as_array().cloned().unwrap_or_default()
+}
+
+fn graceful_deletion(c: &Cluster) {
+    run_pod(
+        c,
+        pod(
+            c,
+            "graceful",
+            "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.2; done",
+            |p| {
+                p["spec"]["terminationGracePeriodSeconds"] = json!(30);
+            },
+        ),
+    );
+    let took = delete_timed(c, "graceful");
+    assert!(
+        took < Duration::from_secs(15),
+        "deleting took {took:?}: SIGTERM not delivered?"
+    );
+    wait_for("no running container of graceful", T, |last| {
+        let v = crictl_containers(c, "graceful", false);
+        *last = format!("{v:?}");
+        v.is_empty().then_some(())
+    });
+}
+
+fn sigterm_ignored_until_grace_period(c: &Cluster) {
+    run_pod(
+        c,
+        pod(
+            c,
+            "stubborn",
+            "trap '' TERM; while true; do sleep 0.2; done",
+            |p| {
+                p["spec"]["terminationGracePeriodSeconds"] = json!(4);
+            },
+        ),
+    );
+    let took = delete_timed(c, "stubborn");
+    assert!(
+        took >= Duration::from_millis(3500),
+        "deleted after {took:?}, before its grace period"
+    );
+    assert!(took < Duration::from_secs(25), "deleting took {took:?}");
+    wait_for("no running container of stubborn", T, |last| {
+        let v = crictl_containers(c, "stubborn", false);
+        *last = format!("{v:?}");
+        v.is_empty().then_some(())
+    });
+}
+
+// ---- e. stats --------------------------------------------------------------------------
+
+fn stats_summary(c: &Cluster) {
+    run_pod(
+        c,
+        pod(
+            c,
+            "stats",
+            "dd if=/dev/zero of=/tmp/fill bs=1M count=16; exec sleep 3600",
+            |_| {},
+        ),
+    );
+    let path = format!("/api/v1/nodes/{NODE}/proxy/stats/summary");
+    wait_for("the pod's stats", Duration::from_secs(90), |last| {
+        let out = run_timeout(&mut c.kubectl(&["get", "--raw", &path]), T);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let p = v["pods"]
+            .as_array()?
+            .iter()
+            .find(|p| p["podRef"]["name"] == "stats")?
+            .clone();
+        *last = p.to_string();
+        let has = |x: &Value| {
+            x["cpu"]["usageCoreNanoSeconds"]
+                .as_u64()
+                .is_some_and(|n| n > 0)
+                && x["memory"]["workingSetBytes"]
+                    .as_u64()
+                    .is_some_and(|n| n > 0)
+        };
+        let ctr = p["containers"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == "main")?
+            .clone();
+        (has(&p) && has(&ctr) && has(&v["node"])).then_some(())
+    });
+}
+
+// ---- f. restarts of crustd and the kubelet ----------------------------------------------
+
+/// Container ids and restart counts of the given pods.
+fn snapshot(c: &Cluster, pods: &[&str]) -> Vec<(String, u64)> {
+    pods.iter()
+        .map(|n| {
+            let p = get(c, "pod", n).unwrap();
+            let st = status_of(&p, "main").unwrap();
+            (
+                container_id(&p, "main"),
+                st["restartCount"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn survivors_unchanged(c: &Cluster, pods: &[&str], before: &[(String, u64)]) {
+    // Long enough for several relists and status syncs.
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(
+        c.kubelet_running(),
+        "the kubelet exited: {}",
+        tail(&c.log("kubelet"), 20)
+    );
+    c.wait_node_ready(T);
+    for (n, (id, restarts)) in pods.iter().zip(before) {
+        let p = wait_pod(c, n, "running", T, running);
+        assert_eq!(&container_id(&p, "main"), id, "{n}: a new container");
+        assert_eq!(
+            status_of(&p, "main").unwrap()["restartCount"].as_u64(),
+            Some(*restarts),
+            "{n} restarted"
+        );
+        assert_eq!(kubectl(c, &["exec", n, "--", "echo", "alive"]), "alive\n");
+    }
+}
+
+fn crustd_killed_and_restarted(c: &Cluster) {
+    let pods = ["survivor-a", "survivor-b"];
+    for n in pods {
+        sleeper(c, n);
+    }
+    let before = snapshot(c, &pods);
+    c.kill_crustd();
+    std::thread::sleep(Duration::from_secs(3));
+    c.start_crustd();
+    survivors_unchanged(c, &pods, &before);
+    sleeper(c, "after-crustd");
+    kubectl(c, &["delete", "pod", "after-crustd", "--wait=true"]);
+}
+
+fn kubelet_restarted_adopts_its_pods(c: &Cluster) {
+    let pods = ["survivor-a", "survivor-b"];
+    if get(c, "pod", pods[0]).is_none() {
+        for n in pods {
+            sleeper(c, n);
+        }
+    }
+    let before = snapshot(c, &pods);
+    c.stop_kubelet();
+    std::thread::sleep(Duration::from_secs(2));
+    c.start_kubelet();
+    survivors_unchanged(c, &pods, &before);
+    sleeper(c, "after-kubelet");
+}
+
+// ---- g. the kubelet's log ----------------------------------------------------------------
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A quoted klog value starting at `text` (just after its opening quote), unescaped.
+fn quoted(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '\\' => out.extend(chars.next()),
+            '"' => break,
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+/// The CRI errors in the kubelet's log (its message and the error, ids and all), and
+/// how often each appears.
+fn cri_errors(log: &str) -> Vec<(String, usize)> {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in log.lines() {
+        if !line.contains("rpc error: code = ") {
+            continue;
+        }
+        let msg = line
+            .split_once("] \"")
+            .map(|(_, m)| quoted(m))
+            .unwrap_or_default();
+        let err = line
+            .split_once(" err=\"")
+            .map(|(_, e)| quoted(e))
+            .unwrap_or_default();
+        *counts.entry(format!("{msg}: {err}")).or_default() += 1;
+    }
+    counts.into_iter().collect()
+}
+
+fn no_repeated_cri_errors(c: &Cluster) {
+    let errors = cri_errors(&c.log("kubelet"));
+    // While crustd is down the kubelet cannot reach it (Unavailable): that is the
+    // kill check, not a CRI error.
+    let repeated: Vec<_> = errors
+        .iter()
+        .filter(|(m, n)| *n > 3 && !m.contains("code = Unavailable"))
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "CRI errors repeated in the kubelet's log: {repeated:#?}"
+    );
+}
+
+/// Everything deleted through the API, and then nothing of it left in crustd.
+fn nothing_left_in_crustd(c: &Cluster) {
+    kubectl(
+        c,
+        &[
+            "delete",
+            "deployments,jobs,pods",
+            "--all",
+            "--grace-period=1",
+            "--wait=true",
+        ],
+    );
+    wait_for(
+        "crustd to have no pod or container",
+        Duration::from_secs(150),
+        |last| {
+            let pods = ok(c.crictl(&["pods", "-q"]));
+            let ctrs = ok(c.crictl(&["ps", "-a", "-q"]));
+            *last = format!("pods: {pods:?} containers: {ctrs:?}");
+            (pods.trim().is_empty() && ctrs.trim().is_empty()).then_some(())
+        },
+    );
+    let records = std::fs::read_dir(c.path("crust-root/sandboxes"))
+        .map(|r| r.count())
+        .unwrap_or(0);
+    assert_eq!(records, 0, "sandbox records left in crustd's root");
+}
+
+// ---- the harness ------------------------------------------------------------------------
+
+struct Results {
+    passed: Vec<&'static str>,
+    failed: Vec<(&'static str, String)>,
+}
+
+fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panicked".into())
+}
+
+thread_local! {
+    /// Where the check on this thread panicked (the panic hook's note).
+    static PANIC_AT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+fn run_one(c: &Cluster, ch: &Check, results: &Mutex<Results>) {
+    let start = Instant::now();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (ch.f)(c))).map_err(|e| {
+        let at = PANIC_AT.with(|p| p.borrow().clone());
+        format!("{}\n  at {at}", panic_text(&*e))
+    });
+    let secs = start.elapsed().as_secs_f32();
+    let mut res = results.lock().unwrap();
+    match r {
+        Ok(()) => {
+            println!("test {} ... ok ({secs:.1}s)", ch.name);
+            res.passed.push(ch.name);
+        }
+        Err(e) => {
+            println!("test {} ... FAILED ({secs:.1}s)", ch.name);
+            res.failed.push((ch.name, e));
+        }
+    }
+}
+
+/// Runs `checks` at the same time (each on a thread named after it).
+fn run_group(c: &Cluster, checks: &[Check], results: &Mutex<Results>) {
+    std::thread::scope(|sc| {
+        for ch in checks {
+            std::thread::Builder::new()
+                .name(ch.name.to_string())
+                .spawn_scoped(sc, || run_one(c, ch, results))
+                .unwrap();
+        }
+    });
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let skip = |why: String| {
+        if ci {
+            eprintln!("kubelet suite: {why}; CI must run it");
+            std::process::exit(1);
+        }
+        eprintln!("\n!!!!! SKIPPED: kubelet suite: {why} !!!!!\n");
+        println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
+        std::process::exit(0);
+    };
+    let tools = [
+        "ip",
+        "nsenter",
+        "unshare",
+        "busybox",
+        "docker-registry",
+        "skopeo",
+        "openssl",
+        "script",
+        "iptables",
+    ];
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("needs root".into());
+    }
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| crust_e2e::which(t).is_none())
+        .collect();
+    if !missing.is_empty() {
+        skip(format!(
+            "needs {} (hack/deps installs them)",
+            missing.join(", ")
+        ));
+    }
+    let bins = match kube_bins() {
+        Ok(b) => b,
+        Err(m) => skip(format!(
+            "no {} in $CRUST_KUBE_BIN, {} or PATH (hack/deps unpacks them)",
+            m.join(", "),
+            crust_e2e::cluster::default_kube_bin_dir().display()
+        )),
+    };
+    let Some(portmap) = crust_e2e::reference_plugin("portmap") else {
+        skip("no reference portmap plugin".into());
+        unreachable!()
+    };
+
+    let all_checks: Vec<Vec<Check>> = vec![
+        checks![node_ready_with_crust_version],
+        checks![
+            pod_running_with_ip,
+            logs,
+            logs_follow,
+            logs_previous,
+            exec_output_and_exit_code,
+            exec_tty,
+            attach,
+            port_forward,
+            cp,
+            deployment_scaled_up_and_down,
+            job_to_completion,
+            init_containers_in_order,
+            liveness_probe_exec,
+            readiness_probe_http,
+            startup_probe_tcp,
+            restart_policy_and_crash_loop,
+            requests_and_limits_in_cgroups,
+            configmap_secret_and_token_volumes,
+            host_network_pod,
+            host_port_pod,
+            graceful_deletion,
+            sigterm_ignored_until_grace_period,
+            stats_summary,
+        ],
+        checks![crustd_killed_and_restarted],
+        checks![kubelet_restarted_adopts_its_pods],
+        checks![no_repeated_cri_errors],
+        checks![nothing_left_in_crustd],
+    ];
+    let total: usize = all_checks.iter().map(Vec::len).sum();
+    let groups: Vec<Vec<Check>> = all_checks
+        .into_iter()
+        .map(|g| {
+            g.into_iter()
+                .filter(|ch| {
+                    ch.name == "node_ready_with_crust_version"
+                        || filters.is_empty()
+                        || filters.iter().any(|f| ch.name.contains(f.as_str()))
+                })
+                .collect()
+        })
+        .collect();
+    let run: usize = groups.iter().map(Vec::len).sum();
+    println!("\nrunning {run} tests (one kubelet cluster)");
+
+    // Failures are reported once, in the summary, with where they happened.
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        PANIC_AT.with(|p| *p.borrow_mut() = at);
+    }));
+    let started = Instant::now();
+    let results = Mutex::new(Results {
+        passed: vec![],
+        failed: vec![],
+    });
+    let cluster = std::panic::catch_unwind(|| {
+        Cluster::start(
+            bins,
+            crust_e2e::bin("crustd"),
+            vec![
+                crust_e2e::bin_dir(),
+                portmap.parent().unwrap().to_path_buf(),
+            ],
+        )
+    });
+    let logs_dir;
+    match cluster {
+        Err(e) => {
+            println!("test cluster_start ... FAILED");
+            results
+                .lock()
+                .unwrap()
+                .failed
+                .push(("cluster_start", panic_text(&*e)));
+            logs_dir = None;
+        }
+        Ok(cluster) => {
+            println!("cluster up in {:.1}s", started.elapsed().as_secs_f32());
+            for (i, g) in groups.iter().enumerate() {
+                run_group(&cluster, g, &results);
+                // Without a Ready node nothing else can pass: say so once.
+                if i == 0 && !results.lock().unwrap().failed.is_empty() {
+                    break;
+                }
+            }
+            if std::env::var_os("CRUST_KUBELET_HOLD").is_some() {
+                hold(&cluster);
+            }
+            let failed = !results.lock().unwrap().failed.is_empty();
+            logs_dir = failed.then(|| keep_logs(&cluster));
+            drop(cluster);
+        }
+    }
+    let res = results.into_inner().unwrap();
+    let (passed, failed) = (res.passed.len(), res.failed.len());
+    if !res.failed.is_empty() {
+        println!("\nfailures:\n");
+        for (name, msg) in &res.failed {
+            println!("---- {name} ----\n{msg}\n");
+        }
+        if let Some(d) = logs_dir {
+            println!(
+                "the cluster's logs (kubelet, crustd, control plane) are in {}\n",
+                d.display()
+            );
+        }
+        println!("failures:");
+        for (name, _) in &res.failed {
+            println!("    {name}");
+        }
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
+        if failed == 0 { "ok" } else { "FAILED" },
+        total - run,
+        started.elapsed().as_secs_f32()
+    );
+    std::process::exit(if failed == 0 { 0 } else { 101 });
+}
+
+/// With `CRUST_KUBELET_HOLD` set, the cluster stays up after the checks until the file
+/// `<cluster dir>/release` appears, for a developer to look around.
+fn hold(c: &Cluster) {
+    let release = c.path("release");
+    println!(
+        "holding the cluster: nsenter --net={} {} --kubeconfig={} ...; touch {} to tear it down",
+        c.node.path().display(),
+        c.bins.kubectl.display(),
+        c.path("admin.kubeconfig").display(),
+        release.display()
+    );
+    while !release.exists() {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Copies the cluster's logs where they outlive it: `target/kubelet-suite-logs`.
+fn keep_logs(c: &Cluster) -> std::path::PathBuf {
+    let dest = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubelet-suite-logs");
+    let _ = std::fs::remove_dir_all(&dest);
+    let _ = std::fs::create_dir_all(&dest);
+    if let Ok(rd) = std::fs::read_dir(c.path("logs")) {
+        for e in rd.flatten() {
+            let _ = std::fs::copy(e.path(), dest.join(e.file_name()));
+        }
+    }
+    dest
+}
