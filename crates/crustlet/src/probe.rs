@@ -3,7 +3,7 @@
 //! probe's delay, period, timeout and thresholds.
 
 use crate::cri::Cri;
-use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -139,6 +139,41 @@ pub async fn run(cri: &Cri, p: &Probe, c: &Container, id: &str, ip: &str) -> (Ou
         Ok(m) => (Outcome::Success, m),
         Err(m) => (Outcome::Failure, m),
     }
+}
+
+/// Runs a lifecycle hook (postStart, preStop): exec, HTTP GET or a sleep, within `limit`.
+pub async fn hook(
+    cri: &Cri,
+    h: &LifecycleHandler,
+    c: &Container,
+    id: &str,
+    ip: &str,
+    limit: Duration,
+) -> Result<(), String> {
+    let work = async {
+        if let Some(e) = &h.exec {
+            exec(cri, id, e.command.clone().unwrap_or_default(), limit)
+                .await
+                .map(|_| ())
+        } else if let Some(g) = &h.http_get {
+            let port = port(c, &g.port)?;
+            let host = g
+                .host
+                .clone()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| ip.to_string());
+            let path = g.path.clone().unwrap_or_else(|| "/".into());
+            http_get(&host, port, &path, &[]).await.map(|_| ())
+        } else if let Some(s) = &h.sleep {
+            tokio::time::sleep(Duration::from_secs(s.seconds.max(0) as u64)).await;
+            Ok(())
+        } else {
+            Err("hook has no handler".into())
+        }
+    };
+    tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or_else(|_| Err(format!("hook did not finish within {limit:?}")))
 }
 
 async fn exec(cri: &Cri, id: &str, cmd: Vec<String>, timeout: Duration) -> Result<String, String> {

@@ -704,6 +704,27 @@ impl Worker {
             format!("Started container {}", c.name),
         );
         self.waiting.remove(&c.name);
+        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            // A failed postStart hook kills the container; the restart policy decides.
+            let grace = spec::spec(pod)
+                .termination_grace_period_seconds
+                .unwrap_or(30);
+            let limit = Duration::from_secs(grace.max(2) as u64);
+            if let Err(e) = probe::hook(&self.ctx.cri, h, c, &id, &pod_ip, limit).await {
+                self.event(
+                    pod,
+                    true,
+                    "FailedPostStartHook",
+                    format!("PostStartHook failed: {e}"),
+                );
+                let _ = rt
+                    .stop_container(cri::StopContainerRequest {
+                        container_id: id,
+                        timeout: 0,
+                    })
+                    .await;
+            }
+        }
     }
 
     fn termination_file(&self, pod: &Pod, name: &str, attempt: u32) -> PathBuf {
@@ -1226,7 +1247,8 @@ impl Worker {
             let mut stops = vec![];
             for (name, v) in &instances {
                 for i in v.iter().filter(|i| i.running()) {
-                    if let Some(c) = by_name(&spec.containers, name) {
+                    let c = by_name(&spec.containers, name).cloned();
+                    if let Some(c) = &c {
                         self.event(
                             pod,
                             false,
@@ -1235,11 +1257,31 @@ impl Worker {
                         );
                     }
                     let mut rt = self.cri().runtime;
+                    let cri = self.cri();
                     let id = i.id.clone();
+                    let ip = self
+                        .sandbox
+                        .as_ref()
+                        .map(|s| s.ip.clone())
+                        .unwrap_or_default();
                     stops.push(async move {
+                        // preStop first; its time comes out of the grace period (at
+                        // least 2 s are left for the stop signal), as with the kubelet.
+                        let mut left = grace;
+                        if let Some(c) = &c {
+                            if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+                            {
+                                let started = Instant::now();
+                                let limit = Duration::from_secs(grace.max(1) as u64);
+                                if let Err(e) = probe::hook(&cri, h, c, &id, &ip, limit).await {
+                                    tracing::info!(container = %c.name, "preStop hook: {e}");
+                                }
+                                left = (grace - started.elapsed().as_secs() as i64).max(2);
+                            }
+                        }
                         rt.stop_container(cri::StopContainerRequest {
                             container_id: id,
-                            timeout: grace,
+                            timeout: left,
                         })
                         .await
                     });
