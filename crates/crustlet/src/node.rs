@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use status::RuntimeState;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -67,7 +68,15 @@ pub fn kubelet_version() -> String {
 pub async fn run(cfg: Arc<Config>, client: kube::Client, cri: Cri) {
     let (uid_tx, uid_rx) = watch::channel(None);
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "kubelet".into(),
+            instance: Some(cfg.node_name.clone()),
+        },
+    );
     let mut sync = NodeSync::new(cfg.clone(), Api::all(client), cri, uid_tx);
+    sync.recorder = Some(recorder);
     tokio::join!(
         keep_lease(leases, cfg.node_name.clone(), uid_rx),
         sync.run()
@@ -161,6 +170,9 @@ struct NodeSync {
     /// Whether the runtime was Down at the last look, to log changes once.
     runtime_down: Option<bool>,
     uid: watch::Sender<Option<String>>,
+    /// Posts the node's events (none in unit tests).
+    recorder: Option<Recorder>,
+    started_event: bool,
 }
 
 impl NodeSync {
@@ -183,6 +195,8 @@ impl NodeSync {
             registered: false,
             runtime_down: None,
             uid,
+            recorder: None,
+            started_event: false,
         }
     }
 
@@ -246,7 +260,42 @@ impl NodeSync {
             .context("patching the Node's status")?;
         self.last_report = Some(Instant::now());
         log_ready_change(current, &desired);
+        if !self.started_event {
+            self.started_event = true;
+            self.event("Starting", "Starting kubelet.".into());
+        }
+        for reason in status::condition_events(current, &desired) {
+            let note = format!("Node {} status is now: {reason}", self.cfg.node_name);
+            self.event(reason, note);
+        }
         Ok(())
+    }
+
+    /// Posts a Normal event about the Node in the background, referring to it as the
+    /// kubelet does (by name, with the name as uid, so events outlive a re-registration).
+    fn event(&self, reason: &str, note: String) {
+        let Some(rec) = self.recorder.clone() else {
+            return;
+        };
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(self.cfg.node_name.clone()),
+            uid: Some(self.cfg.node_name.clone()),
+            ..Default::default()
+        };
+        let ev = Event {
+            type_: EventType::Normal,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = rec.publish(&ev, &reference).await {
+                tracing::debug!("node event: {e}");
+            }
+        });
     }
 
     /// The Node as the apiserver has it, registering it first if needed (at start, or
@@ -503,7 +552,12 @@ async fn keep_lease(api: Api<Lease>, node: String, uid: watch::Receiver<Option<S
                 tokio::time::sleep(LEASE_PERIOD).await;
             }
             Err(e) => {
-                tracing::warn!(node = %node, "renewing the Lease: {e:#}");
+                // Said once per outage; the retries of one outage are debug.
+                if retry == RETRY_MIN {
+                    tracing::warn!(node = %node, "renewing the Lease: {e:#}");
+                } else {
+                    tracing::debug!(node = %node, "renewing the Lease: {e:#}");
+                }
                 cached = None;
                 tokio::time::sleep(retry).await;
                 retry = (retry * 2).min(RETRY_MAX);

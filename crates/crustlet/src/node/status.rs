@@ -310,6 +310,37 @@ pub fn differs(current: Option<&NodeStatus>, desired: &NodeStatus) -> bool {
         || cur.daemon_endpoints != desired.daemon_endpoints
 }
 
+/// The events the kubelet posts about its Node when `desired` replaces `current`: one
+/// per condition that appears or flips (`NodeHasSufficientMemory`, `NodeNotReady`...).
+pub fn condition_events(current: Option<&NodeStatus>, desired: &NodeStatus) -> Vec<&'static str> {
+    let cur = current
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for d in desired.conditions.as_deref().unwrap_or_default() {
+        if cur
+            .iter()
+            .any(|c| c.type_ == d.type_ && c.status == d.status)
+        {
+            continue;
+        }
+        let on = d.status == "True";
+        let event = match (d.type_.as_str(), on) {
+            ("MemoryPressure", true) => "NodeHasInsufficientMemory",
+            ("MemoryPressure", false) => "NodeHasSufficientMemory",
+            ("DiskPressure", true) => "NodeHasDiskPressure",
+            ("DiskPressure", false) => "NodeHasNoDiskPressure",
+            ("PIDPressure", true) => "NodeHasInsufficientPID",
+            ("PIDPressure", false) => "NodeHasSufficientPID",
+            ("Ready", true) => "NodeReady",
+            ("Ready", false) => "NodeNotReady",
+            _ => continue,
+        };
+        out.push(event);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::host::FsStats;
@@ -504,6 +535,37 @@ mod tests {
         let back = conditions(&gone, &wanted_conditions(&healthy(), &[], &cap), &t3);
         assert_eq!(back[3].status, "True");
         assert_eq!(back[3].last_transition_time, Some(t3));
+    }
+
+    #[test]
+    fn events_for_conditions_that_appear_or_flip() {
+        let cap = capacity(&healthy(), 110).0;
+        let now = t("2024-01-01T00:00:00Z");
+        let st = |errs: &[String], cur: &[NodeCondition]| NodeStatus {
+            conditions: Some(conditions(
+                cur,
+                &wanted_conditions(&healthy(), errs, &cap),
+                &now,
+            )),
+            ..Default::default()
+        };
+        let first = st(&[], &[]);
+        assert_eq!(
+            condition_events(None, &first),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+                "NodeReady"
+            ]
+        );
+        let same = st(&[], first.conditions.as_deref().unwrap());
+        assert!(condition_events(Some(&first), &same).is_empty());
+        let down = st(
+            &runtime_errors(&RuntimeState::Down),
+            first.conditions.as_deref().unwrap(),
+        );
+        assert_eq!(condition_events(Some(&same), &down), ["NodeNotReady"]);
     }
 
     #[test]
