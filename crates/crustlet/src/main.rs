@@ -111,10 +111,8 @@ async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
         None => None,
     };
     std::fs::create_dir_all(cfg.root_dir.join("pods"))?;
-    let node_ip = match &cfg.node_ip {
-        Some(ip) => ip.clone(),
-        None => default_ip().unwrap_or_else(|| "127.0.0.1".into()),
-    };
+    // The Node's InternalIP, which is also every pod's hostIP.
+    let node_ip = node::node_ip(&cfg).unwrap_or_else(|| "127.0.0.1".into());
     let recorder = client.clone().map(|c| {
         Recorder::new(
             c,
@@ -147,35 +145,4 @@ async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
         _ = int.recv() => tracing::info!("SIGINT: stopping; pods keep running"),
     }
     Ok(())
-}
-
-/// The first IPv4 address of an interface that is up and not loopback: the InternalIP
-/// when `--node-ip` is not given.
-fn default_ip() -> Option<String> {
-    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list we free below and only read in between.
-    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut p = addrs;
-    while !p.is_null() {
-        // SAFETY: p walks the list getifaddrs returned.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0;
-        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
-        if ifa.ifa_addr.is_null() || !up || lo {
-            continue;
-        }
-        // SAFETY: the address is non-null and its family says how to read it.
-        if unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).to_string());
-            break;
-        }
-    }
-    // SAFETY: the list from getifaddrs, freed once.
-    unsafe { libc::freeifaddrs(addrs) };
-    found
 }
