@@ -74,6 +74,12 @@ impl Terminal {
         self.stdin = None;
     }
 
+    /// Closes the terminal window: `script` passes SIGTERM on to the command.
+    pub fn hang_up(&self) {
+        // SAFETY: kill(2) on a child we have not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+    }
+
     /// Waits (a minute at most) for the command to end: its exit code, the terminal's
     /// output, `script`'s own stderr.
     pub fn finish(mut self) -> (Option<i32>, String, String) {

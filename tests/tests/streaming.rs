@@ -8,6 +8,7 @@ use cri_api::*;
 use crust_e2e::cri::{ctr, setup, Env};
 use crust_e2e::kube_shim::{Pod, Shim};
 use crust_e2e::require_root;
+use crust_e2e::terminal::{shell_words, Terminal};
 use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -72,110 +73,6 @@ fn check_big_output(mut k: Command, n: usize, byte: char) {
     assert_eq!(out.status.code(), Some(0), "{}", s(&out.stderr));
     assert_eq!(out.stdout.len(), n);
     assert!(out.stdout.iter().all(|b| *b == byte as u8));
-}
-
-/// A command under `script`, which gives it a terminal (kubectl asks for a tty only when
-/// its stdin is one), with the terminal's output collected as it comes. `script` runs
-/// the command with `/bin/sh` whatever `$SHELL` says, so every machine runs it alike;
-/// commands `exec` their last step, so kubectl is in the terminal's foreground process
-/// group (one in a background group is stopped by the terminal when it reads).
-struct Terminal {
-    child: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
-impl Terminal {
-    /// `script -q -e`: its exit code is the command's.
-    fn spawn(cmd: &str) -> Terminal {
-        let mut child = Command::new("script")
-            .args(["-q", "-e", "-c", cmd, "/dev/null"])
-            .env("SHELL", "/bin/sh")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("script (bsdutils) runs");
-        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut stdout = child.stdout.take().unwrap();
-        let sink = out.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n @ 1..) = stdout.read(&mut buf) {
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        Terminal {
-            stdin: child.stdin.take(),
-            child,
-            out,
-            reader,
-        }
-    }
-
-    fn output(&self) -> String {
-        s(&self.out.lock().unwrap())
-    }
-
-    /// Waits (a generous minute: CI machines are slow and busy) until the terminal has
-    /// shown `text`.
-    fn wait_for(&self, text: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.output().contains(text) {
-            assert!(
-                Instant::now() < deadline,
-                "the terminal never showed {text:?}: {}",
-                self.output()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Types `input`.
-    fn type_in(&mut self, input: &[u8]) {
-        let stdin = self.stdin.as_mut().expect("input not closed");
-        stdin.write_all(input).unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Ends the input: `script` then sends the terminal's end-of-file once what was
-    /// typed has been read.
-    fn close_input(&mut self) {
-        self.stdin = None;
-    }
-
-    /// Closes the terminal window: `script` passes SIGTERM on to the command.
-    fn hang_up(&self) {
-        // SAFETY: kill(2) on a child we have not reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-    }
-
-    /// Waits (a minute at most) for the command to end: its exit code, the terminal's
-    /// output, `script`'s own stderr.
-    fn finish(mut self) -> (Option<i32>, String, String) {
-        self.stdin = None;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("the command never ended: {}", self.output());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut err = Vec::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = e.read_to_end(&mut err);
-        }
-        let out = self.out.clone();
-        self.reader.join().unwrap();
-        let text = s(&out.lock().unwrap());
-        (status.code(), text, s(&err))
-    }
 }
 
 /// `kubectl exec -it` under `script`, which gives kubectl a `rows` x `cols` terminal
@@ -357,22 +254,6 @@ async fn kubectl_exec() {
     .await
     .unwrap();
     assert_eq!(bad(base).await, tonic::Code::FailedPrecondition);
-}
-
-fn shell_words(c: &Command) -> String {
-    let mut parts = vec![];
-    for (k, v) in c.get_envs() {
-        if let Some(v) = v {
-            parts.push(format!("{}='{}'", k.to_string_lossy(), v.to_string_lossy()));
-        }
-    }
-    parts.push(c.get_program().to_string_lossy().into_owned());
-    parts.extend(c.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
-    if parts.len() > 1 {
-        format!("env {}", parts.join(" "))
-    } else {
-        parts.join(" ")
-    }
 }
 
 /// `kubectl attach -i`: input reaches the container's stdin, its output comes back,
