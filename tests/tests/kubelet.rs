@@ -624,22 +624,32 @@ fn liveness_probe_exec(c: &Cluster) {
 }
 
 fn readiness_probe_http(c: &Cluster) {
-    let p = pod(
-        c,
-        "ready",
-        "httpd -p 8080 -h /www; sleep 6; echo ok > /www/ready.html; exec sleep 3600",
-        |p| {
-            p["spec"]["containers"][0]["readinessProbe"] = json!({
-                "httpGet": {"path": "/ready.html", "port": 8080},
-                "periodSeconds": 1,
-            });
-        },
-    );
+    let p = pod(c, "ready", "exec httpd -f -p 8080 -h /www", |p| {
+        p["spec"]["containers"][0]["readinessProbe"] = json!({
+            "httpGet": {"path": "/ready.html", "port": 8080},
+            "periodSeconds": 1,
+        });
+    });
     apply(c, p);
-    // Running but not ready while the page is missing, then ready.
+    // Running but not ready while the page is missing (a few probes long), then ready
+    // once it is there.
     wait_pod(c, "ready", "running, not ready", T, |p| {
         running(p) && status_of(p, "main").is_some_and(|s| s["ready"] == false)
     });
+    std::thread::sleep(Duration::from_secs(3));
+    let p = get(c, "pod", "ready").unwrap();
+    assert_eq!(status_of(&p, "main").unwrap()["ready"], false, "{p:#}");
+    kubectl(
+        c,
+        &[
+            "exec",
+            "ready",
+            "--",
+            "sh",
+            "-c",
+            "echo ok > /www/ready.html",
+        ],
+    );
     let p = wait_pod(c, "ready", "ready", T, |p| {
         status_of(p, "main").is_some_and(|s| s["ready"] == true)
     });
@@ -647,27 +657,27 @@ fn readiness_probe_http(c: &Cluster) {
 }
 
 fn startup_probe_tcp(c: &Cluster) {
-    let p = pod(
-        c,
-        "startup",
-        "sleep 5; exec httpd -f -p 8080 -h /www",
-        |p| {
-            p["spec"]["containers"][0]["startupProbe"] = json!({
-                "tcpSocket": {"port": 8080},
-                "periodSeconds": 1,
-                "failureThreshold": 60,
-            });
-            p["spec"]["containers"][0]["livenessProbe"] = json!({
-                "tcpSocket": {"port": 8080},
-                "periodSeconds": 1,
-                "failureThreshold": 1,
-            });
-        },
-    );
+    // The port opens when the test says so; until then only the startup probe runs
+    // (the liveness probe would restart the container at once).
+    let script = "while [ ! -e /tmp/go ]; do sleep 0.2; done; exec httpd -f -p 8080 -h /www";
+    let p = pod(c, "startup", script, |p| {
+        p["spec"]["containers"][0]["startupProbe"] = json!({
+            "tcpSocket": {"port": 8080},
+            "periodSeconds": 1,
+            "failureThreshold": 120,
+        });
+        p["spec"]["containers"][0]["livenessProbe"] = json!({
+            "tcpSocket": {"port": 8080},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+        });
+    });
     apply(c, p);
     wait_pod(c, "startup", "running, not started", T, |p| {
         running(p) && status_of(p, "main").is_some_and(|s| s["started"] == false)
     });
+    std::thread::sleep(Duration::from_secs(3));
+    kubectl(c, &["exec", "startup", "--", "touch", "/tmp/go"]);
     let p = wait_pod(c, "startup", "started and ready", T, |p| {
         status_of(p, "main").is_some_and(|s| s["started"] == true && s["ready"] == true)
     });
@@ -894,6 +904,17 @@ fn crictl_containers(c: &Cluster, pod_name: &str, all: bool) -> Vec<Value> {
     v["containers"].as_array().cloned().unwrap_or_default()
 }
 
+/// Waits until crustd has no ready sandbox and no running container of pod `name`.
+fn stopped_in_crustd(c: &Cluster, name: &str) {
+    let label = format!("io.kubernetes.pod.name={name}");
+    wait_for(&format!("crustd to stop {name}"), T, |last| {
+        let ctrs = crictl_containers(c, name, false);
+        let pods = ok(c.crictl(&["pods", "-q", "--state", "ready", "--label", &label]));
+        *last = format!("containers {ctrs:?}, ready sandboxes {pods:?}");
+        (ctrs.is_empty() && pods.trim().is_empty()).then_some(())
+    });
+}
+
 fn graceful_deletion(c: &Cluster) {
     run_pod(
         c,
@@ -911,11 +932,7 @@ fn graceful_deletion(c: &Cluster) {
         took < Duration::from_secs(15),
         "deleting took {took:?}: SIGTERM not delivered?"
     );
-    wait_for("no running container of graceful", T, |last| {
-        let v = crictl_containers(c, "graceful", false);
-        *last = format!("{v:?}");
-        v.is_empty().then_some(())
-    });
+    stopped_in_crustd(c, "graceful");
 }
 
 fn sigterm_ignored_until_grace_period(c: &Cluster) {
@@ -936,11 +953,7 @@ fn sigterm_ignored_until_grace_period(c: &Cluster) {
         "deleted after {took:?}, before its grace period"
     );
     assert!(took < Duration::from_secs(25), "deleting took {took:?}");
-    wait_for("no running container of stubborn", T, |last| {
-        let v = crictl_containers(c, "stubborn", false);
-        *last = format!("{v:?}");
-        v.is_empty().then_some(())
-    });
+    stopped_in_crustd(c, "stubborn");
 }
 
 // ---- e. stats --------------------------------------------------------------------------
