@@ -135,11 +135,14 @@ pub struct Cluster {
     pub socket: PathBuf,
     /// The busybox image in the registry.
     pub image: String,
-    pub registry: Option<Registry>,
-    /// The holder of the node's mount namespace.
-    holder: Option<Child>,
+    registry: Mutex<Option<Registry>>,
+    /// The holder of the node's mount namespace, and its pid (0 before it runs).
+    holder: Mutex<Option<Child>>,
+    holder_pid: u32,
     /// etcd, apiserver, controller-manager, scheduler.
-    control: Vec<Child>,
+    control: Mutex<Vec<Child>>,
+    /// Set once [`Cluster::teardown`] has run (held while it runs).
+    torn_down: Mutex<bool>,
     crustd: Mutex<Option<Child>>,
     kubelet: Mutex<Option<Child>>,
     /// Cgroup dirs (every hierarchy) that did not exist before, ancestors of
@@ -304,9 +307,11 @@ impl Cluster {
             dir,
             cgroup_root,
             image: String::new(),
-            registry: None,
-            holder: None,
-            control: Vec::new(),
+            registry: Mutex::new(None),
+            holder: Mutex::new(None),
+            holder_pid: 0,
+            control: Mutex::new(Vec::new()),
+            torn_down: Mutex::new(false),
             crustd: Mutex::new(None),
             kubelet: Mutex::new(None),
             made_cgroups: Vec::new(),
@@ -351,7 +356,8 @@ impl Cluster {
     /// A command in the node's network and mount namespaces (crustd, the kubelet,
     /// crictl).
     pub fn node_cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let holder = self.holder.as_ref().expect("mount namespace").id();
+        let holder = self.holder_pid;
+        assert_ne!(holder, 0, "no mount namespace yet");
         let mut c = Command::new("nsenter");
         c.arg(format!("--mount=/proc/{holder}/ns/mnt"))
             .arg(format!("--net={}", self.node.path().display()))
@@ -479,7 +485,7 @@ current-context: crust
         );
         reg.push(&layout, "img", "e2e/busybox:1");
         self.image = reg.name("e2e/busybox:1");
-        self.registry = Some(reg);
+        *self.registry.lock().unwrap() = Some(reg);
     }
 
     fn start_control_plane(&mut self) {
@@ -495,7 +501,7 @@ current-context: crust
             "--unsafe-no-fsync",
         ]);
         let child = self.spawn_logged(etcd, "etcd");
-        self.control.push(child);
+        self.control.lock().unwrap().push(child);
 
         let mut api = self.net_cmd(&self.bins.apiserver);
         api.args([
@@ -524,7 +530,7 @@ current-context: crust
         ))
         .arg(format!("--cert-dir={}", p("pki")));
         let child = self.spawn_logged(api, "kube-apiserver");
-        self.control.push(child);
+        self.control.lock().unwrap().push(child);
         wait_for(
             "the API server to be ready",
             Duration::from_secs(90),
@@ -554,7 +560,7 @@ current-context: crust
                 "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route",
             ]);
         let child = self.spawn_logged(cm, "kube-controller-manager");
-        self.control.push(child);
+        self.control.lock().unwrap().push(child);
         // Pods are refused until their namespace's service account exists, and their
         // token volumes need the root CA's config map.
         wait_for(
@@ -579,7 +585,7 @@ current-context: crust
             .arg(format!("--kubeconfig={}", p("admin.kubeconfig")))
             .args(["--leader-elect=false", "--secure-port=0"]);
         let child = self.spawn_logged(sched, "kube-scheduler");
-        self.control.push(child);
+        self.control.lock().unwrap().push(child);
     }
 
     /// The private mount namespace of the kubelet and crustd, with the kubelet's paths
@@ -596,7 +602,8 @@ current-context: crust
         holder.args(["--mount", "--propagation", "private", "sleep", "infinity"]);
         let child = self.spawn_logged(holder, "mount-namespace");
         let pid = child.id();
-        self.holder = Some(child);
+        *self.holder.lock().unwrap() = Some(child);
+        self.holder_pid = pid;
         let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
         wait_for("the mount namespace", Duration::from_secs(10), |_| {
             let ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
@@ -638,16 +645,21 @@ current-context: crust
     /// ancestors missing in hierarchies where the test sits higher), remembering what
     /// it made. A new cpuset cgroup gets its parent's CPUs and memory nodes.
     fn make_cgroup_root(&mut self) {
-        for (ctrls, mount) in cgroup_mounts() {
-            // Every v1 hierarchy, named ones too: the kubelet checks them all.
-            if ctrls.is_empty() {
-                continue;
-            }
+        let mounts = cgroup_mounts();
+        let pure_v2 = mounts.iter().all(|(c, _)| c.is_empty());
+        for (ctrls, mount) in mounts {
             let mut dir = mount.clone();
             for comp in self.cgroup_root.trim_start_matches('/').split('/') {
                 let parent = dir.clone();
                 dir.push(comp);
                 if dir.exists() {
+                    continue;
+                }
+                // The kubelet wants every v1 hierarchy, named ones too. crustd makes the
+                // path on the hybrid cgroup2 mount when it places a pod there: noted,
+                // so that the teardown removes what it made.
+                if ctrls.is_empty() && !pure_v2 {
+                    self.made_cgroups.push(dir.clone());
                     continue;
                 }
                 std::fs::create_dir(&dir)
@@ -897,11 +909,21 @@ current-context: crust
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
+impl Cluster {
+    /// Stops and removes everything the cluster made: the kubelet, every pod through
+    /// CRI, crustd, the control plane and the registry, then whatever is still in its
+    /// namespaces or cgroups, those cgroups, the network namespace, the temp dirs and
+    /// the mount points it created. Runs once (on drop, or from a signal handler);
+    /// a second caller waits for the first to finish.
+    pub fn teardown(&self) {
+        let mut done = self.torn_down.lock().unwrap();
+        if *done {
+            return;
+        }
+        *done = true;
         self.stop_kubelet();
         // Every pod through CRI while crustd runs (restarted if it died).
-        if self.holder.is_some() {
+        if self.holder_pid != 0 {
             let running = self
                 .crustd
                 .lock()
@@ -919,33 +941,31 @@ impl Drop for Cluster {
             );
         }
         self.kill_crustd();
-        for mut c in self.control.drain(..).rev() {
+        for mut c in self.control.lock().unwrap().drain(..).rev() {
             let _ = c.kill();
             let _ = c.wait();
         }
-        self.registry = None;
+        *self.registry.lock().unwrap() = None;
         // What is left: anything in the mount or network namespace, or the cgroups.
-        let mnt = self
-            .holder
-            .as_ref()
-            .and_then(|h| std::fs::read_link(format!("/proc/{}/ns/mnt", h.id())).ok());
+        let mnt = (self.holder_pid != 0)
+            .then(|| std::fs::read_link(format!("/proc/{}/ns/mnt", self.holder_pid)).ok())
+            .flatten();
         // `/run/netns/NAME` is the namespace's nsfs file: its inode names it.
         let net = std::fs::metadata(self.node.path()).ok().map(|m| {
             use std::os::unix::fs::MetadataExt;
             PathBuf::from(format!("net:[{}]", m.ino()))
         });
         for _ in 0..3 {
-            let pids = self.leftover_pids(mnt.as_ref(), net.as_ref());
-            for p in &pids {
-                if Some(*p as u32) == self.holder.as_ref().map(|h| h.id()) {
+            for p in self.leftover_pids(mnt.as_ref(), net.as_ref()) {
+                if p as u32 == self.holder_pid {
                     continue;
                 }
                 // SAFETY: killing what runs in namespaces and cgroups this cluster made.
-                unsafe { libc::kill(*p, libc::SIGKILL) };
+                unsafe { libc::kill(p, libc::SIGKILL) };
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        if let Some(mut h) = self.holder.take() {
+        if let Some(mut h) = self.holder.lock().unwrap().take() {
             let _ = h.kill();
             let _ = h.wait();
         }
@@ -967,5 +987,16 @@ impl Drop for Cluster {
         for d in self.made_dirs.iter().rev() {
             let _ = std::fs::remove_dir(d);
         }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.node.name])
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(self.dir.path());
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.teardown();
     }
 }

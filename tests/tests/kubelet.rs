@@ -1196,7 +1196,24 @@ fn run_group(c: &Cluster, checks: &[Check], results: &Mutex<Results>) {
     });
 }
 
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts (the
+/// children the suite spawns get a clean mask), for a thread of its own to wait for.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-set calls on a local set, before any other thread exists.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
 fn main() {
+    // An interrupted suite (Ctrl-C, a CI timeout's SIGTERM) still tears its cluster down.
+    let signals = block_signals();
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -1333,6 +1350,18 @@ fn main() {
             logs_dir = None;
         }
         Ok(cluster) => {
+            let cluster = std::sync::Arc::new(cluster);
+            let weak = std::sync::Arc::downgrade(&cluster);
+            std::thread::spawn(move || {
+                let mut sig = 0;
+                // SAFETY: waits for one of the signals every thread blocks.
+                unsafe { libc::sigwait(&signals, &mut sig) };
+                eprintln!("kubelet suite: signal {sig}: tearing the cluster down");
+                if let Some(c) = weak.upgrade() {
+                    c.teardown();
+                }
+                std::process::exit(128 + sig);
+            });
             println!("cluster up in {:.1}s", started.elapsed().as_secs_f32());
             for (i, g) in groups.iter().enumerate() {
                 run_group(&cluster, g, &results);
@@ -1346,6 +1375,8 @@ fn main() {
             }
             let failed = !results.lock().unwrap().failed.is_empty();
             logs_dir = failed.then(|| keep_logs(&cluster));
+            // (Waits for a teardown a signal started.)
+            cluster.teardown();
             drop(cluster);
         }
     }
