@@ -402,13 +402,7 @@ impl<S: Connected> Connected for AuthorityFix<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::hpack::tests::hex;
 
     /// Two requests as a grpc-go client that dialed a socket path sends them (its
     /// encoder indexes and Huffman-codes; the second block refers to the first's

@@ -33,3 +33,21 @@ impl Cri {
         }
     }
 }
+
+impl Cri {
+    /// Stops and removes a sandbox, best effort: the runtime removes its containers with
+    /// it, and either call succeeds for a sandbox that is gone already.
+    pub async fn remove_sandbox(&self, id: &str) {
+        let mut rt = self.runtime.clone();
+        let _ = rt
+            .stop_pod_sandbox(cri_api::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await;
+        let _ = rt
+            .remove_pod_sandbox(cri_api::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await;
+    }
+}

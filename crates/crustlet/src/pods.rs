@@ -293,16 +293,7 @@ async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>) {
             continue;
         }
         tracing::info!(sandbox = %s.id, uid = %uid, "removing the sandbox of a pod that no longer exists");
-        let _ = rt
-            .stop_pod_sandbox(cri_api::StopPodSandboxRequest {
-                pod_sandbox_id: s.id.clone(),
-            })
-            .await;
-        let _ = rt
-            .remove_pod_sandbox(cri_api::RemovePodSandboxRequest {
-                pod_sandbox_id: s.id.clone(),
-            })
-            .await;
+        ctx.cri.remove_sandbox(&s.id).await;
         let _ = std::fs::remove_dir_all(ctx.cfg.pod_dir(uid));
     }
 }

@@ -413,17 +413,7 @@ impl Worker {
         }
         // Old sandboxes go: their containers cannot run again.
         for s in &sandboxes {
-            let mut rt = self.cri().runtime;
-            let _ = rt
-                .stop_pod_sandbox(cri::StopPodSandboxRequest {
-                    pod_sandbox_id: s.id.clone(),
-                })
-                .await;
-            let _ = rt
-                .remove_pod_sandbox(cri::RemovePodSandboxRequest {
-                    pod_sandbox_id: s.id.clone(),
-                })
-                .await;
+            self.ctx.cri.remove_sandbox(&s.id).await;
         }
         if !self.refresh_volumes(pod, true).await {
             return Ok(());
@@ -1294,17 +1284,7 @@ impl Worker {
                 let st = self.status(pod, &latest, true).await;
                 self.report(pod, st).await;
             }
-            let mut rt = self.cri().runtime;
-            let _ = rt
-                .stop_pod_sandbox(cri::StopPodSandboxRequest {
-                    pod_sandbox_id: s.id.clone(),
-                })
-                .await;
-            let _ = rt
-                .remove_pod_sandbox(cri::RemovePodSandboxRequest {
-                    pod_sandbox_id: s.id.clone(),
-                })
-                .await;
+            self.ctx.cri.remove_sandbox(&s.id).await;
         }
         let _ = std::fs::remove_dir_all(self.ctx.cfg.pod_dir(&uid));
         if delete {
