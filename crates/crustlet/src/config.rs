@@ -56,6 +56,12 @@ pub struct Flags {
     /// Pods this node takes at most (its `pods` capacity).
     #[arg(long)]
     pub max_pods: Option<u32>,
+    /// Image filesystem usage (percent) at which unused images are removed.
+    #[arg(long)]
+    pub image_gc_high_threshold: Option<u8>,
+    /// Usage (percent) image garbage collection brings it down to.
+    #[arg(long)]
+    pub image_gc_low_threshold: Option<u8>,
     /// Labels for the Node, `k=v,k2=v2`.
     #[arg(long, value_delimiter = ',')]
     pub node_labels: Vec<String>,
@@ -87,6 +93,8 @@ struct File {
     cluster_dns: Vec<String>,
     cluster_domain: Option<String>,
     max_pods: Option<u32>,
+    image_gc_high_threshold: Option<u8>,
+    image_gc_low_threshold: Option<u8>,
     #[serde(default)]
     node_labels: Vec<String>,
     register_node: Option<bool>,
@@ -110,6 +118,8 @@ pub struct Config {
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     pub max_pods: u32,
+    pub image_gc_high: u8,
+    pub image_gc_low: u8,
     pub node_labels: Vec<(String, String)>,
     pub register_node: bool,
     pub log_filter: String,
@@ -189,10 +199,25 @@ impl Config {
                 .or(file.cluster_domain)
                 .unwrap_or_else(|| "cluster.local".to_string()),
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
+            image_gc_high: flags
+                .image_gc_high_threshold
+                .or(file.image_gc_high_threshold)
+                .unwrap_or(85),
+            image_gc_low: flags
+                .image_gc_low_threshold
+                .or(file.image_gc_low_threshold)
+                .unwrap_or(80),
             node_labels,
             register_node: flags.register_node.or(file.register_node).unwrap_or(true),
             log_filter,
         };
+        if cfg.image_gc_low > cfg.image_gc_high || cfg.image_gc_high > 100 {
+            bail!(
+                "--image-gc-low-threshold ({}) must not exceed --image-gc-high-threshold ({}), nor that 100",
+                cfg.image_gc_low,
+                cfg.image_gc_high
+            );
+        }
         if cfg.kubeconfig.is_none() && cfg.pod_manifest_path.is_none() {
             bail!(
                 "nothing to run: give --kubeconfig (pods from an apiserver) or --pod-manifest-path (static pods), or both"

@@ -4,6 +4,7 @@
 
 mod config;
 mod cri;
+mod gc;
 mod inputs;
 mod node;
 mod pods;
@@ -140,7 +141,8 @@ async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
-        _ = pods::run(ctx) => {}
+        _ = pods::run(ctx.clone()) => {}
+        _ = gc::run(ctx) => {}
         _ = term.recv() => tracing::info!("SIGTERM: stopping; pods keep running"),
         _ = int.recv() => tracing::info!("SIGINT: stopping; pods keep running"),
     }

@@ -10,7 +10,7 @@
 //! [`host`] reads the machine, [`status`] shapes what the kubelet would post (pure
 //! functions, tested without an apiserver).
 
-mod host;
+pub(crate) mod host;
 mod status;
 
 use crate::config::Config;

@@ -526,6 +526,8 @@ mod tests {
             cluster_dns: vec!["10.96.0.10".into()],
             cluster_domain: "cluster.local".into(),
             max_pods: 110,
+            image_gc_high: 85,
+            image_gc_low: 80,
             node_labels: vec![],
             register_node: true,
             log_filter: "info".into(),

@@ -1,0 +1,152 @@
+//! Image garbage collection, as the kubelet does it: when the image filesystem is
+//! fuller than `--image-gc-high-threshold` percent, images no container uses are
+//! removed, least recently used first, until it is down to `--image-gc-low-threshold`.
+//! An image is kept for two minutes after it was last seen (just pulled, about to be
+//! used). Dead containers and sandboxes are collected by the pod workers.
+
+use crate::node::host;
+use crate::Ctx;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIN_AGE: Duration = Duration::from_secs(120);
+
+/// An image as the collector weighs it.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub id: String,
+    pub size: u64,
+    pub last_used: Instant,
+}
+
+/// The images to remove to free `need` bytes: unused, older than the minimum age,
+/// least recently used first. May free less than asked when nothing else can go.
+pub fn choose(mut unused: Vec<Candidate>, need: u64, now: Instant) -> Vec<String> {
+    unused.retain(|c| now.duration_since(c.last_used) >= MIN_AGE);
+    unused.sort_by_key(|c| c.last_used);
+    let mut freed = 0;
+    let mut out = vec![];
+    for c in unused {
+        if freed >= need {
+            break;
+        }
+        freed += c.size;
+        out.push(c.id);
+    }
+    out
+}
+
+/// Checks the image filesystem every 30 s for as long as the crustlet runs.
+pub async fn run(ctx: Arc<Ctx>) {
+    let mut last_used: HashMap<String, Instant> = HashMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        if let Err(e) = pass(&ctx, &mut last_used).await {
+            tracing::debug!("image gc: {e:#}");
+        }
+    }
+}
+
+async fn pass(ctx: &Ctx, last_used: &mut HashMap<String, Instant>) -> anyhow::Result<()> {
+    let mut images = ctx.cri.images.clone();
+    let mut rt = ctx.cri.runtime.clone();
+    let now = Instant::now();
+    let in_use: HashSet<String> = rt
+        .list_containers(cri_api::ListContainersRequest { filter: None })
+        .await?
+        .into_inner()
+        .containers
+        .into_iter()
+        .flat_map(|c| [c.image_ref, c.image.map(|i| i.image).unwrap_or_default()])
+        .collect();
+    let list = images
+        .list_images(cri_api::ListImagesRequest { filter: None })
+        .await?
+        .into_inner()
+        .images;
+    let mut unused = vec![];
+    for img in &list {
+        let used = in_use.contains(&img.id) || img.repo_tags.iter().any(|t| in_use.contains(t));
+        if used {
+            last_used.insert(img.id.clone(), now);
+        }
+        let seen = *last_used.entry(img.id.clone()).or_insert(now);
+        if !used && !img.pinned {
+            unused.push(Candidate {
+                id: img.id.clone(),
+                size: img.size,
+                last_used: seen,
+            });
+        }
+    }
+    let ids: HashSet<&String> = list.iter().map(|i| &i.id).collect();
+    last_used.retain(|id, _| ids.contains(id));
+
+    let fs = images
+        .image_fs_info(cri_api::ImageFsInfoRequest {})
+        .await?
+        .into_inner();
+    let Some(mount) = fs
+        .image_filesystems
+        .first()
+        .and_then(|f| f.fs_id.as_ref())
+        .map(|f| f.mountpoint.clone())
+    else {
+        return Ok(());
+    };
+    let st = host::fs_stats(Path::new(&mount))?;
+    if st.capacity == 0 {
+        return Ok(());
+    }
+    let used = st.capacity - st.available;
+    let (high, low) = (ctx.cfg.image_gc_high, ctx.cfg.image_gc_low);
+    if used * 100 < st.capacity * high as u64 {
+        return Ok(());
+    }
+    let need = used.saturating_sub(st.capacity * low as u64 / 100);
+    let victims = choose(unused, need, now);
+    tracing::info!(
+        "image filesystem {mount} is {}% full (threshold {high}%): removing {} unused images",
+        used * 100 / st.capacity,
+        victims.len()
+    );
+    for id in victims {
+        let r = images
+            .remove_image(cri_api::RemoveImageRequest {
+                image: Some(cri_api::ImageSpec {
+                    image: id.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await;
+        match r {
+            Ok(_) => {
+                last_used.remove(&id);
+            }
+            Err(e) => tracing::warn!(image = %id, "image gc: {}", e.message()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_recently_used_first_until_enough() {
+        let now = Instant::now() + Duration::from_secs(1000);
+        let c = |id: &str, size, ago| Candidate {
+            id: id.into(),
+            size,
+            last_used: now - Duration::from_secs(ago),
+        };
+        let unused = vec![c("new", 100, 10), c("old", 50, 900), c("mid", 70, 500)];
+        assert_eq!(choose(unused.clone(), 60, now), ["old", "mid"]);
+        assert_eq!(choose(unused.clone(), 10, now), ["old"]);
+        // The one seen 10 s ago is too young to go, whatever is asked.
+        assert_eq!(choose(unused, 10_000, now), ["old", "mid"]);
+    }
+}
