@@ -278,6 +278,30 @@ impl Worker {
             .clone()
             .unwrap_or_else(|| "Always".into());
 
+        // A pod the apiserver already has as finished stays finished (a restarted
+        // crustlet must not run a completed Job's pod again).
+        if self.finished.is_none() {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            if let Some(p) = phase.filter(|p| p == "Succeeded" || p == "Failed") {
+                self.finished = Some(p);
+                if self.sandbox.is_none() {
+                    // Adopt what is left so its sandbox is stopped below.
+                    let sandboxes = self.sandboxes(spec::uid(pod)).await.unwrap_or_default();
+                    if let Some(s) = sandboxes.first() {
+                        let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
+                        let config =
+                            spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod));
+                        let (ip, ips) = self.sandbox_ips(&s.id).await;
+                        self.sandbox = Some(Sandbox {
+                            id: s.id.clone(),
+                            config,
+                            ip,
+                            ips,
+                        });
+                    }
+                }
+            }
+        }
         if self.finished.is_some() {
             // Nothing restarts any more: the kubelet stops the sandbox of a finished pod.
             if let Some(sb) = self.sandbox.take() {
@@ -288,8 +312,10 @@ impl Worker {
                         pod_sandbox_id: sb.id.clone(),
                     })
                     .await;
+                // The final status, from the containers the stopped sandbox still lists.
+                let instances = self.instances(&sb.id).await.unwrap_or_default();
                 self.sandbox = Some(sb);
-                let st = self.status(pod, &HashMap::new(), false).await;
+                let st = self.status(pod, &instances, true).await;
                 self.report(pod, st).await;
                 self.sandbox = None;
             }
