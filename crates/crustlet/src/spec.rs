@@ -363,6 +363,25 @@ pub fn resources(
 /// A volume mount made ready: where the volume is on the node.
 pub struct VolumePaths<'a> {
     pub dirs: &'a HashMap<String, PathBuf>,
+    /// Volumes every mount of is read-only, whatever the mount says.
+    pub read_only: &'a std::collections::HashSet<String>,
+}
+
+/// The pod's configMap, secret, downwardAPI and projected volumes: the kubelet mounts
+/// these read-only in every container (their files are its to update).
+pub fn api_data_volumes(pod: &Pod) -> std::collections::HashSet<String> {
+    spec(pod)
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| {
+            v.config_map.is_some()
+                || v.secret.is_some()
+                || v.downward_api.is_some()
+                || v.projected.is_some()
+        })
+        .map(|v| v.name.clone())
+        .collect()
 }
 
 impl VolumePaths<'_> {
@@ -392,7 +411,7 @@ impl VolumePaths<'_> {
             out.push(cri::Mount {
                 container_path: m.mount_path.clone(),
                 host_path: host.to_string_lossy().into_owned(),
-                readonly: m.read_only.unwrap_or(false),
+                readonly: m.read_only.unwrap_or(false) || self.read_only.contains(&m.name),
                 propagation: match m.mount_propagation.as_deref() {
                     Some("HostToContainer") => cri::MountPropagation::PropagationHostToContainer,
                     Some("Bidirectional") => cri::MountPropagation::PropagationBidirectional,
@@ -653,7 +672,13 @@ mod tests {
             "v".to_string(),
             PathBuf::from("/var/lib/crustlet/pods/u-1/volumes/v"),
         )]);
-        let mounts = VolumePaths { dirs: &dirs }.mounts(c).unwrap();
+        let ro = Default::default();
+        let mounts = VolumePaths {
+            dirs: &dirs,
+            read_only: &ro,
+        }
+        .mounts(c)
+        .unwrap();
         let cc = container_config(
             &p,
             c,
@@ -680,6 +705,7 @@ mod tests {
         );
         let bad = VolumePaths {
             dirs: &HashMap::new(),
+            read_only: &ro,
         }
         .mounts(c)
         .unwrap_err();

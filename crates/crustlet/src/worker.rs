@@ -630,7 +630,12 @@ impl Worker {
             .as_ref()
             .map(|(d, _)| d.clone())
             .unwrap_or_default();
-        let mut mounts = match (VolumePaths { dirs: &dirs }).mounts(c) {
+        let read_only = spec::api_data_volumes(pod);
+        let paths = VolumePaths {
+            dirs: &dirs,
+            read_only: &read_only,
+        };
+        let mut mounts = match paths.mounts(c) {
             Ok(m) => m,
             Err(e) => {
                 self.waiting.insert(
