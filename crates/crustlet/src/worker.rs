@@ -793,6 +793,13 @@ impl Worker {
             .and_then(|r| r.into_inner().image)
             .is_some();
         if present && policy != "Always" {
+            // The kubelet says so every time it creates a container from it.
+            self.event(
+                pod,
+                false,
+                "Pulled",
+                format!("Container image {image:?} already present on machine"),
+            );
             return Some(image);
         }
         if policy == "Never" {
