@@ -975,6 +975,7 @@ impl Worker {
         pod: &Pod,
         c: &Container,
         v: Option<&Vec<Instance>>,
+        init: bool,
     ) -> ContainerStatus {
         let latest = v.and_then(|v| v.first());
         let previous = v.and_then(|v| v.get(1));
@@ -1018,7 +1019,21 @@ impl Worker {
             },
             _ => ContainerState {
                 waiting: Some(ContainerStateWaiting {
-                    reason: Some(waiting.map_or("ContainerCreating".into(), |w| w.0.clone())),
+                    reason: Some(waiting.map_or_else(
+                        || {
+                            // The kubelet's default: PodInitializing for every container
+                            // of a pod with init containers.
+                            if spec::spec(pod)
+                                .init_containers
+                                .is_some_and(|i| !i.is_empty())
+                            {
+                                "PodInitializing".into()
+                            } else {
+                                "ContainerCreating".into()
+                            }
+                        },
+                        |w| w.0.clone(),
+                    )),
                     message: waiting.map(|w| w.1.clone()).filter(|m| !m.is_empty()),
                 }),
                 ..Default::default()
@@ -1035,15 +1050,20 @@ impl Worker {
             && probes
                 .and_then(|p| p.startup.as_ref())
                 .is_none_or(|s| s.verdict == Some(probe::Outcome::Success));
-        let ready = started
-            && match (
-                &c.readiness_probe,
-                probes.and_then(|p| p.readiness.as_ref()),
-            ) {
-                (None, _) => true,
-                (Some(_), Some(s)) => s.verdict == Some(probe::Outcome::Success),
-                (Some(_), None) => false,
-            };
+        // An init container that exited 0 is ready (the kubelet's prober says so).
+        let init_done = init
+            && latest.is_some_and(|i| i.exited() && i.status.exit_code == 0)
+            && waiting.is_none();
+        let ready = init_done
+            || started
+                && match (
+                    &c.readiness_probe,
+                    probes.and_then(|p| p.readiness.as_ref()),
+                ) {
+                    (None, _) => true,
+                    (Some(_), Some(s)) => s.verdict == Some(probe::Outcome::Success),
+                    (Some(_), None) => false,
+                };
         // Each restart is a new attempt of the container's name.
         let restart_count = latest.map_or(0, |i| i.attempt as i32);
         ContainerStatus {
@@ -1080,12 +1100,12 @@ impl Worker {
             .init_containers
             .iter()
             .flatten()
-            .map(|c| self.container_status(pod, c, instances.get(&c.name)))
+            .map(|c| self.container_status(pod, c, instances.get(&c.name), true))
             .collect();
         let statuses: Vec<ContainerStatus> = spec
             .containers
             .iter()
-            .map(|c| self.container_status(pod, c, instances.get(&c.name)))
+            .map(|c| self.container_status(pod, c, instances.get(&c.name), false))
             .collect();
         let phase = if let Some(f) = &self.finished {
             f.clone()
@@ -1146,7 +1166,7 @@ impl Worker {
         let sandbox_ready = self.sandbox.is_some() && self.finished.is_none();
         let all_ready = statuses.iter().all(|s| s.ready);
         let old = pod.status.clone().unwrap_or_default();
-        let cond = |t: &str, ok: bool, reason: Option<&str>| {
+        let cond = |t: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
             let prev = old.conditions.iter().flatten().find(|c| c.type_ == t);
             let status = if ok { "True" } else { "False" };
             let transition = match prev {
@@ -1157,34 +1177,64 @@ impl Worker {
                 type_: t.into(),
                 status: status.into(),
                 last_transition_time: transition,
-                reason: if ok { None } else { reason.map(str::to_string) },
+                reason: reason.map(str::to_string),
+                message,
                 ..Default::default()
             }
         };
-        let mut conditions = vec![
-            cond("PodReadyToStartContainers", sandbox_ready, None),
-            cond(
-                "Initialized",
-                initialized || self.finished.is_some(),
-                Some("ContainersNotInitialized"),
+        // The conditions as the kubelet words them: Initialized once every init
+        // container exited 0 (PodCompleted once the pod succeeded); ContainersReady and
+        // Ready false with PodFailed or PodCompleted once the pod is done, else with the
+        // names of the containers not ready.
+        let names = |f: &dyn Fn(&ContainerStatus) -> bool, v: &[ContainerStatus]| {
+            let n: Vec<&str> = v.iter().filter(|s| f(s)).map(|s| s.name.as_str()).collect();
+            n.join(" ")
+        };
+        let incomplete = names(
+            &|s| {
+                !s.state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0)
+            },
+            &init_statuses,
+        );
+        let init_ok = (initialized && incomplete.is_empty()) || phase == "Succeeded";
+        let unready = names(&|s| !s.ready, &statuses);
+        let (ready_reason, ready_message) = match phase.as_str() {
+            "Failed" => (Some("PodFailed"), None),
+            "Succeeded" => (Some("PodCompleted"), None),
+            _ if all_ready && initialized => (None, None),
+            _ => (
+                Some("ContainersNotReady"),
+                Some(format!("containers with unready status: [{unready}]")),
             ),
+        };
+        let containers_ready = all_ready && initialized && ready_reason.is_none();
+        let mut conditions = vec![
+            cond("PodReadyToStartContainers", sandbox_ready, None, None),
+            if init_ok {
+                let done = phase == "Succeeded";
+                cond("Initialized", true, done.then_some("PodCompleted"), None)
+            } else {
+                cond(
+                    "Initialized",
+                    false,
+                    Some("ContainersNotInitialized"),
+                    Some(format!("containers with incomplete status: [{incomplete}]")),
+                )
+            },
             cond(
                 "Ready",
-                all_ready && initialized,
-                Some(if phase == "Succeeded" || phase == "Failed" {
-                    "PodCompleted"
-                } else {
-                    "ContainersNotReady"
-                }),
+                containers_ready,
+                ready_reason,
+                ready_message.clone(),
             ),
             cond(
                 "ContainersReady",
-                all_ready && initialized,
-                Some(if phase == "Succeeded" || phase == "Failed" {
-                    "PodCompleted"
-                } else {
-                    "ContainersNotReady"
-                }),
+                containers_ready,
+                ready_reason,
+                ready_message,
             ),
         ];
         // The scheduler's condition stays as it set it.
@@ -1231,7 +1281,19 @@ impl Worker {
 
     /// Sends the status when it differs from what was sent last.
     async fn report(&mut self, pod: &Pod, st: PodStatus) {
-        let value = serde_json::json!({ "status": st });
+        let mut value = serde_json::json!({ "status": st });
+        // A strategic merge patch merges conditions by type: a reason or message the
+        // condition no longer has must be sent as null, or the old one stays.
+        if let Some(cs) = value
+            .pointer_mut("/status/conditions")
+            .and_then(|c| c.as_array_mut())
+        {
+            for c in cs.iter_mut().filter_map(|c| c.as_object_mut()) {
+                for k in ["reason", "message"] {
+                    c.entry(k).or_insert(serde_json::Value::Null);
+                }
+            }
+        }
         let mut cmp = value.clone();
         // Transition times alone are no reason to write.
         if let Some(cs) = cmp
