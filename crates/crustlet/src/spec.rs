@@ -263,6 +263,18 @@ fn host_resolv() -> (Vec<String>, Vec<String>, Vec<String>) {
     (servers, searches, options)
 }
 
+/// Whether the pod asks for the cluster's DNS and the node has none configured (the
+/// kubelet then falls back to the node's resolver and posts MissingClusterDNS).
+pub fn missing_cluster_dns(cfg: &Config, pod: &Pod) -> bool {
+    let spec = spec(pod);
+    let wants = match spec.dns_policy.as_deref().unwrap_or("ClusterFirst") {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !spec.host_network.unwrap_or(false),
+        _ => false,
+    };
+    wants && cfg.cluster_dns.is_empty()
+}
+
 /// `dnsPolicy` and `dnsConfig` as the kubelet resolves them.
 pub fn dns_config(cfg: &Config, pod: &Pod) -> cri::DnsConfig {
     let spec = spec(pod);

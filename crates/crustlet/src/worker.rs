@@ -450,6 +450,19 @@ impl Worker {
             .max()
             .unwrap_or(0);
         let config = spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod));
+        if spec::missing_cluster_dns(&self.ctx.cfg, pod) {
+            self.event(
+                pod,
+                true,
+                "MissingClusterDNS",
+                format!(
+                    "pod: \"{}_{}({})\". kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+                    spec::name(pod),
+                    spec::namespace(pod),
+                    spec::uid(pod)
+                ),
+            );
+        }
         let _ = std::fs::create_dir_all(&config.log_directory);
         let r = self
             .cri()
