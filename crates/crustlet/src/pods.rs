@@ -98,7 +98,7 @@ pub async fn run(ctx: Arc<Ctx>) {
 }
 
 async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Update>) {
-    let api: Api<Pod> = Api::all(client);
+    let api: Api<Pod> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let mut stream = watcher(api, cfg).default_backoff().boxed();
     let mut listing: HashSet<String> = HashSet::new();
@@ -124,6 +124,12 @@ async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Up
             Ok(watcher::Event::InitDone) => Update::All("api", std::mem::take(&mut listing)),
             Ok(watcher::Event::Apply(p)) => {
                 if is_mirror(&p) {
+                    // A mirror pod deleted through the API waits for its node, as any
+                    // pod does: it goes at once (the static pod runs on, and the folder
+                    // scan makes its mirror again, as the kubelet does).
+                    if p.metadata.deletion_timestamp.is_some() {
+                        tokio::spawn(delete_now(client.clone(), p));
+                    }
                     continue;
                 }
                 Update::Pod(Box::new(p))
@@ -145,11 +151,29 @@ async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Up
     }
 }
 
+/// Deletes `p` with grace 0 (only that very object: its uid is a precondition).
+async fn delete_now(client: kube::Client, p: Pod) {
+    let api: Api<Pod> = Api::namespaced(client, spec::namespace(&p));
+    let dp = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: p.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = api.delete(spec::name(&p), &dp).await {
+        tracing::debug!(pod = %spec::key(&p), "deleting a mirror pod: {e}");
+    }
+}
+
 /// Static pods: every `*.yaml`, `*.yml` and `*.json` file of the folder is a Pod, read
 /// again every few seconds; a changed file is a new pod (a new uid) that replaces the
-/// old one. With an apiserver, each gets a mirror pod there.
+/// old one. With an apiserver, each gets a mirror pod there (made again if it was
+/// deleted), and the mirror of a pod whose file went is deleted.
 async fn watch_folder(ctx: Arc<Ctx>, dir: std::path::PathBuf, tx: mpsc::Sender<Update>) {
-    let mut mirrored: HashSet<String> = HashSet::new();
+    // uid -> the static pod, for the mirrors to delete when their files go.
+    let mut mirrored: HashMap<String, Pod> = HashMap::new();
     loop {
         let mut uids = HashSet::new();
         let mut entries: Vec<_> = std::fs::read_dir(&dir)
@@ -166,8 +190,8 @@ async fn watch_folder(ctx: Arc<Ctx>, dir: std::path::PathBuf, tx: mpsc::Sender<U
                     let uid = spec::uid(&pod).to_string();
                     uids.insert(uid.clone());
                     if let Some(client) = &ctx.client {
-                        if !mirrored.contains(&uid) && mirror(client, &pod).await {
-                            mirrored.insert(uid.clone());
+                        if mirror(client, &pod).await {
+                            mirrored.insert(uid.clone(), pod.clone());
                         }
                     }
                     if tx.send(Update::Pod(Box::new(pod))).await.is_err() {
@@ -177,7 +201,16 @@ async fn watch_folder(ctx: Arc<Ctx>, dir: std::path::PathBuf, tx: mpsc::Sender<U
                 Err(e) => tracing::warn!(file = %path.display(), "static pod: {e}"),
             }
         }
-        mirrored.retain(|u| uids.contains(u));
+        let gone: Vec<String> = mirrored
+            .keys()
+            .filter(|u| !uids.contains(*u))
+            .cloned()
+            .collect();
+        for uid in gone {
+            if let (Some(pod), Some(client)) = (mirrored.remove(&uid), &ctx.client) {
+                unmirror(client, &pod).await;
+            }
+        }
         if tx.send(Update::All("file", uids)).await.is_err() {
             return;
         }
@@ -273,6 +306,24 @@ async fn mirror(client: &kube::Client, pod: &Pod) -> bool {
             tracing::warn!(pod = %spec::key(pod), "mirror pod: {e}");
             false
         }
+    }
+}
+
+/// Deletes the mirror pod of a static pod whose file went (only the mirror of that
+/// very content: another file of the same pod name may have replaced it).
+async fn unmirror(client: &kube::Client, pod: &Pod) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), spec::namespace(pod));
+    let Ok(Some(m)) = api.get_opt(spec::name(pod)).await else {
+        return;
+    };
+    let ours = m
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MIRROR))
+        .is_some_and(|h| h == spec::uid(pod));
+    if ours {
+        delete_now(client.clone(), m).await;
     }
 }
 
