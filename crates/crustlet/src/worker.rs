@@ -1205,10 +1205,10 @@ impl Worker {
         };
         let incomplete = names(
             &|s| {
-                !s.state
+                s.state
                     .as_ref()
                     .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0)
+                    .is_none_or(|t| t.exit_code != 0)
             },
             &init_statuses,
         );
