@@ -120,6 +120,11 @@ const APPLETS: &[&str] = &[
 ];
 
 pub const NODE: &str = "crust-node";
+/// The second node: the crustlet on a crustd of its own.
+pub const CRUSTLET_NODE: &str = "crustlet-node";
+/// The taint the crustlet's node gets once it registers, so that the kubelet checks'
+/// pods (and controllers' pods without a toleration) never land there.
+pub const CRUSTLET_TAINT: &str = "crust.test/crustlet";
 
 pub struct Cluster {
     pub bins: KubeBins,
@@ -150,9 +155,18 @@ pub struct Cluster {
     made_cgroups: Vec<PathBuf>,
     /// Mount points created on the host (removed at the end when still empty).
     made_dirs: Vec<PathBuf>,
-    /// Subnet byte of the pod network `10.<n>.0.0/24`.
+    /// Subnet byte of the pod network `10.<n>.0.0/24` (the crustlet's: `10.<n>.1.0/24`).
     pub subnet: u8,
     crustd_bin: PathBuf,
+    /// The crustlet's node: its IP (on a second veth pair in the node namespace), its
+    /// crustd's socket, its `--cgroup-root` (a sibling of the kubelet's), its crustd and
+    /// itself. Its files are the `crustlet-*` entries of `dir`.
+    pub crustlet_ip: String,
+    pub crustlet_socket: PathBuf,
+    pub crustlet_cgroup_root: String,
+    crustlet_crustd: Mutex<Option<Child>>,
+    crustlet: Mutex<Option<Child>>,
+    crustlet_bin: PathBuf,
     /// crust's plugins first, then the reference `portmap` (for hostPort).
     cni_bin_dirs: Vec<PathBuf>,
 }
@@ -295,15 +309,29 @@ impl Cluster {
             "mnt/kubelet",
             "mnt/pods",
             "mnt/containers",
+            "crustlet-crust-root",
+            "crustlet-crust-state",
+            "crustlet-cni",
+            "crustlet-ipam",
+            "crustlet-root",
+            "crustlet-pods",
+            "crustlet-manifests",
         ] {
             std::fs::create_dir_all(dir.path().join(d)).unwrap();
         }
         let cgroup_root = pick_cgroup_root(&unique("crust-kube-"));
+        let crustlet_cgroup_root = pick_cgroup_root(&unique("crust-let-"));
         let mut c = Cluster {
             bins,
             node: Netns::new("kn"),
             ip: format!("10.{subnet}.255.1"),
             socket: dir.path().join("crust-state/crust.sock"),
+            crustlet_ip: format!("10.{subnet}.254.1"),
+            crustlet_socket: dir.path().join("crustlet-crust-state/crust.sock"),
+            crustlet_cgroup_root,
+            crustlet_crustd: Mutex::new(None),
+            crustlet: Mutex::new(None),
+            crustlet_bin: crustd_bin.with_file_name("crustlet"),
             dir,
             cgroup_root,
             image: String::new(),
@@ -325,10 +353,16 @@ impl Cluster {
         c.start_registry();
         c.start_control_plane();
         c.mount_namespace();
-        c.make_cgroup_root();
+        let root = c.cgroup_root.clone();
+        c.make_cgroup_root(&root);
+        let root = c.crustlet_cgroup_root.clone();
+        c.make_cgroup_root(&root);
         c.write_cni_conf();
         c.start_crustd();
         c.start_kubelet();
+        c.start_crustlet_crustd();
+        c.start_crustlet();
+        c.taint_crustlet_node();
         c
     }
 
@@ -368,6 +402,19 @@ impl Cluster {
 
     fn spawn_logged(&self, mut cmd: Command, name: &str) -> Child {
         let log = log_file(self.dir.path(), name);
+        // The suite blocks SIGTERM, SIGINT and SIGHUP in its threads (for its own signal
+        // thread), and a child inherits that mask through exec: a daemon must get them
+        // unblocked, or SIGTERM (stop_kubelet, stop_crustlet) is never delivered.
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                Ok(())
+            });
+        }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -393,6 +440,22 @@ impl Cluster {
         ]);
         crate::sh(&["ip", "-n", ns, "link", "set", "knode0", "up"]);
         crate::sh(&["ip", "-n", ns, "link", "set", "knode1", "up"]);
+        // The crustlet's node IP, on a pair of its own.
+        crate::sh(&[
+            "ip", "-n", ns, "link", "add", "klet0", "type", "veth", "peer", "name", "klet1",
+        ]);
+        crate::sh(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{}/24", self.crustlet_ip),
+            "dev",
+            "klet0",
+        ]);
+        crate::sh(&["ip", "-n", ns, "link", "set", "klet0", "up"]);
+        crate::sh(&["ip", "-n", ns, "link", "set", "klet1", "up"]);
     }
 
     /// A CA, the API server's certificate, service-account keys, a token per user and
@@ -415,11 +478,11 @@ openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null",
         std::fs::write(
             self.path("pki/tokens.csv"),
             format!(
-                "admin-token,admin,admin,\"system:masters\"\nkubelet-token,system:node:{NODE},kubelet,\"system:nodes\"\n"
+                "admin-token,admin,admin,\"system:masters\"\nkubelet-token,system:node:{NODE},kubelet,\"system:nodes\"\ncrustlet-token,system:node:{CRUSTLET_NODE},crustlet,\"system:nodes\"\n"
             ),
         )
         .unwrap();
-        for user in ["admin", "kubelet"] {
+        for user in ["admin", "kubelet", "crustlet"] {
             std::fs::write(
                 self.path(&format!("{user}.kubeconfig")),
                 format!(
@@ -643,16 +706,18 @@ current-context: crust
 
     /// The kubelet's `--cgroup-root` must exist in every hierarchy; makes it (and the
     /// ancestors missing in hierarchies where the test sits higher), remembering what
-    /// it made. A new cpuset cgroup gets its parent's CPUs and memory nodes.
-    fn make_cgroup_root(&mut self) {
+    /// it made. A new cpuset cgroup gets its parent's CPUs and memory nodes. The
+    /// crustlet's root is made the same way (crustd would make it, but then the
+    /// ancestors it made would not be known to the teardown).
+    fn make_cgroup_root(&mut self, root: &str) {
         let mounts = cgroup_mounts();
         let pure_v2 = mounts.iter().all(|(c, _)| c.is_empty());
         for (ctrls, mount) in mounts {
             let mut dir = mount.clone();
-            for comp in self.cgroup_root.trim_start_matches('/').split('/') {
+            for comp in root.trim_start_matches('/').split('/') {
                 let parent = dir.clone();
                 dir.push(comp);
-                if dir.exists() {
+                if dir.exists() || self.made_cgroups.contains(&dir) {
                     continue;
                 }
                 // The kubelet wants every v1 hierarchy, named ones too. crustd makes the
@@ -675,20 +740,32 @@ current-context: crust
         }
     }
 
-    /// Every cgroup directory at or below the cgroup root, deepest first.
+    /// Every cgroup directory at or below the two cgroup roots, deepest first.
     fn cgroup_dirs(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for (_, mount) in cgroup_mounts() {
-            let d = mount.join(self.cgroup_root.trim_start_matches('/'));
-            crate::crustd::walk_dirs(&d, &mut out);
+            for root in [&self.cgroup_root, &self.crustlet_cgroup_root] {
+                let d = mount.join(root.trim_start_matches('/'));
+                crate::crustd::walk_dirs(&d, &mut out);
+            }
         }
         out.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
         out
     }
 
-    /// The directory named `name` below the cgroup root in the v1 hierarchy of
+    /// The directory named `name` below the kubelet's cgroup root in the v1 hierarchy of
     /// `controller` (or the unified one for `""`).
     pub fn cgroup_dir_named(&self, controller: &str, name: &str) -> Option<PathBuf> {
+        self.cgroup_dir_named_under(&self.cgroup_root, controller, name)
+    }
+
+    /// The same below `root` (the crustlet's cgroup root, say).
+    pub fn cgroup_dir_named_under(
+        &self,
+        root: &str,
+        controller: &str,
+        name: &str,
+    ) -> Option<PathBuf> {
         let (_, mount) = cgroup_mounts().into_iter().find(|(c, _)| {
             if controller.is_empty() {
                 c.is_empty()
@@ -697,28 +774,32 @@ current-context: crust
             }
         })?;
         let mut all = Vec::new();
-        crate::crustd::walk_dirs(
-            &mount.join(self.cgroup_root.trim_start_matches('/')),
-            &mut all,
-        );
+        crate::crustd::walk_dirs(&mount.join(root.trim_start_matches('/')), &mut all);
         all.into_iter()
             .find(|d| d.file_name().is_some_and(|n| n == name))
     }
 
+    /// The pod networks: the kubelet's crustd on `crustkube0` with `10.<n>.0.0/24`, the
+    /// crustlet's on `crustlet0` with `10.<n>.1.0/24`.
     fn write_cni_conf(&self) {
+        self.write_cni_conf_of("", "crust-kube", "crustkube0", 0);
+        self.write_cni_conf_of("crustlet-", "crust-let", "crustlet0", 1);
+    }
+
+    fn write_cni_conf_of(&self, prefix: &str, name: &str, bridge: &str, third: u8) {
         let n = self.subnet;
         let conf = serde_json::json!({
             "cniVersion": "1.0.0",
-            "name": "crust-kube",
+            "name": name,
             "plugins": [{
                 "type": "bridge",
-                "bridge": "crustkube0",
+                "bridge": bridge,
                 "isGateway": true,
                 "ipMasq": true,
                 "ipam": {
                     "type": "host-local",
-                    "dataDir": self.path("ipam"),
-                    "ranges": [[{"subnet": format!("10.{n}.0.0/24")}]],
+                    "dataDir": self.path(&format!("{prefix}ipam")),
+                    "ranges": [[{"subnet": format!("10.{n}.{third}.0/24")}]],
                     "routes": [{"dst": "0.0.0.0/0"}]
                 }
             }, {
@@ -727,15 +808,28 @@ current-context: crust
                 "snat": true
             }]
         });
-        std::fs::write(self.path("cni/10-crust.conflist"), conf.to_string()).unwrap();
+        std::fs::write(
+            self.path(&format!("{prefix}cni/10-crust.conflist")),
+            conf.to_string(),
+        )
+        .unwrap();
     }
 
     /// Starts crustd in the node's namespaces and waits for its socket.
     pub fn start_crustd(&self) {
-        let mut guard = self.crustd.lock().unwrap();
-        assert!(guard.is_none(), "crustd already running");
-        std::fs::write(self.path("crustd.toml"), "").unwrap();
-        let p = |r: &str| self.path(r).display().to_string();
+        self.spawn_crustd(&self.crustd, "", &self.socket);
+    }
+
+    /// Starts the crustlet's crustd (its own root, state, socket and pod network).
+    pub fn start_crustlet_crustd(&self) {
+        self.spawn_crustd(&self.crustlet_crustd, "crustlet-", &self.crustlet_socket);
+    }
+
+    fn spawn_crustd(&self, slot: &Mutex<Option<Child>>, prefix: &str, socket: &Path) {
+        let mut guard = slot.lock().unwrap();
+        assert!(guard.is_none(), "{prefix}crustd already running");
+        let p = |r: &str| self.path(&format!("{prefix}{r}")).display().to_string();
+        std::fs::write(p("crustd.toml"), "").unwrap();
         let mut cmd = self.node_cmd(&self.crustd_bin);
         cmd.arg("--config")
             .arg(p("crustd.toml"))
@@ -749,13 +843,14 @@ current-context: crust
             cmd.arg("--cni-bin-dir").arg(d);
         }
         cmd.args(["--cgroup-root", "/", "--log-level", "debug"]);
-        let mut child = self.spawn_logged(cmd, "crustd");
+        let name = format!("{prefix}crustd");
+        let mut child = self.spawn_logged(cmd, &name);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
             if let Ok(Some(st)) = child.try_wait() {
-                panic!("crustd exited with {st}: {}", self.log("crustd"));
+                panic!("{name} exited with {st}: {}", self.log(&name));
             }
-            assert!(Instant::now() < deadline, "crustd did not serve in 30 s");
+            assert!(Instant::now() < deadline, "{name} did not serve in 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }
         *guard = Some(child);
@@ -769,8 +864,95 @@ current-context: crust
         }
     }
 
+    /// SIGKILL of the crustlet's crustd, as a crash.
+    pub fn kill_crustlet_crustd(&self) {
+        if let Some(mut c) = self.crustlet_crustd.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     pub fn crustd_pid(&self) -> Option<u32> {
         self.crustd.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
+    /// Starts the crustlet on its crustd, in the node's namespaces (for the cgroup
+    /// mounts the kubelet's copy of `/sys` would hide; it writes only below the
+    /// cluster's dir): its own node name and IP, root and pod logs dirs, cgroup root and
+    /// a folder of static pod manifests.
+    pub fn start_crustlet(&self) {
+        let mut guard = self.crustlet.lock().unwrap();
+        assert!(guard.is_none(), "crustlet already running");
+        let p = |r: &str| self.path(r).display().to_string();
+        let mut cmd = self.node_cmd(&self.crustlet_bin);
+        cmd.arg(format!("--kubeconfig={}", p("crustlet.kubeconfig")))
+            .arg(format!(
+                "--container-runtime-endpoint=unix://{}",
+                self.crustlet_socket.display()
+            ))
+            .arg(format!("--hostname-override={CRUSTLET_NODE}"))
+            .arg(format!("--node-ip={}", self.crustlet_ip))
+            .arg(format!("--root-dir={}", p("crustlet-root")))
+            .arg(format!("--pod-logs-dir={}", p("crustlet-pods")))
+            .arg(format!("--cgroup-root={}", self.crustlet_cgroup_root))
+            .arg(format!("--pod-manifest-path={}", p("crustlet-manifests")))
+            .args(["--v", "2"]);
+        *guard = Some(self.spawn_logged(cmd, "crustlet"));
+    }
+
+    /// SIGTERM to the crustlet (its pods keep running), waiting for it to exit (SIGKILL
+    /// after 10 s); its exit status.
+    pub fn stop_crustlet(&self) -> Option<std::process::ExitStatus> {
+        let mut c = self.crustlet.lock().unwrap().take()?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+
+    pub fn crustlet_running(&self) -> bool {
+        match self.crustlet.lock().unwrap().as_mut() {
+            Some(c) => c.try_wait().map(|s| s.is_none()).unwrap_or(false),
+            None => false,
+        }
+    }
+
+    /// Waits for the crustlet's Node to register, then taints it NoSchedule: before any
+    /// check runs, so no pod without the toleration is ever scheduled there.
+    fn taint_crustlet_node(&self) {
+        wait_for(
+            "the crustlet's Node to register",
+            Duration::from_secs(60),
+            |last| {
+                if !self.crustlet_running() {
+                    panic!("the crustlet exited: {}", self.log("crustlet"));
+                }
+                let out = run_timeout(
+                    &mut self.kubectl(&["get", "node", CRUSTLET_NODE, "-o", "name"]),
+                    Duration::from_secs(20),
+                );
+                *last = s(&out.stderr);
+                out.status.success().then_some(())
+            },
+        );
+        let taint = format!("{CRUSTLET_TAINT}=true:NoSchedule");
+        let out = run_timeout(
+            &mut self.kubectl(&["taint", "node", CRUSTLET_NODE, &taint, "--overwrite"]),
+            Duration::from_secs(20),
+        );
+        assert!(
+            out.status.success(),
+            "tainting the crustlet's node: {}",
+            s(&out.stderr)
+        );
     }
 
     pub fn start_kubelet(&self) {
@@ -851,6 +1033,19 @@ current-context: crust
         c
     }
 
+    /// `crictl` against the crustlet's crustd.
+    pub fn crustlet_crictl(&self, args: &[&str]) -> Command {
+        let mut c = self.node_cmd(&self.bins.crictl);
+        let ep = format!("unix://{}", self.crustlet_socket.display());
+        c.arg("--runtime-endpoint")
+            .arg(&ep)
+            .arg("--image-endpoint")
+            .arg(&ep)
+            .args(["--timeout", "20s"])
+            .args(args);
+        c
+    }
+
     /// Waits until the node reports Ready (panics with the kubelet's log tail if the
     /// kubelet exits first).
     pub fn wait_node_ready(&self, limit: Duration) -> serde_json::Value {
@@ -922,25 +1117,37 @@ impl Cluster {
         }
         *done = true;
         self.stop_kubelet();
-        // Every pod through CRI while crustd runs (restarted if it died).
+        self.stop_crustlet();
+        // Every pod through CRI while each crustd runs (restarted if it died).
         if self.holder_pid != 0 {
-            let running = self
-                .crustd
-                .lock()
-                .unwrap()
-                .as_mut()
-                .is_some_and(|c| c.try_wait().map(|s| s.is_none()).unwrap_or(false));
-            if !running {
+            let alive = |slot: &Mutex<Option<Child>>| {
+                slot.lock()
+                    .unwrap()
+                    .as_mut()
+                    .is_some_and(|c| c.try_wait().map(|s| s.is_none()).unwrap_or(false))
+            };
+            if !alive(&self.crustd) {
                 self.kill_crustd();
                 let _ =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.start_crustd()));
+            }
+            if !alive(&self.crustlet_crustd) {
+                self.kill_crustlet_crustd();
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.start_crustlet_crustd()
+                }));
             }
             let _ = run_timeout(
                 &mut self.crictl(&["rmp", "-a", "-f"]),
                 Duration::from_secs(90),
             );
+            let _ = run_timeout(
+                &mut self.crustlet_crictl(&["rmp", "-a", "-f"]),
+                Duration::from_secs(90),
+            );
         }
         self.kill_crustd();
+        self.kill_crustlet_crustd();
         for mut c in self.control.lock().unwrap().drain(..).rev() {
             let _ = c.kill();
             let _ = c.wait();

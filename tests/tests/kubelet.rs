@@ -14,8 +14,12 @@
 //! them), else `PATH`; etcd from `PATH` (Debian's `etcd-server`). Without root or
 //! them it skips loudly, except under `CI=true`, where that is a failure.
 
+#[path = "kubelet/crustlet_checks.rs"]
+mod crustlet_checks;
+
 use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, NODE};
 use crust_e2e::terminal::{shell_words, Terminal};
+use crustlet_checks::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Output, Stdio};
@@ -1196,8 +1200,9 @@ fn run_group(c: &Cluster, checks: &[Check], results: &Mutex<Results>) {
     });
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts (the
-/// children the suite spawns get a clean mask), for a thread of its own to wait for.
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts, for a
+/// thread of its own to wait for. Children inherit the mask: the cluster's daemons are
+/// started with it cleared (`Cluster::spawn_logged`).
 fn block_signals() -> libc::sigset_t {
     // SAFETY: plain signal-set calls on a local set, before any other thread exists.
     unsafe {
@@ -1267,9 +1272,27 @@ fn main() {
         unreachable!()
     };
 
+    // The crustlet's checks run beside the kubelet's: the two nodes share only the
+    // control plane. Those that restart the crustlet's crustd or the crustlet run beside
+    // the kubelet's restarts, after every other crustlet check.
     let all_checks: Vec<Vec<Check>> = vec![
-        checks![node_ready_with_crust_version],
+        checks![node_ready_with_crust_version, crustlet_node],
         checks![
+            crustlet_lease_renewed,
+            crustlet_pod_running,
+            crustlet_init_containers_in_order,
+            crustlet_restart_policies,
+            crustlet_liveness_probe_exec,
+            crustlet_readiness_probe_http,
+            crustlet_startup_probe_tcp,
+            crustlet_job_to_completion,
+            crustlet_deployment_scaled_up_and_down,
+            crustlet_volumes_and_env,
+            crustlet_image_and_config_errors,
+            crustlet_requests_and_limits_in_cgroups,
+            crustlet_graceful_deletion,
+            crustlet_static_pod_mirrored,
+            crustlet_same_as_kubelet,
             pod_running_with_ip,
             logs,
             logs_follow,
@@ -1294,10 +1317,16 @@ fn main() {
             sigterm_ignored_until_grace_period,
             stats_summary,
         ],
-        checks![crustd_killed_and_restarted],
-        checks![kubelet_restarted_adopts_its_pods],
+        checks![
+            crustd_killed_and_restarted,
+            crustlet_crustd_killed_and_restarted
+        ],
+        checks![
+            kubelet_restarted_adopts_its_pods,
+            crustlet_restarted_adopts_its_pods
+        ],
         checks![no_repeated_cri_errors],
-        checks![nothing_left_in_crustd],
+        checks![nothing_left_in_crustd, crustlet_nothing_left_in_crustd],
     ];
     let total: usize = all_checks.iter().map(Vec::len).sum();
     let groups: Vec<Vec<Check>> = all_checks
@@ -1306,6 +1335,7 @@ fn main() {
             g.into_iter()
                 .filter(|ch| {
                     ch.name == "node_ready_with_crust_version"
+                        || ch.name == "crustlet_node"
                         || filters.is_empty()
                         || filters.iter().any(|f| ch.name.contains(f.as_str()))
                 })
@@ -1313,7 +1343,7 @@ fn main() {
         })
         .collect();
     let run: usize = groups.iter().map(Vec::len).sum();
-    println!("\nrunning {run} tests (one kubelet cluster)");
+    println!("\nrunning {run} tests (one cluster: the kubelet's node and the crustlet's)");
 
     // Failures are reported once, in the summary, with where they happened.
     std::panic::set_hook(Box::new(|info| {

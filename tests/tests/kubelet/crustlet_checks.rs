@@ -1,0 +1,1295 @@
+//! The crustlet's checks: the second node of the suite's cluster (`crustlet-node`, the
+//! crustlet on a crustd of its own), driven through the same apiserver with the real
+//! kubectl, and compared with the real kubelet on `crust-node` where both get the same
+//! pod.
+//!
+//! The crustlet's pods live in the `crustlet` namespace, each with a toleration of the
+//! node's taint and a nodeSelector for it (the scheduler binds them, as on any node), so
+//! the kubelet checks' pods and their cleanup never meet them. The crustlet has no HTTPS
+//! server yet: nothing here uses `kubectl logs`/`exec`; a container's output is read from
+//! its CRI log file under the crustlet's `--pod-logs-dir`, and the test drives
+//! containers through files of a hostPath volume.
+
+use super::{apply, container, ok, run_timeout, s, status_of, wait_for, T};
+use crust_e2e::cluster::{Cluster, CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub const NS: &str = "crustlet";
+
+fn kubectl(c: &Cluster, args: &[&str]) -> String {
+    let mut full = vec!["-n", NS];
+    full.extend_from_slice(args);
+    ok(c.kubectl(&full))
+}
+
+fn get(c: &Cluster, kind: &str, name: &str) -> Option<Value> {
+    let out = run_timeout(
+        &mut c.kubectl(&["-n", NS, "get", kind, name, "-o", "json"]),
+        T,
+    );
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+fn node(c: &Cluster, name: &str) -> Option<Value> {
+    let out = run_timeout(&mut c.kubectl(&["get", "node", name, "-o", "json"]), T);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+fn condition<'a>(v: &'a Value, t: &str) -> Option<&'a Value> {
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)
+}
+
+/// Puts a pod spec (`spec` of a Pod or of a template) on node `to`: a nodeSelector, and
+/// for the crustlet's node the toleration of its taint.
+fn place(spec: &mut Value, to: &str) {
+    spec["nodeSelector"] = json!({"kubernetes.io/hostname": to});
+    if to == CRUSTLET_NODE {
+        spec["tolerations"] =
+            json!([{"key": CRUSTLET_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
+    }
+}
+
+/// A pod of one container `main` running `script` in the crustlet namespace, for the
+/// crustlet's node, changed by `change`.
+fn pod(c: &Cluster, name: &str, script: &str, change: impl FnOnce(&mut Value)) -> Value {
+    pod_on(c, CRUSTLET_NODE, name, script, change)
+}
+
+fn pod_on(
+    c: &Cluster,
+    to: &str,
+    name: &str,
+    script: &str,
+    change: impl FnOnce(&mut Value),
+) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"suite": "crustlet"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [container("main", &c.image, script)],
+        }
+    });
+    place(&mut p["spec"], to);
+    change(&mut p);
+    p
+}
+
+fn wait_pod(
+    c: &Cluster,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(&format!("pod {NS}/{name}: {what}"), limit, |last| {
+        let p = get(c, "pod", name)?;
+        *last = p["status"].to_string();
+        pred(&p).then_some(p)
+    })
+}
+
+fn running(p: &Value) -> bool {
+    super::running(p)
+}
+
+fn run_pod(c: &Cluster, p: Value) -> Value {
+    let name = p["metadata"]["name"].as_str().unwrap().to_string();
+    apply(c, p);
+    wait_pod(c, &name, "Running", Duration::from_secs(90), running)
+}
+
+fn container_id(p: &Value, ctr: &str) -> String {
+    super::container_id(p, ctr)
+}
+
+/// What the container `ctr` of pod `p` wrote (attempt `attempt`), from its CRI log file
+/// under the crustlet's pod logs dir (there is no `kubectl logs` to the crustlet yet).
+fn log_of(c: &Cluster, p: &Value, ctr: &str, attempt: u32) -> String {
+    let dir = format!(
+        "{}_{}_{}",
+        p["metadata"]["namespace"].as_str().unwrap(),
+        p["metadata"]["name"].as_str().unwrap(),
+        p["metadata"]["uid"].as_str().unwrap()
+    );
+    let path = c
+        .path("crustlet-pods")
+        .join(dir)
+        .join(ctr)
+        .join(format!("{attempt}.log"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut out = String::new();
+    for line in text.lines() {
+        // <time> <stream> <P|F> <text>
+        let mut f = line.splitn(4, ' ');
+        let (_, _, tag, msg) = (f.next(), f.next(), f.next(), f.next().unwrap_or(""));
+        out.push_str(msg);
+        if tag == Some("F") {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Waits until the container's log has a line starting with `prefix`; all its lines.
+fn wait_log(c: &Cluster, p: &Value, ctr: &str, prefix: &str) -> String {
+    wait_for(&format!("a log line {prefix:?}"), T, |last| {
+        let l = log_of(c, p, ctr, 0);
+        *last = l.clone();
+        l.lines().any(|x| x.starts_with(prefix)).then_some(l)
+    })
+}
+
+/// The event reasons of an object in the crustlet namespace.
+fn event_reasons(c: &Cluster, name: &str) -> Vec<String> {
+    let sel = format!("involvedObject.name={name}");
+    let v: Value = serde_json::from_str(&kubectl(
+        c,
+        &["get", "events", "--field-selector", &sel, "-o", "json"],
+    ))
+    .unwrap();
+    let mut r: Vec<String> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(str::to_string))
+        .collect();
+    r.sort();
+    r.dedup();
+    r
+}
+
+/// A host folder the test writes into and a pod sees at `/ctl` (hostPath).
+fn control_dir(c: &Cluster, name: &str) -> PathBuf {
+    let d = c.path("crustlet-ctl").join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn with_control(p: &mut Value, dir: &std::path::Path) {
+    p["spec"]["volumes"] = json!([{"name": "ctl", "hostPath": {"path": dir, "type": "Directory"}}]);
+    p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "ctl", "mountPath": "/ctl"}]);
+}
+
+// ---- the node ------------------------------------------------------------------------
+
+/// Ready, with what the kubelet reports; the namespace the other checks use.
+pub fn crustlet_node(c: &Cluster) {
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+    );
+    let n = wait_for(
+        "the crustlet's node to be Ready",
+        Duration::from_secs(90),
+        |last| {
+            let n = node(c, CRUSTLET_NODE)?;
+            *last = n["status"]["conditions"].to_string();
+            (condition(&n, "Ready")?["status"] == "True").then_some(n)
+        },
+    );
+    let st = &n["status"];
+    assert_eq!(
+        st["nodeInfo"]["containerRuntimeVersion"],
+        format!("crust://{}", env!("CARGO_PKG_VERSION")),
+        "{st:#}"
+    );
+    let kv = st["nodeInfo"]["kubeletVersion"].as_str().unwrap_or("");
+    assert!(kv.starts_with("v1.28.7+crustlet."), "kubeletVersion {kv}");
+    for k in ["osImage", "kernelVersion", "machineID", "bootID"] {
+        assert!(
+            st["nodeInfo"][k].as_str().is_some_and(|v| !v.is_empty()),
+            "nodeInfo.{k}: {st:#}"
+        );
+    }
+    let addrs = st["addresses"].as_array().unwrap();
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a["type"] == "InternalIP" && a["address"] == c.crustlet_ip.as_str()),
+        "{addrs:?}"
+    );
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a["type"] == "Hostname" && a["address"] == CRUSTLET_NODE),
+        "{addrs:?}"
+    );
+    for r in ["cpu", "memory", "pods", "ephemeral-storage"] {
+        assert!(st["capacity"][r].is_string(), "capacity.{r}: {st:#}");
+        assert!(st["allocatable"][r].is_string(), "allocatable.{r}: {st:#}");
+    }
+    assert_eq!(st["capacity"]["pods"], "110");
+    for t in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        assert_eq!(condition(&n, t).unwrap()["status"], "False", "{t}");
+    }
+    // The same shape as the real kubelet's Node, on the same machine.
+    let k = node(c, NODE).unwrap();
+    assert_eq!(
+        st["capacity"]["cpu"], k["status"]["capacity"]["cpu"],
+        "cpu capacity"
+    );
+    let mut ours: Vec<&str> = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    let mut theirs: Vec<&str> = k["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    ours.sort();
+    theirs.sort();
+    assert_eq!(ours, theirs, "node condition types");
+    assert_eq!(
+        n["metadata"]["labels"]["kubernetes.io/hostname"],
+        CRUSTLET_NODE
+    );
+    // The taint the cluster put on it, so the kubelet checks' pods stay away.
+    assert!(
+        n["spec"]["taints"].to_string().contains(CRUSTLET_TAINT),
+        "{}",
+        n["spec"]
+    );
+    wait_for(
+        "the crustlet namespace's service account and CA",
+        T,
+        |last| {
+            let out = run_timeout(
+                &mut c.kubectl(&[
+                    "-n",
+                    NS,
+                    "get",
+                    "serviceaccount/default",
+                    "configmap/kube-root-ca.crt",
+                ]),
+                T,
+            );
+            *last = s(&out.stderr);
+            out.status.success().then_some(())
+        },
+    );
+}
+
+/// The Lease in kube-node-lease, owned by the Node and renewed.
+pub fn crustlet_lease_renewed(c: &Cluster) {
+    let lease = |_: &mut String| {
+        let out = run_timeout(
+            &mut c.kubectl(&[
+                "-n",
+                "kube-node-lease",
+                "get",
+                "lease",
+                CRUSTLET_NODE,
+                "-o",
+                "json",
+            ]),
+            T,
+        );
+        serde_json::from_slice::<Value>(&out.stdout).ok()
+    };
+    let first = wait_for("the crustlet's lease", T, lease);
+    assert_eq!(first["spec"]["holderIdentity"], CRUSTLET_NODE);
+    assert_eq!(first["spec"]["leaseDurationSeconds"], 40);
+    let t0 = first["spec"]["renewTime"].clone();
+    let renewed = wait_for("the lease to be renewed", Duration::from_secs(30), |last| {
+        let l = lease(last)?;
+        *last = l["spec"].to_string();
+        (l["spec"]["renewTime"] != t0).then_some(l)
+    });
+    // Owned by the Node once that is registered (a renewal after it, like the
+    // kubelet's), so the garbage collector takes it with the Node.
+    let owner = &renewed["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Node", "{renewed:#}");
+    assert_eq!(owner["name"], CRUSTLET_NODE, "{renewed:#}");
+}
+
+// ---- a pod ----------------------------------------------------------------------------
+
+pub fn crustlet_pod_running(c: &Cluster) {
+    let p = run_pod(
+        c,
+        pod(
+            c,
+            "web",
+            "echo serving; exec httpd -f -p 8080 -h /www",
+            |p| {
+                p["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
+            },
+        ),
+    );
+    let st = &p["status"];
+    let ip = st["podIP"].as_str().unwrap_or_default();
+    assert!(
+        ip.starts_with(&format!("10.{}.1.", c.subnet)),
+        "pod IP {ip:?}"
+    );
+    assert_eq!(st["podIPs"][0]["ip"], ip);
+    assert_eq!(st["hostIP"], c.crustlet_ip.as_str());
+    assert_eq!(st["qosClass"], "BestEffort");
+    assert!(st["startTime"].is_string(), "{st:#}");
+    for t in [
+        "PodScheduled",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+        "PodReadyToStartContainers",
+    ] {
+        let cond = condition(&p, t).unwrap_or_else(|| panic!("no {t}: {st:#}"));
+        assert_eq!(cond["status"], "True", "{t}: {st:#}");
+    }
+    let cs = status_of(&p, "main").unwrap();
+    assert!(
+        cs["containerID"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("crust://")),
+        "{cs}"
+    );
+    assert!(
+        cs["imageID"].as_str().is_some_and(|i| !i.is_empty()),
+        "{cs}"
+    );
+    assert_eq!(cs["image"], c.image.as_str());
+    assert_eq!(cs["started"], true, "{cs}");
+    assert_eq!(cs["ready"], true, "{cs}");
+    assert_eq!(cs["restartCount"], 0, "{cs}");
+    assert!(cs["state"]["running"]["startedAt"].is_string(), "{cs}");
+    // Its web server answers on the pod IP, across the crustlet's bridge.
+    let body = wait_for("the pod's web server", T, |last| {
+        super::http_get(c, &format!("{ip}:8080"), "/")
+            .map_err(|e| *last = e)
+            .ok()
+    });
+    assert!(body.contains("hello from crust"), "{body}");
+    assert_eq!(wait_log(c, &p, "main", "serving"), "serving\n");
+    let events = event_reasons(c, "web");
+    for r in ["Scheduled", "Pulling", "Pulled", "Created", "Started"] {
+        assert!(events.iter().any(|e| e == r), "no {r} event: {events:?}");
+    }
+    // Its sandbox is in the crustlet's crustd, not the kubelet's.
+    let pods: Value = serde_json::from_str(&ok(c.crustlet_crictl(&[
+        "pods",
+        "--name",
+        "web",
+        "--namespace",
+        NS,
+        "-o",
+        "json",
+    ])))
+    .unwrap();
+    assert!(
+        pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["state"] == "SANDBOX_READY"),
+        "{pods:#}"
+    );
+}
+
+pub fn crustlet_init_containers_in_order(c: &Cluster) {
+    let p = pod(c, "init", "cat /data/order; exec sleep 3600", |p| {
+        p["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+        let mount = json!([{"name": "data", "mountPath": "/data"}]);
+        let mut first = container("first", &c.image, "echo first >> /data/order; sleep 1");
+        let mut second = container("second", &c.image, "echo second >> /data/order");
+        first["volumeMounts"] = mount.clone();
+        second["volumeMounts"] = mount.clone();
+        p["spec"]["initContainers"] = json!([first, second]);
+        p["spec"]["containers"][0]["volumeMounts"] = mount;
+    });
+    let p = run_pod(c, p);
+    assert_eq!(wait_log(c, &p, "main", "second"), "first\nsecond\n");
+    let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
+    assert_eq!(inits.len(), 2);
+    for i in inits {
+        assert_eq!(i["state"]["terminated"]["reason"], "Completed", "{i}");
+        assert_eq!(i["state"]["terminated"]["exitCode"], 0, "{i}");
+    }
+    let t = |i: usize, k: &str| {
+        inits[i]["state"]["terminated"][k]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(t(1, "startedAt") >= t(0, "finishedAt"), "{inits:?}");
+}
+
+pub fn crustlet_restart_policies(c: &Cluster) {
+    apply(c, pod(c, "crash", "echo crashing; exit 3", |_| {}));
+    apply(
+        c,
+        pod(c, "onfailure", "exit 0", |p| {
+            p["spec"]["restartPolicy"] = json!("OnFailure")
+        }),
+    );
+    apply(
+        c,
+        pod(c, "never", "exit 4", |p| {
+            p["spec"]["restartPolicy"] = json!("Never")
+        }),
+    );
+    let p = wait_pod(
+        c,
+        "crash",
+        "in CrashLoopBackOff",
+        Duration::from_secs(90),
+        |p| {
+            status_of(p, "main").is_some_and(|s| {
+                s["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+                    && s["restartCount"].as_u64() >= Some(1)
+            })
+        },
+    );
+    let st = status_of(&p, "main").unwrap();
+    let last = &st["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 3, "{last}");
+    assert_eq!(last["reason"], "Error", "{last}");
+    assert_eq!(p["status"]["phase"], "Running", "{:#}", p["status"]);
+    assert_eq!(condition(&p, "Ready").unwrap()["status"], "False");
+    let events = event_reasons(c, "crash");
+    assert!(events.iter().any(|e| e == "BackOff"), "{events:?}");
+    let p = wait_pod(c, "onfailure", "Succeeded", T, |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    let st = status_of(&p, "main").unwrap();
+    assert_eq!(st["restartCount"], 0);
+    assert_eq!(st["state"]["terminated"]["reason"], "Completed", "{st}");
+    let p = wait_pod(c, "never", "Failed", T, |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    let st = status_of(&p, "main").unwrap();
+    assert_eq!(st["restartCount"], 0);
+    assert_eq!(st["state"]["terminated"]["exitCode"], 4, "{st}");
+}
+
+// ---- probes ---------------------------------------------------------------------------
+
+pub fn crustlet_liveness_probe_exec(c: &Cluster) {
+    apply(
+        c,
+        pod(
+            c,
+            "live",
+            "touch /tmp/healthy; sleep 3; rm /tmp/healthy; exec sleep 3600",
+            |p| {
+                p["spec"]["containers"][0]["livenessProbe"] = json!({
+                    "exec": {"command": ["cat", "/tmp/healthy"]},
+                    "periodSeconds": 1,
+                    "failureThreshold": 2,
+                });
+            },
+        ),
+    );
+    let p = wait_pod(
+        c,
+        "live",
+        "restarted by its liveness probe",
+        Duration::from_secs(90),
+        |p| status_of(p, "main").is_some_and(|s| s["restartCount"].as_u64() >= Some(1)),
+    );
+    let last = &status_of(&p, "main").unwrap()["lastState"]["terminated"];
+    assert!(last.is_object(), "{p:#}");
+    let events = event_reasons(c, "live");
+    for r in ["Unhealthy", "Killing"] {
+        assert!(events.iter().any(|e| e == r), "no {r}: {events:?}");
+    }
+}
+
+pub fn crustlet_readiness_probe_http(c: &Cluster) {
+    let dir = control_dir(c, "ready");
+    let p = pod(c, "ready", "exec httpd -f -p 8080 -h /ctl", |p| {
+        with_control(p, &dir);
+        p["spec"]["containers"][0]["readinessProbe"] = json!({
+            "httpGet": {"path": "/ready.html", "port": 8080},
+            "periodSeconds": 1,
+        });
+    });
+    apply(c, p);
+    let not_ready = |p: &Value| {
+        running(p)
+            && status_of(p, "main").is_some_and(|s| s["ready"] == false)
+            && condition(p, "Ready").is_some_and(|c| c["status"] == "False")
+    };
+    wait_pod(c, "ready", "running, not ready", T, not_ready);
+    std::thread::sleep(Duration::from_secs(3));
+    let p = get(c, "pod", "ready").unwrap();
+    assert!(not_ready(&p), "{:#}", p["status"]);
+    std::fs::write(dir.join("ready.html"), "ok\n").unwrap();
+    wait_pod(c, "ready", "ready", T, |p| {
+        status_of(p, "main").is_some_and(|s| s["ready"] == true)
+            && condition(p, "Ready").is_some_and(|c| c["status"] == "True")
+    });
+    // And back: not ready (one failure is enough), still running, no restart.
+    std::fs::remove_file(dir.join("ready.html")).unwrap();
+    let p = wait_pod(c, "ready", "not ready again", T, not_ready);
+    assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 0);
+}
+
+pub fn crustlet_startup_probe_tcp(c: &Cluster) {
+    let dir = control_dir(c, "startup");
+    let script = "while [ ! -e /ctl/go ]; do sleep 0.2; done; exec httpd -f -p 8080 -h /www";
+    let p = pod(c, "startup", script, |p| {
+        with_control(p, &dir);
+        p["spec"]["containers"][0]["startupProbe"] = json!({
+            "tcpSocket": {"port": 8080},
+            "periodSeconds": 1,
+            "failureThreshold": 120,
+        });
+        p["spec"]["containers"][0]["livenessProbe"] = json!({
+            "tcpSocket": {"port": 8080},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+        });
+    });
+    apply(c, p);
+    wait_pod(c, "startup", "running, not started", T, |p| {
+        running(p) && status_of(p, "main").is_some_and(|s| s["started"] == false)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let p = get(c, "pod", "startup").unwrap();
+    let st = status_of(&p, "main").unwrap();
+    assert_eq!(
+        (&st["started"], &st["ready"]),
+        (&json!(false), &json!(false)),
+        "{st}"
+    );
+    std::fs::write(dir.join("go"), "").unwrap();
+    let p = wait_pod(c, "startup", "started and ready", T, |p| {
+        status_of(p, "main").is_some_and(|s| s["started"] == true && s["ready"] == true)
+    });
+    assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 0, "{p:#}");
+}
+
+// ---- controllers ----------------------------------------------------------------------
+
+pub fn crustlet_job_to_completion(c: &Cluster) {
+    let mut template = json!({
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [container("main", &c.image, "echo job-done")],
+        }
+    });
+    place(&mut template["spec"], CRUSTLET_NODE);
+    apply(
+        c,
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "job", "namespace": NS},
+            "spec": {"completions": 2, "parallelism": 2, "backoffLimit": 0, "template": template}
+        }),
+    );
+    wait_for("the job to complete", Duration::from_secs(90), |last| {
+        let j = get(c, "job", "job")?;
+        *last = j["status"].to_string();
+        let complete = j["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True");
+        (complete && j["status"]["succeeded"] == 2).then_some(())
+    });
+    let pods: Value = serde_json::from_str(&kubectl(
+        c,
+        &["get", "pods", "-l", "job-name=job", "-o", "json"],
+    ))
+    .unwrap();
+    for p in pods["items"].as_array().unwrap() {
+        assert_eq!(p["spec"]["nodeName"], CRUSTLET_NODE);
+        assert_eq!(p["status"]["phase"], "Succeeded");
+        assert_eq!(log_of(c, p, "main", 0), "job-done\n");
+    }
+}
+
+pub fn crustlet_deployment_scaled_up_and_down(c: &Cluster) {
+    let mut template = json!({
+        "metadata": {"labels": {"app": "scaler"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container("main", &c.image, "exec sleep 3600")],
+        }
+    });
+    place(&mut template["spec"], CRUSTLET_NODE);
+    apply(
+        c,
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "scaler", "namespace": NS},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "scaler"}},
+                "template": template,
+            }
+        }),
+    );
+    let ready = |n: u64| {
+        move |last: &mut String| {
+            let d = get(c, "deployment", "scaler")?;
+            *last = d["status"].to_string();
+            let pods: Value = serde_json::from_str(&kubectl(
+                c,
+                &["get", "pods", "-l", "app=scaler", "-o", "json"],
+            ))
+            .ok()?;
+            let items = pods["items"].as_array()?;
+            (d["status"]["readyReplicas"].as_u64() == Some(n)
+                && d["status"]["replicas"].as_u64() == Some(n)
+                && items.len() as u64 == n
+                && items
+                    .iter()
+                    .all(|p| running(p) && p["spec"]["nodeName"] == CRUSTLET_NODE))
+            .then_some(())
+        }
+    };
+    wait_for("1 replica", Duration::from_secs(90), ready(1));
+    kubectl(c, &["scale", "deployment", "scaler", "--replicas=3"]);
+    wait_for("3 replicas", Duration::from_secs(90), ready(3));
+    kubectl(c, &["scale", "deployment", "scaler", "--replicas=1"]);
+    wait_for("back to 1 replica", Duration::from_secs(90), ready(1));
+    kubectl(c, &["delete", "deployment", "scaler", "--wait=true"]);
+}
+
+// ---- inputs: volumes, env, images -----------------------------------------------------
+
+pub fn crustlet_volumes_and_env(c: &Cluster) {
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": NS},
+               "data": {"greeting": "hello-config"}}),
+    );
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec", "namespace": NS},
+               "stringData": {"password": "s3cret"}}),
+    );
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let script = format!(
+        "echo cfg=$(cat /etc/cfg/greeting); echo sec=$(cat /etc/sec/password); \
+         echo tok=$(cat /var/run/tok/token); echo satok=$(cat {sa}/token); \
+         echo sans=$(cat {sa}/namespace); echo saca=$(head -1 {sa}/ca.crt); \
+         echo env=$GREETING/$PASSWORD/$EXPANDED/$POD_NAME/$NODE_NAME/$POD_IP/$HOST_IP; \
+         touch /etc/sec/x 2>/dev/null && echo sec=writable; echo done; exec sleep 3600"
+    );
+    let p = run_pod(
+        c,
+        pod(c, "vols", &script, |p| {
+            p["spec"]["volumes"] = json!([
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "sec", "secret": {"secretName": "sec"}},
+                {"name": "tok", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token", "audience": "crust-test", "expirationSeconds": 3600}}
+                ]}},
+            ]);
+            let m = &mut p["spec"]["containers"][0];
+            m["volumeMounts"] = json!([
+                {"name": "cfg", "mountPath": "/etc/cfg"},
+                {"name": "sec", "mountPath": "/etc/sec"},
+                {"name": "tok", "mountPath": "/var/run/tok"},
+            ]);
+            m["env"] = json!([
+                {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+                {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
+                {"name": "EXPANDED", "value": "[$(GREETING)]"},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+            ]);
+        }),
+    );
+    let log = wait_log(c, &p, "main", "done");
+    let line = |k: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no {k}= in {log}"))
+            .to_string()
+    };
+    assert_eq!(line("cfg"), "hello-config", "{log}");
+    assert_eq!(line("sec"), "s3cret", "{log}");
+    let claims = super::jwt_claims(&line("tok"));
+    assert_eq!(claims["aud"], json!(["crust-test"]), "{claims}");
+    assert_eq!(claims["kubernetes.io"]["pod"]["name"], "vols", "{claims}");
+    let claims = super::jwt_claims(&line("satok"));
+    assert_eq!(
+        claims["sub"],
+        format!("system:serviceaccount:{NS}:default"),
+        "{claims}"
+    );
+    assert_eq!(line("sans"), NS);
+    assert_eq!(line("saca"), "-----BEGIN CERTIFICATE-----");
+    let ip = p["status"]["podIP"].as_str().unwrap();
+    assert_eq!(
+        line("env"),
+        format!(
+            "hello-config/s3cret/[hello-config]/vols/{CRUSTLET_NODE}/{ip}/{}",
+            c.crustlet_ip
+        )
+    );
+    assert!(
+        !log.contains("sec=writable"),
+        "the secret volume is writable"
+    );
+}
+
+pub fn crustlet_image_and_config_errors(c: &Cluster) {
+    let missing = c.image.replace("busybox:1", "no-such-image:1");
+    apply(
+        c,
+        pod(c, "noimage", "true", |p| {
+            p["spec"]["containers"][0]["image"] = json!(missing);
+        }),
+    );
+    apply(
+        c,
+        pod(c, "neverpull", "true", |p| {
+            p["spec"]["containers"][0]["image"] = json!(missing);
+            p["spec"]["containers"][0]["imagePullPolicy"] = json!("Never");
+        }),
+    );
+    apply(
+        c,
+        pod(c, "noconfig", "exec sleep 3600", |p| {
+            p["spec"]["containers"][0]["env"] = json!([
+                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "no-such-config", "key": "k"}}},
+            ]);
+        }),
+    );
+    let reason = |p: &Value| {
+        status_of(p, "main")
+            .and_then(|s| s["state"]["waiting"]["reason"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    // ErrImagePull (for about a second, so it is seen or not), then ImagePullBackOff,
+    // with the failed pull in an event.
+    wait_pod(
+        c,
+        "noimage",
+        "ImagePullBackOff",
+        Duration::from_secs(60),
+        |p| reason(p) == "ImagePullBackOff",
+    );
+    let sel = "involvedObject.name=noimage";
+    let ev = kubectl(c, &["get", "events", "--field-selector", sel, "-o", "json"]);
+    assert!(ev.contains("Failed to pull image"), "{ev}");
+    let p = wait_pod(c, "neverpull", "ErrImageNeverPull", T, |p| {
+        reason(p) == "ErrImageNeverPull"
+    });
+    assert_eq!(p["status"]["phase"], "Pending");
+    let p = wait_pod(c, "noconfig", "CreateContainerConfigError", T, |p| {
+        reason(p) == "CreateContainerConfigError"
+    });
+    let msg = status_of(&p, "main").unwrap()["state"]["waiting"]["message"].to_string();
+    assert!(msg.contains("no-such-config"), "{msg}");
+    let events = event_reasons(c, "noimage");
+    for r in ["Pulling", "Failed", "BackOff"] {
+        assert!(events.iter().any(|e| e == r), "no {r}: {events:?}");
+    }
+    // The other pods carry on: one started beside them runs.
+    run_pod(c, pod(c, "beside", "exec sleep 3600", |_| {}));
+    // The ConfigMap appears: the waiting pod starts.
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "no-such-config", "namespace": NS}, "data": {"k": "v"}}),
+    );
+    wait_pod(
+        c,
+        "noconfig",
+        "running once its ConfigMap exists",
+        T,
+        running,
+    );
+}
+
+// ---- resources ------------------------------------------------------------------------
+
+fn read_trim(p: &std::path::Path) -> String {
+    super::read_trim(p)
+}
+
+pub fn crustlet_requests_and_limits_in_cgroups(c: &Cluster) {
+    let p = run_pod(
+        c,
+        pod(c, "res", "exec sleep 3600", |p| {
+            p["spec"]["containers"][0]["resources"] = json!({
+                "requests": {"cpu": "100m", "memory": "32Mi"},
+                "limits": {"cpu": "200m", "memory": "64Mi"},
+            });
+        }),
+    );
+    assert_eq!(p["status"]["qosClass"], "Burstable");
+    let root = &c.crustlet_cgroup_root;
+    let id = container_id(&p, "main");
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let mem = c
+        .cgroup_dir_named_under(root, "memory", &id)
+        .unwrap_or_else(|| panic!("no memory cgroup named {id} under {root}"));
+    let want = format!("{root}/kubepods/burstable/pod{uid}/{id}");
+    assert!(
+        mem.to_string_lossy().ends_with(&want),
+        "{} is not at {want}",
+        mem.display()
+    );
+    assert_eq!(read_trim(&mem.join("memory.limit_in_bytes")), "67108864");
+    let cpu = c
+        .cgroup_dir_named_under(root, "cpu", &id)
+        .expect("cpu cgroup");
+    assert_eq!(read_trim(&cpu.join("cpu.cfs_quota_us")), "20000");
+    assert_eq!(read_trim(&cpu.join("cpu.cfs_period_us")), "100000");
+    assert_eq!(read_trim(&cpu.join("cpu.shares")), "102");
+    assert!(!read_trim(&mem.join("cgroup.procs")).is_empty());
+    // A pod without requests is BestEffort, in its own class's cgroup.
+    let p = run_pod(c, pod(c, "besteffort", "exec sleep 3600", |_| {}));
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+    let id = container_id(&p, "main");
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let cpu = c
+        .cgroup_dir_named_under(root, "cpu", &id)
+        .expect("cpu cgroup");
+    assert!(
+        cpu.to_string_lossy()
+            .ends_with(&format!("{root}/kubepods/besteffort/pod{uid}/{id}")),
+        "{}",
+        cpu.display()
+    );
+    assert_eq!(read_trim(&cpu.join("cpu.shares")), "2");
+    assert_eq!(read_trim(&cpu.join("cpu.cfs_quota_us")), "-1");
+}
+
+// ---- deletion -------------------------------------------------------------------------
+
+fn delete_timed(c: &Cluster, name: &str) -> Duration {
+    let start = Instant::now();
+    let out = run_timeout(
+        &mut c.kubectl(&["-n", NS, "delete", "pod", name, "--wait=true"]),
+        Duration::from_secs(90),
+    );
+    assert!(out.status.success(), "{}", s(&out.stderr));
+    start.elapsed()
+}
+
+/// The crustlet's crustd has nothing (not even stopped) of pod `name`.
+fn gone_from_crustd(c: &Cluster, name: &str) {
+    let label = format!("io.kubernetes.pod.name={name}");
+    wait_for(&format!("crustd to forget {name}"), T, |last| {
+        let pods = ok(c.crustlet_crictl(&["pods", "-q", "--label", &label]));
+        let ctrs = ok(c.crustlet_crictl(&["ps", "-a", "-q", "--label", &label]));
+        *last = format!("sandboxes {pods:?}, containers {ctrs:?}");
+        (pods.trim().is_empty() && ctrs.trim().is_empty()).then_some(())
+    });
+}
+
+pub fn crustlet_graceful_deletion(c: &Cluster) {
+    let dir = control_dir(c, "graceful");
+    run_pod(
+        c,
+        pod(
+            c,
+            "graceful",
+            "trap 'echo got-TERM >> /ctl/log; exit 0' TERM; while true; do sleep 0.2; done",
+            |p| {
+                with_control(p, &dir);
+                p["spec"]["terminationGracePeriodSeconds"] = json!(30);
+                p["spec"]["containers"][0]["lifecycle"] = json!({
+                    "preStop": {"exec": {"command": ["sh", "-c", "echo preStop >> /ctl/log"]}}
+                });
+            },
+        ),
+    );
+    run_pod(
+        c,
+        pod(
+            c,
+            "stubborn",
+            "trap '' TERM; while true; do sleep 0.2; done",
+            |p| {
+                p["spec"]["terminationGracePeriodSeconds"] = json!(4);
+            },
+        ),
+    );
+    let stubborn = std::thread::scope(|sc| {
+        let h = sc.spawn(|| delete_timed(c, "stubborn"));
+        let took = delete_timed(c, "graceful");
+        assert!(
+            took < Duration::from_secs(15),
+            "deleting took {took:?}: SIGTERM not delivered?"
+        );
+        h.join().unwrap()
+    });
+    assert_eq!(
+        std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
+        "preStop\ngot-TERM\n",
+        "the preStop hook runs before SIGTERM"
+    );
+    assert!(
+        stubborn >= Duration::from_millis(3500),
+        "deleted after {stubborn:?}, before its grace period"
+    );
+    assert!(
+        stubborn < Duration::from_secs(25),
+        "deleting took {stubborn:?}"
+    );
+    gone_from_crustd(c, "graceful");
+    gone_from_crustd(c, "stubborn");
+}
+
+// ---- static pods ----------------------------------------------------------------------
+
+pub fn crustlet_static_pod_mirrored(c: &Cluster) {
+    let manifest = c.path("crustlet-manifests/static.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static\n  namespace: {NS}\n  labels:\n    app: static\n\
+             spec:\n  containers:\n  - name: main\n    image: {}\n    imagePullPolicy: IfNotPresent\n    command: [sh, -c, 'echo static; exec sleep 3600']\n",
+            c.image
+        ),
+    )
+    .unwrap();
+    let name = format!("static-{CRUSTLET_NODE}");
+    let p = wait_pod(
+        c,
+        &name,
+        "a mirror pod, Running",
+        Duration::from_secs(60),
+        running,
+    );
+    let ann = &p["metadata"]["annotations"];
+    assert!(ann["kubernetes.io/config.mirror"].is_string(), "{ann}");
+    assert_eq!(ann["kubernetes.io/config.source"], "file", "{ann}");
+    assert_eq!(p["spec"]["nodeName"], CRUSTLET_NODE);
+    let cs = status_of(&p, "main").unwrap();
+    assert!(
+        cs["containerID"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("crust://")),
+        "{cs}"
+    );
+    assert_eq!(condition(&p, "Ready").unwrap()["status"], "True");
+    // Its events go to the mirror pod.
+    let events = event_reasons(c, &name);
+    assert!(events.iter().any(|e| e == "Started"), "{events:?}");
+    // The manifest removed: the pod stops, and its mirror goes.
+    std::fs::remove_file(&manifest).unwrap();
+    wait_for("the mirror pod to go", T, |_| {
+        get(c, "pod", &name).is_none().then_some(())
+    });
+    gone_from_crustd(c, &name);
+}
+
+// ---- the same pod on both nodes ------------------------------------------------------
+
+/// What a node makes of a pod, with what depends on timing or the node taken out.
+fn digest(p: &Value, events: &[String]) -> Value {
+    let ctr = |s: &Value| {
+        let state = |st: &Value| {
+            let (kind, v) = st
+                .as_object()
+                .and_then(|o| o.iter().next())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .unwrap_or_default();
+            json!({"kind": kind, "reason": v["reason"], "exitCode": v["exitCode"]})
+        };
+        json!({
+            "name": s["name"],
+            "state": state(&s["state"]),
+            "lastState": state(&s["lastState"]),
+            // A crash loop's count depends on when it is looked at.
+            "restarted": s["restartCount"].as_u64().unwrap_or(0) > 0,
+            "ready": s["ready"],
+            "started": s["started"],
+        })
+    };
+    let list = |k: &str| -> Vec<Value> {
+        p["status"][k]
+            .as_array()
+            .map(|a| a.iter().map(ctr).collect())
+            .unwrap_or_default()
+    };
+    // PodReadyToStartContainers is the crustlet's own addition: the kubelet v1.28 has it
+    // behind a feature gate that is off (on from v1.29).
+    let mut conds: Vec<Value> = p["status"]["conditions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|c| c["type"] != "PodReadyToStartContainers")
+                .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"], "message": c["message"]}))
+                .collect()
+        })
+        .unwrap_or_default();
+    conds.sort_by_key(|c| c["type"].as_str().unwrap_or("").to_string());
+    json!({
+        "phase": p["status"]["phase"],
+        "qosClass": p["status"]["qosClass"],
+        "conditions": conds,
+        "initContainerStatuses": list("initContainerStatuses"),
+        "containerStatuses": list("containerStatuses"),
+        // Pulling only when the image was not there yet: which pod of the suite pulled
+        // it first is a race on either node.
+        "events": events.iter().filter(|e| *e != "Pulling").collect::<Vec<_>>(),
+    })
+}
+
+/// The same pods on the kubelet's node and on the crustlet's: once each has settled
+/// (the condition of the case), what they show must be the same.
+pub fn crustlet_same_as_kubelet(c: &Cluster) {
+    type Settled = fn(&Value) -> bool;
+    type Case = (&'static str, &'static str, fn(&mut Value), Settled);
+    let cases: Vec<Case> = vec![
+        (
+            "crash",
+            "echo crashing; exit 3",
+            |_| {},
+            |p| {
+                status_of(p, "main").is_some_and(|s| {
+                    s["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+                        && s["restartCount"].as_u64() >= Some(1)
+                })
+            },
+        ),
+        (
+            "never",
+            "exit 4",
+            |p| p["spec"]["restartPolicy"] = json!("Never"),
+            |p| p["status"]["phase"] == "Failed",
+        ),
+        (
+            "onfailure",
+            "exit 0",
+            |p| p["spec"]["restartPolicy"] = json!("OnFailure"),
+            |p| p["status"]["phase"] == "Succeeded",
+        ),
+        (
+            "init",
+            "exec sleep 3600",
+            |p| {
+                let img = p["spec"]["containers"][0]["image"].clone();
+                let mut i = container("setup", "", "echo setup");
+                i["image"] = img;
+                p["spec"]["initContainers"] = json!([i]);
+            },
+            running,
+        ),
+        (
+            "initfail",
+            "exec sleep 3600",
+            |p| {
+                let img = p["spec"]["containers"][0]["image"].clone();
+                let mut i = container("setup", "", "exit 1");
+                i["image"] = img;
+                p["spec"]["initContainers"] = json!([i]);
+                p["spec"]["restartPolicy"] = json!("Never");
+            },
+            |p| p["status"]["phase"] == "Failed",
+        ),
+        (
+            "notready",
+            "exec sleep 3600",
+            |p| {
+                p["spec"]["containers"][0]["readinessProbe"] =
+                    json!({"exec": {"command": ["false"]}, "periodSeconds": 1});
+            },
+            |p| {
+                running(p)
+                    && status_of(p, "main").is_some_and(|s| s["started"] == true)
+                    && condition(p, "Ready").is_some_and(|c| c["status"] == "False")
+            },
+        ),
+        (
+            "noconfig",
+            "exec sleep 3600",
+            |p| {
+                p["spec"]["containers"][0]["env"] = json!([
+                    {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cmp-missing", "key": "k"}}},
+                ]);
+            },
+            |p| {
+                status_of(p, "main").is_some_and(|s| {
+                    s["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+                })
+            },
+        ),
+    ];
+    let nodes = [(NODE, "k"), (CRUSTLET_NODE, "c")];
+    for (name, script, change, _) in &cases {
+        for (n, tag) in nodes {
+            let mut p = pod_on(c, n, &format!("cmp-{name}-{tag}"), script, change);
+            p["metadata"]["labels"]["cmp"] = json!("1");
+            apply(c, p);
+        }
+    }
+    let mut diffs = vec![];
+    for (name, _, _, settled) in &cases {
+        let mut got = vec![];
+        for (_, tag) in nodes {
+            let pn = format!("cmp-{name}-{tag}");
+            let p = wait_pod(c, &pn, "settled", Duration::from_secs(90), settled);
+            got.push((pn, p));
+        }
+        // A little longer, for the last events (and for anything that would still
+        // change); a pod that moved on (a crash loop restarting) is taken as it settled.
+        std::thread::sleep(Duration::from_secs(2));
+        let mut d = vec![];
+        for (pn, p) in got {
+            let now = get(c, "pod", &pn).filter(settled).unwrap_or(p);
+            d.push(digest(&now, &event_reasons(c, &pn)));
+        }
+        if d[0] != d[1] {
+            diffs.push(format!(
+                "{name}:\n  kubelet:  {}\n  crustlet: {}",
+                d[0], d[1]
+            ));
+        }
+    }
+    kubectl(c, &["delete", "pods", "-l", "cmp=1", "--wait=true"]);
+    assert!(
+        diffs.is_empty(),
+        "the crustlet differs from the kubelet:\n{}",
+        diffs.join("\n")
+    );
+}
+
+// ---- faults: crustd and the crustlet restarted ---------------------------------------
+
+fn snapshot(c: &Cluster, pods: &[&str]) -> Vec<(String, u64)> {
+    pods.iter()
+        .map(|n| {
+            let p = get(c, "pod", n).unwrap();
+            let st = status_of(&p, "main").unwrap();
+            (
+                container_id(&p, "main"),
+                st["restartCount"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn survivors_unchanged(c: &Cluster, pods: &[&str], before: &[(String, u64)]) {
+    // Several status syncs of the crustlet.
+    std::thread::sleep(Duration::from_secs(5));
+    for (n, (id, restarts)) in pods.iter().zip(before) {
+        let p = wait_pod(c, n, "running", T, running);
+        assert_eq!(&container_id(&p, "main"), id, "{n}: a new container");
+        assert_eq!(
+            status_of(&p, "main").unwrap()["restartCount"].as_u64(),
+            Some(*restarts),
+            "{n} restarted"
+        );
+        assert_eq!(condition(&p, "Ready").unwrap()["status"], "True", "{n}");
+    }
+}
+
+fn node_ready_is(c: &Cluster, want: &str, limit: Duration) {
+    wait_for(
+        &format!("the crustlet's node Ready={want}"),
+        limit,
+        |last| {
+            let n = node(c, CRUSTLET_NODE)?;
+            let r = condition(&n, "Ready")?.clone();
+            *last = r.to_string();
+            (r["status"] == want).then_some(())
+        },
+    );
+}
+
+pub fn crustlet_crustd_killed_and_restarted(c: &Cluster) {
+    let pods = ["survivor-a", "survivor-b"];
+    for n in pods {
+        run_pod(c, pod(c, n, "exec sleep 3600", |_| {}));
+    }
+    let before = snapshot(c, &pods);
+    c.kill_crustlet_crustd();
+    node_ready_is(c, "False", Duration::from_secs(60));
+    let n = node(c, CRUSTLET_NODE).unwrap();
+    let msg = condition(&n, "Ready").unwrap()["message"].to_string();
+    assert!(msg.contains("runtime"), "{msg}");
+    c.start_crustlet_crustd();
+    node_ready_is(c, "True", Duration::from_secs(60));
+    survivors_unchanged(c, &pods, &before);
+}
+
+pub fn crustlet_restarted_adopts_its_pods(c: &Cluster) {
+    let pods = ["survivor-a", "survivor-b"];
+    if get(c, "pod", pods[0]).is_none() {
+        for n in pods {
+            run_pod(c, pod(c, n, "exec sleep 3600", |_| {}));
+        }
+    }
+    run_pod(c, pod(c, "doomed", "exec sleep 3600", |_| {}));
+    run_pod(c, pod(c, "forced", "exec sleep 3600", |_| {}));
+    let before = snapshot(c, &pods);
+    let st = c.stop_crustlet().expect("the crustlet ends on SIGTERM");
+    assert!(st.success(), "the crustlet exited {st}");
+    // Deleted while it is down: gracefully (the pod waits for its node), and forced
+    // (gone from the apiserver at once).
+    kubectl(c, &["delete", "pod", "doomed", "--wait=false"]);
+    kubectl(
+        c,
+        &["delete", "pod", "forced", "--grace-period=0", "--force"],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        get(c, "pod", "doomed").is_some(),
+        "a graceful deletion needs the node"
+    );
+    // The containers kept running without it.
+    let running_now =
+        ok(c.crustlet_crictl(&["ps", "-q", "--label", "io.kubernetes.pod.name=survivor-a"]));
+    assert!(!running_now.trim().is_empty(), "survivor-a stopped");
+    c.start_crustlet();
+    wait_for("the graceful deletion to finish", T, |_| {
+        get(c, "pod", "doomed").is_none().then_some(())
+    });
+    gone_from_crustd(c, "doomed");
+    gone_from_crustd(c, "forced");
+    survivors_unchanged(c, &pods, &before);
+    // Still taking new pods.
+    run_pod(c, pod(c, "after-restart", "exec sleep 3600", |_| {}));
+}
+
+/// Everything of the crustlet namespace deleted through the API: nothing left in the
+/// crustlet's crustd.
+pub fn crustlet_nothing_left_in_crustd(c: &Cluster) {
+    kubectl(
+        c,
+        &[
+            "delete",
+            "deployments,jobs,pods",
+            "--all",
+            "--grace-period=1",
+            "--wait=true",
+        ],
+    );
+    wait_for(
+        "the crustlet's crustd to have no pod or container",
+        Duration::from_secs(60),
+        |last| {
+            let pods = ok(c.crustlet_crictl(&["pods", "-q"]));
+            let ctrs = ok(c.crustlet_crictl(&["ps", "-a", "-q"]));
+            *last = format!("pods: {pods:?} containers: {ctrs:?}");
+            (pods.trim().is_empty() && ctrs.trim().is_empty()).then_some(())
+        },
+    );
+    let records = std::fs::read_dir(c.path("crustlet-crust-root/sandboxes"))
+        .map(|r| r.count())
+        .unwrap_or(0);
+    assert_eq!(records, 0, "sandbox records left in the crustlet's crustd");
+    assert!(c.crustlet_running(), "{}", c.log("crustlet"));
+}
