@@ -1,8 +1,10 @@
-//! A one-node Kubernetes v1.28 cluster around crustd, for the kubelet suite
+//! A two-node Kubernetes v1.28 cluster around crustd, for the kubelet suite
 //! (tests/tests/kubelet.rs): etcd, kube-apiserver, kube-controller-manager and
-//! kube-scheduler, the real kubelet with crustd as its runtime, and a registry with a
-//! busybox image, all inside a node network namespace the cluster makes (with a veth
-//! pair whose one end carries the node IP: the kubelet refuses a loopback node IP).
+//! kube-scheduler, the real kubelet with crustd as its runtime, the crustlet with a
+//! crustd of its own as a second node (tainted NoSchedule once it registers), and a
+//! registry with a busybox image, all inside a node network namespace the cluster
+//! makes (with a veth pair per node whose one end carries the node IP: the kubelet
+//! refuses a loopback node IP).
 //!
 //! The kubelet and crustd share a private mount namespace (held by a `sleep` started
 //! under `unshare --mount`), where temp dirs are bind-mounted over the paths the kubelet
