@@ -74,6 +74,47 @@ pub struct Flags {
     /// Log level or tracing filter (wins over --v).
     #[arg(long)]
     pub log_level: Option<String>,
+    #[command(flatten)]
+    pub server: ServerFlags,
+}
+
+/// The HTTPS server's flags (the kubelet's names and defaults).
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct ServerFlags {
+    /// The address the server listens on.
+    #[arg(long)]
+    pub address: Option<String>,
+    /// The HTTPS port (logs, exec, port-forward, stats); 0 turns the server off.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// A plain-HTTP port without authentication for healthz, pods, stats and metrics
+    /// (0: off, the default).
+    #[arg(long)]
+    pub read_only_port: Option<u16>,
+    /// The serving certificate (PEM); without it one is made in --cert-dir.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's key (PEM).
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Client certificates signed by these CAs authenticate as their CN (groups: O).
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Requests no other method authenticates are system:anonymous (default true).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
+    pub anonymous_auth: Option<bool>,
+    /// Bearer tokens are checked through the apiserver's TokenReview (default false).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
+    pub authentication_token_webhook: Option<bool>,
+    /// AlwaysAllow, or Webhook (SubjectAccessReview on nodes/proxy, stats, metrics, log).
+    #[arg(long)]
+    pub authorization_mode: Option<String>,
+    /// A container's log is rotated at this size (a quantity: 10Mi).
+    #[arg(long)]
+    pub container_log_max_size: Option<String>,
+    /// Log files kept per container, the current one included (at least 2).
+    #[arg(long)]
+    pub container_log_max_files: Option<u32>,
 }
 
 /// The file: the same keys as the flags.
@@ -100,6 +141,72 @@ struct File {
     register_node: Option<bool>,
     v: Option<u8>,
     log_level: Option<String>,
+    address: Option<String>,
+    port: Option<u16>,
+    read_only_port: Option<u16>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    client_ca_file: Option<PathBuf>,
+    anonymous_auth: Option<bool>,
+    authentication_token_webhook: Option<bool>,
+    authorization_mode: Option<String>,
+    container_log_max_size: Option<String>,
+    container_log_max_files: Option<u32>,
+}
+
+/// The HTTPS server's settings, resolved.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub address: String,
+    pub port: u16,
+    pub read_only_port: u16,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub client_ca_file: Option<PathBuf>,
+    pub anonymous_auth: bool,
+    pub token_webhook: bool,
+    pub authorization_mode: crate::server::auth::Mode,
+    pub log_max_size: u64,
+    pub log_max_files: usize,
+}
+
+impl ServerConfig {
+    fn resolve(f: ServerFlags, file: &mut File) -> anyhow::Result<ServerConfig> {
+        let mode = f
+            .authorization_mode
+            .or(file.authorization_mode.take())
+            .unwrap_or_else(|| "AlwaysAllow".into());
+        let max_files = f
+            .container_log_max_files
+            .or(file.container_log_max_files)
+            .unwrap_or(5);
+        if max_files < 2 {
+            bail!("--container-log-max-files {max_files}: must be at least 2");
+        }
+        let size = f
+            .container_log_max_size
+            .or(file.container_log_max_size.take())
+            .unwrap_or_else(|| "10Mi".into());
+        Ok(ServerConfig {
+            address: f
+                .address
+                .or(file.address.take())
+                .unwrap_or_else(|| "0.0.0.0".into()),
+            port: f.port.or(file.port).unwrap_or(10250),
+            read_only_port: f.read_only_port.or(file.read_only_port).unwrap_or(0),
+            tls_cert_file: f.tls_cert_file.or(file.tls_cert_file.take()),
+            tls_private_key_file: f.tls_private_key_file.or(file.tls_private_key_file.take()),
+            client_ca_file: f.client_ca_file.or(file.client_ca_file.take()),
+            anonymous_auth: f.anonymous_auth.or(file.anonymous_auth).unwrap_or(true),
+            token_webhook: f
+                .authentication_token_webhook
+                .or(file.authentication_token_webhook)
+                .unwrap_or(false),
+            authorization_mode: mode.parse().map_err(anyhow::Error::msg)?,
+            log_max_size: crate::server::logs::parse_size(&size).map_err(anyhow::Error::msg)?,
+            log_max_files: max_files as usize,
+        })
+    }
 }
 
 /// Everything resolved.
@@ -127,7 +234,12 @@ pub struct Config {
 
 impl Config {
     pub fn resolve(flags: Flags) -> anyhow::Result<Config> {
-        let file: File = match &flags.config {
+        Ok(Config::resolve_all(flags)?.0)
+    }
+
+    /// The settings and the HTTPS server's.
+    pub fn resolve_all(mut flags: Flags) -> anyhow::Result<(Config, ServerConfig)> {
+        let mut file: File = match &flags.config {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .with_context(|| format!("reading --config {}", p.display()))?;
@@ -135,6 +247,7 @@ impl Config {
             }
             None => File::default(),
         };
+        let server = ServerConfig::resolve(std::mem::take(&mut flags.server), &mut file)?;
         let pick = |flag: Vec<String>, file: Vec<String>| if flag.is_empty() { file } else { flag };
         let endpoint = flags
             .container_runtime_endpoint
@@ -223,7 +336,7 @@ impl Config {
                 "nothing to run: give --kubeconfig (pods from an apiserver) or --pod-manifest-path (static pods), or both"
             );
         }
-        Ok(cfg)
+        Ok((cfg, server))
     }
 
     /// `<root-dir>/pods/<uid>`: the pod's volumes and files.
@@ -311,8 +424,22 @@ mod tests {
         assert_eq!(c.runtime_socket, PathBuf::from("/run/crust/crust.sock"));
         assert_eq!(c.cluster_domain, "cluster.local");
         assert_eq!(c.pod_cgroup("Burstable", "u1"), "/kubepods/burstable/podu1");
+        let f = Flags::try_parse_from(["crustlet", "--kubeconfig=k", "--anonymous-auth=false"])
+            .unwrap();
+        let (_, s) = Config::resolve_all(f).unwrap();
+        assert_eq!(
+            (s.port, s.read_only_port, s.address.as_str()),
+            (10250, 0, "0.0.0.0")
+        );
+        assert!(!s.anonymous_auth && !s.token_webhook);
+        assert_eq!(s.authorization_mode, crate::server::auth::Mode::AlwaysAllow);
+        assert_eq!((s.log_max_size, s.log_max_files), (10 << 20, 5));
         let e = parse(&["--kubeconfig=k", "--container-runtime-endpoint=tcp://x:1"]).unwrap_err();
         assert!(e.contains("unix://"), "{e}");
+        let e = parse(&["--kubeconfig=k", "--authorization-mode=RBAC"]).unwrap_err();
+        assert!(e.contains("AlwaysAllow or Webhook"), "{e}");
+        let e = parse(&["--kubeconfig=k", "--container-log-max-files=1"]).unwrap_err();
+        assert!(e.contains("at least 2"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -10,6 +10,7 @@ mod node;
 mod pods;
 mod probe;
 mod quantity;
+mod server;
 mod spec;
 mod worker;
 
@@ -26,6 +27,8 @@ pub struct Ctx {
     pub node_ip: String,
     pub node_memory: i64,
     recorder: Option<Recorder>,
+    /// The pods as their workers last synced them, and counters, for the HTTPS server.
+    pub seen: server::Seen,
 }
 
 impl Ctx {
@@ -77,7 +80,7 @@ impl Ctx {
 
 fn main() -> std::process::ExitCode {
     let flags = config::Flags::parse();
-    let cfg = match config::Config::resolve(flags) {
+    let (cfg, server_cfg) = match config::Config::resolve_all(flags) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("crustlet: {e:#}");
@@ -92,7 +95,7 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match rt.block_on(run(Arc::new(cfg))) {
+    match rt.block_on(run(Arc::new(cfg), server_cfg)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -101,7 +104,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
+async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyhow::Result<()> {
     let cri = cri::Cri::lazy(&cfg.runtime_socket);
     let client = match &cfg.kubeconfig {
         Some(path) => {
@@ -123,6 +126,10 @@ async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
             },
         )
     });
+    node::KUBELET_PORT.store(
+        i32::from(server_cfg.port),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     if let Some(client) = client.clone() {
         tokio::spawn(node::run(cfg.clone(), client, cri.clone()));
     }
@@ -134,7 +141,9 @@ async fn run(cfg: Arc<config::Config>) -> anyhow::Result<()> {
         node_ip,
         node_memory: node::memory_capacity(),
         recorder,
+        seen: Default::default(),
     });
+    server::start(ctx.clone(), server_cfg).await?;
     // SIGTERM and SIGINT end the crustlet; its pods keep running in the runtime and are
     // adopted by the next start, as the kubelet's are.
     use tokio::signal::unix::{signal, SignalKind};

@@ -45,10 +45,9 @@ const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(7);
 /// A CRI call of the status loop that takes longer than this counts as a runtime down.
 const CRI_TIMEOUT: Duration = Duration::from_secs(10);
-/// The port the kubelet's HTTPS server listens on, which the apiserver dials for logs and
-/// exec (the crustlet's server comes in the next round; the port is announced now so
-/// clients find it without a Node update).
-const KUBELET_PORT: i32 = 10250;
+/// The port of the crustlet's HTTPS server (`--port`), which the apiserver dials for
+/// logs and exec; set once at start, before the Node is first written.
+pub static KUBELET_PORT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(10250);
 
 /// The version the crustlet reports as `kubeletVersion` and `kubeProxyVersion`.
 ///
@@ -500,7 +499,9 @@ impl NodeSync {
             allocatable: Some(allocatable),
             conditions: Some(status::conditions(cur, &wanted, &now)),
             daemon_endpoints: Some(NodeDaemonEndpoints {
-                kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }),
+                kubelet_endpoint: Some(DaemonEndpoint {
+                    port: KUBELET_PORT.load(std::sync::atomic::Ordering::Relaxed),
+                }),
             }),
             images: Some(self.images.clone()),
             node_info: Some(NodeSystemInfo {

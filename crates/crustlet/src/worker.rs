@@ -145,9 +145,11 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
             }
             Some(pod) => {
                 w.last_pod = Some(pod.clone());
+                let started = Instant::now();
                 if let Err(e) = w.sync(&pod).await {
                     tracing::warn!(pod = %spec::key(&pod), "sync: {e:#}");
                 }
+                w.ctx.seen.metrics.sync(started.elapsed());
             }
         }
         tokio::select! {
@@ -1294,6 +1296,7 @@ impl Worker {
 
     /// Sends the status when it differs from what was sent last.
     async fn report(&mut self, pod: &Pod, st: PodStatus) {
+        self.ctx.seen.pod(pod, &st);
         let mut value = serde_json::json!({ "status": st });
         // A strategic merge patch merges conditions by type: a reason or message the
         // condition no longer has must be sent as null, or the old one stays.
@@ -1400,6 +1403,7 @@ impl Worker {
             self.ctx.cri.remove_sandbox(&s.id).await;
         }
         let _ = std::fs::remove_dir_all(self.ctx.cfg.pod_dir(&uid));
+        self.ctx.seen.gone(&uid);
         if delete {
             if let Some(client) = self.ctx.client.clone() {
                 let api: Api<Pod> = Api::namespaced(client, spec::namespace(pod));

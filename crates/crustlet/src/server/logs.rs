@@ -1,0 +1,612 @@
+//! Container logs: reading the CRI log files for `/containerLogs`, and rotating them.
+//!
+//! A CRI log line is `<RFC3339Nano> <stdout|stderr> <P|F> <text>\n`; `P` marks a piece
+//! of a longer line whose end comes in a later `F` line. Pieces are joined into the
+//! line the container wrote, stamped with its first piece's time.
+//!
+//! Rotation is the kubelet's: when a running container's `N.log` reaches
+//! `--container-log-max-size`, it is renamed `N.log.<YYYYMMDD-HHMMSS>` and the runtime
+//! is told to open a new `N.log` (`ReopenContainerLog`); the oldest rotated files go so
+//! that at most `--container-log-max-files` remain with the current one. Unlike the
+//! kubelet, rotated files are not gzipped, and reads (tail, since, previous) go through
+//! the rotated files too, not only the current one.
+
+use bytes::Bytes;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use std::io::{BufRead, Read, Seek};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `/containerLogs` query options (the apiserver's PodLogOptions).
+#[derive(Debug, Default, PartialEq)]
+pub struct Options {
+    pub follow: bool,
+    pub previous: bool,
+    pub timestamps: bool,
+    /// The last this many lines.
+    pub tail: Option<usize>,
+    /// Lines written at or after this time.
+    pub since: Option<Timestamp>,
+    /// At most this many bytes of output.
+    pub limit: Option<u64>,
+}
+
+/// Go's strconv.ParseBool, which the kubelet's query decoding uses.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" | "" => Some(false),
+        _ => None,
+    }
+}
+
+impl Options {
+    /// From the query; an error is the message of a 400.
+    pub fn parse(q: &[(String, String)], now: Timestamp) -> Result<Options, String> {
+        let mut o = Options::default();
+        let mut since_seconds = None;
+        for (k, v) in q {
+            let bool_of =
+                |v: &str| parse_bool(v).ok_or_else(|| format!("{k}: {v:?} is not a boolean"));
+            let int_of = |v: &str| {
+                v.parse::<i64>()
+                    .map_err(|_| format!("{k}: {v:?} is not an integer"))
+            };
+            match k.as_str() {
+                "follow" => o.follow = bool_of(v)?,
+                "previous" => o.previous = bool_of(v)?,
+                "timestamps" => o.timestamps = bool_of(v)?,
+                "tailLines" => {
+                    let n = int_of(v)?;
+                    if n < 0 {
+                        return Err("tailLines: must be greater than or equal to 0".into());
+                    }
+                    o.tail = Some(n as usize);
+                }
+                "limitBytes" => {
+                    let n = int_of(v)?;
+                    if n < 1 {
+                        return Err("limitBytes: must be greater than 0".into());
+                    }
+                    o.limit = Some(n as u64);
+                }
+                "sinceSeconds" => {
+                    let n = int_of(v)?;
+                    if n < 1 {
+                        return Err("sinceSeconds: must be greater than 0".into());
+                    }
+                    since_seconds = Some(n);
+                }
+                "sinceTime" => {
+                    o.since = Some(
+                        v.parse::<Timestamp>()
+                            .map_err(|e| format!("sinceTime: {v:?}: {e}"))?,
+                    )
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = since_seconds {
+            if o.since.is_some() {
+                return Err("at most one of sinceTime or sinceSeconds may be specified".into());
+            }
+            o.since = Some(now - SignedDuration::from_secs(s));
+        }
+        Ok(o)
+    }
+}
+
+/// One line the container wrote (its pieces joined).
+#[derive(Debug, PartialEq)]
+pub struct Line {
+    pub time: Timestamp,
+    pub stream: String,
+    /// The text, with its newline when the container wrote one.
+    pub text: Vec<u8>,
+}
+
+/// A CRI log line: (time, stream, complete, text without the newline).
+pub fn parse_cri(line: &[u8]) -> Option<(Timestamp, &str, bool, &[u8])> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut parts = line.splitn(4, |b| *b == b' ');
+    let time = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let stream = std::str::from_utf8(parts.next()?).ok()?;
+    let tag = parts.next()?;
+    let text = parts.next().unwrap_or(b"");
+    // Tags are `:`-separated; the first says partial or full.
+    let complete = tag.split(|b| *b == b':').next() != Some(b"P");
+    Some((time, stream, complete, text))
+}
+
+/// Joins pieces into lines.
+#[derive(Default)]
+pub struct Joiner {
+    pending: Option<Line>,
+}
+
+impl Joiner {
+    /// Takes one CRI line; gives the container's line once it is complete.
+    pub fn push(&mut self, raw: &[u8]) -> Option<Line> {
+        let (time, stream, complete, text) = parse_cri(raw)?;
+        let line = self.pending.get_or_insert_with(|| Line {
+            time,
+            stream: stream.to_string(),
+            text: vec![],
+        });
+        line.text.extend_from_slice(text);
+        if complete {
+            line.text.push(b'\n');
+            self.pending.take()
+        } else {
+            None
+        }
+    }
+}
+
+/// The time as the kubelet prints it with `timestamps`: RFC 3339 with nine fractional
+/// digits.
+pub fn format_time(t: Timestamp) -> String {
+    format!(
+        "{}.{:09}Z",
+        t.strftime("%Y-%m-%dT%H:%M:%S"),
+        t.subsec_nanosecond()
+    )
+}
+
+/// The log files of a container, oldest first: the rotated `N.log.<stamp>` files, then
+/// `N.log` itself.
+pub fn files_of(current: &Path) -> Vec<PathBuf> {
+    let mut out = rotated(current);
+    out.push(current.to_path_buf());
+    out
+}
+
+/// The rotated files of `current`, oldest first (their stamps sort by time).
+pub fn rotated(current: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (current.parent(), current.file_name()) else {
+        return vec![];
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.strip_prefix(&prefix)
+                        .is_some_and(|s| !s.is_empty() && !s.ends_with(".tmp"))
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// Where the output starts for the last `n` lines: (file index, byte offset).
+fn tail_start(files: &[PathBuf], n: usize) -> (usize, u64) {
+    if n == 0 {
+        let last = files.len().saturating_sub(1);
+        let len = std::fs::metadata(&files[last]).map_or(0, |m| m.len());
+        return (last, len);
+    }
+    let mut wanted = n;
+    for (i, f) in files.iter().enumerate().rev() {
+        let Ok(data) = std::fs::read(f) else {
+            continue;
+        };
+        // The start offsets of complete lines in this file (a line's first piece).
+        let mut starts = vec![];
+        let mut off = 0usize;
+        // A line the previous file left unfinished goes on here: not a start.
+        let mut at_start = i == 0 || !ends_partial(&files[i - 1]);
+        for raw in data.split_inclusive(|b| *b == b'\n') {
+            if !raw.ends_with(b"\n") {
+                break;
+            }
+            if at_start {
+                starts.push(off);
+            }
+            at_start = parse_cri(raw).is_none_or(|(_, _, complete, _)| complete);
+            off += raw.len();
+        }
+        if starts.len() >= wanted {
+            return (i, starts[starts.len() - wanted] as u64);
+        }
+        wanted -= starts.len();
+    }
+    (0, 0)
+}
+
+/// Whether a log file's last line is a piece the next file finishes.
+fn ends_partial(path: &Path) -> bool {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let from = len.saturating_sub(64 << 10);
+    let mut tail = vec![];
+    if f.seek(std::io::SeekFrom::Start(from)).is_err() || f.read_to_end(&mut tail).is_err() {
+        return false;
+    }
+    let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
+    let last = body.rsplit(|b| *b == b'\n').next().unwrap_or(b"");
+    parse_cri(last).is_some_and(|(_, _, complete, _)| !complete)
+}
+
+/// Writes the log to `out` as the options say, from `files` (oldest first, the last one
+/// the file the runtime writes now). With `follow`, it waits for more until `running`
+/// says the container ended (asked at most once a second) or the client goes; a
+/// rotation of the current file is followed into the new one.
+pub fn copy(
+    files: Vec<PathBuf>,
+    opts: &Options,
+    out: &tokio::sync::mpsc::Sender<Bytes>,
+    mut running: impl FnMut() -> bool,
+) {
+    if files.is_empty() {
+        return;
+    }
+    let (first, offset) = match opts.tail {
+        Some(n) => tail_start(&files, n),
+        None => (0, 0),
+    };
+    let mut left = opts.limit.unwrap_or(u64::MAX);
+    let mut joiner = Joiner::default();
+    // Sends a complete line; false once the output is done (limit, client gone).
+    let mut emit = |line: Line| -> bool {
+        if opts.since.is_some_and(|s| line.time < s) {
+            return true;
+        }
+        let mut buf = Vec::with_capacity(line.text.len() + 32);
+        if opts.timestamps {
+            buf.extend_from_slice(format_time(line.time).as_bytes());
+            buf.push(b' ');
+        }
+        buf.extend_from_slice(&line.text);
+        let done = buf.len() as u64 >= left;
+        buf.truncate(left.min(buf.len() as u64) as usize);
+        left -= buf.len() as u64;
+        out.blocking_send(Bytes::from(buf)).is_ok() && !done
+    };
+    let last = files.len() - 1;
+    for (i, path) in files.iter().enumerate().skip(first) {
+        let Ok(mut f) = std::fs::File::open(path) else {
+            continue;
+        };
+        if i == first && offset > 0 && f.seek(std::io::SeekFrom::Start(offset)).is_err() {
+            continue;
+        }
+        if i < last {
+            let mut r = std::io::BufReader::new(f);
+            let mut raw = vec![];
+            while r.read_until(b'\n', &mut raw).is_ok_and(|n| n > 0) {
+                if let Some(l) = joiner.push(&raw) {
+                    if !emit(l) {
+                        return;
+                    }
+                }
+                raw.clear();
+            }
+            continue;
+        }
+        // The current file: to its end, then (following) whatever comes.
+        let mut partial: Vec<u8> = vec![];
+        let mut checked = std::time::Instant::now();
+        loop {
+            let mut chunk = vec![0u8; 64 << 10];
+            let n = f.read(&mut chunk).unwrap_or(0);
+            if n > 0 {
+                partial.extend_from_slice(&chunk[..n]);
+                let mut start = 0;
+                while let Some(nl) = partial[start..].iter().position(|b| *b == b'\n') {
+                    if let Some(l) = joiner.push(&partial[start..start + nl + 1]) {
+                        if !emit(l) {
+                            return;
+                        }
+                    }
+                    start += nl + 1;
+                }
+                partial.drain(..start);
+                continue;
+            }
+            if !opts.follow || out.is_closed() {
+                return;
+            }
+            // Rotated: the name is a new file. What the old one still had is read
+            // above; carry on in the new one.
+            if replaced(&f, path) {
+                if let Ok(nf) = std::fs::File::open(path) {
+                    f = nf;
+                    partial.clear();
+                    continue;
+                }
+            }
+            if checked.elapsed() >= Duration::from_secs(1) {
+                checked = std::time::Instant::now();
+                if !running() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Whether `path` now names another file than the open `f`.
+fn replaced(f: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.ino() != b.ino() || a.dev() != b.dev(),
+        _ => false,
+    }
+}
+
+/// Parses `--container-log-max-size` (a quantity: `10Mi`, `500Ki`, `1G`, bytes).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.to_string());
+    match crate::quantity::value(&q) {
+        Ok(v) if v > 0 => Ok(v as u64),
+        _ => Err(format!(
+            "--container-log-max-size {s:?}: not a positive size"
+        )),
+    }
+}
+
+/// Rotates one container's log if it has grown past `max_size`; true when it did.
+pub async fn rotate(
+    cri: &crate::cri::Cri,
+    id: &str,
+    current: &Path,
+    max_size: u64,
+    max_files: usize,
+) -> bool {
+    let size = std::fs::metadata(current).map_or(0, |m| m.len());
+    if size < max_size {
+        return false;
+    }
+    // Room for the one about to be rotated and the new current file.
+    let old = rotated(current);
+    let keep = max_files.saturating_sub(2);
+    for f in old.iter().take(old.len().saturating_sub(keep)) {
+        let _ = std::fs::remove_file(f);
+    }
+    let stamp = Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string();
+    let to = PathBuf::from(format!("{}.{stamp}", current.display()));
+    if to.exists() || std::fs::rename(current, &to).is_err() {
+        return false;
+    }
+    let mut rt = cri.runtime.clone();
+    let reopened = rt
+        .reopen_container_log(cri_api::ReopenContainerLogRequest {
+            container_id: id.to_string(),
+        })
+        .await;
+    if let Err(e) = reopened {
+        // The runtime writes on into the renamed file: give it its name back, as the
+        // kubelet does, so reads find it.
+        tracing::warn!(container = id, "ReopenContainerLog: {}", e.message());
+        let _ = std::fs::rename(&to, current);
+        return false;
+    }
+    tracing::debug!(container = id, log = %current.display(), "log rotated");
+    true
+}
+
+/// Every 10 s, rotates the logs of the running containers that grew too big.
+pub async fn rotate_loop(cri: crate::cri::Cri, max_size: u64, max_files: usize) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let mut rt = cri.runtime.clone();
+        let Ok(list) = rt
+            .list_containers(cri_api::ListContainersRequest {
+                filter: Some(cri_api::ContainerFilter {
+                    state: Some(cri_api::ContainerStateValue {
+                        state: cri_api::ContainerState::ContainerRunning as i32,
+                    }),
+                    ..Default::default()
+                }),
+            })
+            .await
+        else {
+            continue;
+        };
+        for c in list.into_inner().containers {
+            if !c.labels.contains_key(crate::spec::POD_UID) {
+                continue;
+            }
+            let Ok(st) = rt
+                .container_status(cri_api::ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: false,
+                })
+                .await
+            else {
+                continue;
+            };
+            let path = st
+                .into_inner()
+                .status
+                .map(|s| s.log_path)
+                .unwrap_or_default();
+            if !path.is_empty() {
+                rotate(&cri, &c.id, Path::new(&path), max_size, max_files).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn options_from_the_query() {
+        let q = |s: &[(&str, &str)]| {
+            s.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let now = ts("2024-05-01T10:00:00Z");
+        let o = Options::parse(
+            &q(&[
+                ("follow", "true"),
+                ("previous", "1"),
+                ("timestamps", "True"),
+                ("tailLines", "3"),
+                ("limitBytes", "100"),
+                ("sinceSeconds", "60"),
+            ]),
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            o,
+            Options {
+                follow: true,
+                previous: true,
+                timestamps: true,
+                tail: Some(3),
+                since: Some(ts("2024-05-01T09:59:00Z")),
+                limit: Some(100),
+            }
+        );
+        let o = Options::parse(&q(&[("sinceTime", "2024-05-01T09:00:00.5Z")]), now).unwrap();
+        assert_eq!(o.since, Some(ts("2024-05-01T09:00:00.5Z")));
+        for bad in [
+            &[("tailLines", "-1")][..],
+            &[("limitBytes", "0")],
+            &[("follow", "yes")],
+            &[("sinceSeconds", "1"), ("sinceTime", "2024-05-01T09:00:00Z")],
+            &[("sinceTime", "yesterday")],
+        ] {
+            assert!(Options::parse(&q(bad), now).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pieces_are_joined_into_lines() {
+        let mut j = Joiner::default();
+        assert_eq!(j.push(b"2024-05-01T10:00:00.1Z stdout P hel"), None);
+        assert_eq!(j.push(b"2024-05-01T10:00:00.2Z stdout P lo "), None);
+        let l = j.push(b"2024-05-01T10:00:00.3Z stdout F world\n").unwrap();
+        assert_eq!(l.text, b"hello world\n");
+        assert_eq!(l.time, ts("2024-05-01T10:00:00.1Z"));
+        let l = j.push(b"2024-05-01T10:00:01Z stderr F\n").unwrap();
+        assert_eq!(
+            (l.stream.as_str(), l.text.as_slice()),
+            ("stderr", &b"\n"[..])
+        );
+        assert_eq!(j.push(b"garbage"), None);
+        assert_eq!(
+            format_time(ts("2024-05-01T10:00:00.1Z")),
+            "2024-05-01T10:00:00.100000000Z"
+        );
+    }
+
+    fn read_all(files: Vec<PathBuf>, o: &Options) -> String {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        copy(files, o, &tx, || false);
+        drop(tx);
+        let mut s = String::new();
+        while let Ok(b) = rx.try_recv() {
+            s.push_str(&String::from_utf8_lossy(&b));
+        }
+        s
+    }
+
+    #[test]
+    fn tail_since_limit_and_timestamps_across_rotated_files() {
+        let d = std::env::temp_dir().join(format!("crustlet-logs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let cur = d.join("0.log");
+        std::fs::write(
+            d.join("0.log.20240501-100000"),
+            "2024-05-01T10:00:01Z stdout F one\n2024-05-01T10:00:02Z stdout P tw\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &cur,
+            "2024-05-01T10:00:03Z stdout F o\n2024-05-01T10:00:04Z stderr F three\n2024-05-01T10:00:05Z stdout F four\n2024-05-01T10:00:06Z stdout F fi",
+        )
+        .unwrap();
+        std::fs::write(d.join("0.log.x.tmp"), "junk").unwrap();
+        let files = files_of(&cur);
+        assert_eq!(files.len(), 2, "{files:?}");
+        let all = Options::default();
+        assert_eq!(read_all(files.clone(), &all), "one\ntwo\nthree\nfour\n");
+        let tail = |n| Options {
+            tail: Some(n),
+            ..Default::default()
+        };
+        assert_eq!(read_all(files.clone(), &tail(2)), "three\nfour\n");
+        assert_eq!(read_all(files.clone(), &tail(3)), "two\nthree\nfour\n");
+        assert_eq!(
+            read_all(files.clone(), &tail(10)),
+            "one\ntwo\nthree\nfour\n"
+        );
+        assert_eq!(read_all(files.clone(), &tail(0)), "");
+        let since = Options {
+            since: Some(ts("2024-05-01T10:00:03.5Z")),
+            timestamps: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            read_all(files.clone(), &since),
+            "2024-05-01T10:00:04.000000000Z three\n2024-05-01T10:00:05.000000000Z four\n"
+        );
+        let limit = Options {
+            limit: Some(6),
+            ..Default::default()
+        };
+        assert_eq!(read_all(files.clone(), &limit), "one\ntw");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn following_goes_on_into_a_rotated_file() {
+        let d = std::env::temp_dir().join(format!("crustlet-logs-f-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let cur = d.join("1.log");
+        std::fs::write(&cur, "2024-05-01T10:00:01Z stdout F a\n").unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let files = files_of(&cur);
+        let c2 = cur.clone();
+        let t = std::thread::spawn(move || {
+            let o = Options {
+                follow: true,
+                ..Default::default()
+            };
+            let start = std::time::Instant::now();
+            copy(files, &o, &tx, || start.elapsed() < Duration::from_secs(3));
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&c2).unwrap();
+        f.write_all(b"2024-05-01T10:00:02Z stdout F b\n").unwrap();
+        std::fs::rename(&c2, d.join("1.log.20240501-100002")).unwrap();
+        std::fs::write(&c2, "2024-05-01T10:00:03Z stdout F c\n").unwrap();
+        t.join().unwrap();
+        let mut s = String::new();
+        while let Ok(b) = rx.try_recv() {
+            s.push_str(&String::from_utf8_lossy(&b));
+        }
+        assert_eq!(s, "a\nb\nc\n");
+        assert_eq!(rotated(&c2).len(), 1);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("10Mi"), Ok(10 << 20));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("ten").is_err());
+    }
+}

@@ -1,0 +1,787 @@
+//! The crustlet's HTTPS server: what the apiserver, kubectl (through the apiserver) and
+//! metrics-server ask a node for, on `--port` (10250).
+//!
+//! | path | what | authorized as |
+//! | --- | --- | --- |
+//! | `/healthz` | `ok` | nodes/proxy |
+//! | `/pods` | the pods this node runs (PodList) | nodes/proxy |
+//! | `/containerLogs/<ns>/<pod>/<container>` | a container's log ([`logs`]) | nodes/proxy |
+//! | `/exec`, `/attach`, `/run` `/<ns>/<pod>[/<uid>]/<container>` | a runtime stream ([`stream`]) | nodes/proxy |
+//! | `/portForward/<ns>/<pod>[/<uid>]` | the same for ports | nodes/proxy |
+//! | `/stats/summary` | the Summary ([`stats`]) | nodes/stats |
+//! | `/metrics/resource`, `/metrics` | Prometheus text ([`metrics`]) | nodes/metrics |
+//!
+//! Every request is authenticated and authorized first ([`auth`]); 401 and 403 as the
+//! kubelet answers them. `--read-only-port`, when set, serves `/healthz`, `/pods`,
+//! `/stats` and `/metrics` over plain HTTP to anyone, as the kubelet's does.
+
+pub mod auth;
+pub mod logs;
+pub mod metrics;
+pub mod stats;
+pub mod stream;
+pub mod tls;
+
+use crate::config::ServerConfig;
+use crate::Ctx;
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// What the pod workers tell the server: the pods as last synced (with the status they
+/// computed), and counters for `/metrics`.
+#[derive(Default)]
+pub struct Seen {
+    pods: Mutex<BTreeMap<String, Pod>>,
+    pub metrics: metrics::Own,
+}
+
+impl Seen {
+    /// The pod with the status its worker computed.
+    pub fn pod(&self, pod: &Pod, status: &k8s_openapi::api::core::v1::PodStatus) {
+        let mut p = pod.clone();
+        p.status = Some(status.clone());
+        p.metadata.managed_fields = None;
+        let uid = crate::spec::uid(pod).to_string();
+        self.pods.lock().unwrap().insert(uid, p);
+    }
+
+    /// The pod's worker is done with it.
+    pub fn gone(&self, uid: &str) {
+        self.pods.lock().unwrap().remove(uid);
+    }
+
+    fn list(&self) -> Vec<Pod> {
+        self.pods.lock().unwrap().values().cloned().collect()
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    Healthz,
+    Pods,
+    ContainerLogs {
+        ns: String,
+        pod: String,
+        container: String,
+    },
+    /// `exec`, `attach` or `run`.
+    Command {
+        kind: &'static str,
+        ns: String,
+        pod: String,
+        uid: Option<String>,
+        container: String,
+    },
+    PortForward {
+        ns: String,
+        pod: String,
+        uid: Option<String>,
+    },
+    Summary,
+    ResourceMetrics,
+    Metrics,
+    /// 400 with this message.
+    Bad(String),
+    NotFound,
+}
+
+impl Route {
+    /// Whether the read-only port serves it.
+    fn read_only(&self) -> bool {
+        matches!(
+            self,
+            Route::Healthz | Route::Pods | Route::Summary | Route::ResourceMetrics | Route::Metrics
+        )
+    }
+}
+
+/// `%XX` decoding of a path segment or query value (`+` a space in queries).
+pub fn decode(s: &str, plus: bool) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' if plus => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn query(q: Option<&str>) -> Vec<(String, String)> {
+    q.unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (decode(k, true), decode(v, true)),
+            None => (decode(kv, true), String::new()),
+        })
+        .collect()
+}
+
+pub fn route(path: &str) -> Route {
+    let segs: Vec<String> = path
+        .trim_start_matches('/')
+        .split('/')
+        .map(|s| decode(s, false))
+        .collect();
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let own = |x: &str| x.to_string();
+    match s.as_slice() {
+        ["healthz", ..] => Route::Healthz,
+        ["pods"] | ["pods", ""] => Route::Pods,
+        ["containerLogs", ns, pod, container] if !container.is_empty() => Route::ContainerLogs {
+            ns: own(ns),
+            pod: own(pod),
+            container: own(container),
+        },
+        ["containerLogs", ..] => {
+            Route::Bad("expected /containerLogs/<namespace>/<pod>/<container>".into())
+        }
+        [kind @ ("exec" | "attach" | "run"), ns, pod, rest @ ..]
+            if (1..=2).contains(&rest.len()) =>
+        {
+            let kind = match *kind {
+                "exec" => "exec",
+                "attach" => "attach",
+                _ => "run",
+            };
+            let (uid, container) = match rest {
+                [c] => (None, own(c)),
+                [u, c] => (Some(own(u)), own(c)),
+                _ => unreachable!(),
+            };
+            Route::Command {
+                kind,
+                ns: own(ns),
+                pod: own(pod),
+                uid,
+                container,
+            }
+        }
+        ["portForward", ns, pod] => Route::PortForward {
+            ns: own(ns),
+            pod: own(pod),
+            uid: None,
+        },
+        ["portForward", ns, pod, uid] => Route::PortForward {
+            ns: own(ns),
+            pod: own(pod),
+            uid: Some(own(uid)),
+        },
+        ["stats", "summary"] | ["stats", "summary", ""] => Route::Summary,
+        ["metrics", "resource"] => Route::ResourceMetrics,
+        ["metrics"] => Route::Metrics,
+        _ => Route::NotFound,
+    }
+}
+
+struct Server {
+    ctx: Arc<Ctx>,
+    auth: auth::Auth,
+    sampler: stats::CpuSampler,
+}
+
+fn full(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(
+        Full::new(body.into())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = content_type.parse() {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn text(status: u16, msg: impl Into<String>) -> Response<Body> {
+    let mut m = msg.into();
+    if !m.ends_with('\n') {
+        m.push('\n');
+    }
+    full(status, "text/plain; charset=utf-8", m)
+}
+
+fn json(v: &impl serde::Serialize) -> Response<Body> {
+    full(
+        200,
+        "application/json",
+        serde_json::to_vec(v).unwrap_or_default(),
+    )
+}
+
+/// Binds the ports and serves until the process ends; log rotation and the node's CPU
+/// sampling run beside it.
+pub async fn start(ctx: Arc<Ctx>, sc: ServerConfig) -> anyhow::Result<()> {
+    let ips: Vec<String> = vec![ctx.node_ip.clone()];
+    let server = Arc::new(Server {
+        auth: auth::Auth::new(
+            sc.anonymous_auth,
+            sc.token_webhook,
+            sc.authorization_mode,
+            ctx.cfg.node_name.clone(),
+            ctx.client.clone(),
+        ),
+        sampler: Default::default(),
+        ctx: ctx.clone(),
+    });
+    if sc.port != 0 {
+        let (cert, key) = tls::serving_files(
+            sc.tls_cert_file.as_deref(),
+            sc.tls_private_key_file.as_deref(),
+            &ctx.cfg.cert_dir,
+            &ctx.cfg.node_name,
+            &ips,
+        )?;
+        let tls_cfg = tls::server_config(&cert, &key, sc.client_ca_file.as_deref())?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_cfg));
+        tokio::spawn(listen(
+            join(&sc.address, sc.port),
+            Some(acceptor),
+            server.clone(),
+        ));
+    }
+    if sc.read_only_port != 0 {
+        tokio::spawn(listen(
+            join(&sc.address, sc.read_only_port),
+            None,
+            server.clone(),
+        ));
+    }
+    tokio::spawn(logs::rotate_loop(
+        ctx.cri.clone(),
+        sc.log_max_size,
+        sc.log_max_files,
+    ));
+    // A CPU sample every 10 s, so the node's usageNanoCores has a recent base.
+    let s = server.clone();
+    tokio::spawn(async move {
+        loop {
+            s.sampler.sample();
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        }
+    });
+    Ok(())
+}
+
+/// Binds `addr` and serves it. A port another process holds (a kubelet on its way out,
+/// say) is tried again every 5 s, loudly, rather than taking the node's pods down with
+/// the crustlet.
+async fn listen(addr: String, tls: Option<tokio_rustls::TlsAcceptor>, server: Arc<Server>) {
+    let what = if tls.is_some() {
+        "HTTPS"
+    } else {
+        "read-only HTTP"
+    };
+    loop {
+        match tokio::net::TcpListener::bind(&addr).await {
+            Ok(l) => {
+                tracing::info!(%addr, "serving {what}");
+                return serve(l, tls, server).await;
+            }
+            Err(e) => {
+                tracing::error!(%addr, "cannot listen for {what}: {e}; trying again in 5 s");
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+fn join(address: &str, port: u16) -> String {
+    if address.contains(':') && !address.starts_with('[') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    server: Arc<Server>,
+) {
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let server = server.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let secure = tls.is_some();
+            let builder = hyper::server::conn::http1::Builder::new();
+            match tls {
+                Some(acceptor) => {
+                    let stream = match tokio::time::timeout(
+                        std::time::Duration::from_secs(10),
+                        acceptor.accept(sock),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, "TLS handshake: {e}");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let user = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| tls::cert_user(c));
+                    let user = Arc::new(user);
+                    let svc = hyper::service::service_fn(move |r| {
+                        let (server, user) = (server.clone(), user.clone());
+                        async move {
+                            Ok::<_, std::convert::Infallible>(
+                                server.handle(r, secure, user.as_ref().as_ref()).await,
+                            )
+                        }
+                    });
+                    let _ = builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .with_upgrades()
+                        .await;
+                }
+                None => {
+                    let svc = hyper::service::service_fn(move |r| {
+                        let server = server.clone();
+                        async move {
+                            Ok::<_, std::convert::Infallible>(server.handle(r, secure, None).await)
+                        }
+                    });
+                    let _ = builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                        .with_upgrades()
+                        .await;
+                }
+            }
+        });
+    }
+}
+
+impl Server {
+    async fn handle(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        secure: bool,
+        cert_user: Option<&(String, Vec<String>)>,
+    ) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let r = self.respond(req, secure, cert_user).await;
+        self.ctx.seen.metrics.request(&path, r.status().as_u16());
+        r
+    }
+
+    async fn respond(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        secure: bool,
+        cert_user: Option<&(String, Vec<String>)>,
+    ) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let route = route(&path);
+        if secure {
+            let authz = req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            let user = match self.auth.authenticate(cert_user, authz).await {
+                Ok(u) => u,
+                Err(_) => return text(401, "Unauthorized"),
+            };
+            let attrs = auth::attributes(req.method(), &path);
+            if let Err(auth::Refusal::Forbidden(m)) = self.auth.authorize(&user, &attrs).await {
+                tracing::debug!(user = %user.name, %path, "{m}");
+                return text(403, m);
+            }
+        } else if !route.read_only() {
+            return text(404, "404 page not found");
+        }
+        let q = query(req.uri().query());
+        match route {
+            Route::Healthz => text(200, "ok"),
+            Route::Pods => {
+                let list = serde_json::json!({
+                    "kind": "PodList", "apiVersion": "v1", "metadata": {},
+                    "items": self.ctx.seen.list(),
+                });
+                json(&list)
+            }
+            Route::ContainerLogs { ns, pod, container } => {
+                self.container_logs(&ns, &pod, &container, &q).await
+            }
+            Route::Command {
+                kind: "run",
+                ns,
+                pod,
+                uid,
+                container,
+            } => {
+                if req.method() != Method::POST {
+                    return text(405, "/run takes POST");
+                }
+                let cmd = q
+                    .iter()
+                    .find(|(k, _)| k == "cmd")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                if cmd.is_empty() {
+                    return text(400, "missing cmd");
+                }
+                let out =
+                    match stream::running(&self.ctx.cri, &ns, &pod, uid.as_deref(), &container)
+                        .await
+                    {
+                        Ok(i) => stream::run(&self.ctx.cri, &i.id, &cmd).await,
+                        Err(e) => Err(e),
+                    };
+                match out {
+                    Ok(o) => full(200, "text/plain; charset=utf-8", o),
+                    Err((code, m)) => text(code, m),
+                }
+            }
+            Route::Command {
+                kind,
+                ns,
+                pod,
+                uid,
+                container,
+            } => {
+                let url =
+                    match stream::running(&self.ctx.cri, &ns, &pod, uid.as_deref(), &container)
+                        .await
+                    {
+                        Ok(i) => {
+                            stream::exec_url(
+                                &self.ctx.cri,
+                                &i.id,
+                                &stream::command(&q),
+                                kind == "attach",
+                            )
+                            .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                match url {
+                    Ok(u) => proxy_upgrade(req, &u).await,
+                    Err((code, m)) => text(code, m),
+                }
+            }
+            Route::PortForward { ns, pod, uid } => {
+                let url = match stream::sandboxes(&self.ctx.cri, &ns, &pod, uid.as_deref()).await {
+                    Ok(sbs) => match sbs
+                        .iter()
+                        .find(|s| s.state == cri_api::PodSandboxState::SandboxReady as i32)
+                    {
+                        Some(sb) => stream::port_forward_url(&self.ctx.cri, &sb.id).await,
+                        None => Err((400, format!("pod {ns}/{pod} is not running"))),
+                    },
+                    Err(e) => Err(e),
+                };
+                match url {
+                    Ok(u) => proxy_upgrade(req, &u).await,
+                    Err((code, m)) => text(code, m),
+                }
+            }
+            Route::Summary => {
+                let only = q
+                    .iter()
+                    .any(|(k, v)| k == "only_cpu_and_memory" && logs::parse_bool(v) == Some(true));
+                match stats::summary(&self.ctx, &self.sampler, only).await {
+                    Ok(s) => json(&s),
+                    Err(e) => text(500, format!("{e:#}")),
+                }
+            }
+            Route::ResourceMetrics => {
+                let s = stats::summary(&self.ctx, &self.sampler, true).await;
+                if let Err(e) = &s {
+                    tracing::warn!("resource metrics: {e:#}");
+                }
+                full(
+                    200,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    metrics::resource(s.ok().as_ref()),
+                )
+            }
+            Route::Metrics => {
+                let pods = self.running_pods().await;
+                full(
+                    200,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    self.ctx.seen.metrics.render(pods.0, &pods.1),
+                )
+            }
+            Route::Bad(m) => text(400, m),
+            Route::NotFound => text(404, "404 page not found"),
+        }
+    }
+
+    /// Pods with a ready sandbox, and containers by state, in the runtime.
+    async fn running_pods(&self) -> (usize, Vec<(String, usize)>) {
+        let mut rt = self.ctx.cri.runtime.clone();
+        let pods = rt
+            .list_pod_sandbox(cri_api::ListPodSandboxRequest { filter: None })
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .items
+                    .iter()
+                    .filter(|s| s.state == cri_api::PodSandboxState::SandboxReady as i32)
+                    .count()
+            })
+            .unwrap_or(0);
+        let mut by_state: BTreeMap<String, usize> = BTreeMap::new();
+        if let Ok(r) = rt
+            .list_containers(cri_api::ListContainersRequest { filter: None })
+            .await
+        {
+            for c in r.into_inner().containers {
+                let s = match cri_api::ContainerState::try_from(c.state) {
+                    Ok(cri_api::ContainerState::ContainerCreated) => "created",
+                    Ok(cri_api::ContainerState::ContainerRunning) => "running",
+                    Ok(cri_api::ContainerState::ContainerExited) => "exited",
+                    _ => "unknown",
+                };
+                *by_state.entry(s.to_string()).or_default() += 1;
+            }
+        }
+        (pods, by_state.into_iter().collect())
+    }
+
+    async fn container_logs(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        q: &[(String, String)],
+    ) -> Response<Body> {
+        let opts = match logs::Options::parse(q, k8s_openapi::jiff::Timestamp::now()) {
+            Ok(o) => o,
+            Err(m) => return text(400, m),
+        };
+        let instances = match stream::instances(&self.ctx.cri, ns, pod, None, container).await {
+            Ok(i) => i,
+            Err((code, m)) => return text(code, m),
+        };
+        let inst = if opts.previous {
+            match instances.get(1) {
+                Some(i) => i.clone(),
+                None => {
+                    return text(
+                        400,
+                        format!(
+                            "previous terminated container {container:?} in pod {pod:?} not found"
+                        ),
+                    )
+                }
+            }
+        } else {
+            instances[0].clone()
+        };
+        let mut rt = self.ctx.cri.runtime.clone();
+        let status = rt
+            .container_status(cri_api::ContainerStatusRequest {
+                container_id: inst.id.clone(),
+                verbose: false,
+            })
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().status);
+        let path = match status
+            .as_ref()
+            .map(|s| s.log_path.clone())
+            .filter(|p| !p.is_empty())
+        {
+            Some(p) => std::path::PathBuf::from(p),
+            None => {
+                return text(
+                    404,
+                    format!("container {container:?} in pod {pod:?} has no log"),
+                )
+            }
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let cri = self.ctx.cri.clone();
+        let id = inst.id.clone();
+        let follow_running = !opts.previous;
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let running = || {
+                follow_running
+                    && handle.block_on(async {
+                        let mut rt = cri.runtime.clone();
+                        rt.container_status(cri_api::ContainerStatusRequest {
+                            container_id: id.clone(),
+                            verbose: false,
+                        })
+                        .await
+                        .ok()
+                        .and_then(|r| r.into_inner().status)
+                        .is_some_and(|s| {
+                            s.state == cri_api::ContainerState::ContainerRunning as i32
+                        })
+                    })
+            };
+            logs::copy(logs::files_of(&path), &opts, &tx, running);
+        });
+        let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
+        }));
+        let mut r = Response::new(BodyExt::boxed(body));
+        r.headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        r
+    }
+}
+
+/// Passes the client's upgrade to the runtime's URL; on its 101, splices the two.
+async fn proxy_upgrade(mut req: Request<hyper::body::Incoming>, url: &str) -> Response<Body> {
+    let upgrade = req
+        .headers()
+        .get(hyper::header::CONNECTION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"));
+    if !upgrade {
+        return text(400, "Upgrade request required");
+    }
+    let up = match stream::upgrade_upstream(req.method(), req.headers(), url).await {
+        Ok(u) => u,
+        Err(e) => return text(502, e),
+    };
+    if up.status != 101 {
+        return full(up.status, "text/plain; charset=utf-8", up.body);
+    }
+    let on = hyper::upgrade::on(&mut req);
+    let mut back = up.conn;
+    tokio::spawn(async move {
+        if let Ok(u) = on.await {
+            let mut front = hyper_util::rt::TokioIo::new(u);
+            let _ = tokio::io::copy_bidirectional(&mut front, &mut back).await;
+        }
+    });
+    let mut r = full(101, "", Bytes::new());
+    r.headers_mut().remove(hyper::header::CONTENT_TYPE);
+    for (k, v) in up.headers {
+        if k == "content-length" || k == "date" || k == "content-type" {
+            continue;
+        }
+        if let (Ok(k), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(k.as_bytes()),
+            hyper::header::HeaderValue::from_str(&v),
+        ) {
+            r.headers_mut().append(k, v);
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let c = |kind, uid: Option<&str>| Route::Command {
+            kind,
+            ns: "default".into(),
+            pod: "web".into(),
+            uid: uid.map(str::to_string),
+            container: "c".into(),
+        };
+        assert_eq!(route("/healthz"), Route::Healthz);
+        assert_eq!(route("/healthz/ping"), Route::Healthz);
+        assert_eq!(route("/pods"), Route::Pods);
+        assert_eq!(route("/pods/"), Route::Pods);
+        assert_eq!(
+            route("/containerLogs/default/web/c"),
+            Route::ContainerLogs {
+                ns: "default".into(),
+                pod: "web".into(),
+                container: "c".into()
+            }
+        );
+        assert!(matches!(route("/containerLogs/default/web"), Route::Bad(_)));
+        assert!(matches!(
+            route("/containerLogs/default/web/"),
+            Route::Bad(_)
+        ));
+        assert_eq!(route("/exec/default/web/c"), c("exec", None));
+        assert_eq!(route("/exec/default/web/u1/c"), c("exec", Some("u1")));
+        assert_eq!(route("/attach/default/web/c"), c("attach", None));
+        assert_eq!(route("/run/default/web/c"), c("run", None));
+        assert_eq!(route("/exec/default/web"), Route::NotFound);
+        assert_eq!(
+            route("/portForward/default/web"),
+            Route::PortForward {
+                ns: "default".into(),
+                pod: "web".into(),
+                uid: None
+            }
+        );
+        assert_eq!(
+            route("/portForward/default/web/u1"),
+            Route::PortForward {
+                ns: "default".into(),
+                pod: "web".into(),
+                uid: Some("u1".into())
+            }
+        );
+        assert_eq!(route("/stats/summary"), Route::Summary);
+        assert_eq!(route("/metrics/resource"), Route::ResourceMetrics);
+        assert_eq!(route("/metrics"), Route::Metrics);
+        assert_eq!(route("/"), Route::NotFound);
+        assert_eq!(route("/spec"), Route::NotFound);
+        assert!(Route::Summary.read_only() && !c("exec", None).read_only());
+    }
+
+    #[test]
+    fn queries_are_decoded() {
+        assert_eq!(
+            query(Some(
+                "command=sh&command=-c&command=echo%20a+b&input=1&flag"
+            )),
+            [
+                ("command".to_string(), "sh".to_string()),
+                ("command".into(), "-c".into()),
+                ("command".into(), "echo a b".into()),
+                ("input".into(), "1".into()),
+                ("flag".into(), "".into()),
+            ]
+        );
+        assert_eq!(decode("a%2Fb%zz%", false), "a/b%zz%");
+        assert_eq!(decode("a+b", false), "a+b");
+        assert_eq!(join("::", 1), "[::]:1");
+        assert_eq!(join("0.0.0.0", 10250), "0.0.0.0:10250");
+    }
+}

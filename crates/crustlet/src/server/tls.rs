@@ -1,0 +1,269 @@
+//! The server's TLS: the serving certificate (given, or self-signed in `--cert-dir` on
+//! first start and reused after, as the kubelet keeps `kubelet.crt`/`kubelet.key`), the
+//! client-certificate check against `--client-ca-file`, and the user a verified client
+//! certificate names (CN the user, O the groups, as Kubernetes' x509 authenticator).
+
+use anyhow::{bail, Context};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The rustls server config: our certificate, and client certificates checked against
+/// the CA file when there is one. A client without a certificate is still let in (it
+/// may bring a bearer token, or be anonymous): what it may do is decided per request.
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> anyhow::Result<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("parsing {}", cert.display()))?;
+    if certs.is_empty() {
+        bail!("{}: no certificate", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading the private key {}", key.display()))?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca)
+                .with_context(|| format!("reading --client-ca-file {}", ca.display()))?
+            {
+                roots
+                    .add(c.with_context(|| format!("parsing {}", ca.display()))?)
+                    .with_context(|| format!("a CA of {}", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(certs, key)?;
+    // Only HTTP/1.1: exec, attach and port-forward are HTTP/1.1 upgrades, and the
+    // apiserver and metrics-server speak it to kubelets.
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// The certificate and key to serve: the flags' files, or `kubelet.crt`/`kubelet.key` in
+/// the cert dir, made self-signed for the node's name and addresses if absent.
+pub fn serving_files(
+    cert_file: Option<&Path>,
+    key_file: Option<&Path>,
+    cert_dir: &Path,
+    node: &str,
+    ips: &[String],
+) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    match (cert_file, key_file) {
+        (Some(c), Some(k)) => return Ok((c.to_path_buf(), k.to_path_buf())),
+        (None, None) => {}
+        _ => bail!("--tls-cert-file and --tls-private-key-file go together"),
+    }
+    let cert = cert_dir.join("kubelet.crt");
+    let key = cert_dir.join("kubelet.key");
+    if cert.exists() && key.exists() {
+        return Ok((cert, key));
+    }
+    std::fs::create_dir_all(cert_dir)
+        .with_context(|| format!("creating --cert-dir {}", cert_dir.display()))?;
+    let (c, k) = self_signed(node, ips)?;
+    // The key first, private from the start; the certificate last, so a crash between
+    // the two leaves no certificate without its key.
+    write_private(&key, k.as_bytes())?;
+    std::fs::write(&cert, c).with_context(|| format!("writing {}", cert.display()))?;
+    tracing::info!(cert = %cert.display(), "made a self-signed serving certificate");
+    Ok((cert, key))
+}
+
+fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(data)?;
+    Ok(())
+}
+
+/// A self-signed certificate for the node (PEM certificate, PEM key): its name and IPs
+/// (and `localhost`) as subject alternative names, valid for a year from an hour ago, as
+/// the kubelet makes its own.
+pub fn self_signed(node: &str, ips: &[String]) -> anyhow::Result<(String, String)> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut names = vec![node.to_string()];
+    if node != "localhost" {
+        names.push("localhost".into());
+    }
+    let mut params = rcgen::CertificateParams::new(names)?;
+    for ip in ips.iter().map(String::as_str).chain(["127.0.0.1"]) {
+        if let Ok(a) = ip.parse::<std::net::IpAddr>() {
+            let san = rcgen::SanType::IpAddress(a);
+            if !params.subject_alt_names.contains(&san) {
+                params.subject_alt_names.push(san);
+            }
+        }
+    }
+    let now = k8s_openapi::jiff::Timestamp::now();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("{node}@{}", now.as_second()),
+    );
+    let (y, m, d) = ymd(now);
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    params.not_after = rcgen::date_time_ymd(y + 1, m, d);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Yesterday's date (UTC), so a clock a little behind the client's still accepts it.
+fn ymd(now: k8s_openapi::jiff::Timestamp) -> (i32, u8, u8) {
+    let day = now - k8s_openapi::jiff::SignedDuration::from_hours(24);
+    let z = day.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
+    (z.year() as i32, z.month() as u8, z.day() as u8)
+}
+
+/// The user of a verified client certificate: (CN, [O...]) of its subject.
+pub fn cert_user(der: &[u8]) -> Option<(String, Vec<String>)> {
+    let subject = subject(der)?;
+    let mut cn = None;
+    let mut orgs = vec![];
+    // Name ::= SEQUENCE OF RelativeDistinguishedName (SET OF AttributeTypeAndValue).
+    let mut rdns = subject;
+    while let Some((0x31, set, rest)) = tlv(rdns) {
+        rdns = rest;
+        let mut atvs = set;
+        while let Some((0x30, atv, rest)) = tlv(atvs) {
+            atvs = rest;
+            let Some((0x06, oid, value)) = tlv(atv) else {
+                continue;
+            };
+            let Some((_, v, _)) = tlv(value) else {
+                continue;
+            };
+            let v = String::from_utf8_lossy(v).into_owned();
+            match oid {
+                [0x55, 0x04, 0x03] => cn = Some(v),
+                [0x55, 0x04, 0x0a] => orgs.push(v),
+                _ => {}
+            }
+        }
+    }
+    Some((cn?, orgs))
+}
+
+/// The subject Name's contents in a DER certificate.
+fn subject(der: &[u8]) -> Option<&[u8]> {
+    let (0x30, cert, _) = tlv(der)? else {
+        return None;
+    };
+    let (0x30, tbs, _) = tlv(cert)? else {
+        return None;
+    };
+    let mut rest = tbs;
+    // [0] EXPLICIT version, when present.
+    if rest.first() == Some(&0xa0) {
+        rest = tlv(rest)?.2;
+    }
+    // serialNumber, signature, issuer, validity, then subject.
+    for _ in 0..4 {
+        rest = tlv(rest)?.2;
+    }
+    match tlv(rest)? {
+        (0x30, s, _) => Some(s),
+        _ => None,
+    }
+}
+
+/// One DER element: (tag, contents, what follows).
+fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let tag = *b.first()?;
+    let first = *b.get(1)? as usize;
+    let (len, head) = if first < 0x80 {
+        (first, 2)
+    } else {
+        let n = first & 0x7f;
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let mut len = 0usize;
+        for i in 0..n {
+            len = (len << 8) | *b.get(2 + i)? as usize;
+        }
+        (len, 2 + n)
+    };
+    let end = head.checked_add(len)?;
+    if end > b.len() {
+        return None;
+    }
+    Some((tag, &b[head..end], &b[end..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_certificate_names_its_user_and_groups() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:masters");
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "kube-apiserver-kubelet-client");
+        let c = p.self_signed(&key).unwrap();
+        let (user, groups) = cert_user(c.der()).unwrap();
+        assert_eq!(user, "kube-apiserver-kubelet-client");
+        assert_eq!(groups, ["system:masters"]);
+        assert_eq!(
+            cert_user(&c.der()[..40]),
+            None,
+            "a cut certificate names no one"
+        );
+    }
+
+    #[test]
+    fn the_self_signed_certificate_is_made_once_and_loads() {
+        let dir = std::env::temp_dir().join(format!("crustlet-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (c, k) = serving_files(None, None, &dir, "n1", &["10.0.0.5".into()]).unwrap();
+        let first = std::fs::read(&c).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&k).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let (c2, _) = serving_files(None, None, &dir, "n1", &[]).unwrap();
+        assert_eq!(
+            std::fs::read(c2).unwrap(),
+            first,
+            "reused on the next start"
+        );
+        server_config(&c, &k, None).unwrap();
+        // Its own certificate as a client CA: loads as well.
+        server_config(&c, &k, Some(&c)).unwrap();
+        assert!(serving_files(Some(&c), None, &dir, "n1", &[]).is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
