@@ -286,26 +286,22 @@ pub async fn start(ctx: Arc<Ctx>, sc: ServerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Binds `addr` and serves it. A port another process holds (a kubelet on its way out,
-/// say) is tried again every 5 s, loudly, rather than taking the node's pods down with
-/// the crustlet.
+/// Binds `addr` and serves it. A port another process holds is an error in the log,
+/// and the node goes on without the server: its pods matter more than its logs. (No
+/// retries: a crustlet that took the port back the moment a kubelet beside it
+/// restarted would keep that kubelet from starting.)
 async fn listen(addr: String, tls: Option<tokio_rustls::TlsAcceptor>, server: Arc<Server>) {
     let what = if tls.is_some() {
         "HTTPS"
     } else {
         "read-only HTTP"
     };
-    loop {
-        match tokio::net::TcpListener::bind(&addr).await {
-            Ok(l) => {
-                tracing::info!(%addr, "serving {what}");
-                return serve(l, tls, server).await;
-            }
-            Err(e) => {
-                tracing::error!(%addr, "cannot listen for {what}: {e}; trying again in 5 s");
-                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-            }
+    match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => {
+            tracing::info!(%addr, "serving {what}");
+            serve(l, tls, server).await
         }
+        Err(e) => tracing::error!(%addr, "cannot listen for {what}: {e}; no server"),
     }
 }
 
