@@ -583,3 +583,64 @@ fn client_certificates_401_and_403() {
     assert_eq!(c, 403, "{}", String::from_utf8_lossy(&b));
     assert!(String::from_utf8_lossy(&b).contains("verb=create, resource=nodes, subresource=proxy"));
 }
+
+/// An ephemeral container (what `kubectl debug --target` adds; a static pod can carry
+/// one from its file) starts in the running pod, sees its target's processes, runs
+/// once and is reported in `ephemeralContainerStatuses`, never restarted.
+#[test]
+fn ephemeral_containers_run_once_in_their_targets_pid_namespace() {
+    if !root() {
+        return;
+    }
+    let d = Crustd::start();
+    import_busybox(&d);
+    let cl = Crustlet::start(&d, &[]);
+    std::fs::write(
+        cl.manifests.path().join("dbg.yaml"),
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: dbg}
+spec:
+  containers:
+  - name: app
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "exec sleep 1001"]
+  ephemeralContainers:
+  - name: debugger
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    targetContainerName: app
+    command: ["sh", "-c", "busybox ps -o pid,args; exit 4"]
+"#,
+    )
+    .unwrap();
+    let status = |pods: &serde_json::Value| -> Option<serde_json::Value> {
+        pods["items"]
+            .as_array()?
+            .iter()
+            .find(|p| p["metadata"]["name"] == format!("dbg-{NODE}"))?["status"]
+            ["ephemeralContainerStatuses"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == "debugger")
+            .cloned()
+    };
+    let st = cl.wait_for(
+        "the debugger to run and end",
+        Duration::from_secs(60),
+        || status(&cl.json("/pods")).filter(|s| s["state"]["terminated"].is_object()),
+    );
+    assert_eq!(st["state"]["terminated"]["exitCode"], 4, "{st}");
+    assert_eq!(st["ready"], false);
+    let log = cl.ok(&format!("/containerLogs/default/dbg-{NODE}/debugger"));
+    assert!(
+        log.contains("sleep 1001"),
+        "the target's processes are visible: {log}"
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let st = status(&cl.json("/pods")).unwrap();
+    assert_eq!(st["restartCount"], 0, "never restarted: {st}");
+    assert!(st["state"]["terminated"].is_object(), "{st}");
+}

@@ -4,6 +4,7 @@
 
 mod config;
 mod cri;
+mod ephemeral;
 mod gc;
 mod inputs;
 mod node;

@@ -390,6 +390,12 @@ impl Worker {
                     Some(_) => {}
                 }
             }
+            // Ephemeral containers (kubectl debug): started once, never restarted.
+            for c in crate::ephemeral::containers(pod) {
+                if !instances.contains_key(&c.name) {
+                    self.start(pod, &c, None).await;
+                }
+            }
         }
 
         let instances = self.instances(&sandbox_id).await?;
@@ -697,6 +703,8 @@ impl Worker {
                 return;
             }
         };
+        let config =
+            crate::ephemeral::target(&self.ctx.cri, &sandbox_id, pod, &c.name, config).await;
         let mut rt = self.cri().runtime;
         let created = rt
             .create_container(cri::CreateContainerRequest {
@@ -1122,6 +1130,17 @@ impl Worker {
             .iter()
             .map(|c| self.container_status(pod, c, instances.get(&c.name), false))
             .collect();
+        let ephemeral: Vec<ContainerStatus> = crate::ephemeral::containers(pod)
+            .iter()
+            .map(|c| {
+                crate::ephemeral::status(self.container_status(
+                    pod,
+                    c,
+                    instances.get(&c.name),
+                    false,
+                ))
+            })
+            .collect();
         let phase = if let Some(f) = &self.finished {
             f.clone()
         } else if !initialized {
@@ -1290,6 +1309,7 @@ impl Worker {
                 Some(init_statuses)
             },
             container_statuses: Some(statuses),
+            ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
             ..Default::default()
         }
     }
