@@ -898,6 +898,8 @@ current-context: crust
             .arg(format!("--pod-logs-dir={}", p("crustlet-pods")))
             .arg(format!("--cgroup-root={}", self.crustlet_cgroup_root))
             .arg(format!("--pod-manifest-path={}", p("crustlet-manifests")))
+            // The kubelet has 10250 on every address of the node namespace.
+            .args(["--port", "10251"])
             .args(["--v", "2"]);
         *guard = Some(self.spawn_logged(cmd, "crustlet"));
     }
