@@ -1,10 +1,12 @@
-//! A two-node Kubernetes v1.28 cluster around crustd, for the kubelet suite
+//! A Kubernetes v1.28 cluster around crustd, for the kubelet suite
 //! (tests/tests/kubelet.rs): etcd, kube-apiserver, kube-controller-manager and
 //! kube-scheduler, the real kubelet with crustd as its runtime, the crustlet with a
-//! crustd of its own as a second node (tainted NoSchedule once it registers), and a
-//! registry with a busybox image, all inside a node network namespace the cluster
-//! makes (with a veth pair per node whose one end carries the node IP: the kubelet
-//! refuses a loopback node IP).
+//! crustd of its own as a second node (tainted NoSchedule once it registers), with
+//! [`Options::containerd`] a third node on Debian's containerd + runc (the crustlet's
+//! `crustlet-containerd`, tainted the same way, or the kubelet itself, for the pod
+//! start benchmark), and a registry with a busybox image and a pause image, all inside
+//! a node network namespace the cluster makes (with a veth pair per node whose one end
+//! carries the node IP: the kubelet refuses a loopback node IP).
 //!
 //! The kubelet and crustd share a private mount namespace (held by a `sleep` started
 //! under `unshare --mount`), where temp dirs are bind-mounted over the paths the kubelet
@@ -127,6 +129,25 @@ pub const CRUSTLET_NODE: &str = "crustlet-node";
 /// The taint the crustlet's node gets once it registers, so that the kubelet checks'
 /// pods (and controllers' pods without a toleration) never land there.
 pub const CRUSTLET_TAINT: &str = "crust.test/crustlet";
+/// The third node: a crustlet on containerd (tainted as the second).
+pub const CONTAINERD_NODE: &str = "crustlet-containerd";
+
+/// What the cluster runs beside the control plane and its first two nodes.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct Options {
+    /// containerd (Debian's 1.6/1.7, with runc and the reference CNI plugins), and who
+    /// drives it.
+    pub containerd: Option<ContainerdFor>,
+}
+
+/// Who runs pods on the cluster's containerd.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ContainerdFor {
+    /// A crustlet of its own, as node [`CONTAINERD_NODE`].
+    Crustlet,
+    /// The real kubelet (node [`NODE`]), in place of its crustd.
+    Kubelet,
+}
 
 pub struct Cluster {
     pub bins: KubeBins,
@@ -171,6 +192,18 @@ pub struct Cluster {
     crustlet_bin: PathBuf,
     /// crust's plugins first, then the reference `portmap` (for hostPort).
     cni_bin_dirs: Vec<PathBuf>,
+    pub opts: Options,
+    /// The pause image in the registry (containerd's sandbox image).
+    pub pause_image: String,
+    /// containerd's node (with [`Options::containerd`]): the crustlet's IP there (on a
+    /// third veth pair), containerd's socket, the crustlet's `--cgroup-root`, containerd
+    /// and the crustlet. Its files are the `ctrd-*` (containerd) and `ctrdlet-*`
+    /// (crustlet) entries of `dir`.
+    pub containerd_ip: String,
+    pub containerd_socket: PathBuf,
+    pub containerd_cgroup_root: String,
+    containerd: Mutex<Option<Child>>,
+    containerd_crustlet: Mutex<Option<Child>>,
 }
 
 fn log_file(dir: &Path, name: &str) -> std::fs::File {
@@ -295,6 +328,16 @@ impl Cluster {
     /// Starts everything; panics (after cleaning up what it started) when a part does
     /// not come up.
     pub fn start(bins: KubeBins, crustd_bin: PathBuf, cni_bin_dirs: Vec<PathBuf>) -> Cluster {
+        Self::start_with(bins, crustd_bin, cni_bin_dirs, Options::default())
+    }
+
+    /// [`Cluster::start`] with `opts`.
+    pub fn start_with(
+        bins: KubeBins,
+        crustd_bin: PathBuf,
+        cni_bin_dirs: Vec<PathBuf>,
+        opts: Options,
+    ) -> Cluster {
         let subnet = 240 + (std::process::id() % 12) as u8;
         let dir = TempDir::new("kube");
         for d in [
@@ -318,6 +361,15 @@ impl Cluster {
             "crustlet-root",
             "crustlet-pods",
             "crustlet-manifests",
+            "ctrd-root",
+            "ctrd-state",
+            "ctrd-runc",
+            "ctrd-run",
+            "ctrd-cni",
+            "ctrd-ipam",
+            "ctrd-certs.d",
+            "ctrdlet-root",
+            "ctrdlet-pods",
         ] {
             std::fs::create_dir_all(dir.path().join(d)).unwrap();
         }
@@ -349,7 +401,19 @@ impl Cluster {
             subnet,
             crustd_bin,
             cni_bin_dirs,
+            opts,
+            pause_image: String::new(),
+            containerd_ip: format!("10.{subnet}.253.1"),
+            containerd_socket: PathBuf::new(),
+            containerd_cgroup_root: pick_cgroup_root(&unique("crust-ctrd-")),
+            containerd: Mutex::new(None),
+            containerd_crustlet: Mutex::new(None),
         };
+        c.containerd_socket = c.path("ctrd-state/containerd.sock");
+        if opts.containerd == Some(ContainerdFor::Kubelet) {
+            // The kubelet's runtime (and crictl's) is containerd.
+            c.socket = c.containerd_socket.clone();
+        }
         c.network();
         c.pki();
         c.start_registry();
@@ -359,12 +423,31 @@ impl Cluster {
         c.make_cgroup_root(&root);
         let root = c.crustlet_cgroup_root.clone();
         c.make_cgroup_root(&root);
+        if opts.containerd == Some(ContainerdFor::Crustlet) {
+            let root = c.containerd_cgroup_root.clone();
+            c.make_cgroup_root(&root);
+        }
         c.write_cni_conf();
-        c.start_crustd();
+        if opts.containerd.is_some() {
+            c.start_containerd();
+        }
+        if opts.containerd != Some(ContainerdFor::Kubelet) {
+            c.start_crustd();
+        }
         c.start_kubelet();
         c.start_crustlet_crustd();
         c.start_crustlet();
+        if opts.containerd == Some(ContainerdFor::Crustlet) {
+            c.start_containerd_crustlet();
+        }
         c.taint_crustlet_node();
+        if opts.containerd == Some(ContainerdFor::Crustlet) {
+            c.taint_node(
+                CONTAINERD_NODE,
+                || c.containerd_crustlet_running(),
+                "ctrdlet",
+            );
+        }
         c
     }
 
@@ -458,6 +541,22 @@ impl Cluster {
         ]);
         crate::sh(&["ip", "-n", ns, "link", "set", "klet0", "up"]);
         crate::sh(&["ip", "-n", ns, "link", "set", "klet1", "up"]);
+        // The containerd node's IP, on a third pair.
+        crate::sh(&[
+            "ip", "-n", ns, "link", "add", "kctr0", "type", "veth", "peer", "name", "kctr1",
+        ]);
+        crate::sh(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{}/24", self.containerd_ip),
+            "dev",
+            "kctr0",
+        ]);
+        crate::sh(&["ip", "-n", ns, "link", "set", "kctr0", "up"]);
+        crate::sh(&["ip", "-n", ns, "link", "set", "kctr1", "up"]);
     }
 
     /// A CA, the API server's certificate, service-account keys, a token per user and
@@ -480,11 +579,11 @@ openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null",
         std::fs::write(
             self.path("pki/tokens.csv"),
             format!(
-                "admin-token,admin,admin,\"system:masters\"\nkubelet-token,system:node:{NODE},kubelet,\"system:nodes\"\ncrustlet-token,system:node:{CRUSTLET_NODE},crustlet,\"system:nodes\"\n"
+                "admin-token,admin,admin,\"system:masters\"\nkubelet-token,system:node:{NODE},kubelet,\"system:nodes\"\ncrustlet-token,system:node:{CRUSTLET_NODE},crustlet,\"system:nodes\"\nctrdlet-token,system:node:{CONTAINERD_NODE},ctrdlet,\"system:nodes\"\n"
             ),
         )
         .unwrap();
-        for user in ["admin", "kubelet", "crustlet"] {
+        for user in ["admin", "kubelet", "crustlet", "ctrdlet"] {
             std::fs::write(
                 self.path(&format!("{user}.kubeconfig")),
                 format!(
@@ -550,6 +649,22 @@ current-context: crust
         );
         reg.push(&layout, "img", "e2e/busybox:1");
         self.image = reg.name("e2e/busybox:1");
+        // containerd's sandbox image (it would pull registry.k8s.io/pause): crust's
+        // static pause binary as `/pause`.
+        let l = LayerBuilder::new().file("pause", container::pause::BINARY, 0o755);
+        let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
+        img.config.entrypoint = vec!["/pause".into()];
+        let layout = self.path("layout-pause");
+        write_oci_layout(
+            &layout,
+            &[LayoutEntry {
+                ref_name: Some("pause".into()),
+                image_name: None,
+                platforms: vec![img],
+            }],
+        );
+        reg.push(&layout, "pause", "e2e/pause:1");
+        self.pause_image = reg.name("e2e/pause:1");
         *self.registry.lock().unwrap() = Some(reg);
     }
 
@@ -656,7 +771,14 @@ current-context: crust
     /// The private mount namespace of the kubelet and crustd, with the kubelet's paths
     /// and the tunables it writes covered by the cluster's own files.
     fn mount_namespace(&mut self) {
-        for d in KUBELET_DIRS {
+        // containerd puts its shims' sockets in `/run/containerd/s` whatever its state
+        // dir: a dir of the cluster's covers it.
+        let run_containerd = Path::new("/run/containerd");
+        let mut dirs: Vec<&str> = KUBELET_DIRS.to_vec();
+        if self.opts.containerd.is_some() {
+            dirs.push("/run/containerd");
+        }
+        for d in dirs {
             let p = Path::new(d);
             if !p.exists() {
                 std::fs::create_dir_all(p).unwrap();
@@ -680,6 +802,9 @@ current-context: crust
             .zip(["mnt/kubelet", "mnt/pods", "mnt/containers"])
             .map(|(d, src)| (self.path(src), PathBuf::from(d)))
             .collect();
+        if self.opts.containerd.is_some() {
+            binds.push((self.path("ctrd-run"), run_containerd.to_path_buf()));
+        }
         for t in SYSCTLS {
             let target = Path::new("/proc/sys").join(t);
             if !target.exists() {
@@ -746,7 +871,11 @@ current-context: crust
     fn cgroup_dirs(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for (_, mount) in cgroup_mounts() {
-            for root in [&self.cgroup_root, &self.crustlet_cgroup_root] {
+            for root in [
+                &self.cgroup_root,
+                &self.crustlet_cgroup_root,
+                &self.containerd_cgroup_root,
+            ] {
                 let d = mount.join(root.trim_start_matches('/'));
                 crate::crustd::walk_dirs(&d, &mut out);
             }
@@ -786,6 +915,8 @@ current-context: crust
     fn write_cni_conf(&self) {
         self.write_cni_conf_of("", "crust-kube", "crustkube0", 0);
         self.write_cni_conf_of("crustlet-", "crust-let", "crustlet0", 1);
+        // containerd's: the reference plugins on `ctrd0` with `10.<n>.2.0/24`.
+        self.write_cni_conf_of("ctrd-", "crust-ctrd", "ctrd0", 2);
     }
 
     fn write_cni_conf_of(&self, prefix: &str, name: &str, bridge: &str, third: u8) {
@@ -932,15 +1063,21 @@ current-context: crust
     /// Waits for the crustlet's Node to register, then taints it NoSchedule: before any
     /// check runs, so no pod without the toleration is ever scheduled there.
     fn taint_crustlet_node(&self) {
+        self.taint_node(CRUSTLET_NODE, || self.crustlet_running(), "crustlet");
+    }
+
+    /// Waits for Node `name` to register (its crustlet, logging to `log`, must keep
+    /// running), then taints it with [`CRUSTLET_TAINT`].
+    fn taint_node(&self, name: &str, running: impl Fn() -> bool, log: &str) {
         wait_for(
-            "the crustlet's Node to register",
+            &format!("the Node {name} to register"),
             Duration::from_secs(60),
             |last| {
-                if !self.crustlet_running() {
-                    panic!("the crustlet exited: {}", self.log("crustlet"));
+                if !running() {
+                    panic!("the crustlet of {name} exited: {}", self.log(log));
                 }
                 let out = run_timeout(
-                    &mut self.kubectl(&["get", "node", CRUSTLET_NODE, "-o", "name"]),
+                    &mut self.kubectl(&["get", "node", name, "-o", "name"]),
                     Duration::from_secs(20),
                 );
                 *last = s(&out.stderr);
@@ -949,14 +1086,177 @@ current-context: crust
         );
         let taint = format!("{CRUSTLET_TAINT}=true:NoSchedule");
         let out = run_timeout(
-            &mut self.kubectl(&["taint", "node", CRUSTLET_NODE, &taint, "--overwrite"]),
+            &mut self.kubectl(&["taint", "node", name, &taint, "--overwrite"]),
             Duration::from_secs(20),
         );
         assert!(
             out.status.success(),
-            "tainting the crustlet's node: {}",
+            "tainting the node {name}: {}",
             s(&out.stderr)
         );
+    }
+
+    /// containerd's configuration: its own root, state and socket; the CRI plugin with
+    /// runc (cgroupfs: the pods' cgroup parents come from their kubelet), the reference
+    /// CNI plugins on its own conflist, the registry's pause image as the sandbox image
+    /// and the registry over plain HTTP.
+    fn containerd_config(&self) -> String {
+        let p = |r: &str| self.path(r).display().to_string();
+        format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+oom_score = 0
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.internal.v1.opt",
+]
+
+[grpc]
+  address = "{sock}"
+
+[ttrpc]
+  address = "{sock}.ttrpc"
+
+[debug]
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  # The bounding set here lacks CAP_SYS_RESOURCE: the sandbox's -998 must be clamped.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni}"
+    max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{runc}"
+        Root = "{runc_root}"
+        SystemdCgroup = false
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{certs}"
+"#,
+            root = p("ctrd-root"),
+            state = p("ctrd-state"),
+            sock = self.containerd_socket.display(),
+            pause = self.pause_image,
+            cni = p("ctrd-cni"),
+            runc = which("runc").unwrap_or_default().display(),
+            runc_root = p("ctrd-runc"),
+            certs = p("ctrd-certs.d"),
+        )
+    }
+
+    /// Starts containerd in the node's namespaces and waits for its socket.
+    pub fn start_containerd(&self) {
+        let mut guard = self.containerd.lock().unwrap();
+        assert!(guard.is_none(), "containerd already running");
+        let registry = self.image.split('/').next().unwrap_or_default();
+        let hosts = self.path("ctrd-certs.d").join(registry);
+        std::fs::create_dir_all(&hosts).unwrap();
+        std::fs::write(
+            hosts.join("hosts.toml"),
+            format!(
+                "server = \"http://{registry}\"\n\n[host.\"http://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+            ),
+        )
+        .unwrap();
+        let cfg = self.path("ctrd-config.toml");
+        std::fs::write(&cfg, self.containerd_config()).unwrap();
+        let mut cmd = self.node_cmd(which("containerd").expect("containerd"));
+        cmd.arg("--config").arg(&cfg);
+        let mut child = self.spawn_logged(cmd, "containerd");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&self.containerd_socket).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("containerd exited with {st}: {}", self.log("containerd"));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not serve in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        *guard = Some(child);
+    }
+
+    pub fn containerd_pid(&self) -> Option<u32> {
+        self.containerd.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
+    pub fn kubelet_pid(&self) -> Option<u32> {
+        self.kubelet.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
+    pub fn crustlet_pid(&self) -> Option<u32> {
+        self.crustlet.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
+    /// Starts the crustlet of the containerd node ([`CONTAINERD_NODE`]): as
+    /// [`Cluster::start_crustlet`], on containerd's socket, with its own IP, root and
+    /// pod logs dirs, cgroup root and token.
+    pub fn start_containerd_crustlet(&self) {
+        let mut guard = self.containerd_crustlet.lock().unwrap();
+        assert!(
+            guard.is_none(),
+            "the containerd node's crustlet already running"
+        );
+        let p = |r: &str| self.path(r).display().to_string();
+        let mut cmd = self.node_cmd(&self.crustlet_bin);
+        cmd.arg(format!("--kubeconfig={}", p("ctrdlet.kubeconfig")))
+            .arg(format!(
+                "--container-runtime-endpoint=unix://{}",
+                self.containerd_socket.display()
+            ))
+            .arg(format!("--hostname-override={CONTAINERD_NODE}"))
+            .arg(format!("--node-ip={}", self.containerd_ip))
+            .arg(format!("--root-dir={}", p("ctrdlet-root")))
+            .arg(format!("--pod-logs-dir={}", p("ctrdlet-pods")))
+            .arg(format!("--cgroup-root={}", self.containerd_cgroup_root))
+            .args(["--port", "10252"])
+            .args(["--v", "2"]);
+        *guard = Some(self.spawn_logged(cmd, "ctrdlet"));
+    }
+
+    pub fn containerd_crustlet_running(&self) -> bool {
+        match self.containerd_crustlet.lock().unwrap().as_mut() {
+            Some(c) => c.try_wait().map(|s| s.is_none()).unwrap_or(false),
+            None => false,
+        }
+    }
+
+    /// `crictl` against containerd.
+    pub fn containerd_crictl(&self, args: &[&str]) -> Command {
+        let mut c = self.node_cmd(&self.bins.crictl);
+        let ep = format!("unix://{}", self.containerd_socket.display());
+        c.arg("--runtime-endpoint")
+            .arg(&ep)
+            .arg("--image-endpoint")
+            .arg(&ep)
+            .args(["--timeout", "20s"])
+            .args(args);
+        c
     }
 
     pub fn start_kubelet(&self) {
@@ -1122,6 +1422,10 @@ impl Cluster {
         *done = true;
         self.stop_kubelet();
         self.stop_crustlet();
+        if let Some(mut c) = self.containerd_crustlet.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         // Every pod through CRI while each crustd runs (restarted if it died).
         if self.holder_pid != 0 {
             let alive = |slot: &Mutex<Option<Child>>| {
@@ -1130,7 +1434,7 @@ impl Cluster {
                     .as_mut()
                     .is_some_and(|c| c.try_wait().map(|s| s.is_none()).unwrap_or(false))
             };
-            if !alive(&self.crustd) {
+            if !alive(&self.crustd) && self.opts.containerd != Some(ContainerdFor::Kubelet) {
                 self.kill_crustd();
                 let _ =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.start_crustd()));
@@ -1149,9 +1453,27 @@ impl Cluster {
                 &mut self.crustlet_crictl(&["rmp", "-a", "-f"]),
                 Duration::from_secs(90),
             );
+            if self.opts.containerd == Some(ContainerdFor::Crustlet) && alive(&self.containerd) {
+                let _ = run_timeout(
+                    &mut self.containerd_crictl(&["rmp", "-a", "-f"]),
+                    Duration::from_secs(90),
+                );
+            }
         }
         self.kill_crustd();
         self.kill_crustlet_crustd();
+        // containerd: SIGTERM, then SIGKILL; its shims and pauses are in the mount
+        // namespace, killed below.
+        if let Some(mut c) = self.containerd.lock().unwrap().take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         for mut c in self.control.lock().unwrap().drain(..).rev() {
             let _ = c.kill();
             let _ = c.wait();

@@ -17,7 +17,7 @@
 #[path = "kubelet/crustlet_checks.rs"]
 mod crustlet_checks;
 
-use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, NODE};
+use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, ContainerdFor, Options, NODE};
 use crust_e2e::terminal::{shell_words, Terminal};
 use crustlet_checks::*;
 use serde_json::{json, Value};
@@ -1243,6 +1243,9 @@ fn main() {
         "openssl",
         "script",
         "iptables",
+        "containerd",
+        "containerd-shim-runc-v2",
+        "runc",
     ];
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -1276,7 +1279,11 @@ fn main() {
     // control plane. Those that restart the crustlet's crustd or the crustlet run beside
     // the kubelet's restarts, after every other crustlet check.
     let all_checks: Vec<Vec<Check>> = vec![
-        checks![node_ready_with_crust_version, crustlet_node],
+        checks![
+            node_ready_with_crust_version,
+            crustlet_node,
+            containerd_node
+        ],
         checks![
             crustlet_lease_renewed,
             crustlet_pod_running,
@@ -1293,6 +1300,14 @@ fn main() {
             crustlet_graceful_deletion,
             crustlet_static_pod_mirrored,
             crustlet_same_as_kubelet,
+            containerd_pod_running,
+            containerd_init_containers_in_order,
+            containerd_restart_policies,
+            containerd_liveness_probe_exec,
+            containerd_readiness_probe_http,
+            containerd_startup_probe_tcp,
+            containerd_volumes_and_env,
+            containerd_graceful_deletion,
             pod_running_with_ip,
             logs,
             logs_follow,
@@ -1326,7 +1341,11 @@ fn main() {
             crustlet_restarted_adopts_its_pods
         ],
         checks![no_repeated_cri_errors],
-        checks![nothing_left_in_crustd, crustlet_nothing_left_in_crustd],
+        checks![
+            nothing_left_in_crustd,
+            crustlet_nothing_left_in_crustd,
+            containerd_nothing_left
+        ],
     ];
     let total: usize = all_checks.iter().map(Vec::len).sum();
     let groups: Vec<Vec<Check>> = all_checks
@@ -1336,6 +1355,7 @@ fn main() {
                 .filter(|ch| {
                     ch.name == "node_ready_with_crust_version"
                         || ch.name == "crustlet_node"
+                        || ch.name == "containerd_node"
                         || filters.is_empty()
                         || filters.iter().any(|f| ch.name.contains(f.as_str()))
                 })
@@ -1343,7 +1363,7 @@ fn main() {
         })
         .collect();
     let run: usize = groups.iter().map(Vec::len).sum();
-    println!("\nrunning {run} tests (one cluster: the kubelet's node and the crustlet's)");
+    println!("\nrunning {run} tests (one cluster: the kubelet's node, the crustlet's and the crustlet on containerd)");
 
     // Failures are reported once, in the summary, with where they happened.
     std::panic::set_hook(Box::new(|info| {
@@ -1359,13 +1379,16 @@ fn main() {
         failed: vec![],
     });
     let cluster = std::panic::catch_unwind(|| {
-        Cluster::start(
+        Cluster::start_with(
             bins,
             crust_e2e::bin("crustd"),
             vec![
                 crust_e2e::bin_dir(),
                 portmap.parent().unwrap().to_path_buf(),
             ],
+            Options {
+                containerd: Some(ContainerdFor::Crustlet),
+            },
         )
     });
     let logs_dir;

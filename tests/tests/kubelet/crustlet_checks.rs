@@ -9,24 +9,128 @@
 //! server yet: nothing here uses `kubectl logs`/`exec`; a container's output is read from
 //! its CRI log file under the crustlet's `--pod-logs-dir`, and the test drives
 //! containers through files of a hostPath volume.
+//!
+//! The core of them runs on the cluster's third node too, the crustlet on containerd
+//! (`crustlet-containerd`, pods in namespace `crustlet-containerd`): the same check
+//! functions, given that node as a [`Crustlet`] (`containerd_*` beside `crustlet_*`).
 
 use super::{apply, container, ok, run_timeout, s, status_of, wait_for, T};
-use crust_e2e::cluster::{Cluster, CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
+use crust_e2e::cluster::{Cluster, CONTAINERD_NODE, CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub const NS: &str = "crustlet";
 
-fn kubectl(c: &Cluster, args: &[&str]) -> String {
-    let mut full = vec!["-n", NS];
+/// A crustlet's node as the checks see it: the crustlet on its crustd
+/// ([`Crustlet::on_crustd`]) or on containerd ([`Crustlet::on_containerd`]). It
+/// derefs to the cluster, so a check takes either.
+pub struct Crustlet<'a> {
+    c: &'a Cluster,
+    pub node: &'static str,
+    /// The namespace of its pods.
+    pub ns: &'static str,
+    pub ip: String,
+    /// The runtime's name: the scheme of container ids and of containerRuntimeVersion.
+    pub runtime: &'static str,
+    /// The pod network's prefix, `10.<n>.<k>.`.
+    pub pod_net: String,
+    /// The crustlet's `--pod-logs-dir`.
+    pub logs: PathBuf,
+    /// The crustlet's `--cgroup-root`.
+    pub cgroup_root: String,
+    crictl: fn(&Cluster, &[&str]) -> Command,
+    running: fn(&Cluster) -> bool,
+    /// The name of the crustlet's log in the cluster's logs.
+    pub log_name: &'static str,
+}
+
+impl std::ops::Deref for Crustlet<'_> {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        self.c
+    }
+}
+
+impl<'a> Crustlet<'a> {
+    pub fn on_crustd(c: &'a Cluster) -> Self {
+        Crustlet {
+            c,
+            node: CRUSTLET_NODE,
+            ns: NS,
+            ip: c.crustlet_ip.clone(),
+            runtime: "crust",
+            pod_net: format!("10.{}.1.", c.subnet),
+            logs: c.path("crustlet-pods"),
+            cgroup_root: c.crustlet_cgroup_root.clone(),
+            crictl: Cluster::crustlet_crictl,
+            running: Cluster::crustlet_running,
+            log_name: "crustlet",
+        }
+    }
+
+    pub fn on_containerd(c: &'a Cluster) -> Self {
+        Crustlet {
+            c,
+            node: CONTAINERD_NODE,
+            ns: CONTAINERD_NODE,
+            ip: c.containerd_ip.clone(),
+            runtime: "containerd",
+            pod_net: format!("10.{}.2.", c.subnet),
+            logs: c.path("ctrdlet-pods"),
+            cgroup_root: c.containerd_cgroup_root.clone(),
+            crictl: Cluster::containerd_crictl,
+            running: Cluster::containerd_crustlet_running,
+            log_name: "ctrdlet",
+        }
+    }
+
+    /// `crictl` against this node's runtime.
+    pub fn node_crictl(&self, args: &[&str]) -> Command {
+        (self.crictl)(self.c, args)
+    }
+
+    pub fn crustlet_up(&self) -> bool {
+        (self.running)(self.c)
+    }
+}
+
+/// `pub fn $crustd(&Cluster)` and `pub fn $containerd(&Cluster)` running the check
+/// `$check` on the crustlet's node and on the containerd one.
+macro_rules! on_both {
+    ($($check:ident => $crustd:ident, $containerd:ident;)*) => {$(
+        pub fn $crustd(c: &Cluster) {
+            $check(&Crustlet::on_crustd(c))
+        }
+        pub fn $containerd(c: &Cluster) {
+            $check(&Crustlet::on_containerd(c))
+        }
+    )*};
+}
+
+on_both! {
+    node_ready => crustlet_node, containerd_node;
+    pod_running => crustlet_pod_running, containerd_pod_running;
+    init_containers_in_order => crustlet_init_containers_in_order, containerd_init_containers_in_order;
+    restart_policies => crustlet_restart_policies, containerd_restart_policies;
+    liveness_probe_exec => crustlet_liveness_probe_exec, containerd_liveness_probe_exec;
+    readiness_probe_http => crustlet_readiness_probe_http, containerd_readiness_probe_http;
+    startup_probe_tcp => crustlet_startup_probe_tcp, containerd_startup_probe_tcp;
+    volumes_and_env => crustlet_volumes_and_env, containerd_volumes_and_env;
+    graceful_deletion => crustlet_graceful_deletion, containerd_graceful_deletion;
+    nothing_left => crustlet_nothing_left_in_crustd, containerd_nothing_left;
+}
+
+fn kubectl(c: &Crustlet, args: &[&str]) -> String {
+    let mut full = vec!["-n", c.ns];
     full.extend_from_slice(args);
     ok(c.kubectl(&full))
 }
 
-fn get(c: &Cluster, kind: &str, name: &str) -> Option<Value> {
+fn get(c: &Crustlet, kind: &str, name: &str) -> Option<Value> {
     let out = run_timeout(
-        &mut c.kubectl(&["-n", NS, "get", kind, name, "-o", "json"]),
+        &mut c.kubectl(&["-n", c.ns, "get", kind, name, "-o", "json"]),
         T,
     );
     if !out.status.success() {
@@ -54,7 +158,7 @@ fn condition<'a>(v: &'a Value, t: &str) -> Option<&'a Value> {
 /// for the crustlet's node the toleration of its taint.
 fn place(spec: &mut Value, to: &str) {
     spec["nodeSelector"] = json!({"kubernetes.io/hostname": to});
-    if to == CRUSTLET_NODE {
+    if to != NODE {
         spec["tolerations"] =
             json!([{"key": CRUSTLET_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
     }
@@ -62,12 +166,12 @@ fn place(spec: &mut Value, to: &str) {
 
 /// A pod of one container `main` running `script` in the crustlet namespace, for the
 /// crustlet's node, changed by `change`.
-fn pod(c: &Cluster, name: &str, script: &str, change: impl FnOnce(&mut Value)) -> Value {
-    pod_on(c, CRUSTLET_NODE, name, script, change)
+fn pod(c: &Crustlet, name: &str, script: &str, change: impl FnOnce(&mut Value)) -> Value {
+    pod_on(c, c.node, name, script, change)
 }
 
 fn pod_on(
-    c: &Cluster,
+    c: &Crustlet,
     to: &str,
     name: &str,
     script: &str,
@@ -76,7 +180,7 @@ fn pod_on(
     let mut p = json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"suite": "crustlet"}},
+        "metadata": {"name": name, "namespace": c.ns, "labels": {"suite": "crustlet"}},
         "spec": {
             "terminationGracePeriodSeconds": 2,
             "containers": [container("main", &c.image, script)],
@@ -88,13 +192,13 @@ fn pod_on(
 }
 
 fn wait_pod(
-    c: &Cluster,
+    c: &Crustlet,
     name: &str,
     what: &str,
     limit: Duration,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    wait_for(&format!("pod {NS}/{name}: {what}"), limit, |last| {
+    wait_for(&format!("pod {}/{name}: {what}", c.ns), limit, |last| {
         let p = get(c, "pod", name)?;
         *last = p["status"].to_string();
         pred(&p).then_some(p)
@@ -105,7 +209,7 @@ fn running(p: &Value) -> bool {
     super::running(p)
 }
 
-fn run_pod(c: &Cluster, p: Value) -> Value {
+fn run_pod(c: &Crustlet, p: Value) -> Value {
     let name = p["metadata"]["name"].as_str().unwrap().to_string();
     apply(c, p);
     wait_pod(c, &name, "Running", Duration::from_secs(90), running)
@@ -117,18 +221,14 @@ fn container_id(p: &Value, ctr: &str) -> String {
 
 /// What the container `ctr` of pod `p` wrote (attempt `attempt`), from its CRI log file
 /// under the crustlet's pod logs dir (there is no `kubectl logs` to the crustlet yet).
-fn log_of(c: &Cluster, p: &Value, ctr: &str, attempt: u32) -> String {
+fn log_of(c: &Crustlet, p: &Value, ctr: &str, attempt: u32) -> String {
     let dir = format!(
         "{}_{}_{}",
         p["metadata"]["namespace"].as_str().unwrap(),
         p["metadata"]["name"].as_str().unwrap(),
         p["metadata"]["uid"].as_str().unwrap()
     );
-    let path = c
-        .path("crustlet-pods")
-        .join(dir)
-        .join(ctr)
-        .join(format!("{attempt}.log"));
+    let path = c.logs.join(dir).join(ctr).join(format!("{attempt}.log"));
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let mut out = String::new();
     for line in text.lines() {
@@ -144,7 +244,7 @@ fn log_of(c: &Cluster, p: &Value, ctr: &str, attempt: u32) -> String {
 }
 
 /// Waits until the container's log has a line starting with `prefix`; all its lines.
-fn wait_log(c: &Cluster, p: &Value, ctr: &str, prefix: &str) -> String {
+fn wait_log(c: &Crustlet, p: &Value, ctr: &str, prefix: &str) -> String {
     wait_for(&format!("a log line {prefix:?}"), T, |last| {
         let l = log_of(c, p, ctr, 0);
         *last = l.clone();
@@ -153,7 +253,7 @@ fn wait_log(c: &Cluster, p: &Value, ctr: &str, prefix: &str) -> String {
 }
 
 /// The event reasons of an object in the crustlet namespace.
-fn event_reasons(c: &Cluster, name: &str) -> Vec<String> {
+fn event_reasons(c: &Crustlet, name: &str) -> Vec<String> {
     let sel = format!("involvedObject.name={name}");
     let v: Value = serde_json::from_str(&kubectl(
         c,
@@ -172,8 +272,8 @@ fn event_reasons(c: &Cluster, name: &str) -> Vec<String> {
 }
 
 /// A host folder the test writes into and a pod sees at `/ctl` (hostPath).
-fn control_dir(c: &Cluster, name: &str) -> PathBuf {
-    let d = c.path("crustlet-ctl").join(name);
+fn control_dir(c: &Crustlet, name: &str) -> PathBuf {
+    let d = c.path(&format!("{}-ctl", c.ns)).join(name);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -186,26 +286,33 @@ fn with_control(p: &mut Value, dir: &std::path::Path) {
 // ---- the node ------------------------------------------------------------------------
 
 /// Ready, with what the kubelet reports; the namespace the other checks use.
-pub fn crustlet_node(c: &Cluster) {
+fn node_ready(c: &Crustlet) {
     apply(
         c,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.ns}}),
     );
     let n = wait_for(
-        "the crustlet's node to be Ready",
+        &format!("the node {} to be Ready", c.node),
         Duration::from_secs(90),
         |last| {
-            let n = node(c, CRUSTLET_NODE)?;
+            let n = node(c, c.node)?;
             *last = n["status"]["conditions"].to_string();
             (condition(&n, "Ready")?["status"] == "True").then_some(n)
         },
     );
     let st = &n["status"];
-    assert_eq!(
-        st["nodeInfo"]["containerRuntimeVersion"],
-        format!("crust://{}", env!("CARGO_PKG_VERSION")),
-        "{st:#}"
-    );
+    let rv = st["nodeInfo"]["containerRuntimeVersion"]
+        .as_str()
+        .unwrap_or("");
+    if c.runtime == "crust" {
+        assert_eq!(
+            rv,
+            format!("crust://{}", env!("CARGO_PKG_VERSION")),
+            "{st:#}"
+        );
+    } else {
+        assert!(rv.starts_with(&format!("{}://1.", c.runtime)), "{st:#}");
+    }
     let kv = st["nodeInfo"]["kubeletVersion"].as_str().unwrap_or("");
     assert!(kv.starts_with("v1.28.7+crustlet."), "kubeletVersion {kv}");
     for k in ["osImage", "kernelVersion", "machineID", "bootID"] {
@@ -218,13 +325,13 @@ pub fn crustlet_node(c: &Cluster) {
     assert!(
         addrs
             .iter()
-            .any(|a| a["type"] == "InternalIP" && a["address"] == c.crustlet_ip.as_str()),
+            .any(|a| a["type"] == "InternalIP" && a["address"] == c.ip.as_str()),
         "{addrs:?}"
     );
     assert!(
         addrs
             .iter()
-            .any(|a| a["type"] == "Hostname" && a["address"] == CRUSTLET_NODE),
+            .any(|a| a["type"] == "Hostname" && a["address"] == c.node),
         "{addrs:?}"
     );
     for r in ["cpu", "memory", "pods", "ephemeral-storage"] {
@@ -256,10 +363,7 @@ pub fn crustlet_node(c: &Cluster) {
     ours.sort();
     theirs.sort();
     assert_eq!(ours, theirs, "node condition types");
-    assert_eq!(
-        n["metadata"]["labels"]["kubernetes.io/hostname"],
-        CRUSTLET_NODE
-    );
+    assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], c.node);
     // The taint the cluster put on it, so the kubelet checks' pods stay away.
     assert!(
         n["spec"]["taints"].to_string().contains(CRUSTLET_TAINT),
@@ -273,7 +377,7 @@ pub fn crustlet_node(c: &Cluster) {
             let out = run_timeout(
                 &mut c.kubectl(&[
                     "-n",
-                    NS,
+                    c.ns,
                     "get",
                     "serviceaccount/default",
                     "configmap/kube-root-ca.crt",
@@ -288,6 +392,7 @@ pub fn crustlet_node(c: &Cluster) {
 
 /// The Lease in kube-node-lease, owned by the Node and renewed.
 pub fn crustlet_lease_renewed(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let lease = |_: &mut String| {
         let out = run_timeout(
             &mut c.kubectl(&[
@@ -321,7 +426,7 @@ pub fn crustlet_lease_renewed(c: &Cluster) {
 
 // ---- a pod ----------------------------------------------------------------------------
 
-pub fn crustlet_pod_running(c: &Cluster) {
+fn pod_running(c: &Crustlet) {
     let p = run_pod(
         c,
         pod(
@@ -335,12 +440,9 @@ pub fn crustlet_pod_running(c: &Cluster) {
     );
     let st = &p["status"];
     let ip = st["podIP"].as_str().unwrap_or_default();
-    assert!(
-        ip.starts_with(&format!("10.{}.1.", c.subnet)),
-        "pod IP {ip:?}"
-    );
+    assert!(ip.starts_with(&c.pod_net), "pod IP {ip:?}");
     assert_eq!(st["podIPs"][0]["ip"], ip);
-    assert_eq!(st["hostIP"], c.crustlet_ip.as_str());
+    assert_eq!(st["hostIP"], c.ip.as_str());
     assert_eq!(st["qosClass"], "BestEffort");
     assert!(st["startTime"].is_string(), "{st:#}");
     for t in [
@@ -354,10 +456,11 @@ pub fn crustlet_pod_running(c: &Cluster) {
         assert_eq!(cond["status"], "True", "{t}: {st:#}");
     }
     let cs = status_of(&p, "main").unwrap();
+    let scheme = format!("{}://", c.runtime);
     assert!(
         cs["containerID"]
             .as_str()
-            .is_some_and(|i| i.starts_with("crust://")),
+            .is_some_and(|i| i.starts_with(&scheme)),
         "{cs}"
     );
     assert!(
@@ -381,13 +484,13 @@ pub fn crustlet_pod_running(c: &Cluster) {
     for r in ["Scheduled", "Pulling", "Pulled", "Created", "Started"] {
         assert!(events.iter().any(|e| e == r), "no {r} event: {events:?}");
     }
-    // Its sandbox is in the crustlet's crustd, not the kubelet's.
-    let pods: Value = serde_json::from_str(&ok(c.crustlet_crictl(&[
+    // Its sandbox is in the crustlet's runtime, not the kubelet's.
+    let pods: Value = serde_json::from_str(&ok(c.node_crictl(&[
         "pods",
         "--name",
         "web",
         "--namespace",
-        NS,
+        c.ns,
         "-o",
         "json",
     ])))
@@ -402,7 +505,7 @@ pub fn crustlet_pod_running(c: &Cluster) {
     );
 }
 
-pub fn crustlet_init_containers_in_order(c: &Cluster) {
+fn init_containers_in_order(c: &Crustlet) {
     let p = pod(c, "init", "cat /data/order; exec sleep 3600", |p| {
         p["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
         let mount = json!([{"name": "data", "mountPath": "/data"}]);
@@ -430,7 +533,7 @@ pub fn crustlet_init_containers_in_order(c: &Cluster) {
     assert!(t(1, "startedAt") >= t(0, "finishedAt"), "{inits:?}");
 }
 
-pub fn crustlet_restart_policies(c: &Cluster) {
+fn restart_policies(c: &Crustlet) {
     apply(c, pod(c, "crash", "echo crashing; exit 3", |_| {}));
     apply(
         c,
@@ -480,7 +583,7 @@ pub fn crustlet_restart_policies(c: &Cluster) {
 
 // ---- probes ---------------------------------------------------------------------------
 
-pub fn crustlet_liveness_probe_exec(c: &Cluster) {
+fn liveness_probe_exec(c: &Crustlet) {
     apply(
         c,
         pod(
@@ -511,7 +614,7 @@ pub fn crustlet_liveness_probe_exec(c: &Cluster) {
     }
 }
 
-pub fn crustlet_readiness_probe_http(c: &Cluster) {
+fn readiness_probe_http(c: &Crustlet) {
     let dir = control_dir(c, "ready");
     let p = pod(c, "ready", "exec httpd -f -p 8080 -h /ctl", |p| {
         with_control(p, &dir);
@@ -541,7 +644,7 @@ pub fn crustlet_readiness_probe_http(c: &Cluster) {
     assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 0);
 }
 
-pub fn crustlet_startup_probe_tcp(c: &Cluster) {
+fn startup_probe_tcp(c: &Crustlet) {
     let dir = control_dir(c, "startup");
     let script = "while [ ! -e /ctl/go ]; do sleep 0.2; done; exec httpd -f -p 8080 -h /www";
     let p = pod(c, "startup", script, |p| {
@@ -579,6 +682,7 @@ pub fn crustlet_startup_probe_tcp(c: &Cluster) {
 // ---- controllers ----------------------------------------------------------------------
 
 pub fn crustlet_job_to_completion(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let mut template = json!({
         "spec": {
             "restartPolicy": "Never",
@@ -617,6 +721,7 @@ pub fn crustlet_job_to_completion(c: &Cluster) {
 }
 
 pub fn crustlet_deployment_scaled_up_and_down(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let mut template = json!({
         "metadata": {"labels": {"app": "scaler"}},
         "spec": {
@@ -667,15 +772,15 @@ pub fn crustlet_deployment_scaled_up_and_down(c: &Cluster) {
 
 // ---- inputs: volumes, env, images -----------------------------------------------------
 
-pub fn crustlet_volumes_and_env(c: &Cluster) {
+fn volumes_and_env(c: &Crustlet) {
     apply(
         c,
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": c.ns},
                "data": {"greeting": "hello-config"}}),
     );
     apply(
         c,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec", "namespace": c.ns},
                "stringData": {"password": "s3cret"}}),
     );
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -728,17 +833,17 @@ pub fn crustlet_volumes_and_env(c: &Cluster) {
     let claims = super::jwt_claims(&line("satok"));
     assert_eq!(
         claims["sub"],
-        format!("system:serviceaccount:{NS}:default"),
+        format!("system:serviceaccount:{}:default", c.ns),
         "{claims}"
     );
-    assert_eq!(line("sans"), NS);
+    assert_eq!(line("sans"), c.ns);
     assert_eq!(line("saca"), "-----BEGIN CERTIFICATE-----");
     let ip = p["status"]["podIP"].as_str().unwrap();
     assert_eq!(
         line("env"),
         format!(
-            "hello-config/s3cret/[hello-config]/vols/{CRUSTLET_NODE}/{ip}/{}",
-            c.crustlet_ip
+            "hello-config/s3cret/[hello-config]/vols/{}/{ip}/{}",
+            c.node, c.ip
         )
     );
     assert!(
@@ -748,6 +853,7 @@ pub fn crustlet_volumes_and_env(c: &Cluster) {
 }
 
 pub fn crustlet_image_and_config_errors(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let missing = c.image.replace("busybox:1", "no-such-image:1");
     apply(
         c,
@@ -825,6 +931,7 @@ fn read_trim(p: &std::path::Path) -> String {
 }
 
 pub fn crustlet_requests_and_limits_in_cgroups(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let p = run_pod(
         c,
         pod(c, "res", "exec sleep 3600", |p| {
@@ -875,28 +982,28 @@ pub fn crustlet_requests_and_limits_in_cgroups(c: &Cluster) {
 
 // ---- deletion -------------------------------------------------------------------------
 
-fn delete_timed(c: &Cluster, name: &str) -> Duration {
+fn delete_timed(c: &Crustlet, name: &str) -> Duration {
     let start = Instant::now();
     let out = run_timeout(
-        &mut c.kubectl(&["-n", NS, "delete", "pod", name, "--wait=true"]),
+        &mut c.kubectl(&["-n", c.ns, "delete", "pod", name, "--wait=true"]),
         Duration::from_secs(90),
     );
     assert!(out.status.success(), "{}", s(&out.stderr));
     start.elapsed()
 }
 
-/// The crustlet's crustd has nothing (not even stopped) of pod `name`.
-fn gone_from_crustd(c: &Cluster, name: &str) {
+/// The crustlet's runtime has nothing (not even stopped) of pod `name`.
+fn gone_from_crustd(c: &Crustlet, name: &str) {
     let label = format!("io.kubernetes.pod.name={name}");
-    wait_for(&format!("crustd to forget {name}"), T, |last| {
-        let pods = ok(c.crustlet_crictl(&["pods", "-q", "--label", &label]));
-        let ctrs = ok(c.crustlet_crictl(&["ps", "-a", "-q", "--label", &label]));
+    wait_for(&format!("{} to forget {name}", c.runtime), T, |last| {
+        let pods = ok(c.node_crictl(&["pods", "-q", "--label", &label]));
+        let ctrs = ok(c.node_crictl(&["ps", "-a", "-q", "--label", &label]));
         *last = format!("sandboxes {pods:?}, containers {ctrs:?}");
         (pods.trim().is_empty() && ctrs.trim().is_empty()).then_some(())
     });
 }
 
-pub fn crustlet_graceful_deletion(c: &Cluster) {
+fn graceful_deletion(c: &Crustlet) {
     let dir = control_dir(c, "graceful");
     run_pod(
         c,
@@ -953,6 +1060,7 @@ pub fn crustlet_graceful_deletion(c: &Cluster) {
 // ---- static pods ----------------------------------------------------------------------
 
 pub fn crustlet_static_pod_mirrored(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let manifest = c.path("crustlet-manifests/static.yaml");
     std::fs::write(
         &manifest,
@@ -1050,6 +1158,7 @@ fn digest(p: &Value, events: &[String]) -> Value {
 /// The same pods on the kubelet's node and on the crustlet's: once each has settled
 /// (the condition of the case), what they show must be the same.
 pub fn crustlet_same_as_kubelet(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     type Settled = fn(&Value) -> bool;
     type Case = (&'static str, &'static str, fn(&mut Value), Settled);
     let cases: Vec<Case> = vec![
@@ -1168,7 +1277,7 @@ pub fn crustlet_same_as_kubelet(c: &Cluster) {
 
 // ---- faults: crustd and the crustlet restarted ---------------------------------------
 
-fn snapshot(c: &Cluster, pods: &[&str]) -> Vec<(String, u64)> {
+fn snapshot(c: &Crustlet, pods: &[&str]) -> Vec<(String, u64)> {
     pods.iter()
         .map(|n| {
             let p = get(c, "pod", n).unwrap();
@@ -1181,7 +1290,7 @@ fn snapshot(c: &Cluster, pods: &[&str]) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn survivors_unchanged(c: &Cluster, pods: &[&str], before: &[(String, u64)]) {
+fn survivors_unchanged(c: &Crustlet, pods: &[&str], before: &[(String, u64)]) {
     // Several status syncs of the crustlet.
     std::thread::sleep(Duration::from_secs(5));
     for (n, (id, restarts)) in pods.iter().zip(before) {
@@ -1196,7 +1305,7 @@ fn survivors_unchanged(c: &Cluster, pods: &[&str], before: &[(String, u64)]) {
     }
 }
 
-fn node_ready_is(c: &Cluster, want: &str, limit: Duration) {
+fn node_ready_is(c: &Crustlet, want: &str, limit: Duration) {
     wait_for(
         &format!("the crustlet's node Ready={want}"),
         limit,
@@ -1210,6 +1319,7 @@ fn node_ready_is(c: &Cluster, want: &str, limit: Duration) {
 }
 
 pub fn crustlet_crustd_killed_and_restarted(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let pods = ["survivor-a", "survivor-b"];
     for n in pods {
         run_pod(c, pod(c, n, "exec sleep 3600", |_| {}));
@@ -1226,6 +1336,7 @@ pub fn crustlet_crustd_killed_and_restarted(c: &Cluster) {
 }
 
 pub fn crustlet_restarted_adopts_its_pods(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
     let pods = ["survivor-a", "survivor-b"];
     if get(c, "pod", pods[0]).is_none() {
         for n in pods {
@@ -1251,7 +1362,7 @@ pub fn crustlet_restarted_adopts_its_pods(c: &Cluster) {
     );
     // The containers kept running without it.
     let running_now =
-        ok(c.crustlet_crictl(&["ps", "-q", "--label", "io.kubernetes.pod.name=survivor-a"]));
+        ok(c.node_crictl(&["ps", "-q", "--label", "io.kubernetes.pod.name=survivor-a"]));
     assert!(!running_now.trim().is_empty(), "survivor-a stopped");
     c.start_crustlet();
     wait_for("the graceful deletion to finish", T, |_| {
@@ -1265,8 +1376,8 @@ pub fn crustlet_restarted_adopts_its_pods(c: &Cluster) {
 }
 
 /// Everything of the crustlet namespace deleted through the API: nothing left in the
-/// crustlet's crustd.
-pub fn crustlet_nothing_left_in_crustd(c: &Cluster) {
+/// crustlet's runtime.
+fn nothing_left(c: &Crustlet) {
     kubectl(
         c,
         &[
@@ -1278,18 +1389,41 @@ pub fn crustlet_nothing_left_in_crustd(c: &Cluster) {
         ],
     );
     wait_for(
-        "the crustlet's crustd to have no pod or container",
+        &format!("the crustlet's {} to have no pod or container", c.runtime),
         Duration::from_secs(60),
         |last| {
-            let pods = ok(c.crustlet_crictl(&["pods", "-q"]));
-            let ctrs = ok(c.crustlet_crictl(&["ps", "-a", "-q"]));
+            let pods = ok(c.node_crictl(&["pods", "-q"]));
+            let ctrs = ok(c.node_crictl(&["ps", "-a", "-q"]));
             *last = format!("pods: {pods:?} containers: {ctrs:?}");
             (pods.trim().is_empty() && ctrs.trim().is_empty()).then_some(())
         },
     );
-    let records = std::fs::read_dir(c.path("crustlet-crust-root/sandboxes"))
-        .map(|r| r.count())
-        .unwrap_or(0);
-    assert_eq!(records, 0, "sandbox records left in the crustlet's crustd");
-    assert!(c.crustlet_running(), "{}", c.log("crustlet"));
+    // No pod cgroup left behind (runc removes only its containers' own).
+    wait_for("the pod cgroups to go", Duration::from_secs(10), |last| {
+        let Some(kubepods) = c.cgroup_dir_named_under(&c.cgroup_root, "cpu", "kubepods") else {
+            return Some(());
+        };
+        let mut left = vec![];
+        for d in [
+            kubepods.clone(),
+            kubepods.join("burstable"),
+            kubepods.join("besteffort"),
+        ] {
+            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+                let n = e.file_name().to_string_lossy().to_string();
+                if n.starts_with("pod") {
+                    left.push(n);
+                }
+            }
+        }
+        *last = format!("{left:?}");
+        left.is_empty().then_some(())
+    });
+    if c.runtime == "crust" {
+        let records = std::fs::read_dir(c.path("crustlet-crust-root/sandboxes"))
+            .map(|r| r.count())
+            .unwrap_or(0);
+        assert_eq!(records, 0, "sandbox records left in the crustlet's crustd");
+    }
+    assert!(c.crustlet_up(), "{}", c.log(c.log_name));
 }
