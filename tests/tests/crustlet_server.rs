@@ -211,6 +211,7 @@ fn the_server_answers_what_kubectl_and_metrics_server_ask() {
         &[
             "--container-log-max-size=2Ki",
             "--container-log-max-files=3",
+            "--read-only-port=10255",
         ],
     );
     std::fs::write(cl.manifests.path().join("web.yaml"), POD).unwrap();
@@ -422,6 +423,22 @@ fn the_server_answers_what_kubectl_and_metrics_server_ask() {
     );
     let (c, _) = cl.get("/nope");
     assert_eq!(c, 404);
+    // The read-only port: plain HTTP, no authentication, no logs or exec.
+    let plain = |path: &str| {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", cl.netns.display()))
+            .args(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://127.0.0.1:10255{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(plain("/healthz"), "200");
+    assert_eq!(plain("/stats/summary"), "200");
+    assert_eq!(
+        plain(&format!("/containerLogs/default/web-{NODE}/fixed")),
+        "404"
+    );
     // The self-signed certificate is in --cert-dir (the root dir's pki), for the node.
     let cert = cl.root.path().join("root/pki/kubelet.crt");
     let text = Command::new("openssl")
@@ -595,6 +612,9 @@ fn ephemeral_containers_run_once_in_their_targets_pid_namespace() {
     let d = Crustd::start();
     import_busybox(&d);
     let cl = Crustlet::start(&d, &[]);
+    cl.wait_for("healthz", Duration::from_secs(30), || {
+        (cl.get("/healthz").0 == 200).then_some(())
+    });
     std::fs::write(
         cl.manifests.path().join("dbg.yaml"),
         r#"
