@@ -2,6 +2,7 @@
 //! the apiserver (and static pods from a folder of manifests), and runs each through
 //! any CRI runtime (crustd by default), reporting their status back. See the README.
 
+mod cgroup;
 mod config;
 mod cri;
 mod ephemeral;
