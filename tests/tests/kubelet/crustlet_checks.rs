@@ -5,10 +5,10 @@
 //!
 //! The crustlet's pods live in the `crustlet` namespace, each with a toleration of the
 //! node's taint and a nodeSelector for it (the scheduler binds them, as on any node), so
-//! the kubelet checks' pods and their cleanup never meet them. The crustlet has no HTTPS
-//! server yet: nothing here uses `kubectl logs`/`exec`; a container's output is read from
-//! its CRI log file under the crustlet's `--pod-logs-dir`, and the test drives
-//! containers through files of a hostPath volume.
+//! the kubelet checks' pods and their cleanup never meet them. These checks read a
+//! container's output from its CRI log file under the crustlet's `--pod-logs-dir` and
+//! drive containers through files of a hostPath volume; `kubectl logs`/`exec` and the
+//! rest of the HTTPS server have their own checks (crustlet_server_checks.rs).
 //!
 //! The core of them runs on the cluster's third node too, the crustlet on containerd
 //! (`crustlet-containerd`, pods in namespace `crustlet-containerd`): the same check
@@ -1427,3 +1427,9 @@ fn nothing_left(c: &Crustlet) {
     }
     assert!(c.crustlet_up(), "{}", c.log(c.log_name));
 }
+
+// The checks of the crustlet's HTTPS server (kubectl logs, exec, attach, port-forward,
+// cp, debug, stats through the apiserver).
+#[path = "crustlet_server_checks.rs"]
+mod server_checks;
+pub use server_checks::*;

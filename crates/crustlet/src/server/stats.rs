@@ -297,6 +297,18 @@ struct PodReading {
     containers: Vec<cri::ContainerStats>,
 }
 
+fn reading(s: cri::PodSandboxStats) -> Option<PodReading> {
+    let l = s.linux.unwrap_or_default();
+    Some(PodReading {
+        attrs: s.attributes?,
+        cpu: l.cpu,
+        memory: l.memory,
+        network: l.network,
+        processes: l.process.and_then(|p| opt(&p.process_count)),
+        containers: l.containers,
+    })
+}
+
 async fn pod_readings(ctx: &Ctx) -> anyhow::Result<Vec<PodReading>> {
     let mut rt = ctx.cri.runtime.clone();
     match rt
@@ -308,21 +320,43 @@ async fn pod_readings(ctx: &Ctx) -> anyhow::Result<Vec<PodReading>> {
                 .into_inner()
                 .stats
                 .into_iter()
-                .filter_map(|s| {
-                    let l = s.linux.unwrap_or_default();
-                    Some(PodReading {
-                        attrs: s.attributes?,
-                        cpu: l.cpu,
-                        memory: l.memory,
-                        network: l.network,
-                        processes: l.process.and_then(|p| opt(&p.process_count)),
-                        containers: l.containers,
-                    })
-                })
+                .filter_map(reading)
                 .collect())
         }
         Err(s) if s.code() == tonic::Code::Unimplemented => {}
-        Err(s) => anyhow::bail!("ListPodSandboxStats: {}", s.message()),
+        Err(s) => {
+            // containerd fails the whole list when one sandbox is not ready (a
+            // finished pod's): ask for each ready one instead.
+            tracing::debug!("ListPodSandboxStats: {}; asking per sandbox", s.message());
+            let ready = rt
+                .list_pod_sandbox(cri::ListPodSandboxRequest {
+                    filter: Some(cri::PodSandboxFilter {
+                        state: Some(cri::PodSandboxStateValue {
+                            state: cri::PodSandboxState::SandboxReady as i32,
+                        }),
+                        ..Default::default()
+                    }),
+                })
+                .await?
+                .into_inner()
+                .items;
+            let mut out = vec![];
+            for sb in ready {
+                let r = rt
+                    .list_pod_sandbox_stats(cri::ListPodSandboxStatsRequest {
+                        filter: Some(cri::PodSandboxStatsFilter {
+                            id: sb.id.clone(),
+                            ..Default::default()
+                        }),
+                    })
+                    .await;
+                match r {
+                    Ok(r) => out.extend(r.into_inner().stats.into_iter().filter_map(reading)),
+                    Err(e) => tracing::debug!(sandbox = %sb.id, "PodSandboxStats: {}", e.message()),
+                }
+            }
+            return Ok(out);
+        }
     }
     // A runtime without pod stats: containers' stats summed per sandbox.
     let sandboxes = rt
