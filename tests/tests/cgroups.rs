@@ -12,8 +12,7 @@
 //! hierarchy ([`Hierarchy::nested_in_own_cgroup`]), under a name unique to the process
 //! and test, so tests run in parallel; a guard kills and removes them on panic too.
 //! Nothing else is touched and the test process itself is never moved. The processes
-//! put in cgroups are `sh` scripts using only commands busybox also has (the VM has
-//! nothing else).
+//! put in cgroups are `sh` scripts using only commands busybox also has.
 
 use cgroups::{CgroupManager, CgroupPath, Error, Hierarchy, Resources, Version};
 use crust_e2e::{proc_cgroup, require_root, unique};
