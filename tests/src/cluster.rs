@@ -124,6 +124,11 @@ const APPLETS: &[&str] = &[
 ];
 
 pub const NODE: &str = "crust-node";
+
+/// Hard eviction thresholds of every node agent in the cluster: low enough that a test
+/// machine's busy disk puts no node under pressure.
+const EVICTION_HARD: &str =
+    "memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%";
 /// The second node: the crustlet on a crustd of its own.
 pub const CRUSTLET_NODE: &str = "crustlet-node";
 /// The taint the crustlet's node gets once it registers, so that the kubelet checks'
@@ -1031,6 +1036,9 @@ current-context: crust
             .arg(format!("--pod-manifest-path={}", p("crustlet-manifests")))
             // The kubelet has 10250 on every address of the node namespace.
             .args(["--port", "10251"])
+            // The kubelet's relaxed thresholds: a CI disk full of build output must not
+            // put the node under DiskPressure (and its pods under the taint).
+            .arg(format!("--eviction-hard={EVICTION_HARD}"))
             .args(["--v", "2"]);
         *guard = Some(self.spawn_logged(cmd, "crustlet"));
     }
@@ -1235,6 +1243,9 @@ disabled_plugins = [
             .arg(format!("--pod-logs-dir={}", p("ctrdlet-pods")))
             .arg(format!("--cgroup-root={}", self.containerd_cgroup_root))
             .args(["--port", "10252"])
+            // The kubelet's relaxed thresholds: a CI disk full of build output must not
+            // put the node under DiskPressure (and its pods under the taint).
+            .arg(format!("--eviction-hard={EVICTION_HARD}"))
             .args(["--v", "2"]);
         *guard = Some(self.spawn_logged(cmd, "ctrdlet"));
     }
@@ -1281,7 +1292,7 @@ disabled_plugins = [
                 "--root-dir=/var/lib/kubelet",
                 "--read-only-port=0",
                 "--node-status-update-frequency=4s",
-                "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%",
+                &format!("--eviction-hard={EVICTION_HARD}"),
                 "--eviction-minimum-reclaim=",
                 "--image-gc-high-threshold=100",
                 "--image-gc-low-threshold=99",

@@ -62,6 +62,10 @@ pub struct Flags {
     /// Usage (percent) image garbage collection brings it down to.
     #[arg(long)]
     pub image_gc_low_threshold: Option<u8>,
+    /// Hard eviction thresholds, as the kubelet's flag (`memory.available<100Mi,
+    /// nodefs.available<10%,...`): the pressure conditions and allocatable follow them.
+    #[arg(long)]
+    pub eviction_hard: Option<String>,
     /// Labels for the Node, `k=v,k2=v2`.
     #[arg(long, value_delimiter = ',')]
     pub node_labels: Vec<String>,
@@ -136,6 +140,7 @@ struct File {
     max_pods: Option<u32>,
     image_gc_high_threshold: Option<u8>,
     image_gc_low_threshold: Option<u8>,
+    eviction_hard: Option<String>,
     #[serde(default)]
     node_labels: Vec<String>,
     register_node: Option<bool>,
@@ -226,6 +231,7 @@ pub struct Config {
     pub cluster_domain: String,
     pub max_pods: u32,
     pub image_gc_high: u8,
+    pub eviction_hard: crate::node::status::Thresholds,
     pub image_gc_low: u8,
     pub node_labels: Vec<(String, String)>,
     pub register_node: bool,
@@ -312,6 +318,12 @@ impl Config {
                 .or(file.cluster_domain)
                 .unwrap_or_else(|| "cluster.local".to_string()),
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
+            eviction_hard: match flags.eviction_hard.or(file.eviction_hard) {
+                Some(e) => {
+                    crate::node::status::Thresholds::parse(&e).map_err(anyhow::Error::msg)?
+                }
+                None => Default::default(),
+            },
             image_gc_high: flags
                 .image_gc_high_threshold
                 .or(file.image_gc_high_threshold)

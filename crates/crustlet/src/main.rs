@@ -107,6 +107,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyhow::Result<()> {
+    node::status::set_thresholds(cfg.eviction_hard);
     let cri = cri::Cri::lazy(&cfg.runtime_socket);
     let client = match &cfg.kubeconfig {
         Some(path) => {

@@ -11,7 +11,7 @@
 //! functions, tested without an apiserver).
 
 pub(crate) mod host;
-mod status;
+pub(crate) mod status;
 
 use crate::config::Config;
 use crate::cri::Cri;
@@ -98,7 +98,11 @@ pub fn memory_allocatable() -> i64 {
         .sum();
     (memory_capacity() as u64)
         .saturating_sub(huge)
-        .saturating_sub(status::MEMORY_AVAILABLE_MIN) as i64
+        .saturating_sub(
+            status::thresholds()
+                .memory_available
+                .of(memory_capacity() as u64),
+        ) as i64
 }
 
 /// The node's CPU capacity (and allocatable: nothing is reserved) in millicores: the

@@ -558,6 +558,7 @@ mod tests {
             cluster_domain: "cluster.local".into(),
             max_pods: 110,
             image_gc_high: 85,
+            eviction_hard: Default::default(),
             image_gc_low: 80,
             node_labels: vec![],
             register_node: true,

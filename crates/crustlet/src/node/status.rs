@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 /// The kubelet's default hard eviction thresholds (`memory.available<100Mi`,
 /// `nodefs.available<10%`, `nodefs.inodesFree<5%`): the same numbers make the pressure
 /// conditions and are taken off allocatable, so a scheduler sees what a kubelet node shows.
+/// `--eviction-hard` sets others (see [`Thresholds::parse`]).
 pub const MEMORY_AVAILABLE_MIN: u64 = 100 << 20;
 pub const NODEFS_AVAILABLE_MIN_PERCENT: u64 = 10;
 pub const NODEFS_INODES_FREE_MIN_PERCENT: u64 = 5;
@@ -17,6 +18,94 @@ pub const NODEFS_INODES_FREE_MIN_PERCENT: u64 = 5;
 /// out of the box; the crustlet does at under a tenth of the pids left, well before forks
 /// start failing.
 pub const PIDS_AVAILABLE_MIN_PERCENT: u64 = 10;
+
+/// A threshold as `--eviction-hard` gives it: an amount or a percentage of the total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Amount(u64),
+    Percent(u64),
+}
+
+impl Limit {
+    /// The threshold in units of `total`.
+    pub fn of(self, total: u64) -> u64 {
+        match self {
+            Limit::Amount(a) => a,
+            // The kubelet turns the percentage into bytes by truncating a float product.
+            Limit::Percent(p) => total / 100 * p + total % 100 * p / 100,
+        }
+    }
+}
+
+/// The hard eviction thresholds the pressure conditions and allocatable follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    pub memory_available: Limit,
+    pub nodefs_available: Limit,
+    pub nodefs_inodes_free: Limit,
+    pub pid_available: Limit,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            memory_available: Limit::Amount(MEMORY_AVAILABLE_MIN),
+            nodefs_available: Limit::Percent(NODEFS_AVAILABLE_MIN_PERCENT),
+            nodefs_inodes_free: Limit::Percent(NODEFS_INODES_FREE_MIN_PERCENT),
+            pid_available: Limit::Percent(PIDS_AVAILABLE_MIN_PERCENT),
+        }
+    }
+}
+
+static THRESHOLDS: std::sync::OnceLock<Thresholds> = std::sync::OnceLock::new();
+
+/// The node's thresholds: set once at start from the flag, the kubelet's defaults else.
+pub fn thresholds() -> Thresholds {
+    THRESHOLDS.get().copied().unwrap_or_default()
+}
+
+/// Sets the thresholds for the life of the process (first call wins).
+pub fn set_thresholds(t: Thresholds) {
+    let _ = THRESHOLDS.set(t);
+}
+
+impl Thresholds {
+    /// The kubelet's `--eviction-hard` syntax: `signal<value` pairs separated by commas,
+    /// a value being a quantity (`100Mi`, `1000`) or a percentage (`10%`). Signals not
+    /// named keep their defaults; `imagefs.*` are taken and left to image GC.
+    pub fn parse(s: &str) -> Result<Thresholds, String> {
+        let mut t = Thresholds::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (signal, value) = part
+                .split_once('<')
+                .ok_or_else(|| format!("--eviction-hard: {part:?} is not signal<value"))?;
+            let limit = match value.strip_suffix('%') {
+                Some(p) => Limit::Percent(
+                    p.parse::<f64>()
+                        .ok()
+                        .filter(|p| (0.0..=100.0).contains(p))
+                        .map(|p| p as u64)
+                        .ok_or_else(|| format!("--eviction-hard: bad percentage {value:?}"))?,
+                ),
+                None => Limit::Amount(
+                    crate::quantity::value(&Quantity(value.to_string()))
+                        .ok()
+                        .and_then(|v| u64::try_from(v).ok())
+                        .ok_or_else(|| format!("--eviction-hard: bad quantity {value:?}"))?,
+                ),
+            };
+            match signal {
+                "memory.available" => t.memory_available = limit,
+                "nodefs.available" => t.nodefs_available = limit,
+                "nodefs.inodesFree" => t.nodefs_inodes_free = limit,
+                "pid.available" => t.pid_available = limit,
+                "imagefs.available" | "imagefs.inodesFree" => {}
+                other => return Err(format!("--eviction-hard: unknown signal {other:?}")),
+            }
+        }
+        Ok(t)
+    }
+}
 
 /// The kubelet's `nodeStatusMaxImages` and `MaxNamesPerImageInNodeStatus`.
 pub const MAX_IMAGES: usize = 50;
@@ -58,7 +147,7 @@ pub fn capacity(
         let a = r
             .mem_total
             .saturating_sub(huge)
-            .saturating_sub(MEMORY_AVAILABLE_MIN);
+            .saturating_sub(thresholds().memory_available.of(r.mem_total));
         both("memory", binary_si(r.mem_total), binary_si(a));
     }
     for (size, bytes) in &r.hugepages {
@@ -69,9 +158,10 @@ pub fn capacity(
         );
     }
     if let Some(fs) = r.fs {
-        // The kubelet turns the percentage into bytes by truncating a float product.
-        let reserve = fs.capacity / 100 * NODEFS_AVAILABLE_MIN_PERCENT
-            + fs.capacity % 100 * NODEFS_AVAILABLE_MIN_PERCENT / 100;
+        let reserve = thresholds()
+            .nodefs_available
+            .of(fs.capacity)
+            .min(fs.capacity);
         both(
             "ephemeral-storage",
             binary_si(fs.capacity),
@@ -82,15 +172,14 @@ pub fn capacity(
 }
 
 pub fn memory_pressure(r: &Readings) -> bool {
-    matches!(r.mem_available, Some(a) if a < MEMORY_AVAILABLE_MIN)
+    matches!(r.mem_available, Some(a) if a < thresholds().memory_available.of(r.mem_total))
 }
 
 pub fn disk_pressure(r: &Readings) -> bool {
     let Some(fs) = r.fs else { return false };
-    let low_space =
-        fs.capacity > 0 && fs.available * 100 < fs.capacity * NODEFS_AVAILABLE_MIN_PERCENT;
-    let low_inodes =
-        fs.inodes > 0 && fs.inodes_free * 100 < fs.inodes * NODEFS_INODES_FREE_MIN_PERCENT;
+    let t = thresholds();
+    let low_space = fs.capacity > 0 && fs.available < t.nodefs_available.of(fs.capacity);
+    let low_inodes = fs.inodes > 0 && fs.inodes_free < t.nodefs_inodes_free.of(fs.inodes);
     low_space || low_inodes
 }
 
@@ -98,7 +187,7 @@ pub fn pid_pressure(r: &Readings) -> bool {
     let Some((max, now)) = r.pids else {
         return false;
     };
-    max.saturating_sub(now) * 100 < max * PIDS_AVAILABLE_MIN_PERCENT
+    max.saturating_sub(now) < thresholds().pid_available.of(max)
 }
 
 /// What the runtime said when asked for its Status.
@@ -419,6 +508,23 @@ mod tests {
                 "Missing node capacity for resources: memory, ephemeral-storage".into()
             )
         );
+    }
+
+    #[test]
+    fn eviction_hard_parses_as_the_kubelets() {
+        let t = Thresholds::parse(
+            "memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%",
+        )
+        .unwrap();
+        assert_eq!(t.memory_available, Limit::Amount(1 << 20));
+        assert_eq!(t.nodefs_available, Limit::Percent(1));
+        assert_eq!(t.pid_available, Thresholds::default().pid_available);
+        assert_eq!(Limit::Percent(10).of(1000), 100);
+        assert!(Thresholds::parse("disk.full<1%")
+            .unwrap_err()
+            .contains("disk.full"));
+        assert!(Thresholds::parse("memory.available=1Mi").is_err());
+        assert!(Thresholds::parse("nodefs.available<150%").is_err());
     }
 
     #[test]
