@@ -34,11 +34,8 @@ pub enum InputError {
 impl InputError {
     /// The container waiting reason the kubelet shows for it.
     pub fn reason(&self) -> &'static str {
-        match self {
-            InputError::Invalid(_) => "CreateContainerConfigError",
-            InputError::Missing(_) => "CreateContainerConfigError",
-            InputError::Api(_) => "CreateContainerConfigError",
-        }
+        // The kubelet shows every failure to gather a container's inputs alike.
+        "CreateContainerConfigError"
     }
 }
 

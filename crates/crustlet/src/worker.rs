@@ -640,9 +640,7 @@ impl Worker {
         let envs = match inputs.env(c, &pod_ip).await {
             Ok(e) => e,
             Err(e) => {
-                self.event(pod, true, "Failed", format!("Error: {e}"));
-                self.waiting
-                    .insert(c.name.clone(), (e.reason().into(), e.to_string()));
+                self.failed(pod, &c.name, e.reason(), e.to_string());
                 return;
             }
         };
@@ -659,11 +657,7 @@ impl Worker {
         let mut mounts = match paths.mounts(c) {
             Ok(m) => m,
             Err(e) => {
-                self.waiting.insert(
-                    c.name.clone(),
-                    ("CreateContainerConfigError".into(), e.clone()),
-                );
-                self.event(pod, true, "Failed", format!("Error: {e}"));
+                self.failed(pod, &c.name, "CreateContainerConfigError", e);
                 return;
             }
         };
@@ -695,11 +689,7 @@ impl Worker {
         ) {
             Ok(cfg) => cfg,
             Err(e) => {
-                self.waiting.insert(
-                    c.name.clone(),
-                    ("CreateContainerConfigError".into(), e.clone()),
-                );
-                self.event(pod, true, "Failed", format!("Error: {e}"));
+                self.failed(pod, &c.name, "CreateContainerConfigError", e);
                 return;
             }
         };
@@ -717,9 +707,7 @@ impl Worker {
             Ok(r) => r.into_inner().container_id,
             Err(e) => {
                 let msg = e.message().to_string();
-                self.event(pod, true, "Failed", format!("Error: {msg}"));
-                self.waiting
-                    .insert(c.name.clone(), ("CreateContainerError".into(), msg));
+                self.failed(pod, &c.name, "CreateContainerError", msg);
                 return;
             }
         };
@@ -736,9 +724,7 @@ impl Worker {
             .await
         {
             let msg = e.message().to_string();
-            self.event(pod, true, "Failed", format!("Error: {msg}"));
-            self.waiting
-                .insert(c.name.clone(), ("RunContainerError".into(), msg));
+            self.failed(pod, &c.name, "RunContainerError", msg);
             return;
         }
         self.event(
@@ -769,6 +755,14 @@ impl Worker {
                     .await;
             }
         }
+    }
+
+    /// A container that could not be made or started: the kubelet's `Failed` event
+    /// ("Error: ...") and the waiting reason its status shows until the next try.
+    fn failed(&mut self, pod: &Pod, name: &str, reason: &str, msg: String) {
+        self.event(pod, true, "Failed", format!("Error: {msg}"));
+        self.waiting
+            .insert(name.to_string(), (reason.to_string(), msg));
     }
 
     fn termination_file(&self, pod: &Pod, name: &str, attempt: u32) -> PathBuf {
