@@ -1,6 +1,6 @@
-//! Liveness, readiness and startup probes: exec (through CRI ExecSync), HTTP GET and
-//! TCP, run from the node against the pod's IP as the kubelet runs them, with the
-//! probe's delay, period, timeout and thresholds.
+//! Liveness, readiness and startup probes: exec (through CRI ExecSync), HTTP GET, TCP
+//! and gRPC (`grpc.health.v1.Health/Check`), run from the node against the pod's IP as
+//! the kubelet runs them, with the probe's delay, period, timeout and thresholds.
 
 use crate::cri::Cri;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
@@ -132,8 +132,13 @@ pub async fn run(cri: &Cri, p: &Probe, c: &Container, id: &str, ip: &str) -> (Ou
             }
             Err(e) => Err(e),
         }
+    } else if let Some(g) = &p.grpc {
+        match u16::try_from(g.port) {
+            Ok(port) => grpc_check(ip, port, g.service.as_deref().unwrap_or(""), timeout).await,
+            Err(_) => Err(format!("port {} out of range", g.port)),
+        }
     } else {
-        Err("probe has no handler (exec, httpGet or tcpSocket)".into())
+        Err("probe has no handler (exec, httpGet, tcpSocket or grpc)".into())
     };
     match r {
         Ok(m) => (Outcome::Success, m),
@@ -243,6 +248,121 @@ async fn http_get(
     }
 }
 
+/// The two messages of the gRPC health checking protocol (package `grpc.health.v1`) a
+/// probe needs, written out instead of generated from its `.proto`.
+pub mod health {
+    pub const CHECK: &str = "/grpc.health.v1.Health/Check";
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct HealthCheckRequest {
+        #[prost(string, tag = "1")]
+        pub service: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct HealthCheckResponse {
+        #[prost(enumeration = "ServingStatus", tag = "1")]
+        pub status: i32,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+    #[repr(i32)]
+    pub enum ServingStatus {
+        Unknown = 0,
+        Serving = 1,
+        NotServing = 2,
+        ServiceUnknown = 3,
+    }
+
+    /// The status as the protocol names it (`NOT_SERVING`); a number it does not know.
+    pub fn status_name(status: i32) -> String {
+        match ServingStatus::try_from(status) {
+            Ok(ServingStatus::Unknown) => "UNKNOWN".into(),
+            Ok(ServingStatus::Serving) => "SERVING".into(),
+            Ok(ServingStatus::NotServing) => "NOT_SERVING".into(),
+            Ok(ServingStatus::ServiceUnknown) => "SERVICE_UNKNOWN".into(),
+            Err(_) => status.to_string(),
+        }
+    }
+}
+
+/// A gRPC health check of `service` at `host:port` over plain-text HTTP/2, all of it
+/// within `timeout`; SERVING is a success. The messages are the kubelet's. As the
+/// kubelet's blocking dial, a refused connection is tried again until the time is up.
+async fn grpc_check(
+    host: &str,
+    port: u16,
+    service: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    use health::{HealthCheckRequest, HealthCheckResponse, ServingStatus};
+    let deadline = tokio::time::Instant::now() + timeout;
+    let addr = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let secs = timeout.as_secs();
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| format!("error: failed to connect service at {addr:?}: {e}"))?
+        .user_agent("kube-probe/1.28")
+        .map_err(|e| e.to_string())?;
+    let channel = loop {
+        let refused = match tokio::time::timeout_at(deadline, endpoint.connect()).await {
+            Ok(Ok(ch)) => break ch,
+            Ok(Err(e)) => e,
+            Err(_) => {
+                return Err(format!(
+                    "timeout: failed to connect service {addr:?} within {secs}s: context deadline exceeded"
+                ))
+            }
+        };
+        tracing::trace!(%addr, "grpc probe: {refused}");
+        tokio::time::sleep_until(
+            deadline.min(tokio::time::Instant::now() + Duration::from_millis(200)),
+        )
+        .await;
+    };
+    let mut client = tonic::client::Grpc::new(channel);
+    let call = async {
+        client
+            .ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        client
+            .unary(
+                tonic::Request::new(HealthCheckRequest {
+                    service: service.to_string(),
+                }),
+                tonic::codegen::http::uri::PathAndQuery::from_static(health::CHECK),
+                tonic_prost::ProstCodec::<HealthCheckRequest, HealthCheckResponse>::default(),
+            )
+            .await
+    };
+    let slow = || format!("timeout: health rpc did not complete within {secs}s");
+    match tokio::time::timeout_at(deadline, call).await {
+        Err(_) => Err(slow()),
+        Ok(Err(s)) => Err(match s.code() {
+            tonic::Code::Unimplemented => format!(
+                "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
+                s.message()
+            ),
+            tonic::Code::DeadlineExceeded => slow(),
+            code => format!(
+                "error: health rpc probe failed: rpc error: code = {code:?} desc = {}",
+                s.message()
+            ),
+        }),
+        Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => {
+            Ok("service healthy".into())
+        }
+        Ok(Ok(r)) => Err(format!(
+            "service unhealthy (responded with {:?})",
+            health::status_name(r.get_ref().status)
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,5 +421,146 @@ mod tests {
         assert_eq!(port(&c, &IntOrString::String("web".into())), Ok(8080));
         assert_eq!(port(&c, &IntOrString::Int(81)), Ok(81));
         assert!(port(&c, &IntOrString::String("nope".into())).is_err());
+    }
+
+    /// A gRPC health server for the tests: each service name has a status (an unknown
+    /// name gets NOT_FOUND, as grpc-go's health server answers); `slow` answers late.
+    #[derive(Clone)]
+    struct HealthServer {
+        statuses: std::sync::Arc<HashMap<String, health::ServingStatus>>,
+        slow: Duration,
+    }
+
+    use std::collections::HashMap;
+    use tonic::codegen::{http, BoxFuture, Service};
+
+    impl tonic::server::NamedService for HealthServer {
+        const NAME: &'static str = "grpc.health.v1.Health";
+    }
+
+    impl tonic::server::UnaryService<health::HealthCheckRequest> for HealthServer {
+        type Response = health::HealthCheckResponse;
+        type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
+        fn call(&mut self, req: tonic::Request<health::HealthCheckRequest>) -> Self::Future {
+            let me = self.clone();
+            Box::pin(async move {
+                tokio::time::sleep(me.slow).await;
+                match me.statuses.get(&req.get_ref().service) {
+                    Some(s) => Ok(tonic::Response::new(health::HealthCheckResponse {
+                        status: *s as i32,
+                    })),
+                    None => Err(tonic::Status::not_found("unknown service")),
+                }
+            })
+        }
+    }
+
+    impl Service<http::Request<tonic::body::Body>> for HealthServer {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            let me = self.clone();
+            Box::pin(async move {
+                if req.uri().path() != health::CHECK {
+                    return Ok(tonic::Status::unimplemented("").into_http());
+                }
+                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+                Ok(grpc.unary(me, req).await)
+            })
+        }
+    }
+
+    /// Serves `h` on a port of 127.0.0.1 in the background; the port.
+    async fn serve(h: HealthServer) -> u16 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(h)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(l)),
+        );
+        port
+    }
+
+    #[tokio::test]
+    async fn grpc_health_checks() {
+        use health::ServingStatus::*;
+        let statuses: HashMap<String, health::ServingStatus> = [
+            ("".to_string(), Serving),
+            ("web".to_string(), Serving),
+            ("db".to_string(), NotServing),
+        ]
+        .into();
+        let statuses = std::sync::Arc::new(statuses);
+        let t = Duration::from_secs(1);
+        let port = serve(HealthServer {
+            statuses: statuses.clone(),
+            slow: Duration::ZERO,
+        })
+        .await;
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "", t).await,
+            Ok("service healthy".into())
+        );
+        assert!(grpc_check("127.0.0.1", port, "web", t).await.is_ok());
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "db", t).await,
+            Err(r#"service unhealthy (responded with "NOT_SERVING")"#.into())
+        );
+        let e = grpc_check("127.0.0.1", port, "nope", t).await.unwrap_err();
+        assert_eq!(
+            e,
+            "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"
+        );
+
+        // Nothing listening: tried until the time is up, as the kubelet's dial.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let started = Instant::now();
+        let e = grpc_check("127.0.0.1", closed, "", t).await.unwrap_err();
+        assert_eq!(
+            e,
+            format!("timeout: failed to connect service \"127.0.0.1:{closed}\" within 1s: context deadline exceeded")
+        );
+        assert!(
+            started.elapsed() >= t,
+            "gave up after {:?}",
+            started.elapsed()
+        );
+
+        // An answer later than the probe's timeout.
+        let slow = serve(HealthServer {
+            statuses,
+            slow: Duration::from_secs(3),
+        })
+        .await;
+        let started = Instant::now();
+        let e = grpc_check("127.0.0.1", slow, "", t).await.unwrap_err();
+        assert_eq!(e, "timeout: health rpc did not complete within 1s");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+
+        // Through `run`, as the worker runs it: the port is the probe's, the host the
+        // pod's IP (no runtime is needed).
+        let cri = Cri::lazy(std::path::Path::new("/nonexistent/cri.sock"));
+        let c = Container::default();
+        let probe = |v: serde_json::Value| serde_json::from_value::<Probe>(v).unwrap();
+        let p = probe(serde_json::json!({"grpc": {"port": port, "service": "db"}}));
+        let (r, m) = run(&cri, &p, &c, "", "127.0.0.1").await;
+        assert_eq!(r, Outcome::Failure, "{m}");
+        let p = probe(serde_json::json!({"grpc": {"port": port}}));
+        assert_eq!(run(&cri, &p, &c, "", "127.0.0.1").await.0, Outcome::Success);
     }
 }
