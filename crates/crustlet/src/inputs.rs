@@ -97,8 +97,13 @@ impl Inputs<'_> {
     async fn volume(&self, v: &Volume) -> Result<PathBuf, InputError> {
         let dir = |plugin: &str| self.pod_dir.join("volumes").join(plugin).join(&v.name);
         let io = |p: &Path, e: std::io::Error| InputError::Invalid(format!("{}: {e}", p.display()));
-        if v.empty_dir.is_some() {
+        if let Some(ed) = &v.empty_dir {
             let d = dir("kubernetes.io~empty-dir");
+            if ed.medium.as_deref() == Some("Memory") {
+                let size = crate::tmpfs::size(ed, self.pod, crate::node::memory_allocatable());
+                crate::tmpfs::set_up(&d, size).map_err(|e| io(&d, e))?;
+                return Ok(d);
+            }
             std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
             // World-writable, as the kubelet makes them, so any user in the pod can write.
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))

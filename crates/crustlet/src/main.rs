@@ -14,6 +14,7 @@ mod probe;
 mod quantity;
 mod server;
 mod spec;
+mod tmpfs;
 mod worker;
 
 use clap::Parser;

@@ -89,8 +89,8 @@ pub fn memory_capacity() -> i64 {
 
 /// The node's allocatable memory in bytes, as posted in the Node's status: MemTotal less
 /// hugepages and the 100Mi eviction threshold. The kubelet gives containers without a
-/// memory limit this as their `limits.memory` (downward API).
-#[allow(dead_code)] // for the pod workers' downward API; no caller yet
+/// memory limit this as their `limits.memory` (downward API), and it bounds the size of
+/// Memory emptyDirs.
 pub fn memory_allocatable() -> i64 {
     let huge: u64 = host::hugepages(std::path::Path::new("/sys/kernel/mm/hugepages"))
         .iter()

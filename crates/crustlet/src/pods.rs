@@ -346,7 +346,7 @@ async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>) {
         tracing::info!(sandbox = %s.id, uid = %uid, "removing the sandbox of a pod that no longer exists");
         ctx.cri.remove_sandbox(&s.id).await;
         crate::cgroup::remove_pod(&ctx.cfg, uid).await;
-        let _ = std::fs::remove_dir_all(ctx.cfg.pod_dir(uid));
+        crate::tmpfs::remove_pod_dir(&ctx.cfg.pod_dir(uid));
     }
 }
 

@@ -1417,7 +1417,7 @@ impl Worker {
             self.ctx.cri.remove_sandbox(&s.id).await;
         }
         crate::cgroup::remove_pod(&self.ctx.cfg, &uid).await;
-        let _ = std::fs::remove_dir_all(self.ctx.cfg.pod_dir(&uid));
+        crate::tmpfs::remove_pod_dir(&self.ctx.cfg.pod_dir(&uid));
         self.ctx.seen.gone(&uid);
         if delete {
             if let Some(client) = self.ctx.client.clone() {
