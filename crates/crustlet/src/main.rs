@@ -55,7 +55,15 @@ impl Ctx {
             },
             reason: reason.to_string(),
             note: Some(note.chars().take(1024).collect()),
-            action: reason.to_string(),
+            // The recorder folds the events of one (type, reason, action) into a series
+            // that keeps the first note; the kubelet keeps an event per message, so a
+            // probe failing in a new way shows. The action carries the note's hash.
+            action: format!("{reason}-{:016x}", {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::hash::DefaultHasher::new();
+                note.hash(&mut h);
+                h.finish()
+            }),
             secondary: None,
         };
         tokio::spawn(async move {
