@@ -16,10 +16,13 @@
 
 #[path = "kubelet/crustlet_checks.rs"]
 mod crustlet_checks;
+#[path = "kubelet/crustlet_probe_volume_checks.rs"]
+mod crustlet_probe_volume_checks;
 
 use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, ContainerdFor, Options, NODE};
 use crust_e2e::terminal::{shell_words, Terminal};
 use crustlet_checks::*;
+use crustlet_probe_volume_checks::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Output, Stdio};
@@ -1304,6 +1307,9 @@ fn main() {
             crustlet_graceful_deletion,
             crustlet_static_pod_mirrored,
             crustlet_same_as_kubelet,
+            crustlet_grpc_probes,
+            crustlet_grpc_probe_same_as_kubelet,
+            crustlet_memory_empty_dir,
             containerd_pod_running,
             containerd_init_containers_in_order,
             containerd_restart_policies,
@@ -1312,6 +1318,8 @@ fn main() {
             containerd_startup_probe_tcp,
             containerd_volumes_and_env,
             containerd_graceful_deletion,
+            containerd_grpc_probes,
+            containerd_memory_empty_dir,
             pod_running_with_ip,
             logs,
             logs_follow,

@@ -122,13 +122,13 @@ on_both! {
     nothing_left => crustlet_nothing_left_in_crustd, containerd_nothing_left;
 }
 
-fn kubectl(c: &Crustlet, args: &[&str]) -> String {
+pub(crate) fn kubectl(c: &Crustlet, args: &[&str]) -> String {
     let mut full = vec!["-n", c.ns];
     full.extend_from_slice(args);
     ok(c.kubectl(&full))
 }
 
-fn get(c: &Crustlet, kind: &str, name: &str) -> Option<Value> {
+pub(crate) fn get(c: &Crustlet, kind: &str, name: &str) -> Option<Value> {
     let out = run_timeout(
         &mut c.kubectl(&["-n", c.ns, "get", kind, name, "-o", "json"]),
         T,
@@ -147,7 +147,7 @@ fn node(c: &Cluster, name: &str) -> Option<Value> {
         .flatten()
 }
 
-fn condition<'a>(v: &'a Value, t: &str) -> Option<&'a Value> {
+pub(crate) fn condition<'a>(v: &'a Value, t: &str) -> Option<&'a Value> {
     v["status"]["conditions"]
         .as_array()?
         .iter()
@@ -166,11 +166,11 @@ fn place(spec: &mut Value, to: &str) {
 
 /// A pod of one container `main` running `script` in the crustlet namespace, for the
 /// crustlet's node, changed by `change`.
-fn pod(c: &Crustlet, name: &str, script: &str, change: impl FnOnce(&mut Value)) -> Value {
+pub(crate) fn pod(c: &Crustlet, name: &str, script: &str, change: impl FnOnce(&mut Value)) -> Value {
     pod_on(c, c.node, name, script, change)
 }
 
-fn pod_on(
+pub(crate) fn pod_on(
     c: &Crustlet,
     to: &str,
     name: &str,
@@ -191,7 +191,7 @@ fn pod_on(
     p
 }
 
-fn wait_pod(
+pub(crate) fn wait_pod(
     c: &Crustlet,
     name: &str,
     what: &str,
@@ -209,7 +209,7 @@ fn running(p: &Value) -> bool {
     super::running(p)
 }
 
-fn run_pod(c: &Crustlet, p: Value) -> Value {
+pub(crate) fn run_pod(c: &Crustlet, p: Value) -> Value {
     let name = p["metadata"]["name"].as_str().unwrap().to_string();
     apply(c, p);
     wait_pod(c, &name, "Running", Duration::from_secs(90), running)
@@ -244,7 +244,7 @@ fn log_of(c: &Crustlet, p: &Value, ctr: &str, attempt: u32) -> String {
 }
 
 /// Waits until the container's log has a line starting with `prefix`; all its lines.
-fn wait_log(c: &Crustlet, p: &Value, ctr: &str, prefix: &str) -> String {
+pub(crate) fn wait_log(c: &Crustlet, p: &Value, ctr: &str, prefix: &str) -> String {
     wait_for(&format!("a log line {prefix:?}"), T, |last| {
         let l = log_of(c, p, ctr, 0);
         *last = l.clone();
@@ -982,7 +982,7 @@ pub fn crustlet_requests_and_limits_in_cgroups(c: &Cluster) {
 
 // ---- deletion -------------------------------------------------------------------------
 
-fn delete_timed(c: &Crustlet, name: &str) -> Duration {
+pub(crate) fn delete_timed(c: &Crustlet, name: &str) -> Duration {
     let start = Instant::now();
     let out = run_timeout(
         &mut c.kubectl(&["-n", c.ns, "delete", "pod", name, "--wait=true"]),
@@ -993,7 +993,7 @@ fn delete_timed(c: &Crustlet, name: &str) -> Duration {
 }
 
 /// The crustlet's runtime has nothing (not even stopped) of pod `name`.
-fn gone_from_crustd(c: &Crustlet, name: &str) {
+pub(crate) fn gone_from_crustd(c: &Crustlet, name: &str) {
     let label = format!("io.kubernetes.pod.name={name}");
     wait_for(&format!("{} to forget {name}", c.runtime), T, |last| {
         let pods = ok(c.node_crictl(&["pods", "-q", "--label", &label]));
