@@ -385,7 +385,7 @@ fn node_mounts_of(c: &Cluster, uid: &str) -> Vec<String> {
 /// below the pod's memory limit, the pod's limit when the sizeLimit is above it or
 /// unset, the node's allocatable memory for a pod without limits; full, they refuse
 /// more; a disk emptyDir with a sizeLimit stays on disk. One mount each on the node,
-/// none once the pods are deleted.
+/// still one after the minute's refresh of the volumes, none once the pods are deleted.
 fn memory_empty_dir(c: &Crustlet) {
     let script = "for d in small lim over disk; do echo \"mount-$d: $(grep \" /v/$d \" /proc/mounts)\"; done; \
                   df -k /v/small | tail -n 1 | sed 's/^/df-small: /'; \
@@ -409,6 +409,8 @@ fn memory_empty_dir(c: &Crustlet) {
             p["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "64Mi"}});
         }),
     );
+    // Its volumes were set up before it ran.
+    let set_up = std::time::Instant::now();
     let free_script =
         "echo \"mount-lim: $(grep ' /v/lim ' /proc/mounts)\"; echo done; exec sleep 3600";
     let free = run_pod(
@@ -470,6 +472,28 @@ fn memory_empty_dir(c: &Crustlet) {
             .iter()
             .any(|l| l.contains("kubernetes.io~empty-dir/disk ")),
         "{on_node:#?}"
+    );
+
+    // The volumes are set up again every minute (as by a restarted crustlet adopting
+    // the pod): each tmpfs stays, with what the container wrote, not mounted over.
+    std::thread::sleep(Duration::from_secs(66).saturating_sub(set_up.elapsed()));
+    let again = node_mounts_of(c, &uid);
+    let small = again
+        .iter()
+        .find(|l| l.contains("kubernetes.io~empty-dir/small "))
+        .and_then(|l| l.split(' ').nth(4))
+        .unwrap_or_else(|| panic!("{again:#?}"));
+    for v in ["small", "lim", "over"] {
+        let at = format!("/pods/{uid}/volumes/kubernetes.io~empty-dir/{v} ");
+        let n = again.iter().filter(|l| l.contains(&at)).count();
+        assert_eq!(n, 1, "{v} after a minute: {again:#?}");
+    }
+    let mut stat = c.node_cmd("stat");
+    stat.args(["-c", "%s"]).arg(format!("{small}/fill"));
+    assert_eq!(
+        ok(stat).trim(),
+        (filled << 10).to_string(),
+        "what the pod wrote"
     );
 
     delete_timed(c, "memvol");
