@@ -166,7 +166,12 @@ fn place(spec: &mut Value, to: &str) {
 
 /// A pod of one container `main` running `script` in the crustlet namespace, for the
 /// crustlet's node, changed by `change`.
-pub(crate) fn pod(c: &Crustlet, name: &str, script: &str, change: impl FnOnce(&mut Value)) -> Value {
+pub(crate) fn pod(
+    c: &Crustlet,
+    name: &str,
+    script: &str,
+    change: impl FnOnce(&mut Value),
+) -> Value {
     pod_on(c, c.node, name, script, change)
 }
 
