@@ -682,9 +682,6 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
                 "Error"
             }
             .into();
-            if let Some(m) = termination_message(rec) {
-                rec.message = m;
-            }
         }
         Ok(None) if !monitor_alive(rec) => {
             // Read once more: the monitor may have written it just before it went.
@@ -719,33 +716,6 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
     crust
         .events
         .emit_container(crust, rec, ContainerEventType::ContainerStoppedEvent);
-}
-
-/// The kubelet's annotation naming the container's termination message file.
-const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
-
-/// How much of a termination message is kept (the kubelet's own limit is 4 KiB).
-const TERMINATION_MESSAGE_MAX: u64 = 4096;
-
-/// The termination message the container wrote, read from the host side of the mount
-/// at the annotated path, and kept in the record with the exit, as CRI-O does: the
-/// kubelet may then show it even after the file is gone.
-fn termination_message(rec: &ContainerRecord) -> Option<String> {
-    let in_container = rec.annotations.get(TERMINATION_MESSAGE_PATH)?;
-    let cfg = rec.config()?;
-    let m = cfg
-        .mounts
-        .iter()
-        .find(|m| &m.container_path == in_container)?;
-    let f = std::fs::File::open(&m.host_path).ok()?;
-    let mut buf = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(f, TERMINATION_MESSAGE_MAX),
-        &mut buf,
-    )
-    .ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    (!text.is_empty()).then_some(text)
 }
 
 /// Waits (without a thread) for the monitor to exit, reaps it, and refreshes the record.
