@@ -1841,3 +1841,31 @@ async fn host_port_through_the_reference_portmap_plugin() {
     );
     remove(&mut c, &id).await;
 }
+
+/// A pod whose sandbox died is made again (the kubelet's attempt + 1) right after the
+/// old one is stopped and removed: the new sandbox reports its own addresses only, not
+/// the old one's that a DEL still in the background is about to release.
+#[tokio::test]
+async fn sandbox_made_again_reports_only_its_own_addresses() {
+    if !root() {
+        return;
+    }
+    let d = Crustd::start();
+    let mut c = d.client().await;
+    let first = run(&mut c, pod_config("again", "uid-again")).await;
+    let (ip0, all0) = ips(&mut c, &first).await;
+    stop(&mut c, &first).await;
+    remove(&mut c, &first).await;
+    let mut cfg = pod_config("again", "uid-again");
+    cfg.metadata.as_mut().unwrap().attempt = 1;
+    let second = run(&mut c, cfg).await;
+    let (ip1, all1) = ips(&mut c, &second).await;
+    assert_ne!(
+        ip0, ip1,
+        "a new address while the old one is being released"
+    );
+    assert_eq!(all1.len(), all0.len(), "first {all0:?}, again {all1:?}");
+    assert!(!all1.contains(&ip0), "the old sandbox's address: {all1:?}");
+    stop(&mut c, &second).await;
+    remove(&mut c, &second).await;
+}
