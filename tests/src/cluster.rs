@@ -653,6 +653,8 @@ current-context: crust
             }],
         );
         reg.push(&layout, "img", "e2e/busybox:1");
+        // The same image under a second name, for checks that change a pod's image.
+        reg.push(&layout, "img", "e2e/busybox:2");
         self.image = reg.name("e2e/busybox:1");
         // containerd's sandbox image (it would pull registry.k8s.io/pause): crust's
         // static pause binary as `/pause`.
@@ -696,6 +698,9 @@ current-context: crust
             "--authorization-mode=AlwaysAllow",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--enable-priority-and-fairness=false",
+            // Sidecar init containers (restartPolicy Always), alpha in v1.28: without
+            // the gate the apiserver drops the field.
+            "--feature-gates=SidecarContainers=true",
             // The node's name resolves nowhere: dial the kubelet at its node IP.
             "--kubelet-preferred-address-types=InternalIP",
         ])
@@ -768,7 +773,9 @@ current-context: crust
         let mut sched = self.net_cmd(&self.bins.scheduler);
         sched
             .arg(format!("--kubeconfig={}", p("admin.kubeconfig")))
-            .args(["--leader-elect=false", "--secure-port=0"]);
+            .args(["--leader-elect=false", "--secure-port=0"])
+            // It refuses to place a pod with a sidecar without the gate.
+            .arg("--feature-gates=SidecarContainers=true");
         let child = self.spawn_logged(sched, "kube-scheduler");
         self.control.lock().unwrap().push(child);
     }
@@ -1297,6 +1304,9 @@ disabled_plugins = [
                 "--image-gc-high-threshold=100",
                 "--image-gc-low-threshold=99",
                 "--serialize-image-pulls=false",
+                "--feature-gates=SidecarContainers=true",
+                // The crustlet's default, which kubeadm sets too.
+                "--cluster-domain=cluster.local",
                 "--v=2",
             ]);
         *guard = Some(self.spawn_logged(cmd, "kubelet"));

@@ -1310,6 +1310,11 @@ fn main() {
             crustlet_grpc_probes,
             crustlet_grpc_probe_same_as_kubelet,
             crustlet_memory_empty_dir,
+            crustlet_pod_files_as_kubelet,
+            crustlet_image_change_restarts,
+            crustlet_restart_count_across_sandboxes,
+            containerd_image_change_restarts,
+            containerd_restart_count_across_sandboxes,
             containerd_pod_running,
             containerd_init_containers_in_order,
             containerd_restart_policies,
@@ -1506,9 +1511,14 @@ fn hold(c: &Cluster) {
     }
 }
 
-/// Copies the cluster's logs where they outlive it: `target/kubelet-suite-logs`.
+/// Copies the cluster's logs where they outlive it: `target/tmp/kubelet-suite-logs`, or
+/// `$CRUST_SUITE_LOGS` (two suites run side by side keep theirs apart).
 fn keep_logs(c: &Cluster) -> std::path::PathBuf {
-    let dest = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubelet-suite-logs");
+    let dest = std::env::var_os("CRUST_SUITE_LOGS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubelet-suite-logs")
+        });
     let _ = std::fs::remove_dir_all(&dest);
     let _ = std::fs::create_dir_all(&dest);
     if let Ok(rd) = std::fs::read_dir(c.path("logs")) {

@@ -45,6 +45,7 @@ fn api_err(e: kube::Error) -> InputError {
 
 pub struct Inputs<'a> {
     pub client: Option<&'a kube::Client>,
+    pub services: Option<&'a crate::services::Services>,
     pub pod: &'a Pod,
     pub pod_dir: PathBuf,
     pub node_name: &'a str,
@@ -328,6 +329,13 @@ impl Inputs<'_> {
         c: &Container,
         pod_ip: &str,
     ) -> Result<Vec<cri_api::KeyValue>, InputError> {
+        // The Services' variables: `$(VAR)` may name them, and a container's own
+        // variable of the same name wins.
+        let links = spec::spec(self.pod).enable_service_links.unwrap_or(true);
+        let services = match self.services {
+            Some(s) => s.env(self.ns(), links).await.map_err(InputError::Missing)?,
+            None => vec![],
+        };
         let mut vars: Vec<(String, String)> = vec![];
         let set = |k: String, v: String, vars: &mut Vec<(String, String)>| {
             vars.retain(|(n, _)| *n != k);
@@ -361,13 +369,22 @@ impl Inputs<'_> {
         } in c.env.iter().flatten().cloned()
         {
             let v = match value_from {
-                None => expand(&value.unwrap_or_default(), &vars),
+                None => {
+                    let known: Vec<(String, String)> =
+                        services.iter().chain(vars.iter()).cloned().collect();
+                    expand(&value.unwrap_or_default(), &known)
+                }
                 Some(src) => match self.env_source(c, &src, pod_ip).await? {
                     Some(v) => v,
                     None => continue,
                 },
             };
             set(name, v, &mut vars);
+        }
+        for (k, v) in services {
+            if !vars.iter().any(|(n, _)| *n == k) {
+                vars.push((k, v));
+            }
         }
         Ok(vars
             .into_iter()

@@ -13,6 +13,7 @@ mod pods;
 mod probe;
 mod quantity;
 mod server;
+mod services;
 mod spec;
 mod tmpfs;
 mod worker;
@@ -27,6 +28,8 @@ pub struct Ctx {
     pub cfg: Arc<config::Config>,
     pub cri: cri::Cri,
     pub client: Option<kube::Client>,
+    /// The cluster's Services, for the containers' service variables.
+    pub services: Option<services::Services>,
     pub node_ip: String,
     pub node_memory: i64,
     recorder: Option<Recorder>,
@@ -149,6 +152,7 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
     let ctx = Arc::new(Ctx {
         cfg: cfg.clone(),
         cri,
+        services: client.clone().map(services::Services::start),
         client,
         node_ip,
         node_memory: node::memory_capacity(),

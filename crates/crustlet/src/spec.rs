@@ -16,6 +16,18 @@ pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 pub const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
 pub const GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+
+/// The container's hash annotation: of its image, the one field of a container in a
+/// pod's spec that can change (FNV-1a, so it stays the same across builds).
+pub fn container_hash(c: &Container) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in c.image.as_deref().unwrap_or("").bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:x}")
+}
 
 /// CFS period the kubelet uses for every container.
 const CPU_PERIOD: i64 = 100_000;
@@ -134,12 +146,12 @@ pub fn sandbox_config(
         .into_iter()
         .collect();
     annotations.insert("kubernetes.io/config.source".into(), source.into());
-    let mut hostname = spec
-        .hostname
-        .clone()
-        .unwrap_or_else(|| name(pod).to_string());
-    hostname.truncate(63);
-    let hostname = hostname.trim_end_matches(['-', '.']).to_string();
+    let (hostname, domain) = hostname_and_domain(cfg, pod);
+    // setHostnameAsFQDN: the kernel's hostname is the whole name.
+    let hostname = match domain {
+        Some(d) if spec.set_hostname_as_fqdn == Some(true) => format!("{hostname}.{d}"),
+        _ => hostname,
+    };
     let psc = spec.security_context.clone().unwrap_or_default();
     let privileged = spec
         .containers
@@ -158,8 +170,9 @@ pub fn sandbox_config(
             namespace: namespace(pod).into(),
             attempt,
         }),
+        // A pod on the node's network has the node's hostname: the kubelet sends none.
         hostname: if host_network {
-            cfg.node_name.clone()
+            String::new()
         } else {
             hostname
         },
@@ -189,6 +202,60 @@ pub fn sandbox_config(
         }),
         ..Default::default()
     }
+}
+
+/// The pod's hostname (`hostname`, else its name, cut to 63 characters) and, with a
+/// `subdomain`, its domain `<subdomain>.<namespace>.svc.<cluster domain>`.
+pub fn hostname_and_domain(cfg: &Config, pod: &Pod) -> (String, Option<String>) {
+    let spec = spec(pod);
+    let mut hostname = spec
+        .hostname
+        .clone()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| name(pod).to_string());
+    hostname.truncate(63);
+    let hostname = hostname.trim_end_matches(['-', '.']).to_string();
+    let domain = spec
+        .subdomain
+        .filter(|s| !s.is_empty())
+        .map(|s| format!("{s}.{}.svc.{}", namespace(pod), cfg.cluster_domain));
+    (hostname, domain)
+}
+
+/// The `/etc/hosts` the kubelet mounts into every container that does not mount its
+/// own: localhost, the pod's addresses under its names, then `hostAliases`. A pod on
+/// the node's network gets the node's file with the aliases after it.
+pub fn hosts_file(cfg: &Config, pod: &Pod, ips: &[String], node_hosts: &str) -> String {
+    let spec = spec(pod);
+    let mut out = String::new();
+    if spec.host_network.unwrap_or(false) {
+        out.push_str("# Kubernetes-managed hosts file (host network).\n");
+        out.push_str(node_hosts);
+    } else {
+        out.push_str("# Kubernetes-managed hosts file.\n");
+        out.push_str("127.0.0.1\tlocalhost\n");
+        out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
+        out.push_str("fe00::0\tip6-localnet\n");
+        out.push_str("fe00::0\tip6-mcastprefix\n");
+        out.push_str("fe00::1\tip6-allnodes\n");
+        out.push_str("fe00::2\tip6-allrouters\n");
+        let (hostname, domain) = hostname_and_domain(cfg, pod);
+        for ip in ips.iter().filter(|i| !i.is_empty()) {
+            match &domain {
+                Some(d) => out.push_str(&format!("{ip}\t{hostname}.{d}\t{hostname}\n")),
+                None => out.push_str(&format!("{ip}\t{hostname}\n")),
+            }
+        }
+    }
+    let aliases = spec.host_aliases.unwrap_or_default();
+    if !aliases.is_empty() {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in aliases {
+            let names = a.hostnames.unwrap_or_default().join("\t");
+            out.push_str(&format!("{}\t{names}\n", a.ip));
+        }
+    }
+    out
 }
 
 fn namespaces(spec: &PodSpec) -> cri::NamespaceOption {
@@ -445,6 +512,18 @@ pub struct ContainerInputs {
     pub node_memory: i64,
 }
 
+fn expand_all(words: Option<&[String]>, envs: &[cri::KeyValue]) -> Vec<String> {
+    let vars: Vec<(String, String)> = envs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
+    words
+        .unwrap_or_default()
+        .iter()
+        .map(|w| crate::inputs::expand(w, &vars))
+        .collect()
+}
+
 pub fn container_config(
     pod: &Pod,
     c: &Container,
@@ -468,6 +547,7 @@ pub fn container_config(
         .unwrap_or_else(|| "/dev/termination-log".into());
     let annotations = HashMap::from([
         (RESTART_COUNT.to_string(), inp.attempt.to_string()),
+        (CONTAINER_HASH.to_string(), container_hash(c)),
         (TERMINATION_MESSAGE_PATH.to_string(), termination_path),
         (
             "io.kubernetes.container.terminationMessagePolicy".to_string(),
@@ -494,8 +574,9 @@ pub fn container_config(
             user_specified_image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        // `$(VAR)` in the command and arguments names the container's final variables.
+        command: expand_all(c.command.as_deref(), &inp.envs),
+        args: expand_all(c.args.as_deref(), &inp.envs),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs: inp.envs,
         mounts: inp.mounts,
@@ -538,6 +619,45 @@ pub fn container_config(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn hosts_file_and_hostname_as_the_kubelet_makes_them() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "data", "uid": "u"},
+            "spec": {"hostname": "db-0", "subdomain": "db", "setHostnameAsFQDN": true,
+                     "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["a.example", "b"]}],
+                     "containers": [{"name": "c"}]}
+        }));
+        let want = "# Kubernetes-managed hosts file.\n\
+                    127.0.0.1\tlocalhost\n\
+                    ::1\tlocalhost ip6-localhost ip6-loopback\n\
+                    fe00::0\tip6-localnet\n\
+                    fe00::0\tip6-mcastprefix\n\
+                    fe00::1\tip6-allnodes\n\
+                    fe00::2\tip6-allrouters\n\
+                    10.1.0.7\tdb-0.db.data.svc.cluster.local\tdb-0\n\
+                    \n\
+                    # Entries added by HostAliases.\n\
+                    10.9.9.9\ta.example\tb\n";
+        assert_eq!(hosts_file(&cfg(), &p, &["10.1.0.7".into()], ""), want);
+        assert_eq!(
+            sandbox_config(&cfg(), &p, 0, "api").hostname,
+            "db-0.db.data.svc.cluster.local"
+        );
+
+        // On the node's network: the node's file, then the aliases; no hostname sent.
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "h", "namespace": "n", "uid": "u"},
+            "spec": {"hostNetwork": true, "hostAliases": [{"ip": "1.2.3.4", "hostnames": ["x"]}],
+                     "containers": [{"name": "c"}]}
+        }));
+        assert_eq!(
+            hosts_file(&cfg(), &p, &[], "127.0.0.1 localhost\n"),
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n\n\
+             # Entries added by HostAliases.\n1.2.3.4\tx\n"
+        );
+        assert_eq!(sandbox_config(&cfg(), &p, 0, "api").hostname, "");
+    }
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
@@ -633,6 +753,11 @@ mod tests {
                      "containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}]}]}
         }));
         let s = sandbox_config(&cfg(), &p, 2, "api");
+        let hosts = hosts_file(&cfg(), &p, &["10.1.0.5".into()], "");
+        assert_eq!(
+            hosts.lines().last(),
+            Some("10.1.0.5\tweb.s.ns1.svc.cluster.local\tweb")
+        );
         let m = s.metadata.clone().unwrap();
         assert_eq!(
             (

@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -179,6 +179,37 @@ fn time_from_nanos(ns: i64) -> Option<Time> {
 
 fn by_name<'a>(cs: &'a [Container], name: &str) -> Option<&'a Container> {
     cs.iter().find(|c| c.name == name)
+}
+
+/// An init container that keeps running beside the app containers (a sidecar).
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Whether the pod's spec no longer describes the running instance: the image is the
+/// one field of a container the apiserver lets change.
+fn changed(c: &Container, i: &Instance) -> bool {
+    i.status
+        .annotations
+        .get(spec::CONTAINER_HASH)
+        .is_some_and(|h| *h != spec::container_hash(c))
+}
+
+/// The attempt after the newest `<attempt>.log` in the container's log folder: a
+/// container made again in a new sandbox goes on counting its restarts, as with the
+/// kubelet (which looks at the same files when the runtime has forgotten).
+fn attempt_from_logs(dir: &std::path::Path) -> u32 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let n = name.split_once(".log")?.0.to_string();
+            n.parse::<u32>().ok()
+        })
+        .max()
+        .map_or(0, |n| n + 1)
 }
 
 impl Worker {
@@ -332,10 +363,41 @@ impl Worker {
         };
         let instances = self.instances(&sandbox_id).await?;
 
-        // Init containers, in order: each must exit 0 before the next starts.
+        // Init containers, in order: each must exit 0 before the next starts; a sidecar
+        // (`restartPolicy: Always`) must be started, and is restarted whenever it exits.
+        // Once an app container exists the pod was initialized: init containers are
+        // not run again, only sidecars kept up.
+        let was_initialized = spec
+            .containers
+            .iter()
+            .any(|c| instances.contains_key(&c.name));
         let mut initialized = true;
         for c in spec.init_containers.iter().flatten() {
             let latest = instances.get(&c.name).and_then(|v| v.first()).cloned();
+            if is_sidecar(c) {
+                match latest {
+                    Some(i) if i.running() => {
+                        self.probe(pod, c, &i).await;
+                        if self.started(c, &i) || was_initialized {
+                            continue;
+                        }
+                    }
+                    Some(i) if i.exited() => self.restart(pod, c, Some(&i)).await,
+                    Some(i) if i.state == cri::ContainerState::ContainerCreated as i32 => {
+                        self.start_created(&i).await
+                    }
+                    Some(_) => {}
+                    None => self.start(pod, c, None).await,
+                }
+                if was_initialized {
+                    continue;
+                }
+                initialized = false;
+                break;
+            }
+            if was_initialized {
+                continue;
+            }
             match latest {
                 Some(i) if i.exited() && i.status.exit_code == 0 => continue,
                 Some(i)
@@ -366,6 +428,19 @@ impl Worker {
                 let latest = instances.get(&c.name).and_then(|v| v.first()).cloned();
                 match latest {
                     None => self.start(pod, c, None).await,
+                    Some(i) if i.running() && changed(c, &i) => {
+                        // A new image (`kubectl set image`): the kubelet kills the
+                        // container and starts it again at once, whatever the policy.
+                        self.event(
+                            pod,
+                            false,
+                            "Killing",
+                            format!("Container {} definition changed, will be restarted", c.name),
+                        );
+                        self.stop(pod, &i).await;
+                        self.restart_backoff.remove(&c.name);
+                        self.start(pod, c, Some(&i)).await;
+                    }
                     Some(i) if i.running() => self.probe(pod, c, &i).await,
                     Some(i) if i.exited() => {
                         let restart = match policy.as_str() {
@@ -378,14 +453,7 @@ impl Worker {
                         }
                     }
                     Some(i) if i.state == cri::ContainerState::ContainerCreated as i32 => {
-                        // Made but never started (a crash between the two calls).
-                        let _ = self
-                            .cri()
-                            .runtime
-                            .start_container(cri::StartContainerRequest {
-                                container_id: i.id.clone(),
-                            })
-                            .await;
+                        self.start_created(&i).await
                     }
                     Some(_) => {}
                 }
@@ -570,6 +638,7 @@ impl Worker {
     fn inputs<'a>(&'a self, pod: &'a Pod) -> Inputs<'a> {
         Inputs {
             client: self.ctx.client.as_ref(),
+            services: self.ctx.services.as_ref(),
             pod,
             pod_dir: self.ctx.cfg.pod_dir(spec::uid(pod)),
             node_name: &self.ctx.cfg.node_name,
@@ -631,7 +700,10 @@ impl Worker {
             sandbox.config.clone(),
             sandbox.ip.clone(),
         );
-        let attempt = prev.map_or(0, |p| p.attempt + 1);
+        let attempt = match prev {
+            Some(p) => p.attempt + 1,
+            None => attempt_from_logs(&Path::new(&sandbox_config.log_directory).join(&c.name)),
+        };
         let image = match self.ensure_image(pod, c).await {
             Some(i) => i,
             None => return,
@@ -675,6 +747,34 @@ impl Worker {
                 host_path: term.to_string_lossy().into_owned(),
                 ..Default::default()
             });
+        }
+        // The kubelet's /etc/hosts, unless the container mounts its own.
+        let own_hosts = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == "/etc/hosts");
+        if !own_hosts {
+            let ips = self
+                .sandbox
+                .as_ref()
+                .map(|s| s.ips.clone())
+                .unwrap_or_default();
+            let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+            let file = self.ctx.cfg.pod_dir(spec::uid(pod)).join("etc-hosts");
+            let text = spec::hosts_file(&self.ctx.cfg, pod, &ips, &node_hosts);
+            match std::fs::write(&file, text) {
+                Ok(()) => mounts.push(cri::Mount {
+                    container_path: "/etc/hosts".into(),
+                    host_path: file.to_string_lossy().into_owned(),
+                    ..Default::default()
+                }),
+                Err(e) => {
+                    let msg = format!("writing {}: {e}", file.display());
+                    self.failed(pod, &c.name, "CreateContainerConfigError", msg);
+                    return;
+                }
+            }
         }
         let config = match spec::container_config(
             pod,
@@ -755,6 +855,44 @@ impl Worker {
                     .await;
             }
         }
+    }
+
+    /// Running, and past its startup probe if it has one.
+    fn started(&self, c: &Container, i: &Instance) -> bool {
+        i.running()
+            && (c.startup_probe.is_none()
+                || self
+                    .probes
+                    .get(&i.id)
+                    .and_then(|p| p.startup.as_ref())
+                    .is_some_and(|s| s.verdict == Some(probe::Outcome::Success)))
+    }
+
+    /// A container made but never started (a crash between the two calls).
+    async fn start_created(&self, i: &Instance) {
+        let _ = self
+            .cri()
+            .runtime
+            .start_container(cri::StartContainerRequest {
+                container_id: i.id.clone(),
+            })
+            .await;
+    }
+
+    /// Stops a running instance with the pod's grace period.
+    async fn stop(&mut self, pod: &Pod, i: &Instance) {
+        let grace = spec::spec(pod)
+            .termination_grace_period_seconds
+            .unwrap_or(30);
+        let _ = self
+            .cri()
+            .runtime
+            .stop_container(cri::StopContainerRequest {
+                container_id: i.id.clone(),
+                timeout: grace,
+            })
+            .await;
+        self.probes.remove(&i.id);
     }
 
     /// A container that could not be made or started: the kubelet's `Failed` event
@@ -954,18 +1092,7 @@ impl Worker {
                 "Killing",
                 format!("Container {} {why}, will be restarted", c.name),
             );
-            let grace = spec::spec(pod)
-                .termination_grace_period_seconds
-                .unwrap_or(30);
-            let _ = self
-                .cri()
-                .runtime
-                .stop_container(cri::StopContainerRequest {
-                    container_id: i.id.clone(),
-                    timeout: grace,
-                })
-                .await;
-            self.probes.remove(&i.id);
+            self.stop(pod, i).await;
         }
     }
 
@@ -999,10 +1126,27 @@ impl Worker {
         let id_of = |i: &Instance| format!("{}://{}", self.runtime_name, i.id);
         let terminated = |i: &Instance| {
             let s = &i.status;
-            let message = std::fs::read_to_string(self.termination_file(pod, &c.name, i.attempt))
-                .ok()
-                .filter(|m| !m.is_empty())
-                .or_else(|| Some(s.message.clone()).filter(|m| !m.is_empty()));
+            // The runtime's message, then what the container wrote to its termination
+            // file or, when it failed with FallbackToLogsOnError and wrote nothing
+            // there, the end of its log (80 lines, 2 KiB), as the kubelet does.
+            let mut own = std::fs::read(self.termination_file(pod, &c.name, i.attempt))
+                .map(|mut b| {
+                    b.truncate(4096);
+                    String::from_utf8_lossy(&b).into_owned()
+                })
+                .unwrap_or_default();
+            let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
+                && s.exit_code != 0
+                && s.reason != "ContainerCannotRun";
+            if own.is_empty() && fallback && !s.log_path.is_empty() {
+                own = crate::server::logs::tail_text(std::path::Path::new(&s.log_path), 80, 2048);
+            }
+            let message = match (s.message.is_empty(), own.is_empty()) {
+                (_, true) => s.message.clone(),
+                (true, false) => own,
+                (false, false) => format!("{}: {own}", s.message),
+            };
+            let message = Some(message).filter(|m| !m.is_empty());
             ContainerStateTerminated {
                 exit_code: s.exit_code,
                 reason: Some(if s.reason.is_empty() {
@@ -1117,7 +1261,15 @@ impl Worker {
             .init_containers
             .iter()
             .flatten()
-            .map(|c| self.container_status(pod, c, instances.get(&c.name), true))
+            .map(|c| self.container_status(pod, c, instances.get(&c.name), !is_sidecar(c)))
+            .collect();
+        let sidecars: Vec<&ContainerStatus> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .zip(&init_statuses)
+            .filter(|(c, _)| is_sidecar(c))
+            .map(|(_, s)| s)
             .collect();
         let statuses: Vec<ContainerStatus> = spec
             .containers
@@ -1182,17 +1334,19 @@ impl Worker {
             && !initialized
             && policy == "Never"
             && init_statuses.iter().any(|s| {
-                s.state
-                    .as_ref()
-                    .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code != 0)
+                !sidecars.iter().any(|x| x.name == s.name)
+                    && s.state
+                        .as_ref()
+                        .and_then(|st| st.terminated.as_ref())
+                        .is_some_and(|t| t.exit_code != 0)
             }) {
             "Failed".to_string()
         } else {
             phase
         };
         let sandbox_ready = self.sandbox.is_some() && self.finished.is_none();
-        let all_ready = statuses.iter().all(|s| s.ready);
+        // Sidecars count for readiness like app containers.
+        let all_ready = statuses.iter().all(|s| s.ready) && sidecars.iter().all(|s| s.ready);
         let old = pod.status.clone().unwrap_or_default();
         let cond = |t: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
             let prev = old.conditions.iter().flatten().find(|c| c.type_ == t);
@@ -1218,8 +1372,13 @@ impl Worker {
             let n: Vec<&str> = v.iter().filter(|s| f(s)).map(|s| s.name.as_str()).collect();
             n.join(" ")
         };
+        // A sidecar is complete once started; other init containers once they exit 0.
+        let sidecar_names: Vec<&str> = sidecars.iter().map(|s| s.name.as_str()).collect();
         let incomplete = names(
             &|s| {
+                if sidecar_names.contains(&s.name.as_str()) {
+                    return s.started != Some(true);
+                }
                 s.state
                     .as_ref()
                     .and_then(|st| st.terminated.as_ref())
@@ -1228,7 +1387,14 @@ impl Worker {
             &init_statuses,
         );
         let init_ok = (initialized && incomplete.is_empty()) || phase == "Succeeded";
-        let unready = names(&|s| !s.ready, &statuses);
+        let unready = names(
+            &|s| !s.ready,
+            &sidecars
+                .iter()
+                .map(|s| (*s).clone())
+                .chain(statuses.iter().cloned())
+                .collect::<Vec<_>>(),
+        );
         let (ready_reason, ready_message) = match phase.as_str() {
             "Failed" => (Some("PodFailed"), None),
             "Succeeded" => (Some("PodCompleted"), None),
@@ -1324,6 +1490,16 @@ impl Worker {
                 }
             }
         }
+        // podIPs and hostIPs merge by `ip` too: a new sandbox's address would be added
+        // beside the old one (and refused, two of a family). Replaced whole instead.
+        for k in ["podIPs", "hostIPs"] {
+            if let Some(a) = value
+                .pointer_mut(&format!("/status/{k}"))
+                .and_then(|c| c.as_array_mut())
+            {
+                a.push(serde_json::json!({"$patch": "replace"}));
+            }
+        }
         let mut cmp = value.clone();
         // Transition times alone are no reason to write.
         if let Some(cs) = cmp
@@ -1367,7 +1543,11 @@ impl Worker {
             let mut stops = vec![];
             for (name, v) in &instances {
                 for i in v.iter().filter(|i| i.running()) {
-                    let c = by_name(&spec.containers, name).cloned();
+                    let c = by_name(&spec.containers, name)
+                        .or_else(|| {
+                            by_name(spec.init_containers.as_deref().unwrap_or_default(), name)
+                        })
+                        .cloned();
                     if let Some(c) = &c {
                         self.event(
                             pod,

@@ -119,6 +119,8 @@ on_both! {
     startup_probe_tcp => crustlet_startup_probe_tcp, containerd_startup_probe_tcp;
     volumes_and_env => crustlet_volumes_and_env, containerd_volumes_and_env;
     graceful_deletion => crustlet_graceful_deletion, containerd_graceful_deletion;
+    image_change_restarts => crustlet_image_change_restarts, containerd_image_change_restarts;
+    restart_count_across_sandboxes => crustlet_restart_count_across_sandboxes, containerd_restart_count_across_sandboxes;
     nothing_left => crustlet_nothing_left_in_crustd, containerd_nothing_left;
 }
 
@@ -222,6 +224,13 @@ pub(crate) fn run_pod(c: &Crustlet, p: Value) -> Value {
 
 fn container_id(p: &Value, ctr: &str) -> String {
     super::container_id(p, ctr)
+}
+
+/// `containerID` of `ctr` as the status has it (`<runtime>://<id>`), "" if none.
+fn raw_id(p: &Value, ctr: &str) -> String {
+    status_of(p, ctr)
+        .and_then(|s| s["containerID"].as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// What the container `ctr` of pod `p` wrote (attempt `attempt`), from its CRI log file
@@ -1111,6 +1120,10 @@ pub fn crustlet_static_pod_mirrored(c: &Cluster) {
 
 /// What a node makes of a pod, with what depends on timing or the node taken out.
 fn digest(p: &Value, events: &[String]) -> Value {
+    let (name, uid) = (
+        p["metadata"]["name"].as_str().unwrap_or("-"),
+        p["metadata"]["uid"].as_str().unwrap_or("-"),
+    );
     let ctr = |s: &Value| {
         let state = |st: &Value| {
             let (kind, v) = st
@@ -1118,7 +1131,24 @@ fn digest(p: &Value, events: &[String]) -> Value {
                 .and_then(|o| o.iter().next())
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .unwrap_or_default();
-            json!({"kind": kind, "reason": v["reason"], "exitCode": v["exitCode"]})
+            // Messages name the pod, which differs by node, and a crash loop's back-off
+            // depends on when it is looked at.
+            let message = v["message"]
+                .as_str()
+                .map(|m| {
+                    let m = m.replace(name, "POD").replace(uid, "UID");
+                    let m = match m.strip_prefix("back-off ") {
+                        Some(rest) => format!(
+                            "back-off Ns{}",
+                            rest.trim_start_matches(|c: char| c.is_ascii_digit())
+                                .trim_start_matches('s')
+                        ),
+                        None => m,
+                    };
+                    json!(m)
+                })
+                .unwrap_or(Value::Null);
+            json!({"kind": kind, "reason": v["reason"], "exitCode": v["exitCode"], "message": message})
         };
         json!({
             "name": s["name"],
@@ -1227,6 +1257,40 @@ pub fn crustlet_same_as_kubelet(c: &Cluster) {
             },
         ),
         (
+            "termmsg",
+            "echo bye > /dev/termination-log; exit 1",
+            |p| p["spec"]["restartPolicy"] = json!("Never"),
+            |p| p["status"]["phase"] == "Failed",
+        ),
+        (
+            "fallback",
+            "echo first; echo last words; exit 2",
+            |p| {
+                p["spec"]["restartPolicy"] = json!("Never");
+                p["spec"]["containers"][0]["terminationMessagePolicy"] =
+                    json!("FallbackToLogsOnError");
+            },
+            |p| p["status"]["phase"] == "Failed",
+        ),
+        (
+            "sidecar",
+            "exec sleep 3600",
+            |p| {
+                let img = p["spec"]["containers"][0]["image"].clone();
+                let mut i = container("side", "", "exec sleep 3600");
+                i["image"] = img;
+                i["restartPolicy"] = json!("Always");
+                let mut j = container("setup", "", "echo setup");
+                j["image"] = i["image"].clone();
+                p["spec"]["initContainers"] = json!([i, j]);
+            },
+            |p| {
+                running(p)
+                    && condition(p, "Ready").is_some_and(|c| c["status"] == "True")
+                    && p["status"]["initContainerStatuses"][0]["started"] == true
+            },
+        ),
+        (
             "noconfig",
             "exec sleep 3600",
             |p| {
@@ -1271,6 +1335,16 @@ pub fn crustlet_same_as_kubelet(c: &Cluster) {
                 d[0], d[1]
             ));
         }
+        // The termination message as Kubernetes documents it, not only alike.
+        let want = match *name {
+            "termmsg" => Some("bye\n"),
+            "fallback" => Some("first\nlast words\n"),
+            _ => None,
+        };
+        if let Some(want) = want {
+            let got = &d[1]["containerStatuses"][0]["state"]["message"];
+            assert_eq!(got, want, "{name}: the termination message");
+        }
     }
     kubectl(c, &["delete", "pods", "-l", "cmp=1", "--wait=true"]);
     assert!(
@@ -1278,6 +1352,182 @@ pub fn crustlet_same_as_kubelet(c: &Cluster) {
         "the crustlet differs from the kubelet:\n{}",
         diffs.join("\n")
     );
+}
+
+/// What the containers of a pod see of the node's making, the same on both nodes: the
+/// `/etc/hosts` the kubelet writes (hostname, subdomain, hostAliases, the node's file
+/// on its network), the hostname (setHostnameAsFQDN), the Services' variables
+/// (`enableServiceLinks`) and `$(VAR)` in env and args.
+pub fn crustlet_pod_files_as_kubelet(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
+    apply(
+        c,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "cmp-svc", "namespace": c.ns},
+            "spec": {"ports": [
+                {"name": "web", "port": 80, "targetPort": 8080},
+                {"name": "dns", "port": 53, "protocol": "UDP"},
+            ]},
+        }),
+    );
+    let script = "echo \"arg0=$0\"; cat /etc/hosts; echo \"hostname=$(hostname)\"; \
+                  env | grep -E '^(KUBERNETES_|CMP_SVC_|X=|Y=)' | sort; echo done; exec sleep 3600";
+    type Case = (&'static str, fn(&mut Value));
+    let cases: Vec<Case> = vec![
+        ("names", |p| {
+            p["spec"]["hostname"] = json!("h1");
+            p["spec"]["subdomain"] = json!("sub");
+            p["spec"]["hostAliases"] = json!([{"ip": "10.9.9.9", "hostnames": ["a.example", "b"]}]);
+        }),
+        ("fqdn", |p| {
+            p["spec"]["subdomain"] = json!("sub");
+            p["spec"]["setHostnameAsFQDN"] = json!(true);
+            p["spec"]["enableServiceLinks"] = json!(false);
+        }),
+        ("hostnet", |p| {
+            p["spec"]["hostNetwork"] = json!(true);
+            p["spec"]["hostAliases"] = json!([{"ip": "10.9.9.8", "hostnames": ["c"]}]);
+        }),
+    ];
+    let nodes = [(NODE, "k"), (CRUSTLET_NODE, "c")];
+    for (name, change) in &cases {
+        for (n, tag) in nodes {
+            let mut p = pod_on(c, n, &format!("pf-{name}-{tag}"), script, change);
+            p["metadata"]["labels"]["pf"] = json!("1");
+            p["spec"]["containers"][0]["command"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!("$(Y)"));
+            p["spec"]["containers"][0]["env"] = json!([
+                {"name": "X", "value": "$(CMP_SVC_SERVICE_HOST)-x"},
+                {"name": "Y", "value": "y:$(X):$(NOPE)"},
+            ]);
+            apply(c, p);
+        }
+    }
+    let mut diffs = vec![];
+    let mut seen = vec![];
+    for (name, _) in &cases {
+        let mut got = vec![];
+        for (_, tag) in nodes {
+            let pn = format!("pf-{name}-{tag}");
+            let p = wait_pod(c, &pn, "Running", Duration::from_secs(90), running);
+            let out = wait_for(&format!("{pn}'s output"), T, |last| {
+                let o = run_timeout(&mut c.kubectl(&["-n", c.ns, "logs", &pn]), T);
+                *last = s(&o.stdout) + &s(&o.stderr);
+                let text = s(&o.stdout);
+                text.contains("\ndone\n").then_some(text)
+            });
+            // What differs by node: the pod's name and address.
+            let ip = p["status"]["podIP"].as_str().unwrap_or("-").to_string();
+            got.push(out.replace(&pn, "POD").replace(&ip, "POD_IP"));
+        }
+        if got[0] != got[1] {
+            diffs.push(format!(
+                "{name}:\n--- kubelet:\n{}--- crustlet:\n{}",
+                got[0], got[1]
+            ));
+        }
+        seen.push(got.pop().unwrap());
+    }
+    kubectl(c, &["delete", "pods", "-l", "pf=1", "--wait=false"]);
+    kubectl(c, &["delete", "service", "cmp-svc"]);
+    assert!(
+        diffs.is_empty(),
+        "the crustlet differs from the kubelet:\n{}",
+        diffs.join("\n")
+    );
+    // And what both show is what Kubernetes documents.
+    let names = &seen[0];
+    for want in [
+        "POD_IP\th1.sub.crustlet.svc.cluster.local\th1\n",
+        "# Entries added by HostAliases.\n10.9.9.9\ta.example\tb\n",
+        "hostname=h1\n",
+        "KUBERNETES_SERVICE_PORT=443\n",
+        "CMP_SVC_SERVICE_PORT_WEB=80\n",
+        "CMP_SVC_PORT_53_UDP_PROTO=udp\n",
+    ] {
+        assert!(names.contains(want), "no {want:?} in:\n{names}");
+    }
+    let svc_ip = names
+        .lines()
+        .find_map(|l| l.strip_prefix("CMP_SVC_SERVICE_HOST="))
+        .expect("the service's variables");
+    assert!(
+        names.contains(&format!("arg0=y:{svc_ip}-x:$(NOPE)\n")),
+        "{names}"
+    );
+    let fqdn = &seen[1];
+    assert!(
+        fqdn.contains("hostname=POD.sub.crustlet.svc.cluster.local\n"),
+        "{fqdn}"
+    );
+    assert!(
+        !fqdn.lines().any(|l| l.starts_with("CMP_SVC_")),
+        "enableServiceLinks: false\n{fqdn}"
+    );
+    assert!(fqdn.contains("KUBERNETES_SERVICE_HOST="), "{fqdn}");
+    assert!(
+        seen[2].starts_with("arg0=")
+            && seen[2].contains("# Kubernetes-managed hosts file (host network).\n"),
+        "{}",
+        seen[2]
+    );
+}
+
+/// A new image for a running container (`kubectl set image`): the container is killed
+/// and made again from it at once, its restart count one up.
+fn image_change_restarts(c: &Crustlet) {
+    let p = run_pod(c, pod(c, "newimage", "exec sleep 3600", |_| {}));
+    let before = raw_id(&p, "main");
+    let image2 = c.image.replace(":1", ":2");
+    kubectl(
+        c,
+        &["set", "image", "pod/newimage", &format!("main={image2}")],
+    );
+    let p = wait_pod(c, "newimage", "running the new image", T, |p| {
+        running(p)
+            && status_of(p, "main").is_some_and(|s| {
+                s["image"].as_str().is_some_and(|i| i.ends_with(":2"))
+                    && s["state"]["running"].is_object()
+                    && s["restartCount"] == 1
+            })
+    });
+    assert_ne!(raw_id(&p, "main"), before, "the same container");
+    assert!(
+        event_reasons(c, "newimage").contains(&"Killing".to_string()),
+        "no Killing event"
+    );
+    kubectl(c, &["delete", "pod", "newimage", "--wait=false"]);
+}
+
+/// A sandbox that died is made again with every container in it; the containers go on
+/// counting their restarts from the old one's.
+fn restart_count_across_sandboxes(c: &Crustlet) {
+    let p = run_pod(c, pod(c, "newsandbox", "exec sleep 3600", |_| {}));
+    let before = raw_id(&p, "main");
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let out = ok(c.node_crictl(&[
+        "pods",
+        "-q",
+        "--label",
+        &format!("io.kubernetes.pod.uid={uid}"),
+    ]));
+    let sandbox = out.lines().next().expect("the pod's sandbox").to_string();
+    ok(c.node_crictl(&["stopp", &sandbox]));
+    let p = wait_for("a new sandbox running the pod", T, |last| {
+        let p = get(c, "pod", "newsandbox")?;
+        let sel = format!("io.kubernetes.pod.uid={uid}");
+        let out = run_timeout(
+            &mut c.node_crictl(&["pods", "--label", &sel, "-o", "json"]),
+            T,
+        );
+        *last = format!("{}\n{}", p["status"], s(&out.stdout));
+        (running(&p) && raw_id(&p, "main") != before).then_some(p)
+    });
+    assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 1, "{p:#}");
+    kubectl(c, &["delete", "pod", "newsandbox", "--wait=false"]);
 }
 
 // ---- faults: crustd and the crustlet restarted ---------------------------------------

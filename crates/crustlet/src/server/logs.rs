@@ -143,6 +143,22 @@ impl Joiner {
     }
 }
 
+/// The container's last `lines` lines (both streams), cut to their first `limit`
+/// bytes: the termination message of a failed container whose policy is
+/// `FallbackToLogsOnError`.
+pub fn tail_text(path: &Path, lines: usize, limit: usize) -> String {
+    let raw = std::fs::read(path).unwrap_or_default();
+    let mut joiner = Joiner::default();
+    let all: Vec<Vec<u8>> = raw
+        .split_inclusive(|b| *b == b'\n')
+        .filter_map(|l| joiner.push(l))
+        .map(|l| l.text)
+        .collect();
+    let mut out: Vec<u8> = all[all.len().saturating_sub(lines)..].concat();
+    out.truncate(limit);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The time as the kubelet prints it with `timestamps`: RFC 3339 with nine fractional
 /// digits.
 pub fn format_time(t: Timestamp) -> String {
