@@ -1,29 +1,153 @@
-//! Pod cgroups, removed once their pod is gone, as the kubelet's pod container manager
-//! removes them. The runtime makes `<cgroup-root>/kubepods/.../pod<uid>` when it places
-//! the pod's first sandbox there, but a runtime removes only what it made for its
-//! sandboxes and containers (runc: `pod<uid>/<id>`): on containerd every pod left an
-//! empty `pod<uid>` directory in each hierarchy behind.
+//! Pod cgroups, made with the pod's own limits before its first sandbox and removed
+//! once the pod is gone, as the kubelet's pod container manager does. A runtime would
+//! make `<cgroup-root>/kubepods/.../pod<uid>` itself when it places a sandbox there, but
+//! without limits, and it removes only what it made for its sandboxes and containers
+//! (runc: `pod<uid>/<id>`): on containerd every pod left an empty `pod<uid>` directory
+//! in each hierarchy behind.
+//!
+//! The crustlet writes only the cpu and memory controllers' files, the ones the kubelet
+//! sets for a pod; the other hierarchies (cpuset above all, whose empty `cpuset.cpus` a
+//! new directory would start with) are left to the runtime.
 
 use crate::config::Config;
-use std::path::PathBuf;
+use crate::spec::PodLimits;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The mounts of every cgroup hierarchy (v1 controllers, named ones, the v2 or hybrid
-/// mount): (mount point, the cgroup path of its root).
-fn mounts() -> Vec<(PathBuf, String)> {
+/// One mounted cgroup hierarchy.
+struct Hierarchy {
+    mount: PathBuf,
+    /// The cgroup path of the mount's root (not `/` inside a cgroup namespace).
+    root: String,
+    v2: bool,
+    /// The v1 controllers of the mount (`cpu`, `cpuacct`, `memory`, ...).
+    controllers: Vec<String>,
+}
+
+impl Hierarchy {
+    /// The directory of cgroup `path` in this hierarchy, if it lies under its root.
+    fn dir(&self, path: &str) -> Option<PathBuf> {
+        let root = self.root.trim_end_matches('/');
+        let rel = path.strip_prefix(root)?;
+        Some(self.mount.join(rel.trim_start_matches('/')))
+    }
+
+    fn has(&self, controller: &str) -> bool {
+        self.controllers.iter().any(|c| c == controller)
+    }
+}
+
+/// Every cgroup hierarchy mounted (v1 controllers, named ones, the v2 or hybrid mount).
+fn hierarchies() -> Vec<Hierarchy> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
         .filter_map(|l| {
             let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split_whitespace().next()?;
+            let mut post = post.split_whitespace();
+            let fstype = post.next()?;
             if fstype != "cgroup" && fstype != "cgroup2" {
                 return None;
             }
+            let options = post.nth(1).unwrap_or("");
             let f: Vec<&str> = pre.split_whitespace().collect();
-            Some((PathBuf::from(f.get(4)?), f.get(3)?.to_string()))
+            Some(Hierarchy {
+                mount: PathBuf::from(f.get(4)?),
+                root: f.get(3)?.to_string(),
+                v2: fstype == "cgroup2",
+                controllers: options.split(',').map(str::to_string).collect(),
+            })
         })
         .collect()
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(file), value)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}/{file}: {e}", dir.display())))
+}
+
+/// cgroup v2's weight for v1 CPU shares (the conversion runc and the kubelet use).
+fn weight(shares: u64) -> u64 {
+    1 + (shares.clamp(2, 262_144) - 2) * 9999 / 262_142
+}
+
+/// Makes the cgroup of pod `uid` of QoS class `qos` with the pod's limits (written again
+/// if it exists: a sandbox made anew), and gives the BestEffort class its 2 shares.
+pub fn make_pod(cfg: &Config, qos: &str, uid: &str, limits: PodLimits) -> std::io::Result<()> {
+    let path = cfg.pod_cgroup(qos, uid);
+    let besteffort = (qos == "BestEffort").then(|| {
+        let root = cfg.cgroup_root.trim_end_matches('/');
+        format!("{root}/kubepods/besteffort")
+    });
+    for h in hierarchies() {
+        let Some(dir) = h.dir(&path) else { continue };
+        if h.v2 {
+            let have = std::fs::read_to_string(h.mount.join("cgroup.controllers"))
+                .unwrap_or_default();
+            let wanted: Vec<&str> = ["cpu", "memory"]
+                .into_iter()
+                .filter(|c| have.split_whitespace().any(|x| x == *c))
+                .collect();
+            if wanted.is_empty() {
+                // A hybrid host's v2 mount, its controllers all on v1.
+                continue;
+            }
+            std::fs::create_dir_all(&dir)?;
+            enable_down_to(&h.mount, &dir, &wanted)?;
+            if let Some(be) = besteffort.as_deref().and_then(|p| h.dir(p)) {
+                write(&be, "cpu.weight", &weight(2).to_string())?;
+            }
+            write(&dir, "cpu.weight", &weight(limits.cpu_shares).to_string())?;
+            let quota = limits
+                .cpu_quota
+                .map_or_else(|| "max".to_string(), |q| q.to_string());
+            write(&dir, "cpu.max", &format!("{quota} 100000"))?;
+            let mem = limits
+                .memory
+                .map_or_else(|| "max".to_string(), |m| m.to_string());
+            write(&dir, "memory.max", &mem)?;
+            continue;
+        }
+        if h.has("cpu") {
+            std::fs::create_dir_all(&dir)?;
+            if let Some(be) = besteffort.as_deref().and_then(|p| h.dir(p)) {
+                write(&be, "cpu.shares", "2")?;
+            }
+            write(&dir, "cpu.shares", &limits.cpu_shares.to_string())?;
+            write(&dir, "cpu.cfs_period_us", "100000")?;
+            let quota = limits.cpu_quota.unwrap_or(-1);
+            write(&dir, "cpu.cfs_quota_us", &quota.to_string())?;
+        }
+        if h.has("memory") {
+            std::fs::create_dir_all(&dir)?;
+            let mem = limits.memory.unwrap_or(-1);
+            write(&dir, "memory.limit_in_bytes", &mem.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// cgroup v2: `controllers` enabled in `cgroup.subtree_control` of every directory from
+/// the hierarchy's root down to `dir`'s parent, so `dir` has their files.
+fn enable_down_to(mount: &Path, dir: &Path, controllers: &[&str]) -> std::io::Result<()> {
+    let Ok(rel) = dir.strip_prefix(mount) else {
+        return Ok(());
+    };
+    let mut at = mount.to_path_buf();
+    let mut parts: Vec<_> = rel.components().collect();
+    parts.pop();
+    for step in std::iter::once(None).chain(parts.into_iter().map(Some)) {
+        if let Some(p) = step {
+            at.push(p);
+        }
+        let on = std::fs::read_to_string(at.join("cgroup.subtree_control")).unwrap_or_default();
+        for c in controllers {
+            if !on.split_whitespace().any(|x| x == *c) {
+                write(&at, "cgroup.subtree_control", &format!("+{c}"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Removes the cgroup of pod `uid` (whatever its QoS class was) in every hierarchy,
@@ -31,14 +155,11 @@ fn mounts() -> Vec<(PathBuf, String)> {
 /// (a container being torn down) is tried again for a few seconds, then left.
 pub async fn remove_pod(cfg: &Config, uid: &str) {
     let mut dirs = Vec::new();
-    for (mount, root) in mounts() {
+    for h in hierarchies() {
         for qos in ["Guaranteed", "Burstable", "BestEffort"] {
-            let path = cfg.pod_cgroup(qos, uid);
-            let root = root.trim_end_matches('/');
-            let Some(rel) = path.strip_prefix(root) else {
+            let Some(dir) = h.dir(&cfg.pod_cgroup(qos, uid)) else {
                 continue;
             };
-            let dir = mount.join(rel.trim_start_matches('/'));
             if dir.is_dir() {
                 dirs.push(dir);
             }
@@ -56,5 +177,17 @@ pub async fn remove_pod(cfg: &Config, uid: &str) {
     }
     for d in dirs {
         tracing::info!(cgroup = %d.display(), "pod cgroup not removed: still in use");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_to_weight_as_runc_converts() {
+        assert_eq!(weight(2), 1);
+        assert_eq!(weight(1024), 39);
+        assert_eq!(weight(262_144), 10_000);
     }
 }

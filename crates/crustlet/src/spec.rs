@@ -439,6 +439,90 @@ pub fn resources(
     })
 }
 
+/// The pod cgroup's own limits, as the kubelet's pod container manager sets them, from
+/// the pod's requests and limits (the larger of the sum of its containers' and its
+/// largest init container's, plus its overhead): CPU shares from the requests (2 for
+/// BestEffort); the CFS quota and the memory limit only when every container has that
+/// limit (always for Guaranteed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodLimits {
+    pub cpu_shares: u64,
+    pub cpu_quota: Option<i64>,
+    pub memory: Option<i64>,
+}
+
+pub fn pod_limits(pod: &Pod) -> Result<PodLimits, BadQuantity> {
+    let spec = spec(pod);
+    let get = |c: &Container, limits: bool, name: &str| -> Result<i64, BadQuantity> {
+        let r = c.resources.as_ref();
+        let l = r.and_then(|r| r.limits.as_ref()).and_then(|m| m.get(name));
+        let q = if limits {
+            l
+        } else {
+            // A request left out is the limit (the apiserver's defaulting; static pods
+            // are not defaulted).
+            r.and_then(|r| r.requests.as_ref())
+                .and_then(|m| m.get(name))
+                .or(l)
+        };
+        match q {
+            Some(q) if name == "cpu" => milli(q),
+            Some(q) => value(q),
+            None => Ok(0),
+        }
+    };
+    let overhead = |name: &str| -> Result<i64, BadQuantity> {
+        match spec.overhead.as_ref().and_then(|o| o.get(name)) {
+            Some(q) if name == "cpu" => milli(q),
+            Some(q) => value(q),
+            None => Ok(0),
+        }
+    };
+    let total = |limits: bool, name: &str| -> Result<i64, BadQuantity> {
+        let mut sum = 0;
+        for c in &spec.containers {
+            sum += get(c, limits, name)?;
+        }
+        let mut init = 0;
+        for c in spec.init_containers.iter().flatten() {
+            init = init.max(get(c, limits, name)?);
+        }
+        Ok(sum.max(init) + overhead(name)?)
+    };
+    let declared = |name: &str| -> Result<bool, BadQuantity> {
+        for c in &spec.containers {
+            if get(c, true, name)? == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    let qos = qos(pod);
+    let cpu_request = total(false, "cpu")?;
+    let cpu_shares = if qos == "BestEffort" || cpu_request == 0 {
+        2
+    } else {
+        (cpu_request as u64 * 1024 / 1000).clamp(2, 262_144)
+    };
+    let guaranteed = qos == "Guaranteed";
+    let cpu_quota = if qos != "BestEffort" && (guaranteed || declared("cpu")?) {
+        let limit = total(true, "cpu")?;
+        (limit > 0).then(|| (limit * CPU_PERIOD / 1000).max(1000))
+    } else {
+        None
+    };
+    let memory = if qos != "BestEffort" && (guaranteed || declared("memory")?) {
+        Some(total(true, "memory")?).filter(|m| *m > 0)
+    } else {
+        None
+    };
+    Ok(PodLimits {
+        cpu_shares,
+        cpu_quota,
+        memory,
+    })
+}
+
 /// A volume mount made ready: where the volume is on the node.
 pub struct VolumePaths<'a> {
     pub dirs: &'a HashMap<String, PathBuf>,
@@ -619,6 +703,63 @@ pub fn container_config(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn pod_cgroup_limits_as_the_kubelet_sets_them() {
+        let p = |containers: serde_json::Value, init: serde_json::Value| {
+            pod(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "n", "uid": "u"},
+                "spec": {"containers": containers, "initContainers": init,
+                         "overhead": {"cpu": "10m"}}
+            }))
+        };
+        let c = |req: serde_json::Value, lim: serde_json::Value| {
+            serde_json::json!({"name": "c", "resources": {"requests": req, "limits": lim}})
+        };
+        // Guaranteed: requests = limits, summed; the overhead on top.
+        let g = p(
+            serde_json::json!([
+                c(serde_json::json!({}), serde_json::json!({"cpu": "250m", "memory": "64Mi"})),
+                c(serde_json::json!({}), serde_json::json!({"cpu": "250m", "memory": "64Mi"})),
+            ]),
+            serde_json::json!([]),
+        );
+        assert_eq!(
+            pod_limits(&g).unwrap(),
+            PodLimits {
+                cpu_shares: 522,
+                cpu_quota: Some(51_000),
+                memory: Some(128 << 20)
+            }
+        );
+        // Burstable with one container unlimited: shares only. A bigger init container
+        // sets the requests.
+        let b = p(
+            serde_json::json!([
+                c(serde_json::json!({"cpu": "100m"}), serde_json::json!({"cpu": "200m", "memory": "32Mi"})),
+                c(serde_json::json!({"cpu": "100m"}), serde_json::json!({})),
+            ]),
+            serde_json::json!([c(serde_json::json!({"cpu": "1"}), serde_json::json!({}))]),
+        );
+        assert_eq!(
+            pod_limits(&b).unwrap(),
+            PodLimits {
+                cpu_shares: 1034,
+                cpu_quota: None,
+                memory: None
+            }
+        );
+        // BestEffort: 2 shares, nothing else.
+        let e = p(serde_json::json!([{"name": "c"}]), serde_json::json!([]));
+        assert_eq!(
+            pod_limits(&e).unwrap(),
+            PodLimits {
+                cpu_shares: 2,
+                cpu_quota: None,
+                memory: None
+            }
+        );
+    }
 
     #[test]
     fn hosts_file_and_hostname_as_the_kubelet_makes_them() {

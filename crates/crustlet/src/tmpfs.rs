@@ -8,7 +8,7 @@
 //! what the containers wrote to it, and not mounted over.
 
 use crate::quantity;
-use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Pod};
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -24,7 +24,8 @@ const MOUNTINFO: &str = "/proc/thread-self/mountinfo";
 /// kernel's default, half the RAM), when nothing is known.
 pub fn size(ed: &EmptyDirVolumeSource, pod: &Pod, allocatable: i64) -> Option<i64> {
     let mut size = allocatable;
-    if let Some(l) = pod_memory_limit(pod) {
+    // The memory limit of the pod's cgroup, when it has one.
+    if let Some(l) = crate::spec::pod_limits(pod).ok().and_then(|p| p.memory) {
         if l > 0 && l <= size {
             size = l;
         }
@@ -35,39 +36,6 @@ pub fn size(ed: &EmptyDirVolumeSource, pod: &Pod, allocatable: i64) -> Option<i6
         }
     }
     (size > 0).then_some(size)
-}
-
-/// The memory limit of the pod's cgroup, as the kubelet sets it: the larger of the sum
-/// of its containers' limits and the largest init container's, plus the pod's overhead;
-/// none unless every (regular) container has a memory limit.
-fn pod_memory_limit(pod: &Pod) -> Option<i64> {
-    let spec = pod.spec.as_ref()?;
-    let limit = |c: &Container| {
-        c.resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.get("memory"))
-            .and_then(|q| quantity::value(q).ok())
-            .unwrap_or(0)
-    };
-    if spec.containers.iter().any(|c| limit(c) <= 0) {
-        return None;
-    }
-    let sum: i64 = spec.containers.iter().map(limit).sum();
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(limit)
-        .max()
-        .unwrap_or(0);
-    let overhead = spec
-        .overhead
-        .as_ref()
-        .and_then(|o| o.get("memory"))
-        .and_then(|q| quantity::value(q).ok())
-        .unwrap_or(0);
-    Some(sum.max(init) + overhead)
 }
 
 /// One line of a mountinfo file: the mount point (its escapes undone) and the type.

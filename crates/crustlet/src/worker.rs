@@ -539,6 +539,15 @@ impl Worker {
                 ),
             );
         }
+        // The pod's cgroup with its own limits, before the runtime puts anything in it.
+        match spec::pod_limits(pod) {
+            Ok(limits) => {
+                if let Err(e) = crate::cgroup::make_pod(&self.ctx.cfg, &spec::qos(pod), &uid, limits) {
+                    tracing::warn!(pod = %spec::key(pod), "pod cgroup: {e}");
+                }
+            }
+            Err(e) => tracing::warn!(pod = %spec::key(pod), "pod cgroup: {e}"),
+        }
         let _ = std::fs::create_dir_all(&config.log_directory);
         let r = self
             .cri()

@@ -992,6 +992,109 @@ pub fn crustlet_requests_and_limits_in_cgroups(c: &Cluster) {
     );
     assert_eq!(read_trim(&cpu.join("cpu.shares")), "2");
     assert_eq!(read_trim(&cpu.join("cpu.cfs_quota_us")), "-1");
+    let pod_cpu = cpu.parent().unwrap();
+    assert_eq!(read_trim(&pod_cpu.join("cpu.shares")), "2");
+    assert_eq!(read_trim(&pod_cpu.join("cpu.cfs_quota_us")), "-1");
+    assert_eq!(
+        read_trim(&pod_cpu.parent().unwrap().join("cpu.shares")),
+        "2"
+    );
+
+    // The pod cgroups' own limits, the same as the kubelet's for the same pods.
+    type Case = (&'static str, Value);
+    let cases: Vec<Case> = vec![
+        (
+            "guaranteed",
+            json!([
+                {"requests": {"cpu": "250m", "memory": "48Mi"}, "limits": {"cpu": "250m", "memory": "48Mi"}},
+                {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "16Mi"}},
+            ]),
+        ),
+        (
+            "limited",
+            json!([{"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "300m", "memory": "96Mi"}}]),
+        ),
+        (
+            "unlimited",
+            json!([
+                {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "300m", "memory": "96Mi"}},
+                {"requests": {"cpu": "50m"}},
+            ]),
+        ),
+    ];
+    let files = [
+        ("cpu", "cpu.shares"),
+        ("cpu", "cpu.cfs_quota_us"),
+        ("cpu", "cpu.cfs_period_us"),
+        ("memory", "memory.limit_in_bytes"),
+    ];
+    let mut seen: Vec<Vec<String>> = vec![];
+    for (name, res) in &cases {
+        for (node, root, tag) in [
+            // The kubelet's own (the Crustlet's field of that name is the crustlet's).
+            (NODE, &std::ops::Deref::deref(c).cgroup_root, "k"),
+            (CRUSTLET_NODE, &c.crustlet_cgroup_root, "c"),
+        ] {
+            let pn = format!("podres-{name}-{tag}");
+            let mut p = pod_on(c, node, &pn, "exec sleep 3600", |_| {});
+            let one = p["spec"]["containers"][0].clone();
+            let mut all = vec![];
+            for (i, r) in res.as_array().unwrap().iter().enumerate() {
+                let mut x = one.clone();
+                x["name"] = json!(format!("c{i}"));
+                x["resources"] = r.clone();
+                all.push(x);
+            }
+            p["spec"]["containers"] = json!(all);
+            let p = run_pod(c, p);
+            let sid = status_of(&p, "c0").unwrap()["containerID"]
+                .as_str()
+                .unwrap();
+            let id = sid.split_once("://").unwrap().1;
+            let mut got = vec![name.to_string()];
+            for (ctl, file) in files {
+                let dir = c
+                    .cgroup_dir_named_under(root, ctl, id)
+                    .unwrap_or_else(|| panic!("{pn}: no {ctl} cgroup {id} under {root}"));
+                got.push(format!(
+                    "{file}={}",
+                    read_trim(&dir.parent().unwrap().join(file))
+                ));
+            }
+            seen.push(got);
+        }
+        let crustlet = seen.pop().unwrap();
+        let kubelet = seen.pop().unwrap();
+        assert_eq!(
+            crustlet, kubelet,
+            "the pod cgroup differs from the kubelet's"
+        );
+        seen.push(crustlet);
+    }
+    assert_eq!(
+        seen[0][1..],
+        [
+            "cpu.shares=358",
+            "cpu.cfs_quota_us=35000",
+            "cpu.cfs_period_us=100000",
+            "memory.limit_in_bytes=67108864"
+        ],
+        "guaranteed"
+    );
+    assert_eq!(seen[2][2], "cpu.cfs_quota_us=-1", "one container unlimited");
+    for (name, _) in &cases {
+        for tag in ["k", "c"] {
+            kubectl(
+                c,
+                &[
+                    "delete",
+                    "pod",
+                    &format!("podres-{name}-{tag}"),
+                    "--wait=false",
+                ],
+            );
+        }
+    }
 }
 
 // ---- deletion -------------------------------------------------------------------------
