@@ -16,12 +16,15 @@
 
 #[path = "kubelet/crustlet_checks.rs"]
 mod crustlet_checks;
+#[path = "kubelet/crustlet_fault_checks.rs"]
+mod crustlet_fault_checks;
 #[path = "kubelet/crustlet_probe_volume_checks.rs"]
 mod crustlet_probe_volume_checks;
 
 use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, ContainerdFor, Options, NODE};
 use crust_e2e::terminal::{shell_words, Terminal};
 use crustlet_checks::*;
+use crustlet_fault_checks::*;
 use crustlet_probe_volume_checks::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, Read, Write};
@@ -1325,6 +1328,10 @@ fn main() {
             containerd_graceful_deletion,
             containerd_grpc_probes,
             containerd_memory_empty_dir,
+            crustlet_host_network_pod,
+            crustlet_host_port_pod,
+            containerd_host_network_pod,
+            containerd_host_port_pod,
             pod_running_with_ip,
             logs,
             logs_follow,
@@ -1359,6 +1366,7 @@ fn main() {
             crustlet_server_cp,
             crustlet_server_debug,
             crustlet_server_stats,
+            crustlet_server_same_as_kubelet,
             containerd_server_logs,
             containerd_server_exec,
             containerd_server_attach,
@@ -1375,6 +1383,8 @@ fn main() {
             kubelet_restarted_adopts_its_pods,
             crustlet_restarted_adopts_its_pods
         ],
+        // The apiserver stopped and started again: every node loses it at once.
+        checks![crustlet_apiserver_outage],
         checks![no_repeated_cri_errors],
         checks![
             nothing_left_in_crustd,

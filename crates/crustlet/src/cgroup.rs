@@ -11,6 +11,7 @@
 
 use crate::config::Config;
 use crate::spec::PodLimits;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -82,8 +83,8 @@ pub fn make_pod(cfg: &Config, qos: &str, uid: &str, limits: PodLimits) -> std::i
     for h in hierarchies() {
         let Some(dir) = h.dir(&path) else { continue };
         if h.v2 {
-            let have = std::fs::read_to_string(h.mount.join("cgroup.controllers"))
-                .unwrap_or_default();
+            let have =
+                std::fs::read_to_string(h.mount.join("cgroup.controllers")).unwrap_or_default();
             let wanted: Vec<&str> = ["cpu", "memory"]
                 .into_iter()
                 .filter(|c| have.split_whitespace().any(|x| x == *c))
@@ -190,4 +191,114 @@ mod tests {
         assert_eq!(weight(1024), 39);
         assert_eq!(weight(262_144), 10_000);
     }
+}
+
+/// What a cgroup used, read from its files (v1 `cpuacct` and `memory`, or v2), for the
+/// summary's system containers and swap.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Usage {
+    pub cpu_ns: Option<u64>,
+    pub memory: Option<u64>,
+    pub working_set: Option<u64>,
+    pub rss: Option<u64>,
+    pub page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
+    /// The memory limit, when it has one.
+    pub limit: Option<u64>,
+    /// Swap in use (0 where the kernel does not account it).
+    pub swap: u64,
+    /// When the cgroup was made (its directory's change time), in seconds.
+    pub created: Option<i64>,
+}
+
+fn read_u64(dir: &Path, file: &str) -> Option<u64> {
+    std::fs::read_to_string(dir.join(file))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn stat_of(dir: &Path, file: &str) -> HashMap<String, u64> {
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The usage of cgroup `path` (as `/proc/<pid>/cgroup` and the runtime name it).
+pub fn usage(path: &str) -> Option<Usage> {
+    use std::os::unix::fs::MetadataExt;
+    let mut u = Usage::default();
+    let mut found = false;
+    for h in hierarchies() {
+        let Some(dir) = h.dir(path) else { continue };
+        if !dir.is_dir() {
+            continue;
+        }
+        if h.v2 {
+            // A hybrid host's v2 mount has no controllers (but a `cpu.stat` of its own).
+            let have =
+                std::fs::read_to_string(h.mount.join("cgroup.controllers")).unwrap_or_default();
+            if !have.split_whitespace().any(|c| c == "memory") {
+                continue;
+            }
+            let cpu = stat_of(&dir, "cpu.stat");
+            let mem = stat_of(&dir, "memory.stat");
+            found = true;
+            u.created = std::fs::metadata(&dir).ok().map(|m| m.ctime());
+            u.cpu_ns = cpu.get("usage_usec").map(|v| v * 1000);
+            u.memory = read_u64(&dir, "memory.current");
+            u.limit = read_u64(&dir, "memory.max");
+            u.swap = read_u64(&dir, "memory.swap.current").unwrap_or(0);
+            u.rss = mem.get("anon").copied();
+            u.page_faults = mem.get("pgfault").copied();
+            u.major_page_faults = mem.get("pgmajfault").copied();
+            let inactive = mem.get("inactive_file").copied().unwrap_or(0);
+            u.working_set = u.memory.map(|m| m.saturating_sub(inactive));
+            continue;
+        }
+        if h.has("cpuacct") {
+            found = true;
+            u.cpu_ns = read_u64(&dir, "cpuacct.usage");
+            u.created = std::fs::metadata(&dir).ok().map(|m| m.ctime());
+        }
+        if h.has("memory") {
+            found = true;
+            let mem = stat_of(&dir, "memory.stat");
+            u.memory = read_u64(&dir, "memory.usage_in_bytes");
+            // v1 says "no limit" with a page-rounded i64::MAX.
+            u.limit = read_u64(&dir, "memory.limit_in_bytes").filter(|l| *l < 1 << 62);
+            u.swap = read_u64(&dir, "memory.memsw.usage_in_bytes")
+                .zip(u.memory)
+                .map_or(0, |(sw, m)| sw.saturating_sub(m));
+            u.rss = mem.get("total_rss").copied();
+            u.page_faults = mem.get("total_pgfault").copied();
+            u.major_page_faults = mem.get("total_pgmajfault").copied();
+            let inactive = mem.get("total_inactive_file").copied().unwrap_or(0);
+            u.working_set = u.memory.map(|m| m.saturating_sub(inactive));
+        }
+    }
+    found.then_some(u)
+}
+
+/// The crustlet's own cgroup (its memory controller's, or v2's).
+pub fn own() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut v2 = None;
+    for l in text.lines() {
+        let mut f = l.splitn(3, ':');
+        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+        if ctl.split(',').any(|c| c == "memory") {
+            return Some(path.to_string());
+        }
+        if ctl.is_empty() {
+            v2 = Some(path.to_string());
+        }
+    }
+    v2
 }

@@ -372,3 +372,145 @@ fn server_stats(c: &Crustlet) {
     );
     assert!(m.contains("\nscrape_error 0\n"), "{m}");
 }
+
+/// Every JSON path of `v` (array items folded into `[]`), for comparing shapes.
+fn json_paths(v: &Value, at: String, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                json_paths(x, format!("{at}.{k}"), out);
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                json_paths(x, format!("{at}[]"), out);
+            }
+        }
+        _ => {
+            out.insert(at);
+        }
+    }
+}
+
+/// What the crustlet's server answers is what the kubelet's answers on the same cluster:
+/// the status of each endpoint through the apiserver's node proxy, the fields of
+/// `/stats/summary` for the node and for a pod with a volume, the metric families of
+/// `/metrics/resource`, and `/pods` listing the pod.
+pub fn crustlet_server_same_as_kubelet(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
+    let nodes = [(NODE, "k"), (CRUSTLET_NODE, "c")];
+    for (n, tag) in nodes {
+        let mut p = pod_on(
+            c,
+            n,
+            &format!("srv-cmp-{tag}"),
+            "echo hi > /data/f; exec sleep 3600",
+            |_| {},
+        );
+        p["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+        p["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "data", "mountPath": "/data"}]);
+        apply(c, p);
+    }
+    for (_, tag) in nodes {
+        wait_pod(c, &format!("srv-cmp-{tag}"), "Running", T, running);
+    }
+    let raw = |node: &str, path: &str| {
+        let out = run_timeout(
+            &mut c.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy{path}")]),
+            T,
+        );
+        (out.status.success(), s(&out.stdout), s(&out.stderr))
+    };
+    let mut diffs = vec![];
+    for path in [
+        "/healthz",
+        "/pods",
+        "/stats/summary",
+        "/metrics",
+        "/metrics/resource",
+        "/containerLogs/crustlet/srv-cmp-X/main",
+    ] {
+        let got: Vec<bool> = nodes
+            .iter()
+            .map(|(n, tag)| raw(n, &path.replace("-X", &format!("-{tag}"))).0)
+            .collect();
+        if got[0] != got[1] {
+            diffs.push(format!(
+                "{path}: kubelet ok={}, crustlet ok={}",
+                got[0], got[1]
+            ));
+        }
+    }
+    // The summary's fields, node and pod, once both have the pod's volume in it.
+    let summary = |node: &str, tag: &str| {
+        wait_for(
+            &format!("{node}'s summary with the pod"),
+            Duration::from_secs(90),
+            |last| {
+                let (_, out, err) = raw(node, "/stats/summary");
+                *last = out.clone() + &err;
+                let v: Value = serde_json::from_str(&out).ok()?;
+                let pod = v["pods"]
+                    .as_array()?
+                    .iter()
+                    .find(|p| p["podRef"]["name"] == format!("srv-cmp-{tag}").as_str())?
+                    .clone();
+                pod["volume"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty())
+                    .then_some(())?;
+                pod["containers"][0]["rootfs"].is_object().then_some(())?;
+                let mut node_paths = std::collections::BTreeSet::new();
+                json_paths(&v["node"], "node".into(), &mut node_paths);
+                let mut pod_paths = std::collections::BTreeSet::new();
+                json_paths(&pod, "pod".into(), &mut pod_paths);
+                Some((node_paths, pod_paths))
+            },
+        )
+    };
+    let k = summary(NODE, "k");
+    let cl = summary(CRUSTLET_NODE, "c");
+    for (what, a, b) in [("node", &k.0, &cl.0), ("pod", &k.1, &cl.1)] {
+        let missing: Vec<&String> = a.difference(b).collect();
+        if !missing.is_empty() {
+            diffs.push(format!(
+                "/stats/summary {what}: the crustlet lacks {missing:?}"
+            ));
+        }
+    }
+    let families = |node: &str| -> std::collections::BTreeSet<String> {
+        raw(node, "/metrics/resource")
+            .1
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect()
+    };
+    let (fk, fc) = (families(NODE), families(CRUSTLET_NODE));
+    if fk != fc {
+        diffs.push(format!(
+            "/metrics/resource families: kubelet {fk:?}, crustlet {fc:?}"
+        ));
+    }
+    let pods: Value = serde_json::from_str(&raw(CRUSTLET_NODE, "/pods").1).unwrap();
+    assert!(
+        pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["metadata"]["name"] == "srv-cmp-c"),
+        "/pods lists the pod"
+    );
+    for (_, tag) in nodes {
+        kubectl(
+            c,
+            &["delete", "pod", &format!("srv-cmp-{tag}"), "--wait=false"],
+        );
+    }
+    assert!(
+        diffs.is_empty(),
+        "the crustlet's server differs:\n{}",
+        diffs.join("\n")
+    );
+}

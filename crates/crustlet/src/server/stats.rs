@@ -12,20 +12,27 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// The node's CPU, sampled so that a rate (usageNanoCores) can be given at any time.
+/// CPU time sampled so that a rate (usageNanoCores) can be given at any time: the
+/// node's, and the system containers' by name.
 #[derive(Default)]
 pub struct CpuSampler {
-    /// (when, cumulative ns): the two latest samples.
-    samples: Mutex<Vec<(Instant, u64)>>,
+    /// (when, cumulative ns): the two latest samples of each.
+    samples: Mutex<HashMap<String, Vec<(Instant, u64)>>>,
 }
 
 impl CpuSampler {
-    /// Takes a sample; keeps the two latest.
+    /// Takes a sample of the node; keeps the two latest.
     pub fn sample(&self) -> Option<(u64, Option<u64>)> {
         let total = node_cpu_ns()?;
+        Some((total, self.rate_of("", total)))
+    }
+
+    /// Records `total` ns of CPU time of `key`; its rate against the newest sample at
+    /// least a second old.
+    fn rate_of(&self, key: &str, total: u64) -> Option<u64> {
         let now = Instant::now();
-        let mut s = self.samples.lock().unwrap();
-        // The rate against the newest sample at least a second old.
+        let mut all = self.samples.lock().unwrap();
+        let s = all.entry(key.to_string()).or_default();
         let rate = s
             .iter()
             .rev()
@@ -42,7 +49,7 @@ impl CpuSampler {
                 s.remove(0);
             }
         }
-        Some((total, rate))
+        rate
     }
 }
 
@@ -443,6 +450,42 @@ pub async fn summary(
                "usageBytes": usage, "workingSetBytes": working_set, "rssBytes": g("AnonPages"),
                "pageFaults": vmstat("pgfault"), "majorPageFaults": vmstat("pgmajfault")}),
     );
+    node.insert(
+        "swap".into(),
+        json!({"time": t, "swapAvailableBytes": g("SwapFree"),
+               "swapUsageBytes": g("SwapTotal").saturating_sub(g("SwapFree"))}),
+    );
+    // The kubelet's system containers: its own cgroup and the pods' (`kubepods`).
+    let root = cfg.cgroup_root.trim_end_matches('/');
+    let mut system = vec![];
+    for (name, path) in [
+        ("kubelet", crate::cgroup::own()),
+        ("pods", Some(format!("{root}/kubepods"))),
+    ] {
+        let Some(u) = path.as_deref().and_then(crate::cgroup::usage) else {
+            continue;
+        };
+        let mut v = json!({"name": name, "swap": {"time": t, "swapUsageBytes": u.swap}});
+        if let Some(c) = u.created {
+            v["startTime"] = json!(time(c));
+        }
+        if let Some(ns) = u.cpu_ns {
+            v["cpu"] = json!({"time": t, "usageCoreNanoSeconds": ns});
+            if let Some(r) = sampler.rate_of(name, ns) {
+                v["cpu"]["usageNanoCores"] = json!(r);
+            }
+        }
+        if let Some(m) = u.memory {
+            let ws = u.working_set.unwrap_or(m);
+            let cap = u.limit.unwrap_or(g("MemTotal"));
+            v["memory"] = json!({"time": t, "availableBytes": cap.saturating_sub(ws),
+                "usageBytes": m, "workingSetBytes": ws, "rssBytes": u.rss.unwrap_or(0),
+                "pageFaults": u.page_faults.unwrap_or(0),
+                "majorPageFaults": u.major_page_faults.unwrap_or(0)});
+        }
+        system.push(v);
+    }
+    node.insert("systemContainers".into(), json!(system));
     let image_fs = image_fs(ctx, &t).await;
     let node_fs = fs_stats(&cfg.root_dir, &t);
     let logs_fs = fs_stats(&cfg.pod_logs_dir, &t);
@@ -514,6 +557,12 @@ pub async fn summary(
         }
         let mut containers = vec![];
         let (mut eph_bytes, mut eph_inodes) = (0, 0);
+        // The pod's cgroup, whatever its QoS class, for swap the runtime may not give.
+        let pod_cgroup = ["Guaranteed", "Burstable", "BestEffort"]
+            .into_iter()
+            .map(|q| cfg.pod_cgroup(q, uid))
+            .find_map(|p| crate::cgroup::usage(&p).map(|u| (p, u)));
+        let mut pod_swap = 0;
         let mut cs = p.containers.clone();
         cs.sort_by(|a, b| {
             let n = |c: &cri::ContainerStats| {
@@ -541,6 +590,17 @@ pub async fn summary(
             if let Some(m) = &c.memory {
                 v["memory"] = memory_json(m);
             }
+            let swap = c
+                .swap
+                .as_ref()
+                .and_then(|w| opt(&w.swap_usage_bytes))
+                .or_else(|| {
+                    let (p, _) = pod_cgroup.as_ref()?;
+                    Some(crate::cgroup::usage(&format!("{p}/{}", a.id))?.swap)
+                })
+                .unwrap_or(0);
+            pod_swap += swap;
+            v["swap"] = json!({"time": t, "swapUsageBytes": swap});
             if !only_cpu_and_memory {
                 let (rb, ri) = c.writable_layer.as_ref().map_or((0, 0), |w| {
                     (
@@ -563,6 +623,8 @@ pub async fn summary(
         if let Some(m) = &p.memory {
             pod.insert("memory".into(), memory_json(m));
         }
+        let swap = pod_cgroup.map_or(pod_swap, |(_, u)| u.swap);
+        pod.insert("swap".into(), json!({"time": t, "swapUsageBytes": swap}));
         if !only_cpu_and_memory {
             if let Some(n) = &p.network {
                 pod.insert("network".into(), network_json(n));
