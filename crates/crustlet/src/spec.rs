@@ -713,14 +713,18 @@ mod tests {
                          "overhead": {"cpu": "10m"}}
             }))
         };
-        let c = |req: serde_json::Value, lim: serde_json::Value| {
-            serde_json::json!({"name": "c", "resources": {"requests": req, "limits": lim}})
-        };
+        let c = |req: serde_json::Value, lim: serde_json::Value| serde_json::json!({"name": "c", "resources": {"requests": req, "limits": lim}});
         // Guaranteed: requests = limits, summed; the overhead on top.
         let g = p(
             serde_json::json!([
-                c(serde_json::json!({}), serde_json::json!({"cpu": "250m", "memory": "64Mi"})),
-                c(serde_json::json!({}), serde_json::json!({"cpu": "250m", "memory": "64Mi"})),
+                c(
+                    serde_json::json!({}),
+                    serde_json::json!({"cpu": "250m", "memory": "64Mi"})
+                ),
+                c(
+                    serde_json::json!({}),
+                    serde_json::json!({"cpu": "250m", "memory": "64Mi"})
+                ),
             ]),
             serde_json::json!([]),
         );
@@ -736,7 +740,10 @@ mod tests {
         // sets the requests.
         let b = p(
             serde_json::json!([
-                c(serde_json::json!({"cpu": "100m"}), serde_json::json!({"cpu": "200m", "memory": "32Mi"})),
+                c(
+                    serde_json::json!({"cpu": "100m"}),
+                    serde_json::json!({"cpu": "200m", "memory": "32Mi"})
+                ),
                 c(serde_json::json!({"cpu": "100m"}), serde_json::json!({})),
             ]),
             serde_json::json!([c(serde_json::json!({"cpu": "1"}), serde_json::json!({}))]),
