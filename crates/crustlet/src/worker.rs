@@ -103,6 +103,8 @@ pub struct Worker {
     sandbox_backoff: Option<Backoff>,
     /// The phase once the pod can no longer change (Succeeded, Failed).
     finished: Option<String>,
+    /// The status of the finished pod (read when its sandbox was stopped).
+    final_status: Option<PodStatus>,
     runtime_name: String,
     last_pod: Option<Pod>,
 }
@@ -121,6 +123,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
         start_time: None,
         sandbox_backoff: None,
         finished: None,
+        final_status: None,
         runtime_name: String::new(),
         last_pod: None,
     };
@@ -210,6 +213,22 @@ fn attempt_from_logs(dir: &std::path::Path) -> u32 {
         })
         .max()
         .map_or(0, |n| n + 1)
+}
+
+/// Whether the pod as the apiserver has it shows `st`'s phase, and the same status for
+/// each of `st`'s conditions it has (one it drops is no reason to send them again).
+fn agrees(pod: &Pod, st: &PodStatus) -> bool {
+    let Some(have) = pod.status.as_ref() else {
+        return false;
+    };
+    let conds = have.conditions.as_deref().unwrap_or_default();
+    have.phase == st.phase
+        && st.conditions.iter().flatten().all(|c| {
+            conds
+                .iter()
+                .filter(|h| h.type_ == c.type_)
+                .all(|h| h.status == c.status)
+        })
 }
 
 impl Worker {
@@ -348,9 +367,12 @@ impl Worker {
                 // The final status, from the containers the stopped sandbox still lists.
                 let instances = self.instances(&sb.id).await.unwrap_or_default();
                 self.sandbox = Some(sb);
-                let st = self.status(pod, &instances, true).await;
-                self.report(pod, st).await;
+                self.final_status = Some(self.status(pod, &instances, true).await);
                 self.sandbox = None;
+            }
+            // Sent until the apiserver has it: it may be away when the pod ends.
+            if let Some(st) = self.final_status.clone() {
+                self.report(pod, st).await;
             }
             return Ok(());
         }
@@ -1518,6 +1540,15 @@ impl Worker {
             for c in cs {
                 c.as_object_mut().map(|o| o.remove("lastTransitionTime"));
             }
+        }
+        // Someone else changed what this node reports (the node lifecycle controller
+        // marks the pods of a node it lost touch with NotReady): sent again, as the
+        // kubelet's status manager puts it right.
+        if self.last_status.as_ref() == Some(&cmp)
+            && self.ctx.source(pod) == "api"
+            && !agrees(pod, &st)
+        {
+            self.last_status = None;
         }
         if self.last_status.as_ref() == Some(&cmp) {
             return;
