@@ -172,8 +172,10 @@ pub struct Cluster {
     /// The holder of the node's mount namespace, and its pid (0 before it runs).
     holder: Mutex<Option<Child>>,
     holder_pid: u32,
-    /// etcd, apiserver, controller-manager, scheduler.
+    /// etcd, controller-manager, scheduler.
     control: Mutex<Vec<Child>>,
+    /// kube-apiserver (apart, for a check to stop and start it).
+    apiserver: Mutex<Option<Child>>,
     /// Set once [`Cluster::teardown`] has run (held while it runs).
     torn_down: Mutex<bool>,
     crustd: Mutex<Option<Child>>,
@@ -398,6 +400,7 @@ impl Cluster {
             holder: Mutex::new(None),
             holder_pid: 0,
             control: Mutex::new(Vec::new()),
+            apiserver: Mutex::new(None),
             torn_down: Mutex::new(false),
             crustd: Mutex::new(None),
             kubelet: Mutex::new(None),
@@ -690,49 +693,7 @@ current-context: crust
         let child = self.spawn_logged(etcd, "etcd");
         self.control.lock().unwrap().push(child);
 
-        let mut api = self.net_cmd(&self.bins.apiserver);
-        api.args([
-            "--etcd-servers=http://127.0.0.1:2379",
-            "--bind-address=0.0.0.0",
-            "--secure-port=6443",
-            "--authorization-mode=AlwaysAllow",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            "--enable-priority-and-fairness=false",
-            // Sidecar init containers (restartPolicy Always), alpha in v1.28: without
-            // the gate the apiserver drops the field.
-            "--feature-gates=SidecarContainers=true",
-            // The node's name resolves nowhere: dial the kubelet at its node IP.
-            "--kubelet-preferred-address-types=InternalIP",
-        ])
-        .arg(format!("--advertise-address={}", self.ip))
-        .arg(format!(
-            "--service-cluster-ip-range=10.{}.128.0/24",
-            self.subnet
-        ))
-        .arg(format!("--tls-cert-file={}", p("pki/apiserver.pem")))
-        .arg(format!("--tls-private-key-file={}", p("pki/apiserver.key")))
-        .arg(format!("--client-ca-file={}", p("pki/ca.pem")))
-        .arg(format!("--token-auth-file={}", p("pki/tokens.csv")))
-        .arg(format!("--service-account-key-file={}", p("pki/sa.pub")))
-        .arg(format!(
-            "--service-account-signing-key-file={}",
-            p("pki/sa.key")
-        ))
-        .arg(format!("--cert-dir={}", p("pki")));
-        let child = self.spawn_logged(api, "kube-apiserver");
-        self.control.lock().unwrap().push(child);
-        wait_for(
-            "the API server to be ready",
-            Duration::from_secs(90),
-            |last| {
-                let out = run_timeout(
-                    &mut self.kubectl(&["get", "--raw", "/readyz"]),
-                    Duration::from_secs(10),
-                );
-                *last = format!("{}{}", s(&out.stdout), s(&out.stderr));
-                out.status.success().then_some(())
-            },
-        );
+        self.start_apiserver();
 
         let mut cm = self.net_cmd(&self.bins.controller_manager);
         cm.arg(format!("--kubeconfig={}", p("admin.kubeconfig")))
@@ -778,6 +739,71 @@ current-context: crust
             .arg("--feature-gates=SidecarContainers=true");
         let child = self.spawn_logged(sched, "kube-scheduler");
         self.control.lock().unwrap().push(child);
+    }
+
+    /// kube-apiserver's command line (the same on every start).
+    fn apiserver_cmd(&self) -> Command {
+        let p = |r: &str| self.path(r).display().to_string();
+        let mut api = self.net_cmd(&self.bins.apiserver);
+        api.args([
+            "--etcd-servers=http://127.0.0.1:2379",
+            "--bind-address=0.0.0.0",
+            "--secure-port=6443",
+            "--authorization-mode=AlwaysAllow",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--enable-priority-and-fairness=false",
+            // Sidecar init containers (restartPolicy Always), alpha in v1.28: without
+            // the gate the apiserver drops the field.
+            "--feature-gates=SidecarContainers=true",
+            // The node's name resolves nowhere: dial the kubelet at its node IP.
+            "--kubelet-preferred-address-types=InternalIP",
+        ])
+        .arg(format!("--advertise-address={}", self.ip))
+        .arg(format!(
+            "--service-cluster-ip-range=10.{}.128.0/24",
+            self.subnet
+        ))
+        .arg(format!("--tls-cert-file={}", p("pki/apiserver.pem")))
+        .arg(format!("--tls-private-key-file={}", p("pki/apiserver.key")))
+        .arg(format!("--client-ca-file={}", p("pki/ca.pem")))
+        .arg(format!("--token-auth-file={}", p("pki/tokens.csv")))
+        .arg(format!("--service-account-key-file={}", p("pki/sa.pub")))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            p("pki/sa.key")
+        ))
+        .arg(format!("--cert-dir={}", p("pki")));
+        api
+    }
+
+    /// Starts kube-apiserver (on etcd's data: what it had is still there) and waits
+    /// until it is ready.
+    pub fn start_apiserver(&self) {
+        let mut guard = self.apiserver.lock().unwrap();
+        assert!(guard.is_none(), "kube-apiserver already running");
+        *guard = Some(self.spawn_logged(self.apiserver_cmd(), "kube-apiserver"));
+        drop(guard);
+        wait_for(
+            "the API server to be ready",
+            Duration::from_secs(90),
+            |last| {
+                let out = run_timeout(
+                    &mut self.kubectl(&["get", "--raw", "/readyz"]),
+                    Duration::from_secs(10),
+                );
+                *last = format!("{}{}", s(&out.stdout), s(&out.stderr));
+                out.status.success().then_some(())
+            },
+        );
+    }
+
+    /// SIGKILL to kube-apiserver, as an outage: every client's connection ends and new
+    /// ones are refused until [`Cluster::start_apiserver`].
+    pub fn stop_apiserver(&self) {
+        if let Some(mut c) = self.apiserver.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// The private mount namespace of the kubelet and crustd, with the kubelet's paths
@@ -1495,6 +1521,7 @@ impl Cluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+        self.stop_apiserver();
         for mut c in self.control.lock().unwrap().drain(..).rev() {
             let _ = c.kill();
             let _ = c.wait();
