@@ -93,6 +93,7 @@ impl Ctx {
 }
 
 fn main() -> std::process::ExitCode {
+    server::metrics::note_start();
     let flags = config::Flags::parse();
     let (cfg, server_cfg) = match config::Config::resolve_all(flags) {
         Ok(c) => c,

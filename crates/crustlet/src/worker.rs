@@ -564,7 +564,9 @@ impl Worker {
         // The pod's cgroup with its own limits, before the runtime puts anything in it.
         match spec::pod_limits(pod) {
             Ok(limits) => {
-                if let Err(e) = crate::cgroup::make_pod(&self.ctx.cfg, &spec::qos(pod), &uid, limits) {
+                if let Err(e) =
+                    crate::cgroup::make_pod(&self.ctx.cfg, &spec::qos(pod), &uid, limits)
+                {
                     tracing::warn!(pod = %spec::key(pod), "pod cgroup: {e}");
                 }
             }
@@ -1081,6 +1083,8 @@ impl Worker {
         if !startup_done && due(&ps.startup) {
             let p = c.startup_probe.as_ref().expect("startup probe");
             let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
+            let ok = r == probe::Outcome::Success;
+            self.ctx.seen.metrics.probe(pod, &c.name, "Startup", ok);
             let st = ps.startup.as_mut().expect("state");
             if r == probe::Outcome::Failure {
                 events.push(format!("Startup probe failed: {m}"));
@@ -1104,6 +1108,8 @@ impl Worker {
                     continue;
                 }
                 let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
+                let ok = r == probe::Outcome::Success;
+                self.ctx.seen.metrics.probe(pod, &c.name, which, ok);
                 if r == probe::Outcome::Failure {
                     events.push(format!("{which} probe failed: {m}"));
                 }

@@ -429,6 +429,11 @@ pub fn crustlet_server_same_as_kubelet(c: &Cluster) {
         "/stats/summary",
         "/metrics",
         "/metrics/resource",
+        "/metrics/probes",
+        "/metrics/cadvisor",
+        "/configz",
+        "/logs/",
+        "/spec/",
         "/containerLogs/crustlet/srv-cmp-X/main",
     ] {
         let got: Vec<bool> = nodes
@@ -479,19 +484,83 @@ pub fn crustlet_server_same_as_kubelet(c: &Cluster) {
             ));
         }
     }
-    let families = |node: &str| -> std::collections::BTreeSet<String> {
-        raw(node, "/metrics/resource")
+    let families = |node: &str, path: &str| -> std::collections::BTreeSet<String> {
+        raw(node, path)
             .1
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
             .filter_map(|l| l.split_whitespace().next().map(str::to_string))
             .collect()
     };
-    let (fk, fc) = (families(NODE), families(CRUSTLET_NODE));
+    let (fk, fc) = (
+        families(NODE, "/metrics/resource"),
+        families(CRUSTLET_NODE, "/metrics/resource"),
+    );
     if fk != fc {
         diffs.push(format!(
             "/metrics/resource families: kubelet {fk:?}, crustlet {fc:?}"
         ));
+    }
+    // cAdvisor's families: the crustlet has the ones dashboards read, all of them the
+    // kubelet's too.
+    let (fk, fc) = (
+        families(NODE, "/metrics/cadvisor"),
+        families(CRUSTLET_NODE, "/metrics/cadvisor"),
+    );
+    let extra: Vec<&String> = fc.difference(&fk).collect();
+    if !extra.is_empty() {
+        diffs.push(format!(
+            "/metrics/cadvisor: families the kubelet has not: {extra:?}"
+        ));
+    }
+    for f in [
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "container_network_receive_bytes_total",
+        "machine_cpu_cores",
+    ] {
+        if !fc.contains(f) {
+            diffs.push(format!("/metrics/cadvisor: no {f}"));
+        }
+    }
+    let (fk, fc) = (
+        families(NODE, "/metrics/probes"),
+        families(CRUSTLET_NODE, "/metrics/probes"),
+    );
+    // Whether prober_probe_total is there depends on the node's pods having probes.
+    let known: std::collections::BTreeSet<String> =
+        ["process_start_time_seconds", "prober_probe_total"]
+            .map(String::from)
+            .into();
+    if !fk.is_subset(&known) || !fc.is_subset(&known) || !fc.contains("process_start_time_seconds")
+    {
+        diffs.push(format!(
+            "/metrics/probes families: kubelet {fk:?}, crustlet {fc:?}"
+        ));
+    }
+    // /configz: every setting the crustlet reports is one the kubelet's has.
+    let keys = |node: &str| -> std::collections::BTreeSet<String> {
+        let v: Value = serde_json::from_str(&raw(node, "/configz").1).unwrap_or_default();
+        v["kubeletconfig"]
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let (kk, kc) = (keys(NODE), keys(CRUSTLET_NODE));
+    // The kubelet's node has no static pods, so its staticPodPath is left out.
+    let extra: Vec<&String> = kc
+        .difference(&kk)
+        .filter(|k| *k != "staticPodPath")
+        .collect();
+    if kc.is_empty() || !extra.is_empty() {
+        diffs.push(format!(
+            "/configz: settings the kubelet has not: {extra:?} (crustlet: {kc:?})"
+        ));
+    }
+    // /logs/: the same folder listed the same way.
+    let (lk, lc) = (raw(NODE, "/logs/").1, raw(CRUSTLET_NODE, "/logs/").1);
+    if lk != lc {
+        diffs.push(format!("/logs/:\n--- kubelet:\n{lk}--- crustlet:\n{lc}"));
     }
     let pods: Value = serde_json::from_str(&raw(CRUSTLET_NODE, "/pods").1).unwrap();
     assert!(

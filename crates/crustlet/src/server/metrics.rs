@@ -210,7 +210,11 @@ pub struct Own {
     /// Pod syncs: count and total seconds (a summary without quantiles).
     syncs: AtomicU64,
     sync_micros: AtomicU64,
+    /// Probe results: (namespace, pod, pod uid, container, probe type, result) → count.
+    probes: Mutex<std::collections::BTreeMap<ProbeKey, u64>>,
 }
+
+type ProbeKey = (String, String, String, String, &'static str, &'static str);
 
 impl Own {
     pub fn request(&self, path: &str, code: u16) {
@@ -239,6 +243,57 @@ impl Own {
             .or_default() += 1;
     }
 
+    /// One probe of `kind` (Liveness, Readiness, Startup) ran with this outcome.
+    pub fn probe(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        container: &str,
+        kind: &'static str,
+        ok: bool,
+    ) {
+        let key = (
+            crate::spec::namespace(pod).to_string(),
+            crate::spec::name(pod).to_string(),
+            crate::spec::uid(pod).to_string(),
+            container.to_string(),
+            kind,
+            if ok { "successful" } else { "failed" },
+        );
+        *self.probes.lock().unwrap().entry(key).or_default() += 1;
+    }
+
+    /// The pod is gone: its probes' series go with it.
+    pub fn forget_pod(&self, uid: &str) {
+        self.probes.lock().unwrap().retain(|k, _| k.2 != uid);
+    }
+
+    /// `/metrics/probes`, in the kubelet's name and labels.
+    pub fn render_probes(&self) -> String {
+        let mut out = String::new();
+        process_start(&mut out);
+        let probes = self.probes.lock().unwrap();
+        // A family without series is not shown, as the kubelet's registry leaves it out.
+        if !probes.is_empty() {
+            head(
+                &mut out,
+                "prober_probe_total",
+                "counter",
+                "[ALPHA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            );
+        }
+        for ((ns, pod, uid, c, kind, result), n) in probes.iter() {
+            let labels = format!(
+                "container=\"{}\",namespace=\"{}\",pod=\"{}\",pod_uid=\"{}\",probe_type=\"{kind}\",result=\"{result}\"",
+                esc(c),
+                esc(ns),
+                esc(pod),
+                esc(uid)
+            );
+            sample(&mut out, "prober_probe_total", &labels, *n as f64, None);
+        }
+        out
+    }
+
     /// One pod sync took `d`.
     pub fn sync(&self, d: std::time::Duration) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -249,6 +304,7 @@ impl Own {
     /// The text, with the pod and container counts of the moment.
     pub fn render(&self, pods: usize, containers: &[(String, usize)]) -> String {
         let mut out = String::new();
+        process_start(&mut out);
         head(
             &mut out,
             "kubelet_running_pods",
@@ -310,10 +366,192 @@ impl Own {
     }
 }
 
+/// `process_start_time_seconds`, which every metrics endpoint of the kubelet carries.
+fn process_start(out: &mut String) {
+    head(
+        out,
+        "process_start_time_seconds",
+        "gauge",
+        "[ALPHA] Start time of the process since unix epoch in seconds.",
+    );
+    let started = *PROCESS_START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    });
+    sample(out, "process_start_time_seconds", "", started, None);
+}
+
+static PROCESS_START: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+
+/// Notes the process's start (for `process_start_time_seconds`).
+pub fn note_start() {
+    let _ = PROCESS_START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    });
+}
+
+/// A metric family's value from a stats object.
+type Getter = dyn Fn(&Value) -> Option<f64>;
+
+/// `/metrics/cadvisor`: the containers' and pods' usage from a Summary, in cAdvisor's
+/// names and the labels the kubelet gives them (`container`, `namespace`, `pod`; the
+/// pod's own cgroup and network with `container=""`), and the machine's size.
+pub fn cadvisor(summary: Option<&Value>) -> String {
+    let mut out = String::new();
+    let empty = Value::Null;
+    let s = summary.unwrap_or(&empty);
+    let pods = s["pods"].as_array().cloned().unwrap_or_default();
+    let labels = |p: &Value, c: &str| {
+        format!(
+            "container=\"{}\",namespace=\"{}\",pod=\"{}\"",
+            esc(c),
+            esc(p["podRef"]["namespace"].as_str().unwrap_or("")),
+            esc(p["podRef"]["name"].as_str().unwrap_or(""))
+        )
+    };
+    // (labels, the stats object): every container, then each pod's own.
+    let mut subjects: Vec<(String, Value)> = vec![];
+    for p in &pods {
+        for c in p["containers"].as_array().cloned().unwrap_or_default() {
+            subjects.push((labels(p, c["name"].as_str().unwrap_or("")), c));
+        }
+        subjects.push((labels(p, ""), p.clone()));
+    }
+    let families: [(&str, &str, &str, &Getter); 7] = [
+        ("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.",
+         &|v| v["cpu"]["usageCoreNanoSeconds"].as_u64().map(|n| n as f64 / 1e9)),
+        ("container_memory_usage_bytes", "gauge", "Current memory usage in bytes, including all memory regardless of when it was accessed",
+         &|v| v["memory"]["usageBytes"].as_u64().map(|n| n as f64)),
+        ("container_memory_working_set_bytes", "gauge", "Current working set in bytes.",
+         &|v| v["memory"]["workingSetBytes"].as_u64().map(|n| n as f64)),
+        ("container_memory_rss", "gauge", "Size of RSS in bytes.",
+         &|v| v["memory"]["rssBytes"].as_u64().map(|n| n as f64)),
+        ("container_memory_swap", "gauge", "Container swap usage in bytes.",
+         &|v| v["swap"]["swapUsageBytes"].as_u64().map(|n| n as f64)),
+        ("container_fs_usage_bytes", "gauge", "Number of bytes that are consumed by the container on this filesystem.",
+         &|v| v["rootfs"]["usedBytes"].as_u64().map(|n| n as f64)),
+        ("container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds.",
+         &|v| ms(&v["startTime"]).map(|t| t as f64 / 1000.0)),
+    ];
+    for (name, kind, help, get) in families {
+        head(&mut out, name, kind, help);
+        for (l, v) in &subjects {
+            if let Some(x) = get(v) {
+                sample(&mut out, name, l, x, None);
+            }
+        }
+    }
+    // The pods' network, by interface.
+    for (name, field, help) in [
+        (
+            "container_network_receive_bytes_total",
+            "rxBytes",
+            "Cumulative count of bytes received",
+        ),
+        (
+            "container_network_receive_errors_total",
+            "rxErrors",
+            "Cumulative count of errors encountered while receiving",
+        ),
+        (
+            "container_network_transmit_bytes_total",
+            "txBytes",
+            "Cumulative count of bytes transmitted",
+        ),
+        (
+            "container_network_transmit_errors_total",
+            "txErrors",
+            "Cumulative count of errors encountered while transmitting",
+        ),
+    ] {
+        head(&mut out, name, "counter", help);
+        for p in &pods {
+            for i in p["network"]["interfaces"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+            {
+                let Some(x) = i[field].as_u64() else { continue };
+                let l = format!(
+                    "{},interface=\"{}\"",
+                    labels(p, ""),
+                    esc(i["name"].as_str().unwrap_or(""))
+                );
+                sample(&mut out, name, &l, x as f64, None);
+            }
+        }
+    }
+    head(
+        &mut out,
+        "machine_cpu_cores",
+        "gauge",
+        "Number of logical CPU cores.",
+    );
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
+    sample(&mut out, "machine_cpu_cores", "", cpus as f64, None);
+    head(
+        &mut out,
+        "machine_memory_bytes",
+        "gauge",
+        "Amount of memory installed on the machine.",
+    );
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024);
+    if let Some(m) = mem {
+        sample(&mut out, "machine_memory_bytes", "", m as f64, None);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn cadvisor_metrics_and_probe_counts() {
+        let s = json!({"pods": [{"podRef": {"name": "p", "namespace": "ns", "uid": "u"},
+            "cpu": {"usageCoreNanoSeconds": 3_000_000_000u64},
+            "network": {"interfaces": [{"name": "eth0", "rxBytes": 10, "txBytes": 20}]},
+            "containers": [{"name": "c", "memory": {"workingSetBytes": 200, "usageBytes": 300},
+                            "rootfs": {"usedBytes": 4096}}]}]});
+        let m = cadvisor(Some(&s));
+        for want in [
+            "container_memory_working_set_bytes{container=\"c\",namespace=\"ns\",pod=\"p\"} 200\n",
+            "container_fs_usage_bytes{container=\"c\",namespace=\"ns\",pod=\"p\"} 4096\n",
+            "container_cpu_usage_seconds_total{container=\"\",namespace=\"ns\",pod=\"p\"} 3\n",
+            "container_network_receive_bytes_total{container=\"\",namespace=\"ns\",pod=\"p\",interface=\"eth0\"} 10\n",
+            "# TYPE machine_cpu_cores gauge\n",
+        ] {
+            assert!(m.contains(want), "no {want:?} in\n{m}");
+        }
+        let own = Own::default();
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(
+            json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}}),
+        )
+        .unwrap();
+        own.probe(&pod, "c", "Readiness", true);
+        own.probe(&pod, "c", "Readiness", true);
+        own.probe(&pod, "c", "Liveness", false);
+        let t = own.render_probes();
+        assert!(t.contains("prober_probe_total{container=\"c\",namespace=\"ns\",pod=\"p\",pod_uid=\"u\",probe_type=\"Readiness\",result=\"successful\"} 2\n"), "{t}");
+        assert!(
+            t.contains("probe_type=\"Liveness\",result=\"failed\"} 1\n"),
+            "{t}"
+        );
+        own.forget_pod("u");
+        assert!(!own.render_probes().contains("pod_uid"));
+    }
 
     #[test]
     fn resource_metrics_from_a_summary() {

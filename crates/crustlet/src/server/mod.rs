@@ -55,6 +55,7 @@ impl Seen {
     /// The pod's worker is done with it.
     pub fn gone(&self, uid: &str) {
         self.pods.lock().unwrap().remove(uid);
+        self.metrics.forget_pod(uid);
     }
 
     fn list(&self) -> Vec<Pod> {
@@ -88,6 +89,14 @@ pub enum Route {
     Summary,
     ResourceMetrics,
     Metrics,
+    /// `/metrics/probes`: the probes' results.
+    ProbeMetrics,
+    /// `/metrics/cadvisor`: the containers' usage in cAdvisor's names.
+    CadvisorMetrics,
+    /// `/configz`: the settings in force, as a KubeletConfiguration.
+    Configz,
+    /// `/logs/<path>`: the node's `/var/log`.
+    NodeLogs(String),
     /// 400 with this message.
     Bad(String),
     NotFound,
@@ -98,8 +107,127 @@ impl Route {
     fn read_only(&self) -> bool {
         matches!(
             self,
-            Route::Healthz | Route::Pods | Route::Summary | Route::ResourceMetrics | Route::Metrics
+            Route::Healthz
+                | Route::Pods
+                | Route::Summary
+                | Route::ResourceMetrics
+                | Route::Metrics
+                | Route::ProbeMetrics
+                | Route::CadvisorMetrics
         )
+    }
+}
+
+/// The crustlet's settings in the shape of the kubelet's `/configz`: a
+/// KubeletConfiguration (the fields the crustlet has) under `kubeletconfig`.
+fn configz(cfg: &crate::config::Config, sc: &crate::config::ServerConfig) -> serde_json::Value {
+    use crate::node::status::Limit;
+    let limit = |l: Limit| match l {
+        Limit::Amount(a) => a.to_string(),
+        Limit::Percent(p) => format!("{p}%"),
+    };
+    let e = &cfg.eviction_hard;
+    let mut v = serde_json::json!({
+        "enableServer": sc.port != 0,
+        "staticPodPath": cfg.pod_manifest_path,
+        "address": sc.address,
+        "port": sc.port,
+        "readOnlyPort": sc.read_only_port,
+        "tlsCertFile": sc.tls_cert_file,
+        "tlsPrivateKeyFile": sc.tls_private_key_file,
+        "authentication": {
+            "x509": {"clientCAFile": sc.client_ca_file},
+            "webhook": {"enabled": sc.token_webhook},
+            "anonymous": {"enabled": sc.anonymous_auth},
+        },
+        "authorization": {"mode": format!("{:?}", sc.authorization_mode)},
+        "clusterDomain": cfg.cluster_domain,
+        "clusterDNS": cfg.cluster_dns,
+        "maxPods": cfg.max_pods,
+        "cgroupRoot": cfg.cgroup_root,
+        "cgroupsPerQOS": true,
+        "cgroupDriver": "cgroupfs",
+        "imageGCHighThresholdPercent": cfg.image_gc_high,
+        "imageGCLowThresholdPercent": cfg.image_gc_low,
+        "evictionHard": {
+            "memory.available": limit(e.memory_available),
+            "nodefs.available": limit(e.nodefs_available),
+            "nodefs.inodesFree": limit(e.nodefs_inodes_free),
+            "pid.available": limit(e.pid_available),
+        },
+        "containerLogMaxSize": sc.log_max_size.to_string(),
+        "containerLogMaxFiles": sc.log_max_files,
+        "containerRuntimeEndpoint": format!("unix://{}", cfg.runtime_socket.display()),
+        "registerNode": cfg.register_node,
+        "nodeStatusUpdateFrequency": "10s",
+        "nodeLeaseDurationSeconds": 40,
+    });
+    // The kubelet leaves out what is empty, zero or unset (Go's omitempty).
+    fn prune(v: &mut serde_json::Value) {
+        if let Some(o) = v.as_object_mut() {
+            o.values_mut().for_each(prune);
+            o.retain(|_, x| {
+                !(x.is_null()
+                    || x.as_str() == Some("")
+                    || x.as_u64() == Some(0)
+                    || x.as_array().is_some_and(|a| a.is_empty())
+                    || x.as_object().is_some_and(|o| o.is_empty()))
+            });
+        }
+    }
+    prune(&mut v);
+    serde_json::json!({ "kubeletconfig": v })
+}
+
+/// `/logs/<rel>` under `base`: a file's bytes, or a folder's listing as links (what
+/// `kubectl get --raw .../proxy/logs/` shows from a kubelet). Nothing outside `base`.
+fn node_log(base: &std::path::Path, rel: &str) -> Response<Body> {
+    if rel.split('/').any(|p| p == "..") {
+        return text(400, "invalid path");
+    }
+    let path = base.join(rel.trim_start_matches('/'));
+    let resolved = match std::fs::canonicalize(&path) {
+        Ok(p) => p,
+        Err(_) => return text(404, "404 page not found"),
+    };
+    let root = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    if !resolved.starts_with(&root) {
+        return text(404, "404 page not found");
+    }
+    if resolved.is_dir() {
+        let mut names: Vec<String> = std::fs::read_dir(&resolved)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        if e.path().is_dir() {
+                            n + "/"
+                        } else {
+                            n
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        // As Go's file server lists a folder (the kubelet's /logs is one).
+        let mut html = String::from(
+            "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n",
+        );
+        for n in names {
+            let href = n.replace('"', "%22");
+            let shown = n
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            html.push_str(&format!("<a href=\"{href}\">{shown}</a>\n"));
+        }
+        html.push_str("</pre>\n");
+        return full(200, "text/html; charset=utf-8", html);
+    }
+    match std::fs::read(&resolved) {
+        Ok(b) => full(200, "text/plain; charset=utf-8", b),
+        Err(e) => text(403, format!("{e}")),
     }
 }
 
@@ -192,7 +320,11 @@ pub fn route(path: &str) -> Route {
         },
         ["stats", "summary"] | ["stats", "summary", ""] => Route::Summary,
         ["metrics", "resource"] => Route::ResourceMetrics,
+        ["metrics", "probes"] => Route::ProbeMetrics,
+        ["metrics", "cadvisor"] => Route::CadvisorMetrics,
         ["metrics"] => Route::Metrics,
+        ["configz"] => Route::Configz,
+        ["logs", rest @ ..] => Route::NodeLogs(rest.join("/")),
         _ => Route::NotFound,
     }
 }
@@ -201,6 +333,8 @@ struct Server {
     ctx: Arc<Ctx>,
     auth: auth::Auth,
     sampler: stats::CpuSampler,
+    /// What `/configz` answers (the settings do not change while it runs).
+    configz: serde_json::Value,
 }
 
 fn full(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
@@ -245,6 +379,7 @@ pub async fn start(ctx: Arc<Ctx>, sc: ServerConfig) -> anyhow::Result<()> {
             ctx.client.clone(),
         ),
         sampler: Default::default(),
+        configz: configz(&ctx.cfg, &sc),
         ctx: ctx.clone(),
     });
     if sc.port != 0 {
@@ -536,6 +671,24 @@ impl Server {
                     self.ctx.seen.metrics.render(pods.0, &pods.1),
                 )
             }
+            Route::ProbeMetrics => full(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.ctx.seen.metrics.render_probes(),
+            ),
+            Route::CadvisorMetrics => {
+                let s = stats::summary(&self.ctx, &self.sampler, false).await;
+                if let Err(e) = &s {
+                    tracing::warn!("cadvisor metrics: {e:#}");
+                }
+                full(
+                    200,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    metrics::cadvisor(s.ok().as_ref()),
+                )
+            }
+            Route::Configz => json(&self.configz),
+            Route::NodeLogs(rel) => node_log(std::path::Path::new("/var/log"), &rel),
             Route::Bad(m) => text(400, m),
             Route::NotFound => text(404, "404 page not found"),
         }
@@ -707,6 +860,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn node_logs_stay_inside_their_folder() {
+        let d = tempfile_dir();
+        std::fs::write(d.join("syslog"), "hello\n").unwrap();
+        std::fs::create_dir(d.join("apt")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", d.join("escape")).unwrap();
+        let body = |r: Response<Body>| {
+            let status = r.status().as_u16();
+            let b = futures::executor::block_on(http_body_util::BodyExt::collect(r.into_body()))
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            (status, String::from_utf8_lossy(&b).into_owned())
+        };
+        assert_eq!(
+            body(node_log(&d, "")),
+            (
+                200,
+                "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n<a href=\"apt/\">apt/</a>\n<a href=\"escape\">escape</a>\n<a href=\"syslog\">syslog</a>\n</pre>\n".into()
+            )
+        );
+        assert_eq!(body(node_log(&d, "syslog")), (200, "hello\n".into()));
+        assert_eq!(
+            body(node_log(&d, "escape")).0,
+            404,
+            "a link out of the folder"
+        );
+        assert_eq!(body(node_log(&d, "../etc/passwd")).0, 400);
+        assert_eq!(body(node_log(&d, "nope")).0, 404);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("crustlet-logs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
     fn routes() {
         let c = |kind, uid: Option<&str>| Route::Command {
             kind,
@@ -756,6 +947,11 @@ mod tests {
         assert_eq!(route("/stats/summary"), Route::Summary);
         assert_eq!(route("/metrics/resource"), Route::ResourceMetrics);
         assert_eq!(route("/metrics"), Route::Metrics);
+        assert_eq!(route("/metrics/probes"), Route::ProbeMetrics);
+        assert_eq!(route("/metrics/cadvisor"), Route::CadvisorMetrics);
+        assert_eq!(route("/configz"), Route::Configz);
+        assert_eq!(route("/logs/"), Route::NodeLogs("".into()));
+        assert_eq!(route("/logs/a/b.log"), Route::NodeLogs("a/b.log".into()));
         assert_eq!(route("/"), Route::NotFound);
         assert_eq!(route("/spec"), Route::NotFound);
         assert!(Route::Summary.read_only() && !c("exec", None).read_only());
