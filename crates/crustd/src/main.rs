@@ -1,34 +1,11 @@
 //! `crustd`: the CRI v1 runtime server. See the README for flags and configuration.
 
-mod config;
-mod container_attach;
-mod container_exec;
-mod container_ops;
-mod container_spec;
-mod container_store;
+mod containers;
+mod cri;
 mod daemon;
-mod error;
-mod events;
-mod image_service;
-mod image_volume;
-mod images_cli;
-mod network;
-mod pod_files;
-mod podns;
-mod port_forward;
-mod recovery;
-mod runtime_info;
-mod sandbox_run;
-mod sandbox_status;
-mod sandbox_stop;
-mod seccomp_profile;
-mod server;
-mod service;
-mod stats;
-mod store;
-mod stream_server;
-mod util;
-mod validate;
+mod images;
+mod sandboxes;
+mod streaming;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -37,7 +14,7 @@ use std::path::PathBuf;
 #[command(name = "crustd", version, about = "crust's CRI v1 runtime server")]
 struct Cli {
     /// Configuration file.
-    #[arg(long, default_value = config::DEFAULT_CONFIG)]
+    #[arg(long, default_value = daemon::config::DEFAULT_CONFIG)]
     config: PathBuf,
     /// Persistent state (sandbox records, pod files).
     #[arg(long)]
@@ -78,7 +55,7 @@ enum Cmd {
         what: ConfigCmd,
     },
     /// Manage the image store directly (offline nodes, operators): import, ls, rm, pull.
-    Images(images_cli::ImagesArgs),
+    Images(images::cli::ImagesArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -93,12 +70,12 @@ fn main() -> std::process::ExitCode {
         what: ConfigCmd::Default,
     }) = cli.command
     {
-        print!("{}", config::Config::default_toml());
+        print!("{}", daemon::config::Config::default_toml());
         return std::process::ExitCode::SUCCESS;
     }
     if let Some(Cmd::Images(args)) = cli.command {
-        let explicit = cli.config.as_os_str() != config::DEFAULT_CONFIG;
-        return images_cli::main(&cli.config, explicit, cli.registry_config_dir, args);
+        let explicit = cli.config.as_os_str() != daemon::config::DEFAULT_CONFIG;
+        return images::cli::main(&cli.config, explicit, cli.registry_config_dir, args);
     }
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -110,9 +87,9 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let explicit = cli.config.as_os_str() != config::DEFAULT_CONFIG;
-    let mut cfg = config::Config::load(&cli.config, explicit)?;
-    cfg.apply(config::Overrides {
+    let explicit = cli.config.as_os_str() != daemon::config::DEFAULT_CONFIG;
+    let mut cfg = daemon::config::Config::load(&cli.config, explicit)?;
+    cfg.apply(daemon::config::Overrides {
         root: cli.root,
         state: cli.state,
         socket: cli.socket,
@@ -128,12 +105,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let _locks = (
-        server::lock(&cfg.root, "root")?,
-        server::lock(&cfg.state, "state")?,
+        cri::server::lock(&cfg.root, "root")?,
+        cri::server::lock(&cfg.state, "state")?,
     );
     let crust = daemon::Crust::new(cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(server::serve(crust))
+    rt.block_on(cri::server::serve(crust))
 }

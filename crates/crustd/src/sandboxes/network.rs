@@ -1,8 +1,8 @@
 //! The pod network through CNI: which configuration is current, ADD and DEL with the
 //! Kubernetes arguments and capabilities, and the pod IPs of a result.
 
-use crate::error::{Error, Result};
-use crate::store::NetworkRef;
+use crate::cri::error::{Error, Result};
+use crate::sandboxes::store::NetworkRef;
 use cni::runtime::{CniRuntime, NetworkList, RuntimeConf};
 use cni::AddResult;
 use serde_json::{json, Map, Value};

@@ -5,10 +5,10 @@
 //! namespaces and cgroup, the container's user, capabilities and env) as crustd's
 //! child; crustd reads its pipes and waits for it on a pidfd, without a thread.
 
-use crate::container_ops::refresh;
-use crate::container_store::ContainerState;
+use crate::containers::ops::refresh;
+use crate::containers::store::ContainerState;
+use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
 use container::executor::{self, ExecOpts, Stdio};
 use cri_api::{ExecSyncRequest, ExecSyncResponse};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -303,7 +303,7 @@ struct RuntimeExec {
 
 impl RuntimeExec {
     fn new(bundle: &std::path::Path, spec: &executor::oci_spec::runtime::Spec) -> Result<Self> {
-        let tag = crate::util::new_id();
+        let tag = crate::daemon::util::new_id();
         let x = RuntimeExec {
             proc_file: bundle.join(format!("exec-{}.json", &tag[..12])),
             pid_file: bundle.join(format!("exec-{}.pid", &tag[..12])),

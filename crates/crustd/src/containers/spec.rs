@@ -13,8 +13,8 @@
 //! - capabilities: the default set containerd and CRI-O grant, plus `add`, minus
 //!   `drop` (`ALL` allowed in both); everything for a privileged container.
 
-use crate::error::{Error, Result};
-use crate::store::SandboxRecord;
+use crate::cri::error::{Error, Result};
+use crate::sandboxes::store::SandboxRecord;
 use cri_api::{
     ContainerConfig, LinuxContainerResources, MountPropagation, NamespaceMode,
     SupplementalGroupsPolicy,
@@ -724,7 +724,7 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
         linux_v["cgroupsPath"] = json!(cg);
     }
     if !privileged {
-        if let Some(s) = crate::seccomp_profile::linux_seccomp(&sc)? {
+        if let Some(s) = crate::containers::seccomp::linux_seccomp(&sc)? {
             linux_v["seccomp"] = s;
         }
     }

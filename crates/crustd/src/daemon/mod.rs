@@ -1,16 +1,22 @@
 //! The daemon's shared state: configuration, the sandbox store, the network, cgroups,
-//! and the pause binary. Every RPC handler works on one `Crust`.
+//! and the pause binary. Every RPC handler works on one `Crust`. Beside it: the
+//! configuration file (`config`), Version/Status/RuntimeConfig (`runtime_info`) and
+//! small helpers (`util`).
 
-use crate::config::Config;
-use crate::network::Network;
-use crate::store::Store;
+pub mod config;
+pub mod runtime_info;
+pub mod util;
+
+use crate::daemon::config::Config;
+use crate::sandboxes::network::Network;
+use crate::sandboxes::store::Store;
 use cni::runtime::CniRuntime;
 use std::path::PathBuf;
 
 pub struct Crust {
     pub cfg: Config,
     pub store: Store,
-    pub containers: crate::container_store::Containers,
+    pub containers: crate::containers::store::Containers,
     pub images: std::sync::Arc<image::ImageStore>,
     /// The installed `crust-monitor` binary.
     pub monitor_bin: PathBuf,
@@ -29,9 +35,9 @@ pub struct Crust {
     pub oci_runtimes:
         std::collections::HashMap<String, container::executor::oci_runtime::OciRuntime>,
     /// Where Exec, Attach and PortForward URLs lead (stream_server.rs).
-    pub streams: crate::stream_server::StreamServer,
+    pub streams: crate::streaming::server::StreamServer,
     /// GetContainerEvents' source (events.rs).
-    pub events: crate::events::Events,
+    pub events: crate::containers::events::Events,
 }
 
 impl Crust {
@@ -102,7 +108,7 @@ impl Crust {
         }
         Ok(Crust {
             store: Store::new(cfg.root.join("sandboxes")),
-            containers: crate::container_store::Containers::new(
+            containers: crate::containers::store::Containers::new(
                 cfg.root.join("containers"),
                 cfg.state.join("containers"),
             ),
@@ -172,10 +178,14 @@ impl Crust {
         cgroups::CgroupPath::new(sandbox_cgroup).ok()?.parent()
     }
 
-    pub fn pod_cgroup(&self, parent: &str, id: &str) -> crate::error::Result<cgroups::CgroupPath> {
+    pub fn pod_cgroup(
+        &self,
+        parent: &str,
+        id: &str,
+    ) -> crate::cri::error::Result<cgroups::CgroupPath> {
         let s = self.pod_cgroup_str(parent, id);
         cgroups::CgroupPath::new(&s).map_err(|e| {
-            crate::error::Error::InvalidArgument(format!("cgroup_parent {parent:?}: {e}"))
+            crate::cri::error::Error::InvalidArgument(format!("cgroup_parent {parent:?}: {e}"))
         })
     }
 

@@ -15,8 +15,8 @@
 //!   (gone)
 //! ```
 
-use crate::error::{Error, Result};
-use crate::util;
+use crate::cri::error::{Error, Result};
+use crate::daemon::util;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Checks on what the kubelet (or anyone else) sends, before anything is created.
 
-use crate::error::{Error, Result};
+use crate::cri::error::{Error, Result};
 
 /// A Kubernetes qualified name (label and annotation keys): an optional DNS-subdomain
 /// prefix and `/`, then 1 to 63 characters of `[A-Za-z0-9_.-]` starting and ending

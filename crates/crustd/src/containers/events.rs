@@ -10,7 +10,7 @@
 //! A subscriber that falls more than `BACKLOG` events behind misses the oldest ones (the
 //! kubelet relists then); nothing waits for a slow subscriber.
 
-use crate::container_store::ContainerRecord;
+use crate::containers::store::ContainerRecord;
 use crate::daemon::Crust;
 use cri_api::{ContainerEventResponse, ContainerEventType, ContainerFilter, ContainerStatus};
 use std::sync::{Arc, Mutex};
@@ -56,8 +56,8 @@ impl Events {
     /// status as it is now: by the time the event is published it may have moved on
     /// (exited, been removed). Only taken when someone listens.
     pub fn emit_container(&self, crust: &Crust, rec: &ContainerRecord, kind: ContainerEventType) {
-        let own =
-            (self.out.receiver_count() > 0).then(|| crate::container_ops::cri_status(crust, rec).0);
+        let own = (self.out.receiver_count() > 0)
+            .then(|| crate::containers::ops::cri_status(crust, rec).0);
         self.queue(&rec.id, &rec.sandbox_id, kind, own);
     }
 
@@ -66,7 +66,7 @@ impl Events {
             id: id.to_string(),
             pod: pod.to_string(),
             kind,
-            at: crate::util::now_ns(),
+            at: crate::daemon::util::now_ns(),
             own,
         });
     }
@@ -87,7 +87,7 @@ pub fn start(crust: Arc<Crust>) {
             if crust.events.out.receiver_count() == 0 {
                 continue;
             }
-            let pod_status = crate::sandbox_status::status(crust.clone(), &q.pod, false)
+            let pod_status = crate::sandboxes::status::status(crust.clone(), &q.pod, false)
                 .await
                 .ok()
                 .map(|(s, _)| s);
@@ -96,9 +96,10 @@ pub fn start(crust: Arc<Crust>) {
                 pod_sandbox_id: q.pod.clone(),
                 ..Default::default()
             };
-            if let Ok(list) = crate::container_ops::list(crust.clone(), Some(filter)).await {
+            if let Ok(list) = crate::containers::ops::list(crust.clone(), Some(filter)).await {
                 for c in list {
-                    if let Ok(r) = crate::container_ops::status(crust.clone(), &c.id, false).await {
+                    if let Ok(r) = crate::containers::ops::status(crust.clone(), &c.id, false).await
+                    {
                         statuses.extend(r.status);
                     }
                 }

@@ -10,8 +10,8 @@
 //! It listens on TCP (`stream_server_address`, `stream_server_port`; loopback and a
 //! free port by default, as containerd does), since the kubelet proxies to it over HTTP.
 
+use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
@@ -73,7 +73,7 @@ impl StreamServer {
         let base = self.base.get().ok_or_else(|| {
             Error::FailedPrecondition("the streaming server is not running".into())
         })?;
-        let token = crate::util::new_id()[..32].to_string();
+        let token = crate::daemon::util::new_id()[..32].to_string();
         let url = format!("{base}/{}/{token}", p.kind());
         let mut m = self.pending.lock().unwrap();
         m.retain(|_, (at, _)| at.elapsed() < TOKEN_TTL);
@@ -162,7 +162,7 @@ async fn handle(
         }
     } else {
         let ours = match opts {
-            None => crate::port_forward::PROTOCOLS,
+            None => crate::streaming::port_forward::PROTOCOLS,
             Some(_) => remotecommand::PROTOCOLS,
         };
         match http::negotiate(&req, ours) {
@@ -184,11 +184,11 @@ async fn handle(
             (true, Some(opts), _) => Streams::websocket(io, protocol, opts),
             (true, None, Pending::PortForward(r)) => {
                 let session = Session::server(streaming::ws::tunnel(io));
-                return crate::port_forward::serve(crust, r.clone(), session).await;
+                return crate::streaming::port_forward::serve(crust, r.clone(), session).await;
             }
             (false, _, Pending::PortForward(r)) => {
                 let r = r.clone();
-                return crate::port_forward::serve(crust, r, Session::server(io)).await;
+                return crate::streaming::port_forward::serve(crust, r, Session::server(io)).await;
             }
             (false, Some(opts), _) => {
                 let session = Session::server(io);
@@ -203,8 +203,8 @@ async fn handle(
             _ => return,
         };
         match pending {
-            Pending::Exec(r) => crate::container_exec::exec_stream(crust, r, streams).await,
-            Pending::Attach(r) => crate::container_attach::attach_stream(crust, r, streams).await,
+            Pending::Exec(r) => crate::containers::exec::exec_stream(crust, r, streams).await,
+            Pending::Attach(r) => crate::containers::attach::attach_stream(crust, r, streams).await,
             Pending::PortForward(_) => {}
         }
     });
@@ -230,8 +230,8 @@ fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(
 async fn running(crust: &Crust, id: &str) -> Result<String> {
     let c = crust.containers.get(id)?;
     let mut rec = c.rec.lock().await;
-    crate::container_ops::refresh(crust, &mut rec);
-    if rec.state != crate::container_store::ContainerState::Running {
+    crate::containers::ops::refresh(crust, &mut rec);
+    if rec.state != crate::containers::store::ContainerState::Running {
         return Err(Error::FailedPrecondition(format!(
             "container {} is not running ({:?})",
             rec.id, rec.state
@@ -262,7 +262,7 @@ pub async fn attach(crust: &Crust, mut req: cri_api::AttachRequest) -> Result<St
 pub async fn port_forward(crust: &Crust, mut req: cri_api::PortForwardRequest) -> Result<String> {
     let sb = crust.store.get(&req.pod_sandbox_id)?;
     let rec = sb.rec.lock().await;
-    if rec.state != crate::store::SandboxState::Ready {
+    if rec.state != crate::sandboxes::store::SandboxState::Ready {
         return Err(Error::FailedPrecondition(format!(
             "pod sandbox {} is not ready",
             rec.id

@@ -7,10 +7,12 @@
 //! A crash in the middle leaves a `creating` record, which start-up recovery rolls back
 //! the same way (`teardown`).
 
+use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
-use crate::store::{name_key, PauseRef, SandboxRecord, SandboxState, RECORD_VERSION};
-use crate::{network, pod_files, podns, util, validate};
+use crate::sandboxes::store::{name_key, PauseRef, SandboxRecord, SandboxState, RECORD_VERSION};
+use crate::{
+    cri::validate, daemon::util, sandboxes::network, sandboxes::pod_files, sandboxes::podns,
+};
 use cgroups::CgroupManager;
 use cri_api::{NamespaceMode, PodSandboxConfig, RunPodSandboxRequest};
 use prost::Message;

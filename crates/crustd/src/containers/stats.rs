@@ -6,11 +6,11 @@
 //! cgroup over the time between them, as containerd computes it; the first sample of a
 //! cgroup reports none.
 
-use crate::container_store::{ContainerRecord, ContainerState};
+use crate::containers::store::{ContainerRecord, ContainerState};
+use crate::cri::error::{Error, Result};
+use crate::daemon::util;
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
-use crate::store::{SandboxRecord, SandboxState};
-use crate::util;
+use crate::sandboxes::store::{SandboxRecord, SandboxState};
 use cgroups::CgroupManager;
 use cri_api::*;
 use std::collections::HashMap;

@@ -1,8 +1,8 @@
 //! Version, Status, RuntimeConfig and UpdateRuntimeConfig: what the kubelet asks
 //! about the runtime itself.
 
+use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
 use cgroups::CgroupManager;
 use cri_api::*;
 use serde_json::json;
@@ -130,7 +130,7 @@ pub fn update_runtime_config(crust: &Crust, req: UpdateRuntimeConfigRequest) -> 
         ))
     })?;
     let out = crust.cfg.cni.conf_dir.join("10-crust.conflist");
-    crate::util::write_atomic(&out, text.as_bytes())
+    crate::daemon::util::write_atomic(&out, text.as_bytes())
         .map_err(|e| Error::Internal(format!("writing {}: {e}", out.display())))
 }
 

@@ -2,8 +2,8 @@
 //! socket, recovery before the first RPC, and a clean stop on SIGTERM/SIGINT (pods and
 //! their pause processes keep running).
 
+use crate::cri::service::Service;
 use crate::daemon::Crust;
-use crate::service::Service;
 use anyhow::Context;
 use cri_api::{ImageServiceServer, RuntimeServiceServer};
 use std::os::unix::fs::PermissionsExt;
@@ -42,19 +42,19 @@ pub fn lock(dir: &std::path::Path, what: &str) -> anyhow::Result<Lock> {
 
 pub async fn serve(crust: Crust) -> anyhow::Result<()> {
     let crust = Arc::new(crust);
-    crate::events::start(crust.clone());
+    crate::containers::events::start(crust.clone());
     {
         let c = crust.clone();
         tokio::task::spawn_blocking(move || {
-            crate::recovery::recover(&c);
-            crate::container_ops::recover(&c);
-            crate::container_ops::sweep_snapshots(&c);
+            crate::sandboxes::recovery::recover(&c);
+            crate::containers::ops::recover(&c);
+            crate::containers::ops::sweep_snapshots(&c);
         })
         .await?;
-        crate::container_ops::watch_all(&crust);
+        crate::containers::ops::watch_all(&crust);
     }
     // Pods do not depend on it: without it, only Exec, Attach and PortForward fail.
-    if let Err(e) = crate::stream_server::start(crust.clone()).await {
+    if let Err(e) = crate::streaming::server::start(crust.clone()).await {
         tracing::error!("{e:#}; Exec, Attach and PortForward will fail");
     }
     let socket = crust.cfg.socket_path();

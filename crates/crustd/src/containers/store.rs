@@ -13,8 +13,8 @@
 //!   (gone)                              RemoveContainer from any state ──► (gone)
 //! ```
 
-use crate::error::{Error, Result};
-use crate::util;
+use crate::cri::error::{Error, Result};
+use crate::daemon::util;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -144,7 +144,7 @@ pub struct Containers {
     dir: PathBuf,
     state_dir: PathBuf,
     map: RwLock<HashMap<String, Arc<Container>>>,
-    names: crate::store::Names,
+    names: crate::sandboxes::store::Names,
 }
 
 impl Containers {
@@ -193,7 +193,7 @@ impl Containers {
 
     /// Writes the record without syncing it: for the `creating` record, which only
     /// tells a restarted crustd what to roll back. A node crash may lose it; the
-    /// sweep at start (`container_ops::recover`) removes what it would have named.
+    /// sweep at start (`ops::recover`) removes what it would have named.
     pub fn save_unsynced(&self, rec: &ContainerRecord) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
         util::write_replace(&self.record_path(&rec.id), &bytes)
@@ -263,7 +263,7 @@ impl Containers {
 
     /// By full id or a unique prefix of one.
     pub fn get(&self, id: &str) -> Result<Arc<Container>> {
-        crate::store::by_id_or_prefix(&self.map.read().unwrap(), "container", id)
+        crate::sandboxes::store::by_id_or_prefix(&self.map.read().unwrap(), "container", id)
     }
 
     pub fn list(&self) -> Vec<Arc<Container>> {

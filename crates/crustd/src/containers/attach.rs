@@ -57,14 +57,14 @@ async fn attach(
         let tty = req.tty.then(|| init_tty(pid)).flatten();
         let mut buf = Vec::new();
         if let Some(t) = &tty {
-            if let Some(sz) = crate::container_exec::first_size(Some(&mut r), &mut buf).await {
-                crate::container_exec::set_size(t, sz);
+            if let Some(sz) = crate::containers::exec::first_size(Some(&mut r), &mut buf).await {
+                crate::containers::exec::set_size(t, sz);
             }
         }
         tokio::spawn(async move {
             while let Some(sz) = streaming::remotecommand::next_size(&mut r, &mut buf).await {
                 if let Some(t) = &tty {
-                    crate::container_exec::set_size(t, sz);
+                    crate::containers::exec::set_size(t, sz);
                 }
             }
         });

@@ -4,8 +4,8 @@
 //! an operator, never silently dropped.
 
 use crate::daemon::Crust;
-use crate::sandbox_run;
-use crate::store::SandboxState;
+use crate::sandboxes::run;
+use crate::sandboxes::store::SandboxState;
 
 pub fn recover(crust: &Crust) {
     for loaded in crust.store.load_records() {
@@ -18,7 +18,7 @@ pub fn recover(crust: &Crust) {
         };
         if rec.state == SandboxState::Creating {
             tracing::warn!(sandbox = %rec.id, "rolling back a sandbox left half made");
-            if let Err(e) = sandbox_run::teardown(crust, &mut rec) {
+            if let Err(e) = run::teardown(crust, &mut rec) {
                 // Keep it, marked not ready, so RemovePodSandbox can finish the job.
                 tracing::error!(sandbox = %rec.id, error = %e, "rollback incomplete; keeping the sandbox as NOTREADY");
                 rec.state = SandboxState::NotReady;

@@ -4,7 +4,7 @@
 //! then ends, so no thread of the daemon (least of all a tokio worker) is ever left in
 //! a pod's namespace.
 
-use crate::error::{Error, Result};
+use crate::cri::error::{Error, Result};
 use nix::sched::CloneFlags;
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;

@@ -1,8 +1,8 @@
 //! The files a pod's containers get mounted: `/etc/hostname`, `/etc/hosts` and
 //! `/etc/resolv.conf`, written beside the sandbox record.
 
-use crate::error::{Error, Result};
-use crate::util::write_replace;
+use crate::cri::error::{Error, Result};
+use crate::daemon::util::write_replace;
 use std::path::{Path, PathBuf};
 
 pub struct PodFiles {

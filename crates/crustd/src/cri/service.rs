@@ -1,10 +1,11 @@
 //! The CRI services. Each RPC is logged with its sandbox or container id and its
 //! duration at debug level, and its errors become gRPC codes in `error.rs` only.
 
+use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
 use crate::{
-    container_exec, container_ops, runtime_info, sandbox_run, sandbox_status, sandbox_stop, stats,
+    containers::exec, containers::ops, containers::stats, daemon::runtime_info, sandboxes::run,
+    sandboxes::status, sandboxes::stop,
 };
 use cri_api::*;
 use std::sync::Arc;
@@ -65,7 +66,7 @@ impl RuntimeService for Service {
             .map(|m| format!("{}/{}", m.namespace, m.name))
             .unwrap_or_default();
         let crust = self.crust.clone();
-        let res = tokio::task::spawn_blocking(move || sandbox_run::run(&crust, req))
+        let res = tokio::task::spawn_blocking(move || run::run(&crust, req))
             .await
             .map_err(Error::internal)
             .and_then(|r| r)
@@ -92,7 +93,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StopPodSandboxResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().pod_sandbox_id;
-        let res = sandbox_stop::stop(self.crust.clone(), &id)
+        let res = stop::stop(self.crust.clone(), &id)
             .await
             .map(|_| StopPodSandboxResponse {});
         done("StopPodSandbox", &id, t, res)
@@ -104,7 +105,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<RemovePodSandboxResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().pod_sandbox_id;
-        let res = sandbox_stop::remove(self.crust.clone(), &id)
+        let res = stop::remove(self.crust.clone(), &id)
             .await
             .map(|_| RemovePodSandboxResponse {});
         done("RemovePodSandbox", &id, t, res)
@@ -116,13 +117,13 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<PodSandboxStatusResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = sandbox_status::status(self.crust.clone(), &req.pod_sandbox_id, req.verbose)
+        let res = status::status(self.crust.clone(), &req.pod_sandbox_id, req.verbose)
             .await
             .map(|(s, info)| PodSandboxStatusResponse {
                 status: Some(s),
                 info,
                 containers_statuses: vec![],
-                timestamp: crate::util::now_ns(),
+                timestamp: crate::daemon::util::now_ns(),
             });
         done("PodSandboxStatus", &req.pod_sandbox_id, t, res)
     }
@@ -132,7 +133,7 @@ impl RuntimeService for Service {
         r: Request<ListPodSandboxRequest>,
     ) -> std::result::Result<Response<ListPodSandboxResponse>, Status> {
         let t = Instant::now();
-        let res = sandbox_status::list(self.crust.clone(), r.into_inner().filter)
+        let res = status::list(self.crust.clone(), r.into_inner().filter)
             .await
             .map(|items| ListPodSandboxResponse { items });
         done("ListPodSandbox", "", t, res)
@@ -145,7 +146,7 @@ impl RuntimeService for Service {
         let t = Instant::now();
         let req = r.into_inner();
         let sandbox = req.pod_sandbox_id.clone();
-        let res = container_ops::create(self.crust.clone(), req)
+        let res = ops::create(self.crust.clone(), req)
             .await
             .map(|container_id| CreateContainerResponse { container_id });
         let id = res
@@ -161,7 +162,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StartContainerResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = container_ops::start(self.crust.clone(), &id)
+        let res = ops::start(self.crust.clone(), &id)
             .await
             .map(|()| StartContainerResponse {});
         done("StartContainer", &id, t, res)
@@ -173,7 +174,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StopContainerResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = container_ops::stop(self.crust.clone(), &req.container_id, req.timeout)
+        let res = ops::stop(self.crust.clone(), &req.container_id, req.timeout)
             .await
             .map(|()| StopContainerResponse {});
         done("StopContainer", &req.container_id, t, res)
@@ -185,7 +186,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<RemoveContainerResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = container_ops::remove(self.crust.clone(), &id)
+        let res = ops::remove(self.crust.clone(), &id)
             .await
             .map(|()| RemoveContainerResponse {});
         done("RemoveContainer", &id, t, res)
@@ -196,7 +197,7 @@ impl RuntimeService for Service {
         r: Request<ListContainersRequest>,
     ) -> std::result::Result<Response<ListContainersResponse>, Status> {
         let t = Instant::now();
-        let res = container_ops::list(self.crust.clone(), r.into_inner().filter)
+        let res = ops::list(self.crust.clone(), r.into_inner().filter)
             .await
             .map(|containers| ListContainersResponse { containers });
         done("ListContainers", "", t, res)
@@ -208,7 +209,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<ContainerStatusResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = container_ops::status(self.crust.clone(), &req.container_id, req.verbose).await;
+        let res = ops::status(self.crust.clone(), &req.container_id, req.verbose).await;
         done("ContainerStatus", &req.container_id, t, res)
     }
 
@@ -218,7 +219,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<UpdateContainerResourcesResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = container_ops::update_resources(self.crust.clone(), &req.container_id, req.linux)
+        let res = ops::update_resources(self.crust.clone(), &req.container_id, req.linux)
             .await
             .map(|()| UpdateContainerResourcesResponse {});
         done("UpdateContainerResources", &req.container_id, t, res)
@@ -230,7 +231,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<ReopenContainerLogResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = container_ops::reopen_log(self.crust.clone(), &id)
+        let res = ops::reopen_log(self.crust.clone(), &id)
             .await
             .map(|()| ReopenContainerLogResponse {});
         done("ReopenContainerLog", &id, t, res)
@@ -243,7 +244,7 @@ impl RuntimeService for Service {
         let t = Instant::now();
         let req = r.into_inner();
         let id = req.container_id.clone();
-        let res = container_exec::exec_sync(self.crust.clone(), req).await;
+        let res = exec::exec_sync(self.crust.clone(), req).await;
         done("ExecSync", &id, t, res)
     }
 
@@ -254,7 +255,7 @@ impl RuntimeService for Service {
         let t = Instant::now();
         let req = r.into_inner();
         let id = req.container_id.clone();
-        let res = crate::stream_server::exec(&self.crust, req)
+        let res = crate::streaming::server::exec(&self.crust, req)
             .await
             .map(|url| ExecResponse { url });
         done("Exec", &id, t, res)
@@ -267,7 +268,7 @@ impl RuntimeService for Service {
         let t = Instant::now();
         let req = r.into_inner();
         let id = req.container_id.clone();
-        let res = crate::stream_server::attach(&self.crust, req)
+        let res = crate::streaming::server::attach(&self.crust, req)
             .await
             .map(|url| AttachResponse { url });
         done("Attach", &id, t, res)
@@ -280,7 +281,7 @@ impl RuntimeService for Service {
         let t = Instant::now();
         let req = r.into_inner();
         let id = req.pod_sandbox_id.clone();
-        let res = crate::stream_server::port_forward(&self.crust, req)
+        let res = crate::streaming::server::port_forward(&self.crust, req)
             .await
             .map(|url| PortForwardResponse { url });
         done("PortForward", &id, t, res)

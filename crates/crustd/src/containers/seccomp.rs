@@ -34,8 +34,8 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use crate::container_spec::DEFAULT_CAPS;
-use crate::error::{Error, Result};
+use crate::containers::spec::DEFAULT_CAPS;
+use crate::cri::error::{Error, Result};
 use cri_api::security_profile::ProfileType;
 use cri_api::LinuxContainerSecurityContext;
 

@@ -1,9 +1,9 @@
 //! PodSandboxStatus and ListPodSandbox.
 
+use crate::cri::error::Result;
+use crate::daemon::util;
 use crate::daemon::Crust;
-use crate::error::Result;
-use crate::store::{SandboxRecord, SandboxState};
-use crate::util;
+use crate::sandboxes::store::{SandboxRecord, SandboxState};
 use cri_api::{
     LinuxPodSandboxStatus, Namespace, NamespaceOption, PodIp, PodSandbox, PodSandboxFilter,
     PodSandboxMetadata, PodSandboxNetworkStatus, PodSandboxState, PodSandboxStatus,

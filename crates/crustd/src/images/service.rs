@@ -6,7 +6,7 @@
 //! FailedPrecondition (no manifest for this platform), DataLoss (digest mismatch,
 //! truncated layer), Internal (the node).
 
-use crate::service::Service;
+use crate::cri::service::Service;
 use cri_api::*;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -224,7 +224,7 @@ impl ImageService for Service {
         // Walking the store can take a while on a big node: off the async workers.
         let res = match tokio::task::spawn_blocking(move || store.usage()).await {
             Ok(Ok((images, snapshots))) => {
-                let now = crate::util::now_ns();
+                let now = crate::daemon::util::now_ns();
                 let fs = |u: image::Usage| FilesystemUsage {
                     timestamp: now,
                     fs_id: Some(FilesystemIdentifier {

@@ -8,8 +8,8 @@
 //! no upper layer (read-only by construction; executables stay executable), or a
 //! read-only bind when only one layer has the directory.
 
+use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
 use cri_api::Mount;
 use serde_json::{json, Value};
 use std::path::{Component, Path, PathBuf};

@@ -2,7 +2,7 @@
 //! operators. It opens the store directly; running beside a daemon is safe (the store
 //! locks its index on disk).
 
-use crate::config;
+use crate::daemon::config;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 

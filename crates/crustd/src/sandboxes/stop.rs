@@ -1,10 +1,10 @@
 //! StopPodSandbox and RemovePodSandbox. Both are idempotent and succeed for an id
 //! nobody knows, as the CRI asks: the kubelet calls them again until they succeed.
 
+use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
-use crate::sandbox_run;
-use crate::store::SandboxRecord;
+use crate::sandboxes::run;
+use crate::sandboxes::store::SandboxRecord;
 use std::sync::Arc;
 
 /// Runs `work` (blocking node work) on a copy of the sandbox's record under its lock;
@@ -38,11 +38,11 @@ async fn with_sandbox(
 pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
     let mut was_ready = false;
     if let Ok(sb) = crust.store.get(id) {
-        was_ready = sb.rec.lock().await.state == crate::store::SandboxState::Ready;
-        crate::container_ops::stop_all(crust.clone(), &sb.id).await?;
+        was_ready = sb.rec.lock().await.state == crate::sandboxes::store::SandboxState::Ready;
+        crate::containers::ops::stop_all(crust.clone(), &sb.id).await?;
     }
     // Whatever got done is recorded, also when a later part failed.
-    with_sandbox(crust, id, sandbox_run::stop, move |c, rec, res| {
+    with_sandbox(crust, id, run::stop, move |c, rec, res| {
         if was_ready && res.is_ok() {
             c.events.emit(
                 &rec.id,
@@ -57,9 +57,9 @@ pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
 
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
     if let Ok(sb) = crust.store.get(id) {
-        crate::container_ops::remove_all(crust.clone(), &sb.id).await?;
+        crate::containers::ops::remove_all(crust.clone(), &sb.id).await?;
     }
-    with_sandbox(crust, id, sandbox_run::teardown, |c, rec, res| {
+    with_sandbox(crust, id, run::teardown, |c, rec, res| {
         if res.is_ok() {
             c.store.remove(&rec.id);
             c.store.release_name(&rec.name_key(), &rec.id);

@@ -11,14 +11,14 @@
 //! record is folded into the container's record by [`refresh`], which every RPC that
 //! reports state runs first.
 
-use crate::container_spec::{self, ImageInfo, SpecInput};
-use crate::container_store::{
+use crate::containers::spec::{self, ImageInfo, SpecInput};
+use crate::containers::store::{
     name_key, Container, ContainerRecord, ContainerState, RECORD_VERSION,
 };
+use crate::cri::error::{Error, Result};
+use crate::daemon::util;
 use crate::daemon::Crust;
-use crate::error::{Error, Result};
-use crate::store::{SandboxRecord, SandboxState};
-use crate::util;
+use crate::sandboxes::store::{SandboxRecord, SandboxState};
 use cgroups::CgroupManager;
 use container::executor::{self, oci_runtime, CreateOpts, MonitorOpts, RootfsMount, Step};
 use cri_api::*;
@@ -218,8 +218,8 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     if image_ref.is_empty() {
         return Err(Error::InvalidArgument("container image is empty".into()));
     }
-    crate::validate::labels("label", cfg.labels.keys())?;
-    crate::validate::labels("annotation", cfg.annotations.keys())?;
+    crate::cri::validate::labels("label", cfg.labels.keys())?;
+    crate::cri::validate::labels("annotation", cfg.annotations.keys())?;
     let sb = crust.store.get(&req.pod_sandbox_id)?;
     // Held while the container is made: StopPodSandbox and RemovePodSandbox wait.
     let sb_rec = sb.rec.lock().await;
@@ -431,8 +431,11 @@ fn make(
     made_cgroup?;
     let mut image_volumes = std::collections::HashMap::new();
     for (i, m) in cfg.mounts.iter().enumerate() {
-        if crate::image_volume::wanted(m) {
-            image_volumes.insert(i, crate::image_volume::prepare(crust, &id, i, m)?);
+        if crate::containers::image_volume::wanted(m) {
+            image_volumes.insert(
+                i,
+                crate::containers::image_volume::prepare(crust, &id, i, m)?,
+            );
         }
     }
     let t_snap = t0.elapsed();
@@ -483,7 +486,7 @@ fn make(
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| sb_cfg.hostname.clone());
     let t_cgroup = t0.elapsed();
-    let spec = container_spec::build(
+    let spec = spec::build(
         &spec_config(crust, cfg, cg.as_ref()),
         &SpecInput {
             id: &id,
@@ -554,7 +557,7 @@ fn make(
         let mut early = rec.clone();
         opts.on_init = Some(executor::OnInit(Box::new(move |init| {
             mark_created(&mut early, &init);
-            crate::container_store::write_record(&path, &early).map_err(std::io::Error::other)
+            crate::containers::store::write_record(&path, &early).map_err(std::io::Error::other)
         })));
     }
     let t_spec = t0.elapsed();
@@ -657,7 +660,7 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
             .map_err(|e| Error::Internal(format!("removing the snapshot of {}: {e}", rec.id)))?;
         rec.snapshot = false;
     }
-    crate::image_volume::remove_all(crust, &rec.id)?;
+    crate::containers::image_volume::remove_all(crust, &rec.id)?;
     crust.containers.delete_files(&rec.id)
 }
 
@@ -1290,7 +1293,7 @@ pub fn sweep_snapshots(crust: &Crust) {
         .map(|c| c.id.clone())
         .collect();
     for key in crust.images.snapshots() {
-        if !known.contains(crate::image_volume::owner(&key)) {
+        if !known.contains(crate::containers::image_volume::owner(&key)) {
             tracing::warn!(snapshot = %key, "removing a snapshot no container has");
             if let Err(e) = crust.images.remove_snapshot(&key) {
                 tracing::warn!(snapshot = %key, error = %e, "removing an orphaned snapshot");
