@@ -142,60 +142,9 @@ async fn run(cli: Cli) -> R<()> {
         .map_err(|e| format!("connecting to {path}: {e}"))?;
     let mut c = RuntimeServiceClient::new(ch);
     match cli.cmd {
-        Cmd::Version => {
-            let v = c
-                .version(VersionRequest::default())
-                .await
-                .map_err(status_err("Version"))?
-                .into_inner();
-            println!("Version:  {}", v.version);
-            println!("RuntimeName:  {}", v.runtime_name);
-            println!("RuntimeVersion:  {}", v.runtime_version);
-            println!("RuntimeApiVersion:  {}", v.runtime_api_version);
-        }
-        Cmd::Info => {
-            let s = c
-                .status(StatusRequest { verbose: true })
-                .await
-                .map_err(status_err("Status"))?
-                .into_inner();
-            let conds: Vec<Value> = s
-                .status
-                .unwrap_or_default()
-                .conditions
-                .into_iter()
-                .map(|c| json!({"type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message}))
-                .collect();
-            let info: HashMap<String, Value> = s
-                .info
-                .into_iter()
-                .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v))))
-                .collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(
-                    &json!({"status": {"conditions": conds}, "info": info})
-                )
-                .unwrap()
-            );
-        }
-        Cmd::Runp { file, runtime } => {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| format!("reading {}: {e}", file.display()))?;
-            let v: Value =
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-            let cfg = pod_config(&v)?;
-            let id = c
-                .run_pod_sandbox(RunPodSandboxRequest {
-                    config: Some(cfg),
-                    runtime_handler: runtime,
-                })
-                .await
-                .map_err(status_err("RunPodSandbox"))?
-                .into_inner()
-                .pod_sandbox_id;
-            println!("{id}");
-        }
+        Cmd::Version => cmd_version(&mut c).await,
+        Cmd::Info => cmd_info(&mut c).await,
+        Cmd::Runp { file, runtime } => cmd_runp(&mut c, file, runtime).await,
         Cmd::Pods {
             id,
             name,
@@ -203,334 +152,464 @@ async fn run(cli: Cli) -> R<()> {
             state,
             label,
             quiet,
-        } => {
-            let state = match state.as_deref() {
-                None => None,
-                Some("ready") => Some(PodSandboxState::SandboxReady),
-                Some("notready") => Some(PodSandboxState::SandboxNotready),
-                Some(s) => return Err(format!("--state: {s:?} is not ready or notready")),
-            };
-            let mut selector = HashMap::new();
-            for l in label {
-                let (k, v) = l
-                    .split_once('=')
-                    .ok_or_else(|| format!("--label {l:?}: expected key=value"))?;
-                selector.insert(k.to_string(), v.to_string());
-            }
-            let filter = PodSandboxFilter {
-                id: id.unwrap_or_default(),
-                state: state.map(|s| PodSandboxStateValue { state: s as i32 }),
-                label_selector: selector,
-            };
-            let items = c
-                .list_pod_sandbox(ListPodSandboxRequest {
-                    filter: Some(filter),
-                })
-                .await
-                .map_err(status_err("ListPodSandbox"))?
-                .into_inner()
-                .items;
-            if !quiet {
-                println!(
-                    "{:<13} {:<20} {:<10} {:<25} {:<16} ATTEMPT",
-                    "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE"
-                );
-            }
-            for p in items {
-                let md = p.metadata.unwrap_or_default();
-                if name.as_ref().is_some_and(|n| !md.name.contains(n.as_str()))
-                    || namespace.as_ref().is_some_and(|n| &md.namespace != n)
-                {
-                    continue;
-                }
-                if quiet {
-                    println!("{}", p.id);
-                    continue;
-                }
-                let st = if p.state == PodSandboxState::SandboxReady as i32 {
-                    "Ready"
-                } else {
-                    "NotReady"
-                };
-                println!(
-                    "{:<13} {:<20} {:<10} {:<25} {:<16} {}",
-                    &p.id[..p.id.len().min(13)],
-                    p.created_at / 1_000_000_000,
-                    st,
-                    md.name,
-                    md.namespace,
-                    md.attempt
-                );
-            }
-        }
-        Cmd::Inspectp { id } => {
-            let r = c
-                .pod_sandbox_status(PodSandboxStatusRequest {
-                    pod_sandbox_id: id,
-                    verbose: true,
-                })
-                .await
-                .map_err(status_err("PodSandboxStatus"))?
-                .into_inner();
-            let s = r.status.unwrap_or_default();
-            let md = s.metadata.unwrap_or_default();
-            let net = s.network.unwrap_or_default();
-            let status = json!({
-                "id": s.id,
-                "metadata": {"name": md.name, "uid": md.uid, "namespace": md.namespace, "attempt": md.attempt},
-                "state": PodSandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?"),
-                "createdAt": s.created_at,
-                "network": {"ip": net.ip, "additionalIps": net.additional_ips.iter().map(|i| json!({"ip": i.ip})).collect::<Vec<_>>()},
-                "labels": s.labels,
-                "annotations": s.annotations,
-                "runtimeHandler": s.runtime_handler,
-            });
-            let mut out = json!({"status": status});
-            for (k, v) in r.info {
-                out[k] = serde_json::from_str(&v).unwrap_or(Value::String(v));
-            }
-            println!("{}", serde_json::to_string_pretty(&out).unwrap());
-        }
-        Cmd::Stopp { ids } => {
-            for id in ids {
-                c.stop_pod_sandbox(StopPodSandboxRequest {
-                    pod_sandbox_id: id.clone(),
-                })
-                .await
-                .map_err(status_err("StopPodSandbox"))?;
-                println!("Stopped sandbox {id}");
-            }
-        }
-        Cmd::Rmp { ids } => {
-            for id in ids {
-                c.remove_pod_sandbox(RemovePodSandboxRequest {
-                    pod_sandbox_id: id.clone(),
-                })
-                .await
-                .map_err(status_err("RemovePodSandbox"))?;
-                println!("Removed sandbox {id}");
-            }
-        }
+        } => cmd_pods(&mut c, id, name, namespace, state, label, quiet).await,
+        Cmd::Inspectp { id } => cmd_inspectp(&mut c, id).await,
+        Cmd::Stopp { ids } => cmd_stopp(&mut c, ids).await,
+        Cmd::Rmp { ids } => cmd_rmp(&mut c, ids).await,
         Cmd::Create {
             pod,
             container_config,
             pod_config: pod_file,
-        } => {
-            let read = |p: &PathBuf| -> R<Value> {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| format!("reading {}: {e}", p.display()))?;
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
-            };
-            let cfg = container_config_of(&read(&container_config)?)?;
-            let sandbox_config = pod_config(&read(&pod_file)?)?;
-            let id = c
-                .create_container(CreateContainerRequest {
-                    pod_sandbox_id: pod,
-                    config: Some(cfg),
-                    sandbox_config: Some(sandbox_config),
-                })
-                .await
-                .map_err(status_err("CreateContainer"))?
-                .into_inner()
-                .container_id;
-            println!("{id}");
+        } => cmd_create(&mut c, pod, container_config, pod_file).await,
+        Cmd::Start { ids } => cmd_start(&mut c, ids).await,
+        Cmd::Ps { all, pod, quiet } => cmd_ps(&mut c, all, pod, quiet).await,
+        Cmd::Inspect { id } => cmd_inspect(&mut c, id).await,
+        Cmd::Logs { id } => cmd_logs(&mut c, id).await,
+        Cmd::Exec { id, timeout, cmd } => cmd_exec(&mut c, id, timeout, cmd).await,
+        Cmd::Stop { ids, timeout } => cmd_stop(&mut c, ids, timeout).await,
+        Cmd::Rm { ids } => cmd_rm(&mut c, ids).await,
+        Cmd::Pull { image } => cmd_pull(&path, image).await,
+        Cmd::Images { quiet } => cmd_images(&path, quiet).await,
+    }
+}
+
+type Rt = RuntimeServiceClient<tonic::transport::Channel>;
+
+/// `crustctl version`.
+async fn cmd_version(c: &mut Rt) -> R<()> {
+    let v = c
+        .version(VersionRequest::default())
+        .await
+        .map_err(status_err("Version"))?
+        .into_inner();
+    println!("Version:  {}", v.version);
+    println!("RuntimeName:  {}", v.runtime_name);
+    println!("RuntimeVersion:  {}", v.runtime_version);
+    println!("RuntimeApiVersion:  {}", v.runtime_api_version);
+    Ok(())
+}
+
+/// `crustctl info`.
+async fn cmd_info(c: &mut Rt) -> R<()> {
+    let s = c
+        .status(StatusRequest { verbose: true })
+        .await
+        .map_err(status_err("Status"))?
+        .into_inner();
+    let conds: Vec<Value> = s
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .map(|c| json!({"type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message}))
+        .collect();
+    let info: HashMap<String, Value> = s
+        .info
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v))))
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json!({"status": {"conditions": conds}, "info": info}))
+            .unwrap()
+    );
+    Ok(())
+}
+
+/// `crustctl runp`.
+async fn cmd_runp(c: &mut Rt, file: PathBuf, runtime: String) -> R<()> {
+    let text =
+        std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let cfg = pod_config(&v)?;
+    let id = c
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(cfg),
+            runtime_handler: runtime,
+        })
+        .await
+        .map_err(status_err("RunPodSandbox"))?
+        .into_inner()
+        .pod_sandbox_id;
+    println!("{id}");
+    Ok(())
+}
+
+/// `crustctl pods`.
+async fn cmd_pods(
+    c: &mut Rt,
+    id: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
+    state: Option<String>,
+    label: Vec<String>,
+    quiet: bool,
+) -> R<()> {
+    let state = match state.as_deref() {
+        None => None,
+        Some("ready") => Some(PodSandboxState::SandboxReady),
+        Some("notready") => Some(PodSandboxState::SandboxNotready),
+        Some(s) => return Err(format!("--state: {s:?} is not ready or notready")),
+    };
+    let mut selector = HashMap::new();
+    for l in label {
+        let (k, v) = l
+            .split_once('=')
+            .ok_or_else(|| format!("--label {l:?}: expected key=value"))?;
+        selector.insert(k.to_string(), v.to_string());
+    }
+    let filter = PodSandboxFilter {
+        id: id.unwrap_or_default(),
+        state: state.map(|s| PodSandboxStateValue { state: s as i32 }),
+        label_selector: selector,
+    };
+    let items = c
+        .list_pod_sandbox(ListPodSandboxRequest {
+            filter: Some(filter),
+        })
+        .await
+        .map_err(status_err("ListPodSandbox"))?
+        .into_inner()
+        .items;
+    if !quiet {
+        println!(
+            "{:<13} {:<20} {:<10} {:<25} {:<16} ATTEMPT",
+            "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE"
+        );
+    }
+    for p in items {
+        let md = p.metadata.unwrap_or_default();
+        if name.as_ref().is_some_and(|n| !md.name.contains(n.as_str()))
+            || namespace.as_ref().is_some_and(|n| &md.namespace != n)
+        {
+            continue;
         }
-        Cmd::Start { ids } => {
-            for id in ids {
-                c.start_container(StartContainerRequest {
-                    container_id: id.clone(),
-                })
-                .await
-                .map_err(status_err("StartContainer"))?;
-                println!("{id}");
-            }
+        if quiet {
+            println!("{}", p.id);
+            continue;
         }
-        Cmd::Ps { all, pod, quiet } => {
-            let filter = ContainerFilter {
-                pod_sandbox_id: pod.unwrap_or_default(),
-                state: (!all).then_some(ContainerStateValue {
-                    state: ContainerState::ContainerRunning as i32,
-                }),
+        let st = if p.state == PodSandboxState::SandboxReady as i32 {
+            "Ready"
+        } else {
+            "NotReady"
+        };
+        println!(
+            "{:<13} {:<20} {:<10} {:<25} {:<16} {}",
+            &p.id[..p.id.len().min(13)],
+            p.created_at / 1_000_000_000,
+            st,
+            md.name,
+            md.namespace,
+            md.attempt
+        );
+    }
+    Ok(())
+}
+
+/// `crustctl inspectp`.
+async fn cmd_inspectp(c: &mut Rt, id: String) -> R<()> {
+    let r = c
+        .pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: id,
+            verbose: true,
+        })
+        .await
+        .map_err(status_err("PodSandboxStatus"))?
+        .into_inner();
+    let s = r.status.unwrap_or_default();
+    let md = s.metadata.unwrap_or_default();
+    let net = s.network.unwrap_or_default();
+    let status = json!({
+        "id": s.id,
+        "metadata": {"name": md.name, "uid": md.uid, "namespace": md.namespace, "attempt": md.attempt},
+        "state": PodSandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?"),
+        "createdAt": s.created_at,
+        "network": {"ip": net.ip, "additionalIps": net.additional_ips.iter().map(|i| json!({"ip": i.ip})).collect::<Vec<_>>()},
+        "labels": s.labels,
+        "annotations": s.annotations,
+        "runtimeHandler": s.runtime_handler,
+    });
+    let mut out = json!({"status": status});
+    for (k, v) in r.info {
+        out[k] = serde_json::from_str(&v).unwrap_or(Value::String(v));
+    }
+    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    Ok(())
+}
+
+/// `crustctl stopp`.
+async fn cmd_stopp(c: &mut Rt, ids: Vec<String>) -> R<()> {
+    for id in ids {
+        c.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await
+        .map_err(status_err("StopPodSandbox"))?;
+        println!("Stopped sandbox {id}");
+    }
+    Ok(())
+}
+
+/// `crustctl rmp`.
+async fn cmd_rmp(c: &mut Rt, ids: Vec<String>) -> R<()> {
+    for id in ids {
+        c.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await
+        .map_err(status_err("RemovePodSandbox"))?;
+        println!("Removed sandbox {id}");
+    }
+    Ok(())
+}
+
+/// `crustctl create`.
+async fn cmd_create(
+    c: &mut Rt,
+    pod: String,
+    container_config: PathBuf,
+    pod_file: PathBuf,
+) -> R<()> {
+    let read = |p: &PathBuf| -> R<Value> {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let cfg = container_config_of(&read(&container_config)?)?;
+    let sandbox_config = pod_config(&read(&pod_file)?)?;
+    let id = c
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod,
+            config: Some(cfg),
+            sandbox_config: Some(sandbox_config),
+        })
+        .await
+        .map_err(status_err("CreateContainer"))?
+        .into_inner()
+        .container_id;
+    println!("{id}");
+    Ok(())
+}
+
+/// `crustctl start`.
+async fn cmd_start(c: &mut Rt, ids: Vec<String>) -> R<()> {
+    for id in ids {
+        c.start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .map_err(status_err("StartContainer"))?;
+        println!("{id}");
+    }
+    Ok(())
+}
+
+/// `crustctl ps`.
+async fn cmd_ps(c: &mut Rt, all: bool, pod: Option<String>, quiet: bool) -> R<()> {
+    let filter = ContainerFilter {
+        pod_sandbox_id: pod.unwrap_or_default(),
+        state: (!all).then_some(ContainerStateValue {
+            state: ContainerState::ContainerRunning as i32,
+        }),
+        ..Default::default()
+    };
+    let list = c
+        .list_containers(ListContainersRequest {
+            filter: Some(filter),
+        })
+        .await
+        .map_err(status_err("ListContainers"))?
+        .into_inner()
+        .containers;
+    if !quiet {
+        println!(
+            "{:<15} {:<28} {:<18} {:<20} POD",
+            "CONTAINER", "IMAGE", "STATE", "NAME"
+        );
+    }
+    for ct in list {
+        if quiet {
+            println!("{}", ct.id);
+            continue;
+        }
+        let state = ContainerState::try_from(ct.state)
+            .map(|s| s.as_str_name().trim_start_matches("CONTAINER_").to_string())
+            .unwrap_or_default();
+        println!(
+            "{:<15} {:<28} {:<18} {:<20} {}",
+            &ct.id[..ct.id.len().min(13)],
+            ct.image.map(|i| i.image).unwrap_or_default(),
+            state,
+            ct.metadata.map(|m| m.name).unwrap_or_default(),
+            &ct.pod_sandbox_id[..ct.pod_sandbox_id.len().min(13)],
+        );
+    }
+    Ok(())
+}
+
+/// `crustctl inspect`.
+async fn cmd_inspect(c: &mut Rt, id: String) -> R<()> {
+    let r = c
+        .container_status(ContainerStatusRequest {
+            container_id: id,
+            verbose: true,
+        })
+        .await
+        .map_err(status_err("ContainerStatus"))?
+        .into_inner();
+    let st = r.status.unwrap_or_default();
+    let mut out = json!({"status": {
+        "id": st.id,
+        "metadata": st.metadata.map(|m| json!({"name": m.name, "attempt": m.attempt})),
+        "state": ContainerState::try_from(st.state).map(|s| s.as_str_name()).unwrap_or("?"),
+        "createdAt": st.created_at,
+        "startedAt": st.started_at,
+        "finishedAt": st.finished_at,
+        "exitCode": st.exit_code,
+        "image": st.image.map(|i| i.image),
+        "imageRef": st.image_ref,
+        "reason": st.reason,
+        "message": st.message,
+        "labels": st.labels,
+        "annotations": st.annotations,
+        "logPath": st.log_path,
+    }});
+    for (k, v) in r.info {
+        out[k] = serde_json::from_str(&v).unwrap_or(Value::String(v));
+    }
+    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    Ok(())
+}
+
+/// `crustctl logs`.
+async fn cmd_logs(c: &mut Rt, id: String) -> R<()> {
+    let st = c
+        .container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .map_err(status_err("ContainerStatus"))?
+        .into_inner()
+        .status
+        .unwrap_or_default();
+    if st.log_path.is_empty() {
+        return Err(format!("container {id} has no log path"));
+    }
+    let text = std::fs::read_to_string(&st.log_path)
+        .map_err(|e| format!("reading {}: {e}", st.log_path))?;
+    // `<time> <stream> <P|F> <text>`: partials join the next record's text.
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut it = line.splitn(4, ' ');
+        let (_, _, tag, body) = (it.next(), it.next(), it.next(), it.next());
+        out.push_str(body.unwrap_or(""));
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// `crustctl exec`.
+async fn cmd_exec(c: &mut Rt, id: String, timeout: i64, cmd: Vec<String>) -> R<()> {
+    let r = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id,
+            cmd,
+            timeout,
+        })
+        .await
+        .map_err(status_err("ExecSync"))?
+        .into_inner();
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(&r.stdout);
+    let _ = std::io::stderr().write_all(&r.stderr);
+    if r.exit_code != 0 {
+        return Err(format!("command exited with {}", r.exit_code));
+    }
+    Ok(())
+}
+
+/// `crustctl stop`.
+async fn cmd_stop(c: &mut Rt, ids: Vec<String>, timeout: i64) -> R<()> {
+    for id in ids {
+        c.stop_container(StopContainerRequest {
+            container_id: id.clone(),
+            timeout,
+        })
+        .await
+        .map_err(status_err("StopContainer"))?;
+        println!("{id}");
+    }
+    Ok(())
+}
+
+/// `crustctl rm`.
+async fn cmd_rm(c: &mut Rt, ids: Vec<String>) -> R<()> {
+    for id in ids {
+        c.remove_container(RemoveContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .map_err(status_err("RemoveContainer"))?;
+        println!("{id}");
+    }
+    Ok(())
+}
+
+/// `crustctl pull`.
+async fn cmd_pull(path: &str, image: String) -> R<()> {
+    let ch = connect_unix(&path)
+        .await
+        .map_err(|e| format!("connecting to {path}: {e}"))?;
+    let r = ImageServiceClient::new(ch)
+        .pull_image(PullImageRequest {
+            image: Some(ImageSpec {
+                image: image.clone(),
                 ..Default::default()
-            };
-            let list = c
-                .list_containers(ListContainersRequest {
-                    filter: Some(filter),
-                })
-                .await
-                .map_err(status_err("ListContainers"))?
-                .into_inner()
-                .containers;
-            if !quiet {
-                println!(
-                    "{:<15} {:<28} {:<18} {:<20} POD",
-                    "CONTAINER", "IMAGE", "STATE", "NAME"
-                );
-            }
-            for ct in list {
-                if quiet {
-                    println!("{}", ct.id);
-                    continue;
-                }
-                let state = ContainerState::try_from(ct.state)
-                    .map(|s| s.as_str_name().trim_start_matches("CONTAINER_").to_string())
-                    .unwrap_or_default();
-                println!(
-                    "{:<15} {:<28} {:<18} {:<20} {}",
-                    &ct.id[..ct.id.len().min(13)],
-                    ct.image.map(|i| i.image).unwrap_or_default(),
-                    state,
-                    ct.metadata.map(|m| m.name).unwrap_or_default(),
-                    &ct.pod_sandbox_id[..ct.pod_sandbox_id.len().min(13)],
-                );
-            }
+            }),
+            ..Default::default()
+        })
+        .await
+        .map_err(status_err("PullImage"))?
+        .into_inner();
+    println!("Image is up to date for {}", r.image_ref);
+    Ok(())
+}
+
+/// `crustctl images`.
+async fn cmd_images(path: &str, quiet: bool) -> R<()> {
+    let ch = connect_unix(&path)
+        .await
+        .map_err(|e| format!("connecting to {path}: {e}"))?;
+    let list = ImageServiceClient::new(ch)
+        .list_images(ListImagesRequest { filter: None })
+        .await
+        .map_err(status_err("ListImages"))?
+        .into_inner()
+        .images;
+    if !quiet {
+        println!("{:<50} {:<15} SIZE", "IMAGE", "IMAGE ID");
+    }
+    for i in list {
+        let short =
+            i.id.trim_start_matches("sha256:")
+                .chars()
+                .take(13)
+                .collect::<String>();
+        if quiet {
+            println!("{}", i.id);
+            continue;
         }
-        Cmd::Inspect { id } => {
-            let r = c
-                .container_status(ContainerStatusRequest {
-                    container_id: id,
-                    verbose: true,
-                })
-                .await
-                .map_err(status_err("ContainerStatus"))?
-                .into_inner();
-            let st = r.status.unwrap_or_default();
-            let mut out = json!({"status": {
-                "id": st.id,
-                "metadata": st.metadata.map(|m| json!({"name": m.name, "attempt": m.attempt})),
-                "state": ContainerState::try_from(st.state).map(|s| s.as_str_name()).unwrap_or("?"),
-                "createdAt": st.created_at,
-                "startedAt": st.started_at,
-                "finishedAt": st.finished_at,
-                "exitCode": st.exit_code,
-                "image": st.image.map(|i| i.image),
-                "imageRef": st.image_ref,
-                "reason": st.reason,
-                "message": st.message,
-                "labels": st.labels,
-                "annotations": st.annotations,
-                "logPath": st.log_path,
-            }});
-            for (k, v) in r.info {
-                out[k] = serde_json::from_str(&v).unwrap_or(Value::String(v));
-            }
-            println!("{}", serde_json::to_string_pretty(&out).unwrap());
-        }
-        Cmd::Logs { id } => {
-            let st = c
-                .container_status(ContainerStatusRequest {
-                    container_id: id.clone(),
-                    verbose: false,
-                })
-                .await
-                .map_err(status_err("ContainerStatus"))?
-                .into_inner()
-                .status
-                .unwrap_or_default();
-            if st.log_path.is_empty() {
-                return Err(format!("container {id} has no log path"));
-            }
-            let text = std::fs::read_to_string(&st.log_path)
-                .map_err(|e| format!("reading {}: {e}", st.log_path))?;
-            // `<time> <stream> <P|F> <text>`: partials join the next record's text.
-            let mut out = String::new();
-            for line in text.lines() {
-                let mut it = line.splitn(4, ' ');
-                let (_, _, tag, body) = (it.next(), it.next(), it.next(), it.next());
-                out.push_str(body.unwrap_or(""));
-                if tag != Some("P") {
-                    out.push('\n');
-                }
-            }
-            print!("{out}");
-        }
-        Cmd::Exec { id, timeout, cmd } => {
-            let r = c
-                .exec_sync(ExecSyncRequest {
-                    container_id: id,
-                    cmd,
-                    timeout,
-                })
-                .await
-                .map_err(status_err("ExecSync"))?
-                .into_inner();
-            use std::io::Write;
-            let _ = std::io::stdout().write_all(&r.stdout);
-            let _ = std::io::stderr().write_all(&r.stderr);
-            if r.exit_code != 0 {
-                return Err(format!("command exited with {}", r.exit_code));
-            }
-        }
-        Cmd::Stop { ids, timeout } => {
-            for id in ids {
-                c.stop_container(StopContainerRequest {
-                    container_id: id.clone(),
-                    timeout,
-                })
-                .await
-                .map_err(status_err("StopContainer"))?;
-                println!("{id}");
-            }
-        }
-        Cmd::Rm { ids } => {
-            for id in ids {
-                c.remove_container(RemoveContainerRequest {
-                    container_id: id.clone(),
-                })
-                .await
-                .map_err(status_err("RemoveContainer"))?;
-                println!("{id}");
-            }
-        }
-        Cmd::Pull { image } => {
-            let ch = connect_unix(&path)
-                .await
-                .map_err(|e| format!("connecting to {path}: {e}"))?;
-            let r = ImageServiceClient::new(ch)
-                .pull_image(PullImageRequest {
-                    image: Some(ImageSpec {
-                        image: image.clone(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .await
-                .map_err(status_err("PullImage"))?
-                .into_inner();
-            println!("Image is up to date for {}", r.image_ref);
-        }
-        Cmd::Images { quiet } => {
-            let ch = connect_unix(&path)
-                .await
-                .map_err(|e| format!("connecting to {path}: {e}"))?;
-            let list = ImageServiceClient::new(ch)
-                .list_images(ListImagesRequest { filter: None })
-                .await
-                .map_err(status_err("ListImages"))?
-                .into_inner()
-                .images;
-            if !quiet {
-                println!("{:<50} {:<15} SIZE", "IMAGE", "IMAGE ID");
-            }
-            for i in list {
-                let short =
-                    i.id.trim_start_matches("sha256:")
-                        .chars()
-                        .take(13)
-                        .collect::<String>();
-                if quiet {
-                    println!("{}", i.id);
-                    continue;
-                }
-                let name = i
-                    .repo_tags
-                    .first()
-                    .or(i.repo_digests.first())
-                    .cloned()
-                    .unwrap_or_default();
-                println!("{:<50} {:<15} {}", name, short, i.size);
-            }
-        }
+        let name = i
+            .repo_tags
+            .first()
+            .or(i.repo_digests.first())
+            .cloned()
+            .unwrap_or_default();
+        println!("{:<50} {:<15} {}", name, short, i.size);
     }
     Ok(())
 }
