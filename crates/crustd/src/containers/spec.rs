@@ -16,8 +16,8 @@
 use crate::cri::error::{Error, Result};
 use crate::sandboxes::store::SandboxRecord;
 use cri_api::{
-    ContainerConfig, LinuxContainerResources, MountPropagation, NamespaceMode,
-    SupplementalGroupsPolicy,
+    ContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, MountPropagation,
+    NamespaceMode, SupplementalGroupsPolicy,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -514,6 +514,61 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
     let env = env(cfg, img, &input.hostname);
     let (uid, gid, additional) = user(cfg, img)?;
     let caps = capabilities(cfg, privileged)?;
+    let cwd = working_dir(cfg, img)?;
+
+    let (mounts, rootfs_propagation) = mounts(cfg, input, &sc)?;
+
+    let namespaces = namespaces(input, &sc)?;
+
+    let (masked, readonly) = masked_and_readonly(&sc);
+
+    let devices = devices(cfg)?;
+
+    let resources = linux.resources.clone().unwrap_or_default();
+    let annotations = annotations(cfg, sb);
+
+    let mut process = json!({
+        "terminal": cfg.tty,
+        "user": {"uid": uid, "gid": gid, "additionalGids": additional},
+        "args": args,
+        "env": env,
+        "cwd": cwd,
+        "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+        "noNewPrivileges": sc.no_new_privs,
+    });
+    if resources.oom_score_adj != 0 {
+        process["oomScoreAdj"] = json!(resources.oom_score_adj);
+    }
+    let mut linux_v = json!({
+        "namespaces": namespaces,
+        "maskedPaths": masked,
+        "readonlyPaths": readonly,
+        "rootfsPropagation": rootfs_propagation,
+        "resources": oci_resources(&resources),
+        "devices": devices,
+    });
+    if let Some(cg) = input.cgroup {
+        linux_v["cgroupsPath"] = json!(cg);
+    }
+    if !privileged {
+        if let Some(s) = crate::containers::seccomp::linux_seccomp(&sc)? {
+            linux_v["seccomp"] = s;
+        }
+    }
+    let spec = json!({
+        "ociVersion": "1.0.2",
+        "process": process,
+        "root": {"path": "rootfs", "readonly": sc.readonly_rootfs},
+        "mounts": mounts,
+        "annotations": annotations,
+        "linux": linux_v,
+    });
+    serde_json::from_value(spec)
+        .map_err(|e| Error::Internal(format!("building the OCI spec of {}: {e}", input.id)))
+}
+
+/// The process's working directory: the request's, else the image's, else `/`.
+fn working_dir(cfg: &ContainerConfig, img: &ImageInfo) -> Result<String> {
     let cwd = if !cfg.working_dir.is_empty() {
         cfg.working_dir.clone()
     } else if !img.working_dir.is_empty() {
@@ -526,7 +581,19 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
             "working_dir {cwd:?} is not absolute"
         )));
     }
+    Ok(cwd)
+}
 
+/// The container's mounts (the kernel filesystems, `/dev/shm`, the pod's hostname,
+/// hosts and resolv.conf unless the request mounts its own, then the request's and
+/// image volumes) and the rootfs propagation its bind mounts need.
+fn mounts(
+    cfg: &ContainerConfig,
+    input: &SpecInput,
+    sc: &LinuxContainerSecurityContext,
+) -> Result<(Vec<Value>, &'static str)> {
+    let sb = input.sandbox;
+    let privileged = sc.privileged;
     let mut mounts: Vec<Value> = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
@@ -603,7 +670,14 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
         }
         mounts.push(json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": options}));
     }
+    Ok((mounts, rootfs_propagation))
+}
 
+/// The namespaces: a mount namespace of its own, the pod's network, IPC and UTS, the
+/// PID namespace as the request's mode says, and a cgroup namespace if configured.
+fn namespaces(input: &SpecInput, sc: &LinuxContainerSecurityContext) -> Result<Vec<Value>> {
+    let sb = input.sandbox;
+    let privileged = sc.privileged;
     let mut namespaces: Vec<Value> = vec![json!({"type": "mount"})];
     for (kind, pin) in [("network", "net"), ("ipc", "ipc"), ("uts", "uts")] {
         if let Some(p) = sb.pins.get(pin) {
@@ -636,8 +710,13 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
     if input.cgroupns && !privileged {
         namespaces.push(json!({"type": "cgroup"}));
     }
+    Ok(namespaces)
+}
 
-    let (masked, readonly): (Vec<String>, Vec<String>) = if privileged {
+/// Masked and read-only paths: the request's, the defaults when it sends none, none
+/// for a privileged container.
+fn masked_and_readonly(sc: &LinuxContainerSecurityContext) -> (Vec<String>, Vec<String>) {
+    if sc.privileged {
         (vec![], vec![])
     } else {
         (
@@ -652,8 +731,11 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
                 sc.readonly_paths.clone()
             },
         )
-    };
+    }
+}
 
+/// The request's devices, with the type and numbers of the host's device files.
+fn devices(cfg: &ContainerConfig) -> Result<Vec<Value>> {
     let mut devices: Vec<Value> = vec![];
     for d in &cfg.devices {
         let meta = std::fs::metadata(&d.host_path)
@@ -679,8 +761,11 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
             "uid": 0, "gid": 0,
         }));
     }
+    Ok(devices)
+}
 
-    let resources = linux.resources.clone().unwrap_or_default();
+/// The request's annotations and containerd's `io.kubernetes.cri.*` ones.
+fn annotations(cfg: &ContainerConfig, sb: &SandboxRecord) -> BTreeMap<String, String> {
     let mut annotations: BTreeMap<String, String> = cfg.annotations.clone().into_iter().collect();
     annotations.insert(
         "io.kubernetes.cri.container-type".into(),
@@ -699,45 +784,7 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
     if let Some(i) = &cfg.image {
         annotations.insert("io.kubernetes.cri.image-name".into(), i.image.clone());
     }
-
-    let mut process = json!({
-        "terminal": cfg.tty,
-        "user": {"uid": uid, "gid": gid, "additionalGids": additional},
-        "args": args,
-        "env": env,
-        "cwd": cwd,
-        "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
-        "noNewPrivileges": sc.no_new_privs,
-    });
-    if resources.oom_score_adj != 0 {
-        process["oomScoreAdj"] = json!(resources.oom_score_adj);
-    }
-    let mut linux_v = json!({
-        "namespaces": namespaces,
-        "maskedPaths": masked,
-        "readonlyPaths": readonly,
-        "rootfsPropagation": rootfs_propagation,
-        "resources": oci_resources(&resources),
-        "devices": devices,
-    });
-    if let Some(cg) = input.cgroup {
-        linux_v["cgroupsPath"] = json!(cg);
-    }
-    if !privileged {
-        if let Some(s) = crate::containers::seccomp::linux_seccomp(&sc)? {
-            linux_v["seccomp"] = s;
-        }
-    }
-    let spec = json!({
-        "ociVersion": "1.0.2",
-        "process": process,
-        "root": {"path": "rootfs", "readonly": sc.readonly_rootfs},
-        "mounts": mounts,
-        "annotations": annotations,
-        "linux": linux_v,
-    });
-    serde_json::from_value(spec)
-        .map_err(|e| Error::Internal(format!("building the OCI spec of {}: {e}", input.id)))
+    annotations
 }
 
 #[cfg(test)]
