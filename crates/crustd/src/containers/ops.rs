@@ -379,95 +379,17 @@ fn make(
         .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
     // Cumulative times of the steps, logged at debug: where a slow create spends it.
     let t0 = Instant::now();
-    // The container's cgroup: beside the pause's, under the pod-level cgroup.
-    let cg = match sb
-        .cgroup
-        .as_deref()
-        .and_then(crate::daemon::Crust::pod_level_cgroup)
-    {
-        Some(pod_cg) => {
-            let cg_s = format!("{}/{}", pod_cg.to_string().trim_end_matches('/'), id);
-            let cg = cgroups::CgroupPath::new(&cg_s)
-                .map_err(|e| Error::Internal(format!("container cgroup {cg_s}: {e}")))?;
-            rec.cgroup = Some(cg_s);
-            Some(cg)
-        }
-        None => None,
-    };
+    let cg = container_cgroup(sb, rec)?;
     crust.containers.save_unsynced(rec)?;
     let t_saved = t0.elapsed();
 
-    // The cgroup (a dozen mkdirs and limit writes on v1) is made while the snapshot
-    // and the log path are prepared.
-    let resources_wanted = rec.resources();
     let sb_cfg = sb.config().unwrap_or_default();
-    let (made_cgroup, prepared) = std::thread::scope(|s| {
-        let cgroup_job = cg.as_ref().map(|cg| {
-            let id = &id;
-            let resources_wanted = &resources_wanted;
-            s.spawn(move || -> Result<()> {
-                crust
-                    .cgroups
-                    .create(cg)
-                    .map_err(cgroup_err(format!("creating cgroup {cg}")))?;
-                if let Some(r) = resources_wanted {
-                    let what = format!("container resources of {id}");
-                    let res = cgroup_resources(crust, &what, cg, r)?;
-                    crust.cgroups.apply(cg, &res).map_err(cgroup_err(what))?;
-                }
-                Ok(())
-            })
-        });
-        let prepared = prepare_rootfs_and_log(crust, &sb_cfg, cfg, rec);
-        let made = cgroup_job
-            .map(|j| {
-                j.join()
-                    .unwrap_or_else(|_| Err(Error::Internal("creating the cgroup panicked".into())))
-            })
-            .unwrap_or(Ok(()));
-        (made, prepared)
-    });
-    let snap = prepared?;
-    made_cgroup?;
-    let mut image_volumes = std::collections::HashMap::new();
-    for (i, m) in cfg.mounts.iter().enumerate() {
-        if crate::containers::image_volume::wanted(m) {
-            image_volumes.insert(
-                i,
-                crate::containers::image_volume::prepare(crust, &id, i, m)?,
-            );
-        }
-    }
+    let snap = cgroup_and_rootfs(crust, cg.as_ref(), &sb_cfg, cfg, rec)?;
+    let image_volumes = image_volumes(crust, &id, cfg)?;
     let t_snap = t0.elapsed();
-    let mut cgroup_dirs: Vec<PathBuf> = vec![];
-    let mut oom_events = None;
-    if let Some(cg) = &cg {
-        cgroup_dirs = crust.cgroups.dirs(cg);
-        oom_events = crust.cgroups.dir("memory", cg).map(|d| {
-            d.join(match crust.cgroups.version() {
-                cgroups::Version::V2 => "memory.events",
-                cgroups::Version::V1 => "memory.oom_control",
-            })
-        });
-    }
+    let (cgroup_dirs, oom_events) = cgroup_watch(crust, cg.as_ref());
 
-    let target_pid_ns = {
-        let ns = cfg
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.as_ref())
-            .and_then(|s| s.namespace_options.as_ref());
-        match ns {
-            Some(n) if n.pid == NamespaceMode::Target as i32 => {
-                let t = crust.containers.get(&n.target_id).map_err(|_| {
-                    Error::NotFound(format!("target container {:?} not found", n.target_id))
-                })?;
-                let t = t.rec.blocking_lock();
-                (t.pid > 0).then(|| PathBuf::from(format!("/proc/{}/ns/pid", t.pid)))
-            }
-            _ => None,
-        }
-    };
+    let target_pid_ns = target_pid_ns(crust, cfg)?;
     let info = ImageInfo {
         entrypoint: img.entrypoint.clone(),
         cmd: img.cmd.clone(),
@@ -523,23 +445,7 @@ fn make(
         attach: true,
     };
     if let Some(rt) = external {
-        rec.runtime = sb.runtime_handler.clone();
-        rec.rootfs_mounted = true;
-        crust.containers.save(rec)?;
-        oci_runtime::mount_rootfs(&bundle.join("rootfs"), &snap.overlay_options())
-            .map_err(|e| Error::Internal(format!("mounting the root file system of {id}: {e}")))?;
-        let c = rt
-            .create(&id, &bundle, &monitor, cfg.tty)
-            .map_err(|e| Error::InvalidArgument(format!("{} create: {e}", sb.runtime_handler)))?;
-        mark_created(
-            rec,
-            &executor::InitInfo {
-                pid: c.pid,
-                start_time: start_time(c.pid).unwrap_or(0),
-                monitor: Some(c.monitor),
-            },
-        );
-        return crust.containers.save(rec);
+        return create_external(crust, sb, &rt, rec, &bundle, &snap, &monitor, cfg.tty);
     }
     let mut opts = CreateOpts::new(&id, &bundle, spec, crust.containers.exec_state(&id));
     opts.rootfs_mount = Some(RootfsMount {
@@ -574,6 +480,167 @@ fn make(
         },
     );
     Ok(())
+}
+
+/// The container's cgroup: beside the pause's, under the pod-level cgroup (noted in
+/// the record); none for a sandbox without one.
+fn container_cgroup(
+    sb: &SandboxRecord,
+    rec: &mut ContainerRecord,
+) -> Result<Option<cgroups::CgroupPath>> {
+    let id = rec.id.clone();
+    Ok(
+        match sb
+            .cgroup
+            .as_deref()
+            .and_then(crate::daemon::Crust::pod_level_cgroup)
+        {
+            Some(pod_cg) => {
+                let cg_s = format!("{}/{}", pod_cg.to_string().trim_end_matches('/'), id);
+                let cg = cgroups::CgroupPath::new(&cg_s)
+                    .map_err(|e| Error::Internal(format!("container cgroup {cg_s}: {e}")))?;
+                rec.cgroup = Some(cg_s);
+                Some(cg)
+            }
+            None => None,
+        },
+    )
+}
+
+/// The container's cgroup with its limits, made while the root filesystem's snapshot
+/// and the log path are prepared; the snapshot.
+fn cgroup_and_rootfs(
+    crust: &Crust,
+    cg: Option<&cgroups::CgroupPath>,
+    sb_cfg: &PodSandboxConfig,
+    cfg: &ContainerConfig,
+    rec: &mut ContainerRecord,
+) -> Result<image::Snapshot> {
+    let id = rec.id.clone();
+    // The cgroup (a dozen mkdirs and limit writes on v1) is made while the snapshot
+    // and the log path are prepared.
+    let resources_wanted = rec.resources();
+    let (made_cgroup, prepared) = std::thread::scope(|s| {
+        let cgroup_job = cg.map(|cg| {
+            let id = &id;
+            let resources_wanted = &resources_wanted;
+            s.spawn(move || -> Result<()> {
+                crust
+                    .cgroups
+                    .create(cg)
+                    .map_err(cgroup_err(format!("creating cgroup {cg}")))?;
+                if let Some(r) = resources_wanted {
+                    let what = format!("container resources of {id}");
+                    let res = cgroup_resources(crust, &what, cg, r)?;
+                    crust.cgroups.apply(cg, &res).map_err(cgroup_err(what))?;
+                }
+                Ok(())
+            })
+        });
+        let prepared = prepare_rootfs_and_log(crust, sb_cfg, cfg, rec);
+        let made = cgroup_job
+            .map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err(Error::Internal("creating the cgroup panicked".into())))
+            })
+            .unwrap_or(Ok(()));
+        (made, prepared)
+    });
+    let snap = prepared?;
+    made_cgroup?;
+    Ok(snap)
+}
+
+/// The image volumes among the request's mounts, by their index, prepared.
+fn image_volumes(
+    crust: &Crust,
+    id: &str,
+    cfg: &ContainerConfig,
+) -> Result<std::collections::HashMap<usize, serde_json::Value>> {
+    let mut image_volumes = std::collections::HashMap::new();
+    for (i, m) in cfg.mounts.iter().enumerate() {
+        if crate::containers::image_volume::wanted(m) {
+            image_volumes.insert(
+                i,
+                crate::containers::image_volume::prepare(crust, id, i, m)?,
+            );
+        }
+    }
+    Ok(image_volumes)
+}
+
+/// The container cgroup's directories (the init joins them) and the file whose change
+/// tells of an OOM kill.
+fn cgroup_watch(
+    crust: &Crust,
+    cg: Option<&cgroups::CgroupPath>,
+) -> (Vec<PathBuf>, Option<PathBuf>) {
+    let mut cgroup_dirs: Vec<PathBuf> = vec![];
+    let mut oom_events = None;
+    if let Some(cg) = cg {
+        cgroup_dirs = crust.cgroups.dirs(cg);
+        oom_events = crust.cgroups.dir("memory", cg).map(|d| {
+            d.join(match crust.cgroups.version() {
+                cgroups::Version::V2 => "memory.events",
+                cgroups::Version::V1 => "memory.oom_control",
+            })
+        });
+    }
+    (cgroup_dirs, oom_events)
+}
+
+/// The PID namespace of the target container, for a request in TARGET mode.
+fn target_pid_ns(crust: &Crust, cfg: &ContainerConfig) -> Result<Option<PathBuf>> {
+    Ok({
+        let ns = cfg
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref());
+        match ns {
+            Some(n) if n.pid == NamespaceMode::Target as i32 => {
+                let t = crust.containers.get(&n.target_id).map_err(|_| {
+                    Error::NotFound(format!("target container {:?} not found", n.target_id))
+                })?;
+                let t = t.rec.blocking_lock();
+                (t.pid > 0).then(|| PathBuf::from(format!("/proc/{}/ns/pid", t.pid)))
+            }
+            _ => None,
+        }
+    })
+}
+
+/// CreateContainer through an external OCI runtime (runc): the root file system mounted
+/// here, the rest the runtime's.
+#[allow(clippy::too_many_arguments)]
+fn create_external(
+    crust: &Crust,
+    sb: &SandboxRecord,
+    rt: &oci_runtime::OciRuntime,
+    rec: &mut ContainerRecord,
+    bundle: &Path,
+    snap: &image::Snapshot,
+    monitor: &MonitorOpts,
+    tty: bool,
+) -> Result<()> {
+    let id = rec.id.clone();
+    rec.runtime = sb.runtime_handler.clone();
+    rec.rootfs_mounted = true;
+    crust.containers.save(rec)?;
+    oci_runtime::mount_rootfs(&bundle.join("rootfs"), &snap.overlay_options())
+        .map_err(|e| Error::Internal(format!("mounting the root file system of {id}: {e}")))?;
+    let c = rt
+        .create(&id, bundle, monitor, tty)
+        .map_err(|e| Error::InvalidArgument(format!("{} create: {e}", sb.runtime_handler)))?;
+    mark_created(
+        rec,
+        &executor::InitInfo {
+            pid: c.pid,
+            start_time: start_time(c.pid).unwrap_or(0),
+            monitor: Some(c.monitor),
+        },
+    );
+    crust.containers.save(rec)
 }
 
 /// Makes sure the CRI log file exists when CreateContainer returns. The monitor opens
