@@ -152,81 +152,12 @@ fn create(
     }
     crust.store.save_progress(rec)?;
 
-    // The pause process and its namespaces.
-    let spec = container::pause::PauseSpec {
-        binary: crust.pause_bin.clone(),
-        hostname: (!rec.host_network && !cfg.hostname.is_empty()).then(|| cfg.hostname.clone()),
-        new_net: !rec.host_network,
-        new_ipc: !rec.host_ipc,
-        new_uts: !rec.host_network,
-        new_pid: !rec.host_pid,
-        cgroup_dirs: crust.cgroups.dirs(&cgroup),
-    };
-    // The record with the attachment must be on disk before ADD (CNI may allocate
-    // even when ADD fails, and DEL must follow, also after a power loss): its fsync
-    // runs while the cgroup is made and the pause starts.
-    let durable = rec.clone();
-    let (made, saved) = std::thread::scope(|s| {
-        let saver = s.spawn(|| crust.store.save(&durable));
-        let made = crust
-            .cgroups
-            .create(&cgroup)
-            .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))
-            .and_then(|()| {
-                container::pause::spawn(&spec).map_err(|e| match e {
-                    // The kubelet's input, not our failure.
-                    container::Error::InvalidHostname { .. } => {
-                        Error::InvalidArgument(e.to_string())
-                    }
-                    e => Error::Internal(format!("starting the pause process: {e}")),
-                })
-            });
-        let saved = saver
-            .join()
-            .unwrap_or_else(|_| Err(Error::Internal("saving the sandbox record panicked".into())));
-        (made, saved)
-    });
+    let pause = start_pause(crust, cfg, &cgroup, rec)?;
     let t_cgroup = t0.elapsed();
-    let pause = made?;
-    // A pause that started is recorded even when the save failed, so rollback stops it.
-    if let Err(e) = saved {
-        rec.pause = Some(PauseRef {
-            pid: pause.pid,
-            start_time: pause.start_time,
-        });
-        return Err(e);
-    }
-    rec.pause = Some(PauseRef {
-        pid: pause.pid,
-        start_time: pause.start_time,
-    });
     crust.store.save_progress(rec)?;
 
     let t_pause = t0.elapsed();
-    let pin_dir = crust.pin_dir(&id);
-    let kinds = [
-        (container::ns::NsKind::Net, "net", !rec.host_network),
-        (container::ns::NsKind::Ipc, "ipc", !rec.host_ipc),
-        (container::ns::NsKind::Uts, "uts", !rec.host_network),
-        (container::ns::NsKind::Pid, "pid", !rec.host_pid),
-    ];
-    // Everything about to be mounted is recorded first, in one save: teardown skips
-    // what is not (yet) mounted.
-    let kinds: Vec<_> = kinds.into_iter().filter(|k| k.2).collect();
-    for (_, name, _) in &kinds {
-        rec.pins.insert(name.to_string(), pin_dir.join(name));
-    }
-    let shm = (!rec.host_ipc).then(|| pin_dir.join("shm"));
-    rec.shm = shm.clone();
-    crust.store.save_progress(rec)?;
-    for (kind, name, _) in kinds {
-        container::ns::pin(pause.pid, kind, &pin_dir.join(name))
-            .map_err(|e| Error::Internal(format!("pinning the pod's {name} namespace: {e}")))?;
-    }
-    if let Some(shm) = shm {
-        container::ns::mount_shm(&shm, POD_SHM_SIZE)
-            .map_err(|e| Error::Internal(format!("mounting the pod's /dev/shm: {e}")))?;
-    }
+    pin_namespaces(crust, rec, pause.pid)?;
 
     set_oom_score_adj(pause.pid, PAUSE_OOM_SCORE_ADJ);
 
@@ -250,7 +181,106 @@ fn create(
     }
 
     let t_cni = t0.elapsed();
-    let files = pod_files::PodFiles::in_dir(&crust.store.sandbox_dir(&id));
+    write_pod_files(crust, cfg, rec)?;
+
+    rec.state = SandboxState::Ready;
+    let t_files = t0.elapsed();
+    crust.store.save(rec)?;
+    tracing::debug!(sandbox = %id, ?t_cgroup, ?t_pause, ?t_pins, ?t_saved, ?t_cni, ?t_files, t_end = ?t0.elapsed(), "run phases");
+    Ok(())
+}
+
+/// The pod cgroup made and the pause started in it, while the record with the network
+/// attachment is made durable; the pause noted in the record.
+fn start_pause(
+    crust: &Crust,
+    cfg: &PodSandboxConfig,
+    cgroup: &cgroups::CgroupPath,
+    rec: &mut SandboxRecord,
+) -> Result<container::pause::Pause> {
+    // The pause process and its namespaces.
+    let spec = container::pause::PauseSpec {
+        binary: crust.pause_bin.clone(),
+        hostname: (!rec.host_network && !cfg.hostname.is_empty()).then(|| cfg.hostname.clone()),
+        new_net: !rec.host_network,
+        new_ipc: !rec.host_ipc,
+        new_uts: !rec.host_network,
+        new_pid: !rec.host_pid,
+        cgroup_dirs: crust.cgroups.dirs(cgroup),
+    };
+    // The record with the attachment must be on disk before ADD (CNI may allocate
+    // even when ADD fails, and DEL must follow, also after a power loss): its fsync
+    // runs while the cgroup is made and the pause starts.
+    let durable = rec.clone();
+    let (made, saved) = std::thread::scope(|s| {
+        let saver = s.spawn(|| crust.store.save(&durable));
+        let made = crust
+            .cgroups
+            .create(cgroup)
+            .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))
+            .and_then(|()| {
+                container::pause::spawn(&spec).map_err(|e| match e {
+                    // The kubelet's input, not our failure.
+                    container::Error::InvalidHostname { .. } => {
+                        Error::InvalidArgument(e.to_string())
+                    }
+                    e => Error::Internal(format!("starting the pause process: {e}")),
+                })
+            });
+        let saved = saver
+            .join()
+            .unwrap_or_else(|_| Err(Error::Internal("saving the sandbox record panicked".into())));
+        (made, saved)
+    });
+    let pause = made?;
+    // A pause that started is recorded even when the save failed, so rollback stops it.
+    if let Err(e) = saved {
+        rec.pause = Some(PauseRef {
+            pid: pause.pid,
+            start_time: pause.start_time,
+        });
+        return Err(e);
+    }
+    rec.pause = Some(PauseRef {
+        pid: pause.pid,
+        start_time: pause.start_time,
+    });
+    Ok(pause)
+}
+
+/// The pause's namespaces pinned under the sandbox's pin folder, and the pod's
+/// `/dev/shm`; each recorded before it is mounted, so teardown finds it.
+fn pin_namespaces(crust: &Crust, rec: &mut SandboxRecord, pid: i32) -> Result<()> {
+    let pin_dir = crust.pin_dir(&rec.id);
+    let kinds = [
+        (container::ns::NsKind::Net, "net", !rec.host_network),
+        (container::ns::NsKind::Ipc, "ipc", !rec.host_ipc),
+        (container::ns::NsKind::Uts, "uts", !rec.host_network),
+        (container::ns::NsKind::Pid, "pid", !rec.host_pid),
+    ];
+    // Everything about to be mounted is recorded first, in one save: teardown skips
+    // what is not (yet) mounted.
+    let kinds: Vec<_> = kinds.into_iter().filter(|k| k.2).collect();
+    for (_, name, _) in &kinds {
+        rec.pins.insert(name.to_string(), pin_dir.join(name));
+    }
+    let shm = (!rec.host_ipc).then(|| pin_dir.join("shm"));
+    rec.shm = shm.clone();
+    crust.store.save_progress(rec)?;
+    for (kind, name, _) in kinds {
+        container::ns::pin(pid, kind, &pin_dir.join(name))
+            .map_err(|e| Error::Internal(format!("pinning the pod's {name} namespace: {e}")))?;
+    }
+    if let Some(shm) = shm {
+        container::ns::mount_shm(&shm, POD_SHM_SIZE)
+            .map_err(|e| Error::Internal(format!("mounting the pod's /dev/shm: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The pod's hostname, hosts and resolv.conf, which every container mounts.
+fn write_pod_files(crust: &Crust, cfg: &PodSandboxConfig, rec: &SandboxRecord) -> Result<()> {
+    let files = pod_files::PodFiles::in_dir(&crust.store.sandbox_dir(&rec.id));
     let hostname = if rec.host_network || cfg.hostname.is_empty() {
         nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
@@ -268,11 +298,6 @@ fn create(
         std::path::Path::new("/etc/resolv.conf"),
     )?;
     pod_files::write(&files, &hostname, &hosts, &resolv)?;
-
-    rec.state = SandboxState::Ready;
-    let t_files = t0.elapsed();
-    crust.store.save(rec)?;
-    tracing::debug!(sandbox = %id, ?t_cgroup, ?t_pause, ?t_pins, ?t_saved, ?t_cni, ?t_files, t_end = ?t0.elapsed(), "run phases");
     Ok(())
 }
 
