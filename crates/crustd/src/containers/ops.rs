@@ -201,25 +201,7 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     let cfg = req
         .config
         .ok_or_else(|| Error::InvalidArgument("container config is required".into()))?;
-    let md = cfg
-        .metadata
-        .clone()
-        .ok_or_else(|| Error::InvalidArgument("container metadata is required".into()))?;
-    if md.name.is_empty() {
-        return Err(Error::InvalidArgument(
-            "container metadata.name is empty".into(),
-        ));
-    }
-    let image_ref = cfg
-        .image
-        .as_ref()
-        .map(|i| i.image.clone())
-        .unwrap_or_default();
-    if image_ref.is_empty() {
-        return Err(Error::InvalidArgument("container image is empty".into()));
-    }
-    crate::cri::validate::labels("label", cfg.labels.keys())?;
-    crate::cri::validate::labels("annotation", cfg.annotations.keys())?;
+    let (md, image_ref) = checked_request(&cfg)?;
     let sb = crust.store.get(&req.pod_sandbox_id)?;
     // Held while the container is made: StopPodSandbox and RemovePodSandbox wait.
     let sb_rec = sb.rec.lock().await;
@@ -242,22 +224,80 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     );
     let id = util::new_id();
     crust.containers.reserve_name(&key, &id)?;
+    let mut rec = new_record(&cfg, &md, &image, &sb_rec, &key, &id, &image_ref);
+    let sb_copy = sb_rec.clone();
+    let c = crust.clone();
+    let img_cfg = image.config.clone();
+    let (rec, res) = tokio::task::spawn_blocking(move || {
+        let r = make(&c, &sb_copy, &cfg, &img_cfg, &mut rec).and_then(|()| touch_log(&rec));
+        (rec, r)
+    })
+    .await
+    .map_err(Error::internal)?;
+    drop(sb_rec);
+    match res {
+        Ok(()) => {
+            crust
+                .events
+                .emit_container(&crust, &rec, ContainerEventType::ContainerCreatedEvent);
+            let c = crust.containers.insert(rec);
+            watch(crust, c);
+            Ok(id)
+        }
+        Err(e) => Err(roll_back(&crust, rec, &key, &id, e).await),
+    }
+}
+
+/// The request's metadata and image, after the checks CreateContainer makes first.
+fn checked_request(cfg: &ContainerConfig) -> Result<(ContainerMetadata, String)> {
+    let md = cfg
+        .metadata
+        .clone()
+        .ok_or_else(|| Error::InvalidArgument("container metadata is required".into()))?;
+    if md.name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "container metadata.name is empty".into(),
+        ));
+    }
+    let image_ref = cfg
+        .image
+        .as_ref()
+        .map(|i| i.image.clone())
+        .unwrap_or_default();
+    if image_ref.is_empty() {
+        return Err(Error::InvalidArgument("container image is empty".into()));
+    }
+    crate::cri::validate::labels("label", cfg.labels.keys())?;
+    crate::cri::validate::labels("annotation", cfg.annotations.keys())?;
+    Ok((md, image_ref))
+}
+
+/// The record of a container being made (`creating`), from its request and image.
+fn new_record(
+    cfg: &ContainerConfig,
+    md: &ContainerMetadata,
+    image: &image::Image,
+    sb_rec: &SandboxRecord,
+    key: &str,
+    id: &str,
+    image_ref: &str,
+) -> ContainerRecord {
     let stop_signal = if image.config.stop_signal.is_empty() {
         "SIGTERM".to_string()
     } else {
         image.config.stop_signal.clone()
     };
-    let mut rec = ContainerRecord {
+    ContainerRecord {
         version: RECORD_VERSION,
-        id: id.clone(),
+        id: id.to_string(),
         sandbox_id: sb_rec.id.clone(),
         state: ContainerState::Creating,
         name: md.name.clone(),
         attempt: md.attempt,
-        name_key: key.clone(),
+        name_key: key.to_string(),
         labels: cfg.labels.clone().into_iter().collect(),
         annotations: cfg.annotations.clone().into_iter().collect(),
-        image: image_ref.clone(),
+        image: image_ref.to_string(),
         image_id: image.id.clone(),
         image_name: image
             .repo_tags
@@ -288,49 +328,41 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
         pid_start_time: 0,
         runtime: String::new(),
         rootfs_mounted: false,
-    };
-    let sb_copy = sb_rec.clone();
-    let c = crust.clone();
-    let img_cfg = image.config.clone();
-    let (rec, res) = tokio::task::spawn_blocking(move || {
-        let r = make(&c, &sb_copy, &cfg, &img_cfg, &mut rec).and_then(|()| touch_log(&rec));
+    }
+}
+
+/// Undoes a CreateContainer that failed; what cannot be undone is kept as an exited
+/// container with reason `CreateFailed`. The error to return.
+async fn roll_back(
+    crust: &Arc<Crust>,
+    rec: ContainerRecord,
+    key: &str,
+    id: &str,
+    e: Error,
+) -> Error {
+    let c2 = crust.clone();
+    let mut rec = rec;
+    let undo = tokio::task::spawn_blocking(move || {
+        let r = teardown(&c2, &mut rec);
         (rec, r)
     })
-    .await
-    .map_err(Error::internal)?;
-    drop(sb_rec);
-    match res {
-        Ok(()) => {
-            crust
-                .events
-                .emit_container(&crust, &rec, ContainerEventType::ContainerCreatedEvent);
-            let c = crust.containers.insert(rec);
-            watch(crust, c);
-            Ok(id)
-        }
-        Err(e) => {
-            let c2 = crust.clone();
-            let mut rec = rec;
-            let undo = tokio::task::spawn_blocking(move || {
-                let r = teardown(&c2, &mut rec);
-                (rec, r)
-            })
-            .await
-            .map_err(Error::internal)?;
-            match undo {
-                (_, Ok(())) => crust.containers.release_name(&key, &id),
-                (mut rec, Err(u)) => {
-                    tracing::error!(container = %id, error = %u, "rolling back a failed CreateContainer left something behind; keeping it as exited");
-                    rec.state = ContainerState::Exited;
-                    rec.reason = "CreateFailed".into();
-                    rec.message = e.to_string();
-                    let _ = crust.containers.save(&rec);
-                    crust.containers.insert(rec);
-                }
-            }
-            Err(e)
+    .await;
+    let undo = match undo {
+        Ok(u) => u,
+        Err(join) => return Error::internal(join),
+    };
+    match undo {
+        (_, Ok(())) => crust.containers.release_name(key, id),
+        (mut rec, Err(u)) => {
+            tracing::error!(container = %id, error = %u, "rolling back a failed CreateContainer left something behind; keeping it as exited");
+            rec.state = ContainerState::Exited;
+            rec.reason = "CreateFailed".into();
+            rec.message = e.to_string();
+            let _ = crust.containers.save(&rec);
+            crust.containers.insert(rec);
         }
     }
+    e
 }
 
 /// The container's writable snapshot over the image, and its CRI log path (its

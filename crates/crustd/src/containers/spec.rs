@@ -265,7 +265,7 @@ fn user(cfg: &ContainerConfig, img: &ImageInfo) -> Result<(u32, u32, Vec<u32>)> 
     let pw = passwd(&img.layers);
     let gr = groups(&img.layers);
     let by_name = |n: &str| pw.iter().find(|(name, _, _)| name == n).cloned();
-    let (mut uid, mut gid, mut name): (u32, Option<u32>, Option<String>);
+    let (uid, mut gid, mut name): (u32, Option<u32>, Option<String>);
     if let Some(u) = &sc.run_as_user {
         if u.value < 0 || u.value > u32::MAX as i64 {
             return Err(Error::InvalidArgument(format!(
@@ -287,43 +287,7 @@ fn user(cfg: &ContainerConfig, img: &ImageInfo) -> Result<(u32, u32, Vec<u32>)> 
         gid = Some(g);
         name = Some(n);
     } else {
-        uid = 0;
-        gid = None;
-        name = None;
-        let spec = img.user.trim();
-        if !spec.is_empty() {
-            let (u, g) = match spec.split_once(':') {
-                Some((u, g)) => (u, Some(g)),
-                None => (spec, None),
-            };
-            match u.parse::<u32>() {
-                Ok(n) => uid = n,
-                Err(_) => {
-                    let (n, u, g) = by_name(u).ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "the image's user {u:?} is not in its /etc/passwd"
-                        ))
-                    })?;
-                    uid = u;
-                    gid = Some(g);
-                    name = Some(n);
-                }
-            }
-            if let Some(g) = g {
-                gid = Some(match g.parse::<u32>() {
-                    Ok(n) => n,
-                    Err(_) => gr
-                        .iter()
-                        .find(|(n, _, _)| n == g)
-                        .map(|(_, id, _)| *id)
-                        .ok_or_else(|| {
-                            Error::InvalidArgument(format!(
-                                "the image's group {g:?} is not in its /etc/group"
-                            ))
-                        })?,
-                });
-            }
-        }
+        (uid, gid, name) = image_user(img, &pw, &gr)?;
     }
     if name.is_none() {
         if let Some((n, _, g)) = pw.iter().find(|(_, u, _)| *u == uid) {
@@ -343,6 +307,67 @@ fn user(cfg: &ContainerConfig, img: &ImageInfo) -> Result<(u32, u32, Vec<u32>)> 
         gid = Some(g.value as u32);
     }
     let gid = gid.unwrap_or(0);
+    let extra = supplementary_groups(&sc, gid, name.as_deref(), &gr)?;
+    Ok((uid, gid, extra))
+}
+
+/// The image's `User` (`uid`, `name`, `uid:gid`, `name:group`), resolved in its own
+/// passwd and group files: uid, gid if it says, the user's name if known.
+fn image_user(
+    img: &ImageInfo,
+    pw: &[(String, u32, u32)],
+    gr: &[(String, u32, Vec<String>)],
+) -> Result<(u32, Option<u32>, Option<String>)> {
+    let by_name = |n: &str| pw.iter().find(|(name, _, _)| name == n).cloned();
+    let (mut uid, mut gid, mut name): (u32, Option<u32>, Option<String>);
+    uid = 0;
+    gid = None;
+    name = None;
+    let spec = img.user.trim();
+    if !spec.is_empty() {
+        let (u, g) = match spec.split_once(':') {
+            Some((u, g)) => (u, Some(g)),
+            None => (spec, None),
+        };
+        match u.parse::<u32>() {
+            Ok(n) => uid = n,
+            Err(_) => {
+                let (n, u, g) = by_name(u).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "the image's user {u:?} is not in its /etc/passwd"
+                    ))
+                })?;
+                uid = u;
+                gid = Some(g);
+                name = Some(n);
+            }
+        }
+        if let Some(g) = g {
+            gid = Some(match g.parse::<u32>() {
+                Ok(n) => n,
+                Err(_) => gr
+                    .iter()
+                    .find(|(n, _, _)| n == g)
+                    .map(|(_, id, _)| *id)
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "the image's group {g:?} is not in its /etc/group"
+                        ))
+                    })?,
+            });
+        }
+    }
+    Ok((uid, gid, name))
+}
+
+/// The additional groups: the primary one, then (unless the policy is Strict) those the
+/// image's /etc/group gives the user, then the request's.
+fn supplementary_groups(
+    sc: &LinuxContainerSecurityContext,
+    gid: u32,
+    name: Option<&str>,
+    gr: &[(String, u32, Vec<String>)],
+) -> Result<Vec<u32>> {
     // The primary group is a supplementary one too, as containerd and CRI-O make it
     // (and as ContainerStatus.user reports it). Merge (the default) adds the groups the
     // image's /etc/group gives the user; Strict only what the config names.
@@ -357,8 +382,8 @@ fn user(cfg: &ContainerConfig, img: &ImageInfo) -> Result<(u32, u32, Vec<u32>)> 
         }
     };
     let mut extra: Vec<u32> = vec![gid];
-    if let (Some(n), false) = (&name, strict) {
-        for (_, id, members) in &gr {
+    if let (Some(n), false) = (name, strict) {
+        for (_, id, members) in gr {
             if members.iter().any(|m| m == n) && !extra.contains(id) {
                 extra.push(*id);
             }
@@ -374,7 +399,7 @@ fn user(cfg: &ContainerConfig, img: &ImageInfo) -> Result<(u32, u32, Vec<u32>)> 
             extra.push(*g as u32);
         }
     }
-    Ok((uid, gid, extra))
+    Ok(extra)
 }
 
 fn normalize_cap(c: &str) -> String {
