@@ -376,26 +376,163 @@ fn plan_inner(
     if !rootfs.is_dir() {
         return Err(format!("root path {} is not a directory", rootfs.display()));
     }
-    let rootfs_mount = match rootfs_mount {
-        None => None,
-        Some(m) => {
-            let o = parse_options(&m.options)?;
-            if o.bind.is_some() || !o.propagation.is_empty() {
-                return Err("the rootfs mount takes neither bind nor propagation options".into());
-            }
-            Some(RootfsMountPlan {
-                fstype: m.fstype.clone(),
-                source: m.source.clone(),
-                flags: o.flags,
-                data: o.data.join(","),
-            })
-        }
-    };
+    let rootfs_mount = rootfs_mount.map(plan_rootfs_mount).transpose()?;
 
     let process = spec.process().as_ref().ok_or("no process")?;
     let linux = spec.linux().clone().unwrap_or_default();
 
-    // Namespaces.
+    let namespaces = plan_namespaces(&linux)?;
+    let new_ns = |kind| {
+        namespaces
+            .iter()
+            .any(|n: &Namespace| n.kind == kind && n.path.is_none())
+    };
+
+    let (mounts, setup_dev, dev_readonly) = plan_mounts(spec, bundle)?;
+
+    let devices = plan_devices(&linux, setup_dev)?;
+
+    let paths = |v: &Option<Vec<String>>, what: &str| {
+        v.iter()
+            .flatten()
+            .map(|p| container_path(Path::new(p), what))
+            .collect::<std::result::Result<Vec<_>, _>>()
+    };
+    let masked_paths = paths(linux.masked_paths(), "masked path")?;
+    let readonly_paths = paths(linux.readonly_paths(), "readonly path")?;
+
+    let sysctl = plan_sysctl(&linux)?;
+
+    let rootfs_propagation = rootfs_propagation(&linux)?;
+
+    // Hostname: only set in a UTS namespace of the container's own; one joined by path
+    // (the pod's) already has the pod's name, and the host's must never be renamed.
+    let check_name =
+        |name: &Option<String>, what: &str| -> std::result::Result<Option<String>, String> {
+            match name.as_deref() {
+                None | Some("") => Ok(None),
+                Some(h) if h.len() > HOST_NAME_MAX || h.contains('\0') => Err(format!(
+                    "{what} {h:?} is longer than 64 bytes or contains NUL"
+                )),
+                Some(h) => Ok(new_ns(LinuxNamespaceType::Uts).then(|| h.to_string())),
+            }
+        };
+    let hostname = check_name(spec.hostname(), "hostname")?;
+    let domainname = check_name(spec.domainname(), "domainname")?;
+
+    let rlimits = plan_rlimits(process)?;
+
+    let caps = plan_caps(process)?;
+    let seccomp = plan_seccomp(&linux)?;
+
+    let user = process.user();
+    let args: Vec<String> = process.args().clone().unwrap_or_default();
+    if args.is_empty() || args[0].is_empty() {
+        return Err("process.args is empty".into());
+    }
+    let env: Vec<String> = process.env().clone().unwrap_or_default();
+    let path_env = env
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or(DEFAULT_PATH)
+        .to_string();
+    let cwd = process.cwd();
+    if !cwd.is_absolute() {
+        return Err(format!("process.cwd {} is not absolute", cwd.display()));
+    }
+    Ok(Plan {
+        id: id.to_string(),
+        rootfs,
+        rootfs_mount,
+        readonly_root: root.readonly().unwrap_or(false),
+        rootfs_propagation,
+        mounts,
+        setup_dev,
+        dev_readonly,
+        devices,
+        masked_paths,
+        readonly_paths,
+        sysctl,
+        hostname,
+        domainname,
+        rlimits,
+        oom_score_adj: process.oom_score_adj(),
+        uid: user.uid(),
+        gid: user.gid(),
+        additional_gids: user.additional_gids().clone().unwrap_or_default(),
+        umask: user.umask().unwrap_or(0o022) as libc::mode_t & 0o777,
+        caps,
+        no_new_privileges: process.no_new_privileges().unwrap_or(false),
+        seccomp,
+        cwd: cwd.clone(),
+        terminal: process.terminal() == Some(true),
+        args: args
+            .iter()
+            .map(|a| cstring(a, "argument"))
+            .collect::<std::result::Result<_, _>>()?,
+        env: env
+            .iter()
+            .map(|e| cstring(e, "environment entry"))
+            .collect::<std::result::Result<_, _>>()?,
+        path_env,
+        namespaces,
+    })
+}
+
+/// The propagation of the root: the spec's, else rslave.
+fn rootfs_propagation(linux: &oci_spec::runtime::Linux) -> Str<MsFlags> {
+    Ok(match linux.rootfs_propagation().as_deref() {
+        None | Some("") => MsFlags::MS_SLAVE | MsFlags::MS_REC,
+        Some(p) => match option(p) {
+            Some(Opt::Propagation(f)) => f,
+            _ => return Err(format!("rootfsPropagation {p:?} is not a propagation mode")),
+        },
+    })
+}
+
+/// The capability sets, when the spec has any.
+fn plan_caps(process: &oci_spec::runtime::Process) -> Str<Option<CapsPlan>> {
+    Ok(match process.capabilities() {
+        None => None,
+        Some(c) => Some(CapsPlan {
+            bounding: cap_set(c.bounding())?,
+            effective: cap_set(c.effective())?,
+            inheritable: cap_set(c.inheritable())?,
+            permitted: cap_set(c.permitted())?,
+            ambient: cap_set(c.ambient())?,
+        }),
+    })
+}
+
+/// The seccomp filter compiled, when the spec has one.
+fn plan_seccomp(linux: &oci_spec::runtime::Linux) -> Str<Option<super::seccomp::Filter>> {
+    Ok(match linux.seccomp() {
+        None => None,
+        Some(s) => {
+            let f = super::seccomp::compile(s)?;
+            super::seccomp::check_flags(f.flags)?;
+            Some(f)
+        }
+    })
+}
+
+/// The mount of the root file system itself (an overlay), its options parsed.
+fn plan_rootfs_mount(m: &RootfsMount) -> Str<RootfsMountPlan> {
+    let o = parse_options(&m.options)?;
+    if o.bind.is_some() || !o.propagation.is_empty() {
+        return Err("the rootfs mount takes neither bind nor propagation options".into());
+    }
+    Ok(RootfsMountPlan {
+        fstype: m.fstype.clone(),
+        source: m.source.clone(),
+        flags: o.flags,
+        data: o.data.join(","),
+    })
+}
+
+/// The namespaces to make or join (by path), each kind once; no user or time namespace.
+fn plan_namespaces(linux: &oci_spec::runtime::Linux) -> Str<Vec<Namespace>> {
     let mut namespaces: Vec<Namespace> = vec![];
     for ns in linux.namespaces().iter().flatten() {
         let kind = ns.typ();
@@ -426,13 +563,12 @@ fn plan_inner(
         };
         namespaces.push(Namespace { kind, flag, path });
     }
-    let new_ns = |kind| {
-        namespaces
-            .iter()
-            .any(|n: &Namespace| n.kind == kind && n.path.is_none())
-    };
+    Ok(namespaces)
+}
 
-    // Mounts.
+/// The spec's mounts, in order; whether `/dev` is the executor's to populate (no bind
+/// mount over it) and whether it is to end read-only.
+fn plan_mounts(spec: &Spec, bundle: &Path) -> Str<(Vec<MountPlan>, bool, bool)> {
     let mut mounts = vec![];
     let mut setup_dev = true;
     let mut dev_readonly = false;
@@ -493,8 +629,11 @@ fn plan_inner(
             attr_clr: opts.attr_clr,
         });
     }
+    Ok((mounts, setup_dev, dev_readonly))
+}
 
-    // Devices: the spec's, plus the defaults when /dev is ours to populate.
+/// The spec's devices, plus the defaults when /dev is ours to populate.
+fn plan_devices(linux: &oci_spec::runtime::Linux, setup_dev: bool) -> Str<Vec<DevicePlan>> {
     let mut devices = vec![];
     for d in linux.devices().iter().flatten() {
         let path = container_path(d.path(), "device path")?;
@@ -529,16 +668,11 @@ fn plan_inner(
             .filter(|d| !listed.contains(&d.path));
         devices = defaults.chain(devices).collect();
     }
+    Ok(devices)
+}
 
-    let paths = |v: &Option<Vec<String>>, what: &str| {
-        v.iter()
-            .flatten()
-            .map(|p| container_path(Path::new(p), what))
-            .collect::<std::result::Result<Vec<_>, _>>()
-    };
-    let masked_paths = paths(linux.masked_paths(), "masked path")?;
-    let readonly_paths = paths(linux.readonly_paths(), "readonly path")?;
-
+/// Each sysctl as its file under `/proc/sys` and the value, sorted.
+fn plan_sysctl(linux: &oci_spec::runtime::Linux) -> Str<Vec<(PathBuf, String)>> {
     let mut sysctl = vec![];
     for (k, v) in linux.sysctl().iter().flatten() {
         if k.is_empty() || k.contains('/') || k.split('.').any(|c| c.is_empty() || c == "..") {
@@ -547,30 +681,11 @@ fn plan_inner(
         sysctl.push((Path::new("/proc/sys").join(k.replace('.', "/")), v.clone()));
     }
     sysctl.sort();
+    Ok(sysctl)
+}
 
-    let rootfs_propagation = match linux.rootfs_propagation().as_deref() {
-        None | Some("") => MsFlags::MS_SLAVE | MsFlags::MS_REC,
-        Some(p) => match option(p) {
-            Some(Opt::Propagation(f)) => f,
-            _ => return Err(format!("rootfsPropagation {p:?} is not a propagation mode")),
-        },
-    };
-
-    // Hostname: only set in a UTS namespace of the container's own; one joined by path
-    // (the pod's) already has the pod's name, and the host's must never be renamed.
-    let check_name =
-        |name: &Option<String>, what: &str| -> std::result::Result<Option<String>, String> {
-            match name.as_deref() {
-                None | Some("") => Ok(None),
-                Some(h) if h.len() > HOST_NAME_MAX || h.contains('\0') => Err(format!(
-                    "{what} {h:?} is longer than 64 bytes or contains NUL"
-                )),
-                Some(h) => Ok(new_ns(LinuxNamespaceType::Uts).then(|| h.to_string())),
-            }
-        };
-    let hostname = check_name(spec.hostname(), "hostname")?;
-    let domainname = check_name(spec.domainname(), "domainname")?;
-
+/// The process's rlimits, each soft limit no higher than its hard one.
+fn plan_rlimits(process: &oci_spec::runtime::Process) -> Str<Vec<(i32, u64, u64)>> {
     let mut rlimits = vec![];
     for r in process.rlimits().iter().flatten() {
         if r.soft() > r.hard() {
@@ -583,81 +698,11 @@ fn plan_inner(
         }
         rlimits.push((rlimit_resource(r.typ()), r.soft(), r.hard()));
     }
-
-    let caps = match process.capabilities() {
-        None => None,
-        Some(c) => Some(CapsPlan {
-            bounding: cap_set(c.bounding())?,
-            effective: cap_set(c.effective())?,
-            inheritable: cap_set(c.inheritable())?,
-            permitted: cap_set(c.permitted())?,
-            ambient: cap_set(c.ambient())?,
-        }),
-    };
-
-    let seccomp = match linux.seccomp() {
-        None => None,
-        Some(s) => {
-            let f = super::seccomp::compile(s)?;
-            super::seccomp::check_flags(f.flags)?;
-            Some(f)
-        }
-    };
-
-    let user = process.user();
-    let args: Vec<String> = process.args().clone().unwrap_or_default();
-    if args.is_empty() || args[0].is_empty() {
-        return Err("process.args is empty".into());
-    }
-    let env: Vec<String> = process.env().clone().unwrap_or_default();
-    let path_env = env
-        .iter()
-        .rev()
-        .find_map(|e| e.strip_prefix("PATH="))
-        .unwrap_or(DEFAULT_PATH)
-        .to_string();
-    let cwd = process.cwd();
-    if !cwd.is_absolute() {
-        return Err(format!("process.cwd {} is not absolute", cwd.display()));
-    }
-    Ok(Plan {
-        id: id.to_string(),
-        rootfs,
-        rootfs_mount,
-        readonly_root: root.readonly().unwrap_or(false),
-        rootfs_propagation,
-        mounts,
-        setup_dev,
-        dev_readonly,
-        devices,
-        masked_paths,
-        readonly_paths,
-        sysctl,
-        hostname,
-        domainname,
-        rlimits,
-        oom_score_adj: process.oom_score_adj(),
-        uid: user.uid(),
-        gid: user.gid(),
-        additional_gids: user.additional_gids().clone().unwrap_or_default(),
-        umask: user.umask().unwrap_or(0o022) as libc::mode_t & 0o777,
-        caps,
-        no_new_privileges: process.no_new_privileges().unwrap_or(false),
-        seccomp,
-        cwd: cwd.clone(),
-        terminal: process.terminal() == Some(true),
-        args: args
-            .iter()
-            .map(|a| cstring(a, "argument"))
-            .collect::<std::result::Result<_, _>>()?,
-        env: env
-            .iter()
-            .map(|e| cstring(e, "environment entry"))
-            .collect::<std::result::Result<_, _>>()?,
-        path_env,
-        namespaces,
-    })
+    Ok(rlimits)
 }
+
+/// Planning errors are reasons, wrapped into `Error::InvalidSpec` by [`plan`].
+type Str<T> = std::result::Result<T, String>;
 
 #[cfg(test)]
 mod tests {
