@@ -219,6 +219,30 @@ impl OciRuntime {
             stdio[2].as_raw_fd(),
         ];
 
+        // Everything M keeps and runs is made here: after fork it may not allocate.
+        let mut keep: Vec<RawFd> = mexec.keep.iter().map(|f| f.as_raw_fd()).collect();
+        keep.push(mexec.devnull.as_raw_fd());
+        keep.push(ready_w.as_raw_fd());
+        if console_fd >= 0 {
+            keep.push(console_fd);
+        }
+        let keep_after: Vec<RawFd> = mexec.keep.iter().map(|f| f.as_raw_fd()).collect();
+        let envp0: [*const libc::c_char; 1] = [std::ptr::null()];
+        let mut plan = MonitorFork {
+            stdio: stdio_raw,
+            argv: &argv_p,
+            envp: &envp_p,
+            keep: &mut keep,
+            keep_after: &keep_after,
+            devnull: mexec.devnull.as_raw_fd(),
+            console_fd,
+            tty_target,
+            monitor_path: mexec.path.as_ptr(),
+            monitor_argv: &margv_p,
+            monitor_envp: &envp0,
+        };
+        let plan = &mut plan;
+
         // SAFETY: fork in a possibly multi-threaded caller; the child only makes
         // async-signal-safe syscalls on data prepared above and leaves by execve/_exit.
         let m = unsafe { libc::fork() };
@@ -226,63 +250,23 @@ impl OciRuntime {
             return Err(err(id, "fork", bundle, io::Error::last_os_error()));
         }
         if m == 0 {
-            // SAFETY: as above; this is M.
-            unsafe {
-                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-                let r = libc::fork();
-                if r == 0 {
-                    for (i, fd) in stdio_raw.iter().enumerate() {
-                        libc::dup2(*fd, i as RawFd);
-                    }
-                    close_all_but(&mut []);
-                    libc::execve(argv_p[0], argv_p.as_ptr(), envp_p.as_ptr());
-                    libc::_exit(127);
-                }
-                if r < 0 {
-                    libc::_exit(1);
-                }
-                let mut keep: Vec<RawFd> = mexec.keep.iter().map(|f| f.as_raw_fd()).collect();
-                keep.push(mexec.devnull.as_raw_fd());
-                keep.push(ready_w.as_raw_fd());
-                if console_fd >= 0 {
-                    keep.push(console_fd);
-                }
-                close_all_but(&mut keep);
-                let mut st = 0;
-                while libc::waitpid(r, &mut st, 0) < 0 {
-                    if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                        libc::_exit(1);
-                    }
-                }
-                if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
-                    libc::_exit(1);
-                }
-                // The runtime connected to the console socket and sent the master
-                // before its `create` returned: the connection waits in the backlog.
-                if let (true, Some(target)) = (console_fd >= 0, tty_target) {
-                    let conn = libc::accept4(
-                        console_fd,
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                        libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                    );
-                    if conn >= 0 {
-                        libc::dup2(conn, target);
-                        libc::close(conn);
-                    }
-                }
-                for target in 0..3 {
-                    libc::dup2(mexec.devnull.as_raw_fd(), target);
-                }
-                for f in &mexec.keep {
-                    libc::fcntl(f.as_raw_fd(), libc::F_SETFD, 0);
-                }
-                let envp0: [*const libc::c_char; 1] = [std::ptr::null()];
-                libc::execve(mexec.path.as_ptr(), margv_p.as_ptr(), envp0.as_ptr());
-                libc::_exit(127);
-            }
+            // SAFETY: as above; this is M, which never returns.
+            unsafe { become_monitor(plan) }
         }
         drop((stdio, mexec, ready_w, _init_end));
+        self.wait_created(id, m, ready_r, &log, &pid_file)
+    }
+
+    /// Waits for M to exec the monitor (EOF on `ready_r`) or die, then for the pid the
+    /// runtime wrote; a runtime that failed or took too long is cleaned up after.
+    fn wait_created(
+        &self,
+        id: &str,
+        m: libc::pid_t,
+        ready_r: std::os::fd::OwnedFd,
+        log: &Path,
+        pid_file: &Path,
+    ) -> Result<Created> {
         // EOF on the pipe: M exec'd the monitor, or died.
         let deadline = Instant::now() + CREATE_TIMEOUT;
         let mut ready = std::fs::File::from(ready_r);
@@ -319,7 +303,7 @@ impl OciRuntime {
         let rc = unsafe { libc::waitpid(m, &mut st, libc::WNOHANG) };
         let failed = rc == m && libc::WIFEXITED(st) && matches!(libc::WEXITSTATUS(st), 1 | 127);
         if failed {
-            let msg = runtime_error(&log);
+            let msg = runtime_error(log);
             let _ = self.run(id, &["delete", "--force", id]);
             return Err(err(
                 id,
@@ -328,14 +312,14 @@ impl OciRuntime {
                 io::Error::other(msg),
             ));
         }
-        let pid = fs::read_to_string(&pid_file)
+        let pid = fs::read_to_string(pid_file)
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok())
             .ok_or_else(|| {
                 err(
                     id,
                     "read pid file",
-                    &pid_file,
+                    pid_file,
                     io::Error::other("the runtime left no pid"),
                 )
             })?;
@@ -430,4 +414,79 @@ pub fn unmount_rootfs(target: &Path) -> Result<()> {
 /// Reads a pid the runtime wrote (for `exec --pid-file`).
 pub fn read_pid(path: &Path) -> Option<i32> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// What M, the runtime's parent and then the monitor, needs after the fork, all made
+/// before it.
+struct MonitorFork<'a> {
+    stdio: [RawFd; 3],
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char; 2],
+    keep: &'a mut Vec<RawFd>,
+    keep_after: &'a [RawFd],
+    devnull: RawFd,
+    console_fd: RawFd,
+    tty_target: Option<RawFd>,
+    monitor_path: *const libc::c_char,
+    monitor_argv: &'a [*const libc::c_char],
+    monitor_envp: &'a [*const libc::c_char; 1],
+}
+
+/// M, in the forked child: runs the runtime's `create` as its own child (a subreaper,
+/// so the container's init becomes its child), takes the pty master from the console
+/// socket, and becomes the monitor.
+///
+/// # Safety
+/// Only in the child of a fork: async-signal-safe syscalls on `p`, which was prepared
+/// before the fork; leaves by execve or _exit.
+unsafe fn become_monitor(p: &mut MonitorFork) -> ! {
+    libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    let r = libc::fork();
+    if r == 0 {
+        for (i, fd) in p.stdio.iter().enumerate() {
+            libc::dup2(*fd, i as RawFd);
+        }
+        close_all_but(&mut []);
+        libc::execve(p.argv[0], p.argv.as_ptr(), p.envp.as_ptr());
+        libc::_exit(127);
+    }
+    if r < 0 {
+        libc::_exit(1);
+    }
+    close_all_but(p.keep);
+    let mut st = 0;
+    while libc::waitpid(r, &mut st, 0) < 0 {
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            libc::_exit(1);
+        }
+    }
+    if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
+        libc::_exit(1);
+    }
+    // The runtime connected to the console socket and sent the master
+    // before its `create` returned: the connection waits in the backlog.
+    if let (true, Some(target)) = (p.console_fd >= 0, p.tty_target) {
+        let conn = libc::accept4(
+            p.console_fd,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        );
+        if conn >= 0 {
+            libc::dup2(conn, target);
+            libc::close(conn);
+        }
+    }
+    for target in 0..3 {
+        libc::dup2(p.devnull, target);
+    }
+    for f in p.keep_after {
+        libc::fcntl(*f, libc::F_SETFD, 0);
+    }
+    libc::execve(
+        p.monitor_path,
+        p.monitor_argv.as_ptr(),
+        p.monitor_envp.as_ptr(),
+    );
+    libc::_exit(127);
 }
