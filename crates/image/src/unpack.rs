@@ -54,19 +54,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
             let raw = entry.path().map_err(corrupt)?.into_owned();
             let rel = clean(&raw).map_err(|m| bad(format!("{}: {m}", raw.display())))?;
             let Some(rel) = rel else {
-                // The root itself ("./"): its mode and owner become the container's "/".
-                if entry.header().entry_type() == tar::EntryType::Directory {
-                    let h = entry.header();
-                    let mode = h.mode().map_err(corrupt)? & 0o7777;
-                    let (uid, gid) = (
-                        h.uid().map_err(corrupt)? as u32,
-                        h.gid().map_err(corrupt)? as u32,
-                    );
-                    std::os::unix::fs::lchown(root, Some(uid), Some(gid))
-                        .map_err(|e| io_err(what, root, e))?;
-                    std::fs::set_permissions(root, std::fs::Permissions::from_mode(mode))
-                        .map_err(|e| io_err(what, root, e))?;
-                }
+                root_entry(&entry, root, what)?;
                 continue;
             };
             let (parent, name) = match rel.parent() {
@@ -75,24 +63,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
             };
             let pdir =
                 ensure_parent(root, &parent).map_err(|m| bad(format!("{}: {m}", raw.display())))?;
-            let name_s = name.to_string_lossy();
-            if name_s == OPAQUE {
-                set_xattr(&pdir, "trusted.overlay.opaque", b"y").map_err(|e| {
-                    Error::Internal(format!("layer {what}: opaque {}: {e}", pdir.display()))
-                })?;
-                continue;
-            }
-            if let Some(hidden) = name_s.strip_prefix(WHITEOUT) {
-                if hidden.starts_with(".wh.")
-                    || hidden.is_empty()
-                    || hidden == "."
-                    || hidden == ".."
-                {
-                    continue; // aufs bookkeeping (.wh..wh.plnk and the like)
-                }
-                let p = pdir.join(hidden);
-                remove_existing(&p).map_err(|e| io_err(what, &p, e))?;
-                mknod(&p, libc::S_IFCHR, 0).map_err(|e| io_err(what, &p, e))?;
+            if whiteout(&pdir, &name.to_string_lossy(), what)? {
                 continue;
             }
             let path = pdir.join(&name);
@@ -137,44 +108,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
                         .map_err(|e| io_err(what, &path, e))?;
                 }
                 T::Link => {
-                    let target = entry
-                        .link_name()
-                        .map_err(corrupt)?
-                        .ok_or_else(|| bad(format!("{}: hard link without target", raw.display())))?
-                        .into_owned();
-                    let trel = clean(&target)
-                        .map_err(|m| {
-                            bad(format!(
-                                "{}: link to {}: {m}",
-                                raw.display(),
-                                target.display()
-                            ))
-                        })?
-                        .ok_or_else(|| bad(format!("{}: hard link to the root", raw.display())))?;
-                    if let Some(tp) = trel.parent() {
-                        check_no_symlink(root, tp).map_err(|m| {
-                            bad(format!(
-                                "{}: link to {}: {m}",
-                                raw.display(),
-                                target.display()
-                            ))
-                        })?;
-                    }
-                    let src = root.join(&trel);
-                    match std::fs::symlink_metadata(&src) {
-                        Ok(m) if !m.is_dir() => {}
-                        _ => {
-                            return Err(bad(format!(
-                                "{}: hard link to {} which is not a file of this layer",
-                                raw.display(),
-                                target.display()
-                            )))
-                        }
-                    }
-                    if src != path {
-                        remove_existing(&path).map_err(|e| io_err(what, &path, e))?;
-                        std::fs::hard_link(&src, &path).map_err(|e| io_err(what, &path, e))?;
-                    }
+                    hard_link(&entry, &raw, root, &path, what)?;
                     continue; // the link shares the target's metadata
                 }
                 T::Char | T::Block | T::Fifo => {
@@ -197,25 +131,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
                     )));
                 }
             }
-            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
-                .map_err(|e| io_err(what, &path, e))?;
-            if kind != T::Symlink {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| io_err(what, &path, e))?;
-            }
-            if let Ok(Some(exts)) = entry.pax_extensions() {
-                for ext in exts.flatten() {
-                    let Ok(key) = ext.key() else { continue };
-                    if let Some(attr) = key.strip_prefix("SCHILY.xattr.") {
-                        if let Err(e) = set_xattr(&path, attr, ext.value_bytes()) {
-                            tracing::warn!(layer = what, path = %path.display(), attr, "xattr not kept: {e}");
-                        }
-                    }
-                }
-            }
-            if kind != T::Directory {
-                set_mtime(&path, mtime);
-            }
+            set_metadata(&mut entry, &path, kind, (uid, gid, mode, mtime), what)?;
         }
     }
     // Directory times last: creating their entries changed them.
@@ -227,6 +143,127 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
         diff_id,
         uncompressed_size,
     })
+}
+
+/// The root itself (`./`): its mode and owner become the container's `/`.
+fn root_entry<R: Read>(entry: &tar::Entry<'_, R>, root: &Path, what: &str) -> Result<()> {
+    let corrupt = |e: std::io::Error| Error::DataLoss(format!("layer {what}: reading: {e}"));
+    if entry.header().entry_type() == tar::EntryType::Directory {
+        let h = entry.header();
+        let mode = h.mode().map_err(corrupt)? & 0o7777;
+        let (uid, gid) = (
+            h.uid().map_err(corrupt)? as u32,
+            h.gid().map_err(corrupt)? as u32,
+        );
+        std::os::unix::fs::lchown(root, Some(uid), Some(gid)).map_err(|e| io_err(what, root, e))?;
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io_err(what, root, e))?;
+    }
+    Ok(())
+}
+
+/// An overlay's marks for what a layer removes: the opaque marker (the folder hides the
+/// layers below) and `.wh.<name>` (a whiteout device). Whether `name` was one.
+fn whiteout(pdir: &Path, name_s: &str, what: &str) -> Result<bool> {
+    if name_s == OPAQUE {
+        set_xattr(pdir, "trusted.overlay.opaque", b"y").map_err(|e| {
+            Error::Internal(format!("layer {what}: opaque {}: {e}", pdir.display()))
+        })?;
+        return Ok(true);
+    }
+    if let Some(hidden) = name_s.strip_prefix(WHITEOUT) {
+        if hidden.starts_with(".wh.") || hidden.is_empty() || hidden == "." || hidden == ".." {
+            return Ok(true); // aufs bookkeeping (.wh..wh.plnk and the like)
+        }
+        let p = pdir.join(hidden);
+        remove_existing(&p).map_err(|e| io_err(what, &p, e))?;
+        mknod(&p, libc::S_IFCHR, 0).map_err(|e| io_err(what, &p, e))?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// A hard link to a file this layer already made (never out of the root, never to a
+/// folder).
+fn hard_link<R: Read>(
+    entry: &tar::Entry<'_, R>,
+    raw: &Path,
+    root: &Path,
+    path: &Path,
+    what: &str,
+) -> Result<()> {
+    let bad = |m: String| Error::InvalidArgument(format!("layer {what}: {m}"));
+    let corrupt = |e: std::io::Error| Error::DataLoss(format!("layer {what}: reading: {e}"));
+    let target = entry
+        .link_name()
+        .map_err(corrupt)?
+        .ok_or_else(|| bad(format!("{}: hard link without target", raw.display())))?
+        .into_owned();
+    let trel = clean(&target)
+        .map_err(|m| {
+            bad(format!(
+                "{}: link to {}: {m}",
+                raw.display(),
+                target.display()
+            ))
+        })?
+        .ok_or_else(|| bad(format!("{}: hard link to the root", raw.display())))?;
+    if let Some(tp) = trel.parent() {
+        check_no_symlink(root, tp).map_err(|m| {
+            bad(format!(
+                "{}: link to {}: {m}",
+                raw.display(),
+                target.display()
+            ))
+        })?;
+    }
+    let src = root.join(&trel);
+    match std::fs::symlink_metadata(&src) {
+        Ok(m) if !m.is_dir() => {}
+        _ => {
+            return Err(bad(format!(
+                "{}: hard link to {} which is not a file of this layer",
+                raw.display(),
+                target.display()
+            )))
+        }
+    }
+    if src.as_path() != path {
+        remove_existing(path).map_err(|e| io_err(what, path, e))?;
+        std::fs::hard_link(&src, path).map_err(|e| io_err(what, path, e))?;
+    }
+    Ok(())
+}
+
+/// Owner, mode (not a symlink's), extended attributes and modification time (a
+/// folder's is set at the end, after its entries) of an unpacked entry.
+fn set_metadata<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    path: &Path,
+    kind: tar::EntryType,
+    (uid, gid, mode, mtime): (u32, u32, u32, i64),
+    what: &str,
+) -> Result<()> {
+    use tar::EntryType as T;
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| io_err(what, path, e))?;
+    if kind != T::Symlink {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io_err(what, path, e))?;
+    }
+    if let Ok(Some(exts)) = entry.pax_extensions() {
+        for ext in exts.flatten() {
+            let Ok(key) = ext.key() else { continue };
+            if let Some(attr) = key.strip_prefix("SCHILY.xattr.") {
+                if let Err(e) = set_xattr(path, attr, ext.value_bytes()) {
+                    tracing::warn!(layer = what, path = %path.display(), attr, "xattr not kept: {e}");
+                }
+            }
+        }
+    }
+    if kind != T::Directory {
+        set_mtime(path, mtime);
+    }
+    Ok(())
 }
 
 fn io_err(what: &str, p: &Path, e: std::io::Error) -> Error {
