@@ -6,6 +6,7 @@ mod cgroup;
 mod config;
 mod cri;
 mod ephemeral;
+mod events;
 mod gc;
 mod inputs;
 mod node;
@@ -20,7 +21,6 @@ mod worker;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use std::sync::Arc;
 
 /// What every pod worker shares.
@@ -32,7 +32,7 @@ pub struct Ctx {
     pub services: Option<services::Services>,
     pub node_ip: String,
     pub node_memory: i64,
-    recorder: Option<Recorder>,
+    recorder: Option<Arc<events::Recorder>>,
     /// The pods as their workers last synced them, and counters, for the HTTPS server.
     pub seen: server::Seen,
 }
@@ -50,27 +50,10 @@ impl Ctx {
         if self.source(pod) == "file" {
             reference.uid = None;
         }
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(note.chars().take(1024).collect()),
-            // The recorder folds the events of one (type, reason, action) into a series
-            // that keeps the first note; the kubelet keeps an event per message, so a
-            // probe failing in a new way shows. The action carries the note's hash.
-            action: format!("{reason}-{:016x}", {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::hash::DefaultHasher::new();
-                note.hash(&mut h);
-                h.finish()
-            }),
-            secondary: None,
-        };
+        let note: String = note.chars().take(1024).collect();
+        let reason = reason.to_string();
         tokio::spawn(async move {
-            if let Err(e) = rec.publish(&ev, &reference).await {
+            if let Err(e) = rec.publish(&reference, warning, &reason, &note).await {
                 tracing::debug!("event: {e}");
             }
         });
@@ -133,15 +116,9 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
     std::fs::create_dir_all(cfg.root_dir.join("pods"))?;
     // The Node's InternalIP, which is also every pod's hostIP.
     let node_ip = node::node_ip(&cfg).unwrap_or_else(|| "127.0.0.1".into());
-    let recorder = client.clone().map(|c| {
-        Recorder::new(
-            c,
-            Reporter {
-                controller: "kubelet".into(),
-                instance: Some(cfg.node_name.clone()),
-            },
-        )
-    });
+    let recorder = client
+        .clone()
+        .map(|c| Arc::new(events::Recorder::new(c, cfg.node_name.clone())));
     node::KUBELET_PORT.store(
         i32::from(server_cfg.port),
         std::sync::atomic::Ordering::Relaxed,

@@ -24,7 +24,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use status::RuntimeState;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -67,13 +66,10 @@ pub fn kubelet_version() -> String {
 pub async fn run(cfg: Arc<Config>, client: kube::Client, cri: Cri) {
     let (uid_tx, uid_rx) = watch::channel(None);
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let recorder = Recorder::new(
+    let recorder = Arc::new(crate::events::Recorder::new(
         client.clone(),
-        Reporter {
-            controller: "kubelet".into(),
-            instance: Some(cfg.node_name.clone()),
-        },
-    );
+        cfg.node_name.clone(),
+    ));
     let mut sync = NodeSync::new(cfg.clone(), Api::all(client), cri, uid_tx);
     sync.recorder = Some(recorder);
     tokio::join!(
@@ -174,7 +170,7 @@ struct NodeSync {
     runtime_down: Option<bool>,
     uid: watch::Sender<Option<String>>,
     /// Posts the node's events (none in unit tests).
-    recorder: Option<Recorder>,
+    recorder: Option<Arc<crate::events::Recorder>>,
     started_event: bool,
 }
 
@@ -287,15 +283,9 @@ impl NodeSync {
             uid: Some(self.cfg.node_name.clone()),
             ..Default::default()
         };
-        let ev = Event {
-            type_: EventType::Normal,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: reason.to_string(),
-            secondary: None,
-        };
+        let reason = reason.to_string();
         tokio::spawn(async move {
-            if let Err(e) = rec.publish(&ev, &reference).await {
+            if let Err(e) = rec.publish(&reference, false, &reason, &note).await {
                 tracing::debug!("node event: {e}");
             }
         });

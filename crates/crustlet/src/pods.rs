@@ -11,7 +11,8 @@
 use crate::spec;
 use crate::{worker, Ctx};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
@@ -262,7 +263,8 @@ fn fnv(b: &[u8]) -> u64 {
     })
 }
 
-/// Creates the static pod's mirror in the apiserver (replacing an outdated one).
+/// Creates the static pod's mirror in the apiserver (replacing an outdated one), owned
+/// by the Node.
 async fn mirror(client: &kube::Client, pod: &Pod) -> bool {
     let api: Api<Pod> = Api::namespaced(client.clone(), spec::namespace(pod));
     let hash = pod
@@ -292,9 +294,30 @@ async fn mirror(client: &kube::Client, pod: &Pod) -> bool {
             )
             .await;
     }
+    // The Node owns its mirror pods: NodeRestriction admits no other pod from a node.
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let node_uid = match Api::<Node>::all(client.clone()).get(&node).await {
+        Ok(n) => n.metadata.uid.unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(pod = %spec::key(pod), "mirror pod: the Node {node}: {e}");
+            return false;
+        }
+    };
     let mut m = pod.clone();
     m.metadata.uid = None;
     m.metadata.resource_version = None;
+    m.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node,
+        uid: node_uid,
+        controller: Some(true),
+        block_owner_deletion: None,
+    }]);
     m.metadata
         .annotations
         .get_or_insert_with(Default::default)
