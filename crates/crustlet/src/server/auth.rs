@@ -5,7 +5,8 @@
 //! `--client-ca-file` (CN the user, O the groups), else a bearer token checked through
 //! the apiserver's TokenReview (`--authentication-token-webhook`), else anonymous
 //! (`system:anonymous`, group `system:unauthenticated`) when `--anonymous-auth` allows.
-//! A bearer token the apiserver rejects is a 401 even with anonymous requests allowed
+//! A bearer token the apiserver rejects, or a client certificate the CA did not sign
+//! (without a token that names someone), is a 401 even with anonymous requests allowed
 //! (the kubelet fails on that error rather than falling through to anonymous).
 //!
 //! Authorization: `AlwaysAllow`, or `Webhook`, a SubjectAccessReview of the request as
@@ -134,13 +135,16 @@ impl Auth {
     }
 
     /// The request's user: from its verified client certificate, its bearer token, or
-    /// anonymous.
+    /// anonymous. `cert_user` is the user of the connection's client certificate, an
+    /// error when the client CA did not sign it: then only a token may name the user
+    /// (the kubelet fails such a request with a 401, anonymous allowed or not).
     pub async fn authenticate(
         &self,
-        cert_user: Option<&(String, Vec<String>)>,
+        cert_user: Option<Result<&(String, Vec<String>), &()>>,
         authorization: Option<&str>,
     ) -> Result<User, Refusal> {
-        if let Some((name, groups)) = cert_user {
+        let bad_cert = matches!(cert_user, Some(Err(_)));
+        if let Some(Ok((name, groups))) = cert_user {
             let mut groups = groups.clone();
             groups.push("system:authenticated".into());
             return Ok(User {
@@ -159,7 +163,7 @@ impl Auth {
                 None => Err(Refusal::Unauthenticated),
             };
         }
-        if self.anonymous {
+        if self.anonymous && !bad_cert {
             Ok(User::anonymous())
         } else {
             Err(Refusal::Unauthenticated)
@@ -298,7 +302,7 @@ mod tests {
     async fn who_a_request_is() {
         let auth = Auth::new(true, false, Mode::AlwaysAllow, "n1".into(), None);
         let cert = ("admin".to_string(), vec!["system:masters".to_string()]);
-        let u = auth.authenticate(Some(&cert), None).await.unwrap();
+        let u = auth.authenticate(Some(Ok(&cert)), None).await.unwrap();
         assert_eq!(u.name, "admin");
         assert_eq!(u.groups, ["system:masters", "system:authenticated"]);
         assert_eq!(
@@ -309,6 +313,11 @@ mod tests {
         assert_eq!(
             auth.authenticate(None, Some("Bearer abc")).await.unwrap(),
             User::anonymous()
+        );
+        // A certificate the client CA did not sign: no one, also with anonymous allowed.
+        assert_eq!(
+            auth.authenticate(Some(Err(&())), None).await,
+            Err(Refusal::Unauthenticated)
         );
         let strict = Auth::new(false, true, Mode::AlwaysAllow, "n1".into(), None);
         assert_eq!(

@@ -390,11 +390,11 @@ pub async fn start(ctx: Arc<Ctx>, sc: ServerConfig) -> anyhow::Result<()> {
             &ctx.cfg.node_name,
             &ips,
         )?;
-        let tls_cfg = tls::server_config(&cert, &key, sc.client_ca_file.as_deref())?;
+        let (tls_cfg, verifier) = tls::server_config(&cert, &key, sc.client_ca_file.as_deref())?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_cfg));
         tokio::spawn(listen(
             join(&sc.address, sc.port),
-            Some(acceptor),
+            Some((acceptor, verifier)),
             server.clone(),
         ));
     }
@@ -425,7 +425,10 @@ pub async fn start(ctx: Arc<Ctx>, sc: ServerConfig) -> anyhow::Result<()> {
 /// and the node goes on without the server: its pods matter more than its logs. (No
 /// retries: a crustlet that took the port back the moment a kubelet beside it
 /// restarted would keep that kubelet from starting.)
-async fn listen(addr: String, tls: Option<tokio_rustls::TlsAcceptor>, server: Arc<Server>) {
+/// The TLS acceptor, and the verifier of client certificates (with a client CA file).
+type Tls = (tokio_rustls::TlsAcceptor, Option<tls::ClientVerifier>);
+
+async fn listen(addr: String, tls: Option<Tls>, server: Arc<Server>) {
     let what = if tls.is_some() {
         "HTTPS"
     } else {
@@ -448,11 +451,7 @@ fn join(address: &str, port: u16) -> String {
     }
 }
 
-async fn serve(
-    listener: tokio::net::TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    server: Arc<Server>,
-) {
+async fn serve(listener: tokio::net::TcpListener, tls: Option<Tls>, server: Arc<Server>) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -468,7 +467,7 @@ async fn serve(
             let secure = tls.is_some();
             let builder = hyper::server::conn::http1::Builder::new();
             match tls {
-                Some(acceptor) => {
+                Some((acceptor, verifier)) => {
                     let stream = match tokio::time::timeout(
                         std::time::Duration::from_secs(10),
                         acceptor.accept(sock),
@@ -482,18 +481,16 @@ async fn serve(
                         }
                         Err(_) => return,
                     };
-                    let user = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .and_then(|c| tls::cert_user(c));
+                    let user =
+                        tls::client_user(verifier.as_ref(), stream.get_ref().1.peer_certificates());
                     let user = Arc::new(user);
                     let svc = hyper::service::service_fn(move |r| {
                         let (server, user) = (server.clone(), user.clone());
                         async move {
                             Ok::<_, std::convert::Infallible>(
-                                server.handle(r, secure, user.as_ref().as_ref()).await,
+                                server
+                                    .handle(r, secure, user.as_ref().as_ref().map(|u| u.as_ref()))
+                                    .await,
                             )
                         }
                     });
@@ -524,7 +521,7 @@ impl Server {
         &self,
         req: Request<hyper::body::Incoming>,
         secure: bool,
-        cert_user: Option<&(String, Vec<String>)>,
+        cert_user: Option<Result<&(String, Vec<String>), &()>>,
     ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let r = self.respond(req, secure, cert_user).await;
@@ -536,10 +533,15 @@ impl Server {
         &self,
         req: Request<hyper::body::Incoming>,
         secure: bool,
-        cert_user: Option<&(String, Vec<String>)>,
+        cert_user: Option<Result<&(String, Vec<String>), &()>>,
     ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let route = route(&path);
+        // A path the kubelet does not serve is a 404 before anyone is asked who they are,
+        // as the kubelet's router answers it.
+        if matches!(route, Route::NotFound) {
+            return text(404, "404 page not found");
+        }
         if secure {
             let authz = req
                 .headers()
@@ -547,12 +549,13 @@ impl Server {
                 .and_then(|v| v.to_str().ok());
             let user = match self.auth.authenticate(cert_user, authz).await {
                 Ok(u) => u,
-                Err(_) => return text(401, "Unauthorized"),
+                // The kubelet's word, without a newline.
+                Err(_) => return full(401, "text/plain; charset=utf-8", "Unauthorized"),
             };
             let attrs = auth::attributes(req.method(), &path);
             if let Err(auth::Refusal::Forbidden(m)) = self.auth.authorize(&user, &attrs).await {
                 tracing::debug!(user = %user.name, %path, "{m}");
-                return text(403, m);
+                return full(403, "text/plain; charset=utf-8", m);
             }
         } else if !route.read_only() {
             return text(404, "404 page not found");

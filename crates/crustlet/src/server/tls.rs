@@ -9,14 +9,19 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The rustls server config: our certificate, and client certificates checked against
-/// the CA file when there is one. A client without a certificate is still let in (it
-/// may bring a bearer token, or be anonymous): what it may do is decided per request.
+/// Checks client certificates against `--client-ca-file`.
+pub type ClientVerifier = Arc<dyn rustls::server::danger::ClientCertVerifier>;
+
+/// The rustls server config: our certificate, and client certificates asked for when
+/// there is a CA file, with the verifier to check them against it. A client without a
+/// certificate, or with one the CA did not sign, is still let in (it may bring a bearer
+/// token; the kubelet answers it with a 401, not a failed handshake): who it is and what
+/// it may do is decided per request ([`client_user`]).
 pub fn server_config(
     cert: &Path,
     key: &Path,
     client_ca: Option<&Path>,
-) -> anyhow::Result<rustls::ServerConfig> {
+) -> anyhow::Result<(rustls::ServerConfig, Option<ClientVerifier>)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("reading {}", cert.display()))?
@@ -45,15 +50,76 @@ pub fn server_config(
             )
             .allow_unauthenticated()
             .build()?;
-            builder.with_client_cert_verifier(verifier)
+            let asks = Arc::new(AnyClientCert(verifier.clone()));
+            (builder.with_client_cert_verifier(asks), Some(verifier))
         }
-        None => builder.with_no_client_auth(),
+        None => (builder.with_no_client_auth(), None),
     };
+    let (builder, verifier) = builder;
     let mut cfg = builder.with_single_cert(certs, key)?;
     // Only HTTP/1.1: exec, attach and port-forward are HTTP/1.1 upgrades, and the
     // apiserver and metrics-server speak it to kubelets.
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
+    Ok((cfg, verifier))
+}
+
+/// Asks for a client certificate and takes any (its handshake signature checked) for
+/// [`client_user`] to judge.
+#[derive(Debug)]
+struct AnyClientCert(ClientVerifier);
+
+impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// Who a connection's client certificates say the client is: `None` without any, the
+/// user when `verifier` (the CA file's) accepts the chain, an error when it does not.
+pub fn client_user(
+    verifier: Option<&ClientVerifier>,
+    certs: Option<&[CertificateDer<'_>]>,
+) -> Option<Result<(String, Vec<String>), ()>> {
+    let (end, intermediates) = certs?.split_first()?;
+    let Some(verifier) = verifier else {
+        return Some(Err(()));
+    };
+    let now = rustls::pki_types::UnixTime::now();
+    if let Err(e) = verifier.verify_client_cert(end, intermediates, now) {
+        tracing::debug!("client certificate: {e}");
+        return Some(Err(()));
+    }
+    Some(cert_user(end).ok_or(()))
 }
 
 /// The certificate and key to serve: the flags' files, or `kubelet.crt`/`kubelet.key` in
