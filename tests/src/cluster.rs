@@ -136,6 +136,9 @@ pub const CRUSTLET_NODE: &str = "crustlet-node";
 pub const CRUSTLET_TAINT: &str = "crust.test/crustlet";
 /// The third node: a crustlet on containerd (tainted as the second).
 pub const CONTAINERD_NODE: &str = "crustlet-containerd";
+/// The user of the apiserver's client certificate to the nodes' servers (as kubeadm
+/// names it), bound to the built-in ClusterRole `system:kubelet-api-admin`.
+pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 
 /// What the cluster runs beside the control plane and its first two nodes.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
@@ -567,8 +570,10 @@ impl Cluster {
         crate::sh(&["ip", "-n", ns, "link", "set", "kctr1", "up"]);
     }
 
-    /// A CA, the API server's certificate, service-account keys, a token per user and
-    /// a kubeconfig for the admin (kubectl, controllers) and for the kubelet.
+    /// A CA, the API server's certificate and its client certificate to the nodes,
+    /// service-account keys, a token per user and a kubeconfig for the admin (kubectl,
+    /// controllers; `system:masters`) and for each node (`system:node:<name>` in
+    /// `system:nodes`, as the Node authorizer wants them).
     fn pki(&self) {
         let ip = &self.ip;
         let svc = format!("10.{}.128.1", self.subnet);
@@ -584,6 +589,9 @@ openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null",
         );
         let out = run(Command::new("sh").args(["-c", &script]));
         assert!(out.status.success(), "making the PKI: {}", s(&out.stderr));
+        // How the apiserver authenticates to the nodes' servers (kubectl logs, exec,
+        // port-forward): bound to `system:kubelet-api-admin` once the apiserver is up.
+        self.client_cert("kubelet-client", KUBELET_CLIENT, &[]);
         std::fs::write(
             self.path("pki/tokens.csv"),
             format!(
@@ -618,6 +626,31 @@ current-context: crust
             )
             .unwrap();
         }
+    }
+
+    /// A client certificate signed by the cluster's CA for `user` in `groups` (its CN
+    /// and O): `pki/<name>.pem` and `pki/<name>.key`, returned in that order.
+    pub fn client_cert(&self, name: &str, user: &str, groups: &[&str]) -> (PathBuf, PathBuf) {
+        let subj: String = std::iter::once(format!("/CN={user}"))
+            .chain(groups.iter().map(|g| format!("/O={g}")))
+            .collect();
+        let script = format!(
+            "set -e; cd {dir}
+openssl req -newkey rsa:2048 -nodes -keyout {name}.key -out {name}.csr -subj '{subj}' 2>/dev/null
+printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > {name}.cnf
+openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openssl rand -hex 8) -out {name}.pem -days 2 -extfile {name}.cnf 2>/dev/null",
+            dir = self.path("pki").display()
+        );
+        let out = run(Command::new("sh").args(["-c", &script]));
+        assert!(
+            out.status.success(),
+            "making the client certificate {name}: {}",
+            s(&out.stderr)
+        );
+        (
+            self.path(&format!("pki/{name}.pem")),
+            self.path(&format!("pki/{name}.key")),
+        )
     }
 
     /// The registry on the node's loopback, with the suite's busybox image.
@@ -694,6 +727,22 @@ current-context: crust
         self.control.lock().unwrap().push(child);
 
         self.start_apiserver();
+        // The apiserver's own requests to the nodes' servers (logs, exec, proxy).
+        let out = run_timeout(
+            &mut self.kubectl(&[
+                "create",
+                "clusterrolebinding",
+                KUBELET_CLIENT,
+                "--clusterrole=system:kubelet-api-admin",
+                &format!("--user={KUBELET_CLIENT}"),
+            ]),
+            Duration::from_secs(20),
+        );
+        assert!(
+            out.status.success(),
+            "binding {KUBELET_CLIENT}: {}",
+            s(&out.stderr)
+        );
 
         let mut cm = self.net_cmd(&self.bins.controller_manager);
         cm.arg(format!("--kubeconfig={}", p("admin.kubeconfig")))
@@ -749,7 +798,10 @@ current-context: crust
             "--etcd-servers=http://127.0.0.1:2379",
             "--bind-address=0.0.0.0",
             "--secure-port=6443",
-            "--authorization-mode=AlwaysAllow",
+            // As kubeadm: nodes get what the Node authorizer gives them, the rest what
+            // RBAC does (the admin token is in system:masters).
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--enable-priority-and-fairness=false",
             // Sidecar init containers (restartPolicy Always), alpha in v1.28: without
@@ -772,7 +824,15 @@ current-context: crust
             "--service-account-signing-key-file={}",
             p("pki/sa.key")
         ))
-        .arg(format!("--cert-dir={}", p("pki")));
+        .arg(format!("--cert-dir={}", p("pki")))
+        .arg(format!(
+            "--kubelet-client-certificate={}",
+            p("pki/kubelet-client.pem")
+        ))
+        .arg(format!(
+            "--kubelet-client-key={}",
+            p("pki/kubelet-client.key")
+        ));
         api
     }
 
@@ -986,6 +1046,18 @@ current-context: crust
         .unwrap();
     }
 
+    /// How kubeadm has a kubelet serve, for the kubelet and both crustlets: no
+    /// anonymous requests, client certificates of the cluster's CA, bearer tokens through
+    /// TokenReview, every request a SubjectAccessReview.
+    fn server_auth_args(&self) -> [String; 4] {
+        [
+            "--anonymous-auth=false".into(),
+            format!("--client-ca-file={}", self.path("pki/ca.pem").display()),
+            "--authentication-token-webhook=true".into(),
+            "--authorization-mode=Webhook".into(),
+        ]
+    }
+
     /// Starts crustd in the node's namespaces and waits for its socket.
     pub fn start_crustd(&self) {
         self.spawn_crustd(&self.crustd, "", &self.socket);
@@ -1069,6 +1141,7 @@ current-context: crust
             .arg(format!("--pod-manifest-path={}", p("crustlet-manifests")))
             // The kubelet has 10250 on every address of the node namespace.
             .args(["--port", "10251"])
+            .args(self.server_auth_args())
             // The kubelet's relaxed thresholds: a CI disk full of build output must not
             // put the node under DiskPressure (and its pods under the taint).
             .arg(format!("--eviction-hard={EVICTION_HARD}"))
@@ -1276,6 +1349,7 @@ disabled_plugins = [
             .arg(format!("--pod-logs-dir={}", p("ctrdlet-pods")))
             .arg(format!("--cgroup-root={}", self.containerd_cgroup_root))
             .args(["--port", "10252"])
+            .args(self.server_auth_args())
             // The kubelet's relaxed thresholds: a CI disk full of build output must not
             // put the node under DiskPressure (and its pods under the taint).
             .arg(format!("--eviction-hard={EVICTION_HARD}"))
@@ -1319,6 +1393,7 @@ disabled_plugins = [
             .arg(format!("--node-ip={}", self.ip))
             .arg(format!("--cert-dir={}", p("kubelet-certs")))
             .arg(format!("--resolv-conf={}", p("resolv.conf")))
+            .args(self.server_auth_args())
             .args([
                 "--cgroup-driver=cgroupfs",
                 "--fail-swap-on=false",

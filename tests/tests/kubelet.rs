@@ -14,6 +14,8 @@
 //! them), else `PATH`; etcd from `PATH` (Debian's `etcd-server`). Without root or
 //! them it skips loudly, except under `CI=true`, where that is a failure.
 
+#[path = "kubelet/crustlet_auth_checks.rs"]
+mod crustlet_auth_checks;
 #[path = "kubelet/crustlet_checks.rs"]
 mod crustlet_checks;
 #[path = "kubelet/crustlet_fault_checks.rs"]
@@ -23,6 +25,7 @@ mod crustlet_probe_volume_checks;
 
 use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, ContainerdFor, Options, NODE};
 use crust_e2e::terminal::{shell_words, Terminal};
+use crustlet_auth_checks::*;
 use crustlet_checks::*;
 use crustlet_fault_checks::*;
 use crustlet_probe_volume_checks::*;
@@ -1256,6 +1259,7 @@ fn main() {
         "containerd",
         "containerd-shim-runc-v2",
         "runc",
+        "curl",
     ];
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -1374,6 +1378,11 @@ fn main() {
             containerd_server_cp,
             containerd_server_debug,
             containerd_server_stats,
+            // Straight to the three servers: who may ask what.
+            crustlet_auth_unauthenticated,
+            crustlet_auth_no_rights,
+            crustlet_auth_stats_only,
+            crustlet_auth_apiserver_client,
         ],
         checks![
             crustd_killed_and_restarted,
