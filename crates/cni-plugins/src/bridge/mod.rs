@@ -293,7 +293,63 @@ async fn add(
     ipam: &mut IpamJob<'_>,
     undo: &mut Undo,
 ) -> CniResult<AddResult> {
-    // The veth, its host end named at random; a name clash with a leftover is retried.
+    let host_veth = host_veth(args, conf, mac, ns, host, br, undo).await?;
+
+    let mut result = addresses(args, conf, ipam, undo)?;
+
+    // The container's MAC (for the spoof check) is known now that the veth exists.
+    let c_link = cont
+        .link_by_name(&args.ifname)
+        .await?
+        .ok_or_else(|| CniError::io(format!("{} vanished from {}", args.ifname, args.netns)))?;
+    // The rules need only the addresses and the two ends of the veth: install them
+    // while the container and the bridge get configured.
+    let rules_job = (backend.is_some() || conf.macspoofchk).then(|| {
+        undo.rules = Some(backend == Some(Backend::Iptables));
+        let nets: Vec<IpNetwork> = if backend.is_some() {
+            result.ips.iter().map(|i| i.address).collect()
+        } else {
+            vec![]
+        };
+        let spoof = conf
+            .macspoofchk
+            .then(|| (host_veth.name.clone(), c_link.mac.clone()));
+        let (name, id) = (args.conf.name.clone(), args.container_id.clone());
+        std::thread::spawn(move || {
+            masq::setup(
+                backend,
+                &name,
+                &id,
+                &nets,
+                spoof.as_ref().map(|(v, m)| (v.as_str(), m.as_str())),
+            )
+        })
+    });
+    let configured = configure(args, conf, ns, host, cont, br, &c_link, &result).await;
+    if let Some(job) = rules_job {
+        job.join()
+            .unwrap_or_else(|_| Err(CniError::internal("ipMasq/macspoofchk setup panicked")))?;
+    }
+    configured?;
+
+    result.interfaces = interfaces(args, conf, host, br, &host_veth, &c_link).await?;
+    result.dns = conf.dns.clone().unwrap_or_default();
+    result.cni_version = args.conf.cni_version.clone();
+    Ok(result)
+}
+
+/// The veth pair, its host end named at random (a clash with a leftover is retried)
+/// and attached to the bridge with the port settings the config asks for.
+#[allow(clippy::too_many_arguments)]
+async fn host_veth(
+    args: &Args,
+    conf: &BridgeConf,
+    mac: Option<Vec<u8>>,
+    ns: &NetNs,
+    host: &Netlink,
+    br: &Link,
+    undo: &mut Undo,
+) -> CniResult<Link> {
     let mut host_name = String::new();
     for attempt in 0..10 {
         host_name = random_veth_name();
@@ -336,8 +392,17 @@ async fn add(
         )
         .await?;
     }
+    Ok(host_veth)
+}
 
-    // Addresses.
+/// The addresses the IPAM plugin gave (its ADD ran meanwhile), on the pod's interface,
+/// with the bridge as their gateway and default routes through it when configured.
+fn addresses(
+    args: &Args,
+    conf: &BridgeConf,
+    ipam: &mut IpamJob<'_>,
+    undo: &mut Undo,
+) -> CniResult<AddResult> {
     let mut result = match (ipam.take(), ipam_type(args)) {
         (Some(job), Some(t)) => {
             let r = job
@@ -373,48 +438,24 @@ async fn add(
             }
         }
     }
+    Ok(result)
+}
 
-    // The container's MAC (for the spoof check) is known now that the veth exists.
-    let c_link = cont
-        .link_by_name(&args.ifname)
-        .await?
-        .ok_or_else(|| CniError::io(format!("{} vanished from {}", args.ifname, args.netns)))?;
-    // The rules need only the addresses and the two ends of the veth: install them
-    // while the container and the bridge get configured.
-    let rules_job = (backend.is_some() || conf.macspoofchk).then(|| {
-        undo.rules = Some(backend == Some(Backend::Iptables));
-        let nets: Vec<IpNetwork> = if backend.is_some() {
-            result.ips.iter().map(|i| i.address).collect()
-        } else {
-            vec![]
-        };
-        let spoof = conf
-            .macspoofchk
-            .then(|| (host_veth.name.clone(), c_link.mac.clone()));
-        let (name, id) = (args.conf.name.clone(), args.container_id.clone());
-        std::thread::spawn(move || {
-            masq::setup(
-                backend,
-                &name,
-                &id,
-                &nets,
-                spoof.as_ref().map(|(v, m)| (v.as_str(), m.as_str())),
-            )
-        })
-    });
-    let configured = configure(args, conf, ns, host, cont, br, &c_link, &result).await;
-    if let Some(job) = rules_job {
-        job.join()
-            .unwrap_or_else(|_| Err(CniError::internal("ipMasq/macspoofchk setup panicked")))?;
-    }
-    configured?;
-
-    // Re-read the bridge: its MAC changes when the first port joins.
+/// The result's interfaces: the bridge (re-read: its MAC changes when the first port
+/// joins), the host end of the veth and the pod's end.
+async fn interfaces(
+    args: &Args,
+    conf: &BridgeConf,
+    host: &Netlink,
+    br: &Link,
+    host_veth: &Link,
+    c_link: &Link,
+) -> CniResult<Vec<Interface>> {
     let br_now = host
         .link_by_name(&conf.bridge)
         .await?
         .unwrap_or_else(|| br.clone());
-    result.interfaces = vec![
+    Ok(vec![
         Interface {
             name: br_now.name.clone(),
             mac: br_now.mac.clone(),
@@ -431,10 +472,7 @@ async fn add(
             sandbox: args.netns.clone(),
             ..Default::default()
         },
-    ];
-    result.dns = conf.dns.clone().unwrap_or_default();
-    result.cni_version = args.conf.cni_version.clone();
-    Ok(result)
+    ])
 }
 
 /// The pod's side (addresses, link, routes) and the node's (gateway address on the
