@@ -85,6 +85,22 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// Entering the namespace pinned at `path` failed.
+    #[error("enter namespace {path}: {source}")]
+    EnterNamespace {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// Setting `lo` up in a pod's network namespace failed.
+    #[error("set lo up in {netns}: {source}")]
+    LoopbackUp {
+        netns: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
     /// Removing a namespace pin failed at `step`.
     #[error("unpin namespace at {target}: {step}: {source}")]
     Unpin {

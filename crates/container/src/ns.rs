@@ -60,6 +60,63 @@ impl fmt::Display for NsKind {
     }
 }
 
+/// Runs `f` on a new thread inside the namespace pinned at `pin`, so no thread of the
+/// caller (least of all an async runtime's worker) is ever left in a pod's namespace.
+/// The kernel refuses a namespace file of another kind than `kind`.
+pub fn run_in<T: Send>(pin: &Path, kind: NsKind, f: impl FnOnce() -> T + Send) -> Result<T> {
+    let err = |source: io::Error| Error::EnterNamespace {
+        path: pin.to_path_buf(),
+        source,
+    };
+    let file = fs::File::open(pin).map_err(err)?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(
+                std::os::fd::AsFd::as_fd(&file),
+                nix::sched::CloneFlags::from_bits_truncate(kind.clone_flag()),
+            )
+            .map_err(|e| err(e.into()))?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|_| Err(err(io::Error::other("the namespace's thread panicked"))))
+    })
+}
+
+/// Sets `lo` up in the network namespace pinned at `netns` (what the `loopback` CNI
+/// plugin does).
+pub fn loopback_up(netns: &Path) -> Result<()> {
+    run_in(netns, NsKind::Net, || -> io::Result<()> {
+        // SAFETY: plain socket/ioctl calls on a zeroed ifreq naming "lo"; the fd is
+        // closed below.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut req: libc::ifreq = std::mem::zeroed();
+            for (i, b) in b"lo\0".iter().enumerate() {
+                req.ifr_name[i] = *b as libc::c_char;
+            }
+            let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req);
+            if rc == 0 {
+                req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+                rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &req);
+            }
+            let err = io::Error::last_os_error();
+            libc::close(fd);
+            if rc != 0 {
+                return Err(err);
+            }
+        }
+        Ok(())
+    })?
+    .map_err(|source| Error::LoopbackUp {
+        netns: netns.to_path_buf(),
+        source,
+    })
+}
+
 /// Pins the `kind` namespace of process `pid` at `target`: creates the parent dirs and
 /// an empty file there and bind-mounts `/proc/PID/ns/<kind>` onto it. Refuses a target
 /// that already is a pin (stacking a second mount would make one `unpin` not enough and

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::fcntl::OFlag;
 
@@ -366,19 +366,14 @@ impl Target {
         if pid <= 0 {
             return Ok(None);
         }
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        let pidfd = if fd >= 0 {
-            // SAFETY: the kernel just gave us this fd; nobody else owns it.
-            Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-        } else {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
+        let pidfd = match crate::proc::pidfd_open(pid) {
+            Ok(fd) => Some(fd),
+            Err(e) => match e.raw_os_error() {
                 // No such process, or a thread's id rather than a process's.
                 Some(libc::ESRCH) | Some(libc::EINVAL) => return Ok(None),
                 Some(libc::ENOSYS) => None,
                 _ => return Err(e),
-            }
+            },
         };
         // Checked after pidfd_open: if the pid has our start time now, the pidfd is
         // our process for good.
@@ -390,27 +385,18 @@ impl Target {
 
     /// Sends `sig`; false when the process was gone already.
     fn signal(&self, sig: libc::c_int) -> io::Result<bool> {
-        // SAFETY: plain syscalls on an fd we own or on a positive pid.
-        let rc = unsafe {
-            match &self.pidfd {
-                Some(fd) => libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    sig,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                ) as libc::c_int,
-                None => libc::kill(self.pid, sig),
-            }
+        let sent = match &self.pidfd {
+            Some(fd) => crate::proc::pidfd_signal(fd.as_fd(), sig),
+            // SAFETY: kill on a positive pid (a kernel without pidfds).
+            None => match unsafe { libc::kill(self.pid, sig) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            },
         };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ESRCH) {
-            Ok(false)
-        } else {
-            Err(e)
+        match sent {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 }

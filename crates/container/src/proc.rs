@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// The parts of `/proc/PID/stat` crust needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,28 +50,21 @@ pub fn alive(pid: i32, start_time: u64) -> bool {
     read_stat(pid).is_some_and(|s| s.start_time == start_time && !s.is_dead())
 }
 
-/// Sends `signal` to the process `pid` started at `start_time`; false when it was gone
-/// already. Through a pidfd opened *before* the start time is checked, so a pid reused
-/// in between is never signalled.
-pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
-    if pid <= 0 {
-        return Ok(false);
-    }
+/// A pidfd of process `pid`: a handle that names this process for good, however soon
+/// its pid is reused.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ESRCH) => Ok(false),
-            _ => Err(e),
-        };
+        return Err(io::Error::last_os_error());
     }
-    // SAFETY: the kernel just gave us this fd.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    if !alive(pid, start_time) {
-        return Ok(false);
-    }
-    // SAFETY: pidfd_send_signal on an fd we own.
+    // SAFETY: the kernel just gave us this fd; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Sends `signal` to the process behind `pidfd` (ESRCH once it is gone).
+pub fn pidfd_signal(pidfd: BorrowedFd<'_>, signal: i32) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal on a valid fd, no siginfo, no flags.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
@@ -82,12 +75,59 @@ pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
         )
     };
     if rc == 0 {
-        return Ok(true);
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::ESRCH) => Ok(false),
-        _ => Err(e),
+}
+
+/// Reaps the caller's child behind `pidfd` (waiting for it unless `nohang`): its exit
+/// code as shells and containerd report it (the status, or 128 + the signal), `None`
+/// when there was nothing to reap.
+pub fn pidfd_reap(pidfd: BorrowedFd<'_>, nohang: bool) -> Option<i32> {
+    let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
+    // SAFETY: waitid on a pidfd into a zeroed siginfo we own.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        if libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            flags,
+        ) != 0
+        {
+            return None;
+        }
+        if info.si_pid() == 0 {
+            return None;
+        }
+        let status = info.si_status();
+        Some(match info.si_code {
+            libc::CLD_EXITED => status,
+            _ => 128 + status,
+        })
+    }
+}
+
+/// Sends `signal` to the process `pid` started at `start_time`; false when it was gone
+/// already. Through a pidfd opened *before* the start time is checked, so a pid reused
+/// in between is never signalled.
+pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
+    if pid <= 0 {
+        return Ok(false);
+    }
+    let pidfd = match pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if !alive(pid, start_time) {
+        return Ok(false);
+    }
+    match pidfd_signal(pidfd.as_fd(), signal) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

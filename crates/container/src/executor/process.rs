@@ -301,12 +301,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     };
     // The init is not ours to wait for when a monitor is its parent: a pidfd names it
     // for the kill on failure, whoever reaps it.
-    // SAFETY: pidfd_open with a pid and no flags.
-    let init_pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, init_pid, 0) };
-    let init_pidfd = (init_pidfd >= 0).then(|| {
-        // SAFETY: the kernel just gave us this fd.
-        unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(init_pidfd as RawFd) }
-    });
+    let init_pidfd = crate::proc::pidfd_open(init_pid).ok();
     let mut watched = if monitored {
         first
     } else {
@@ -315,16 +310,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     };
     let kill_init = |watched: &mut Child| {
         if let Some(fd) = &init_pidfd {
-            // SAFETY: pidfd_send_signal on an fd we own.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    libc::SIGKILL,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            };
+            let _ = crate::proc::pidfd_signal(fd.as_fd(), libc::SIGKILL);
         }
         // The monitor records the init's death and exits; the intermediate-less init
         // is killed by kill_and_reap itself.

@@ -11,7 +11,7 @@ use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
 use container::executor::{self, ExecOpts, Stdio};
 use cri_api::{ExecSyncRequest, ExecSyncResponse};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,39 +42,15 @@ async fn read_all(fd: OwnedFd) -> Vec<u8> {
     }
 }
 
+/// Signals the exec'd process (gone already: nothing to do).
 fn pidfd_signal(fd: &OwnedFd, sig: i32) {
-    // SAFETY: pidfd_send_signal on an fd we own.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
+    let _ = container::proc::pidfd_signal(fd.as_fd(), sig);
 }
 
-/// The exit code as shells and containerd report it: the status, or 128 + signal.
+/// Reaps the exec'd process: its exit code as shells and containerd report it, -1 if
+/// it could not be had.
 fn reap(fd: &OwnedFd) -> i32 {
-    // SAFETY: waitid on our own child's pidfd into a zeroed siginfo.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        if libc::waitid(
-            libc::P_PIDFD,
-            fd.as_raw_fd() as libc::id_t,
-            &mut info,
-            libc::WEXITED,
-        ) != 0
-        {
-            return -1;
-        }
-        let status = info.si_status();
-        match info.si_code {
-            libc::CLD_EXITED => status,
-            _ => 128 + status,
-        }
-    }
+    container::proc::pidfd_reap(fd.as_fd(), false).unwrap_or(-1)
 }
 
 /// What running a command in a container needs, read under the container's lock.
@@ -203,16 +179,8 @@ impl Prepared {
             }
             _ => Error::Internal(format!("exec in {id}: {e}")),
         })?;
-        // SAFETY: pidfd_open of our own unreaped child.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if raw < 0 {
-            return Err(Error::Internal(format!(
-                "pidfd_open {pid}: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: the kernel just gave us this fd.
-        Ok(unsafe { OwnedFd::from_raw_fd(raw as i32) })
+        container::proc::pidfd_open(pid)
+            .map_err(|e| Error::Internal(format!("pidfd_open {pid}: {e}")))
     }
 }
 

@@ -23,7 +23,7 @@ use cgroups::CgroupManager;
 use container::executor::{self, oci_runtime, CreateOpts, MonitorOpts, RootfsMount, Step};
 use cri_api::*;
 use prost::Message;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -831,14 +831,7 @@ pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
     if pid <= 0 {
         return;
     }
-    // SAFETY: pidfd_open with a pid and no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let pidfd = if fd >= 0 {
-        // SAFETY: the kernel just gave us this fd.
-        Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-    } else {
-        None
-    };
+    let pidfd = container::proc::pidfd_open(pid).ok();
     // Checked after opening: the pidfd is the monitor's, not a reused pid's.
     if start_time(pid) != Some(st) {
         drop(pidfd);
@@ -856,16 +849,8 @@ pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
             };
             if let Ok(afd) = afd {
                 let _ = afd.readable().await;
-                // SAFETY: reaping our child (ECHILD when crustd restarted since).
-                unsafe {
-                    let mut info: libc::siginfo_t = std::mem::zeroed();
-                    libc::waitid(
-                        libc::P_PIDFD,
-                        afd.get_ref().as_raw_fd() as libc::id_t,
-                        &mut info,
-                        libc::WEXITED | libc::WNOHANG,
-                    );
-                }
+                // Reaping our child (nothing when crustd restarted since).
+                let _ = container::proc::pidfd_reap(afd.get_ref().as_fd(), true);
             }
         }
         let mut rec = c.rec.lock().await;

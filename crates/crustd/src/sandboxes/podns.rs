@@ -1,62 +1,23 @@
 //! Work inside a pod's namespaces: bring up its loopback, apply its sysctls.
 //!
-//! Each call runs on a fresh OS thread that `setns`es into the pinned namespace and
-//! then ends, so no thread of the daemon (least of all a tokio worker) is ever left in
-//! a pod's namespace.
+//! Each call runs on a fresh OS thread that enters the pinned namespace and then ends
+//! (`container::ns::run_in`), so no thread of the daemon, least of all a tokio worker,
+//! is ever left in a pod's namespace: crustd makes no namespace syscall of its own.
 
 use crate::cri::error::{Error, Result};
-use nix::sched::CloneFlags;
+use container::ns::NsKind;
 use std::collections::BTreeMap;
-use std::os::fd::AsFd;
 use std::path::Path;
 
-/// Runs `f` on a new thread inside the namespace pinned at `path`.
-pub fn in_ns<T: Send>(path: &Path, kind: CloneFlags, f: impl FnOnce() -> T + Send) -> Result<T> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| Error::Internal(format!("opening namespace {}: {e}", path.display())))?;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::setns(file.as_fd(), kind).map_err(|e| {
-                Error::Internal(format!("entering namespace {}: {e}", path.display()))
-            })?;
-            Ok(f())
-        })
-        .join()
-        .unwrap_or_else(|_| Err(Error::Internal("namespace worker thread panicked".into())))
-    })
+/// Runs `f` on a new thread inside the namespace pinned at `path` (the container
+/// crate's [`container::ns::run_in`]).
+pub fn in_ns<T: Send>(path: &Path, kind: NsKind, f: impl FnOnce() -> T + Send) -> Result<T> {
+    container::ns::run_in(path, kind, f).map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// Sets `lo` up in the pod's network namespace (what the `loopback` CNI plugin does).
 pub fn loopback_up(netns: &Path) -> Result<()> {
-    in_ns(
-        netns,
-        CloneFlags::CLONE_NEWNET,
-        || -> std::io::Result<()> {
-            // SAFETY: plain socket/ioctl calls on a zeroed ifreq naming "lo"; the fd is closed below.
-            unsafe {
-                let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let mut req: libc::ifreq = std::mem::zeroed();
-                for (i, b) in b"lo\0".iter().enumerate() {
-                    req.ifr_name[i] = *b as libc::c_char;
-                }
-                let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req);
-                if rc == 0 {
-                    req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-                    rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &req);
-                }
-                let err = std::io::Error::last_os_error();
-                libc::close(fd);
-                if rc != 0 {
-                    return Err(err);
-                }
-            }
-            Ok(())
-        },
-    )?
-    .map_err(|e| Error::Internal(format!("setting lo up in {}: {e}", netns.display())))
+    container::ns::loopback_up(netns).map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// Which namespace a sysctl belongs to; `None` for one that is node-wide and so must
@@ -142,9 +103,9 @@ pub fn apply_sysctls(
             ))
         })?;
         let flag = match ns {
-            "net" => CloneFlags::CLONE_NEWNET,
-            "ipc" => CloneFlags::CLONE_NEWIPC,
-            _ => CloneFlags::CLONE_NEWUTS,
+            "net" => NsKind::Net,
+            "ipc" => NsKind::Ipc,
+            _ => NsKind::Uts,
         };
         let path = format!("/proc/sys/{}", sysctl_path(k));
         let value = v.clone();

@@ -86,7 +86,7 @@ fn connect(netns: Option<PathBuf>, port: u16) -> Result<std::net::TcpStream, Str
     };
     let res = match netns {
         None => dial(),
-        Some(ns) => crate::sandboxes::podns::in_ns(&ns, nix::sched::CloneFlags::CLONE_NEWNET, dial)
+        Some(ns) => crate::sandboxes::podns::in_ns(&ns, container::ns::NsKind::Net, dial)
             .map_err(|e| e.to_string())?,
     };
     res.map_err(|e| format!("connecting to localhost:{port} in the pod: {e}"))
