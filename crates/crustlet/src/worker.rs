@@ -1082,9 +1082,13 @@ impl Worker {
         let due = |s: &Option<probe::State>| s.as_ref().is_some_and(|s| Instant::now() >= s.next);
         if !startup_done && due(&ps.startup) {
             let p = c.startup_probe.as_ref().expect("startup probe");
+            let took = Instant::now();
             let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
             let ok = r == probe::Outcome::Success;
-            self.ctx.seen.metrics.probe(pod, &c.name, "Startup", ok);
+            self.ctx
+                .seen
+                .metrics
+                .probe(pod, &c.name, "Startup", ok, took.elapsed());
             let st = ps.startup.as_mut().expect("state");
             if r == probe::Outcome::Failure {
                 events.push(format!("Startup probe failed: {m}"));
@@ -1107,9 +1111,13 @@ impl Worker {
                 if !due(st) {
                     continue;
                 }
+                let took = Instant::now();
                 let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
                 let ok = r == probe::Outcome::Success;
-                self.ctx.seen.metrics.probe(pod, &c.name, which, ok);
+                self.ctx
+                    .seen
+                    .metrics
+                    .probe(pod, &c.name, which, ok, took.elapsed());
                 if r == probe::Outcome::Failure {
                     events.push(format!("{which} probe failed: {m}"));
                 }

@@ -528,10 +528,13 @@ pub fn crustlet_server_same_as_kubelet(c: &Cluster) {
         families(CRUSTLET_NODE, "/metrics/probes"),
     );
     // Whether prober_probe_total is there depends on the node's pods having probes.
-    let known: std::collections::BTreeSet<String> =
-        ["process_start_time_seconds", "prober_probe_total"]
-            .map(String::from)
-            .into();
+    let known: std::collections::BTreeSet<String> = [
+        "process_start_time_seconds",
+        "prober_probe_total",
+        "prober_probe_duration_seconds",
+    ]
+    .map(String::from)
+    .into();
     if !fk.is_subset(&known) || !fc.is_subset(&known) || !fc.contains("process_start_time_seconds")
     {
         diffs.push(format!(

@@ -212,6 +212,23 @@ pub struct Own {
     sync_micros: AtomicU64,
     /// Probe results: (namespace, pod, pod uid, container, probe type, result) → count.
     probes: Mutex<std::collections::BTreeMap<ProbeKey, u64>>,
+    /// Probe durations: (namespace, pod, pod uid, container, probe type) → histogram.
+    probe_durations: Mutex<std::collections::BTreeMap<DurationKey, Histogram>>,
+}
+
+type DurationKey = (String, String, String, String, &'static str);
+
+/// Prometheus' default buckets, which the kubelet's probe duration histogram uses.
+const BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    /// Observations at or below each bucket's bound.
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
 }
 
 type ProbeKey = (String, String, String, String, &'static str, &'static str);
@@ -250,7 +267,27 @@ impl Own {
         container: &str,
         kind: &'static str,
         ok: bool,
+        took: std::time::Duration,
     ) {
+        let secs = took.as_secs_f64();
+        {
+            let key = (
+                crate::spec::namespace(pod).to_string(),
+                crate::spec::name(pod).to_string(),
+                crate::spec::uid(pod).to_string(),
+                container.to_string(),
+                kind,
+            );
+            let mut all = self.probe_durations.lock().unwrap();
+            let h = all.entry(key).or_default();
+            for (i, b) in BUCKETS.iter().enumerate() {
+                if secs <= *b {
+                    h.counts[i] += 1;
+                }
+            }
+            h.sum += secs;
+            h.count += 1;
+        }
         let key = (
             crate::spec::namespace(pod).to_string(),
             crate::spec::name(pod).to_string(),
@@ -265,6 +302,10 @@ impl Own {
     /// The pod is gone: its probes' series go with it.
     pub fn forget_pod(&self, uid: &str) {
         self.probes.lock().unwrap().retain(|k, _| k.2 != uid);
+        self.probe_durations
+            .lock()
+            .unwrap()
+            .retain(|k, _| k.2 != uid);
     }
 
     /// `/metrics/probes`, in the kubelet's name and labels.
@@ -290,6 +331,49 @@ impl Own {
                 esc(uid)
             );
             sample(&mut out, "prober_probe_total", &labels, *n as f64, None);
+        }
+        drop(probes);
+        let durations = self.probe_durations.lock().unwrap();
+        if !durations.is_empty() {
+            head(
+                &mut out,
+                "prober_probe_duration_seconds",
+                "histogram",
+                "[ALPHA] Duration in seconds for a probe response.",
+            );
+        }
+        for ((ns, pod, _, c, kind), h) in durations.iter() {
+            let labels = format!(
+                "container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{kind}\"",
+                esc(c),
+                esc(ns),
+                esc(pod)
+            );
+            let name = "prober_probe_duration_seconds";
+            for (b, n) in BUCKETS.iter().zip(h.counts) {
+                sample(
+                    &mut out,
+                    &format!("{name}_bucket"),
+                    &format!("{labels},le=\"{b}\""),
+                    n as f64,
+                    None,
+                );
+            }
+            sample(
+                &mut out,
+                &format!("{name}_bucket"),
+                &format!("{labels},le=\"+Inf\""),
+                h.count as f64,
+                None,
+            );
+            sample(&mut out, &format!("{name}_sum"), &labels, h.sum, None);
+            sample(
+                &mut out,
+                &format!("{name}_count"),
+                &labels,
+                h.count as f64,
+                None,
+            );
         }
         out
     }
@@ -540,10 +624,13 @@ mod tests {
             json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}}),
         )
         .unwrap();
-        own.probe(&pod, "c", "Readiness", true);
-        own.probe(&pod, "c", "Readiness", true);
-        own.probe(&pod, "c", "Liveness", false);
+        let ms = std::time::Duration::from_millis;
+        own.probe(&pod, "c", "Readiness", true, ms(3));
+        own.probe(&pod, "c", "Readiness", true, ms(30));
+        own.probe(&pod, "c", "Liveness", false, ms(1));
         let t = own.render_probes();
+        assert!(t.contains("prober_probe_duration_seconds_bucket{container=\"c\",namespace=\"ns\",pod=\"p\",probe_type=\"Readiness\",le=\"0.005\"} 1\n"), "{t}");
+        assert!(t.contains("prober_probe_duration_seconds_count{container=\"c\",namespace=\"ns\",pod=\"p\",probe_type=\"Readiness\"} 2\n"), "{t}");
         assert!(t.contains("prober_probe_total{container=\"c\",namespace=\"ns\",pod=\"p\",pod_uid=\"u\",probe_type=\"Readiness\",result=\"successful\"} 2\n"), "{t}");
         assert!(
             t.contains("probe_type=\"Liveness\",result=\"failed\"} 1\n"),
