@@ -172,7 +172,11 @@ pub fn format_time(t: Timestamp) -> String {
 /// The log files of a container, oldest first: the rotated `N.log.<stamp>` files, then
 /// `N.log` itself.
 pub fn files_of(current: &Path) -> Vec<PathBuf> {
-    let mut out = rotated(current);
+    // Compressed ones are kept for the node's operator, not read back.
+    let mut out: Vec<PathBuf> = rotated(current)
+        .into_iter()
+        .filter(|p| p.extension().is_none_or(|e| e != "gz"))
+        .collect();
     out.push(current.to_path_buf());
     out
 }
@@ -387,6 +391,14 @@ pub async fn rotate(
     for f in old.iter().take(old.len().saturating_sub(keep)) {
         let _ = std::fs::remove_file(f);
     }
+    // As the kubelet: every rotated file but the newest is compressed.
+    for f in rotated(current) {
+        if f.extension().is_none_or(|e| e != "gz") {
+            if let Err(e) = compress(&f) {
+                tracing::warn!(log = %f.display(), "compressing a rotated log: {e}");
+            }
+        }
+    }
     let stamp = Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string();
     let to = PathBuf::from(format!("{}.{stamp}", current.display()));
     if to.exists() || std::fs::rename(current, &to).is_err() {
@@ -407,6 +419,19 @@ pub async fn rotate(
     }
     tracing::debug!(container = id, log = %current.display(), "log rotated");
     true
+}
+
+/// `f` gzipped to `f.gz` (through `f.gz.tmp`, so a reader never finds half of it),
+/// then removed.
+fn compress(f: &Path) -> std::io::Result<()> {
+    let tmp = PathBuf::from(format!("{}.gz.tmp", f.display()));
+    let mut r = std::fs::File::open(f)?;
+    let out = std::fs::File::create(&tmp)?;
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    std::io::copy(&mut r, &mut gz)?;
+    gz.finish()?.sync_all()?;
+    std::fs::rename(&tmp, format!("{}.gz", f.display()))?;
+    std::fs::remove_file(f)
 }
 
 /// Every 10 s, rotates the logs of the running containers that grew too big.
@@ -582,6 +607,32 @@ mod tests {
         };
         assert_eq!(read_all(files.clone(), &limit), "one\ntw");
         std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn older_rotated_logs_are_compressed_and_not_read_back() {
+        let d = std::env::temp_dir().join(format!("crustlet-gz-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let cur = d.join("0.log");
+        std::fs::write(&cur, "now\n").unwrap();
+        let old = d.join("0.log.20240101-000000");
+        std::fs::write(&old, "old\n").unwrap();
+        compress(&old).unwrap();
+        assert!(!old.exists());
+        let gz = d.join("0.log.20240101-000000.gz");
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        assert_eq!(text, "old\n");
+        let newer = d.join("0.log.20240101-000001");
+        std::fs::write(&newer, "newer\n").unwrap();
+        assert_eq!(rotated(&cur), [gz, newer.clone()]);
+        assert_eq!(files_of(&cur), [newer, cur]);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
