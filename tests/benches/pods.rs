@@ -20,7 +20,10 @@
 //! the pod's status says (creationTimestamp to the container's `startedAt`: the API's
 //! timestamps have whole seconds). Then the resident memory (RSS, and PSS from
 //! `/proc/<pid>/smaps_rollup`) of the crustlet and the kubelet process, and of their
-//! runtimes (crustd; containerd and its shims), with the N pods running.
+//! runtimes (crustd; containerd and its shims), with the N pods running and both nodes
+//! idle: `BENCH_SETTLE` seconds (default 30) after the last pod ran, the agents' figures
+//! the median of 5 samples 2 s apart, taken at the same instants for both; and where
+//! each agent's RSS is (its executable, other files, anonymous memory; threads).
 
 use crust_e2e::cluster::{kube_bins, run_timeout, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
@@ -192,6 +195,86 @@ fn mem(pid: u32) -> (u64, u64) {
     (field("Rss:"), field("Pss:"))
 }
 
+/// `mem` of each pid, sampled `n` times 2 s apart (all pids at the same instants), the
+/// median of each figure: one sample can land on a Go GC cycle, a housekeeping pass or
+/// a stats request.
+fn mem_median(pids: &[u32], n: usize) -> Vec<(u64, u64)> {
+    let mut samples: Vec<Vec<(u64, u64)>> = vec![vec![]; pids.len()];
+    for i in 0..n {
+        if i > 0 {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        for (s, pid) in samples.iter_mut().zip(pids) {
+            s.push(mem(*pid));
+        }
+    }
+    let median = |mut v: Vec<u64>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    samples
+        .into_iter()
+        .map(|s| {
+            (
+                median(s.iter().map(|m| m.0).collect()),
+                median(s.iter().map(|m| m.1).collect()),
+            )
+        })
+        .collect()
+}
+
+/// Where a process's resident memory is (KiB of RSS from `/proc/<pid>/smaps`): its own
+/// executable's mappings (text and data), other files (shared libraries), anonymous
+/// memory (heap, arenas, stacks), and its thread count.
+fn breakdown(pid: u32) -> String {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let (mut own, mut files, mut anon) = (0u64, 0u64, 0u64);
+    let mut path = String::new();
+    for l in text.lines() {
+        let mut w = l.split_whitespace();
+        let first = w.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping's header: range, perms, offset, dev, inode, path.
+            path = w.nth(4).unwrap_or("").to_string();
+        } else if first == "Rss:" {
+            let kib: u64 = w.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            if path.starts_with('/') && std::path::Path::new(&path) == exe {
+                own += kib;
+            } else if path.starts_with('/') {
+                files += kib;
+            } else {
+                anon += kib;
+            }
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .map_or("?", str::trim)
+        .to_string();
+    format!(
+        "executable {}, other files {}, anonymous {}; {threads} threads",
+        mib(own),
+        mib(files),
+        mib(anon)
+    )
+}
+
+/// How many other processes run the executable of `pid` (another cluster's kubelet
+/// beside the bench's, say): they share its pages, which lowers its PSS.
+fn sharers(pid: u32) -> usize {
+    let exe = |p: u32| std::fs::read_link(format!("/proc/{p}/exe")).ok();
+    let Some(mine) = exe(pid) else { return 0 };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|p| *p != pid && exe(*p).as_ref() == Some(&mine))
+        .count()
+}
+
 /// The pids whose command line starts with `prog` (a path ending in it) and names `arg`.
 fn pids_of(prog: &str, arg: &str) -> Vec<u32> {
     let mut v = vec![];
@@ -318,10 +401,18 @@ fn main() {
     let _ = w.kill();
     let _ = w.wait();
 
-    // Memory with the pods up (N + the warm-up pod on each node).
-    std::thread::sleep(Duration::from_secs(3));
-    let kubelet = mem(c.kubelet_pid().expect("kubelet"));
-    let crustlet = mem(c.crustlet_pid().expect("crustlet"));
+    // Memory with the pods up (N + the warm-up pod on each node), once both nodes are
+    // idle and steady: BENCH_SETTLE seconds (default 30) after the last pod ran, then
+    // the median of 5 samples 2 s apart, the agents sampled at the same instants.
+    let settle: u64 = std::env::var("BENCH_SETTLE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    std::thread::sleep(Duration::from_secs(settle));
+    let kubelet_pid = c.kubelet_pid().expect("kubelet");
+    let crustlet_pid = c.crustlet_pid().expect("crustlet");
+    let agents = mem_median(&[kubelet_pid, crustlet_pid], 5);
+    let (kubelet, crustlet) = (agents[0], agents[1]);
     let containerd = mem(c.containerd_pid().expect("containerd"));
     let sock = c.containerd_socket.display().to_string();
     let shims: Vec<(u64, u64)> = pids_of("containerd-shim-runc-v2", &sock)
@@ -335,8 +426,16 @@ fn main() {
         .map(mem)
         .fold((0, 0), |a, m| (a.0 + m.0, a.1 + m.1));
     // crust's per-container monitors (its counterpart of the shims).
-    let monitors: Vec<(u64, u64)> = pids_of("crust-monitor", "").into_iter().map(mem).collect();
+    // Only this cluster's: another cluster's crustd may run beside the bench's.
+    let monitors: Vec<(u64, u64)> = pids_of("crust-monitor", &state)
+        .into_iter()
+        .map(mem)
+        .collect();
     let mon_sum = monitors.iter().fold((0, 0), |a, m| (a.0 + m.0, a.1 + m.1));
+    let kubelet_where = breakdown(kubelet_pid);
+    let crustlet_where = breakdown(crustlet_pid);
+    let shared = [("kubelet", kubelet_pid), ("crustlet", crustlet_pid)]
+        .map(|(name, pid)| (name, sharers(pid)));
 
     println!("\n{n} pods per node, one at a time, alternating; latency created -> Running");
     println!(
@@ -378,6 +477,12 @@ fn main() {
         monitors.len(),
         mib(mon_sum.1),
     );
+    println!("RSS of the kubelet: {kubelet_where}\nRSS of the crustlet: {crustlet_where}");
+    for (name, n) in shared.into_iter().filter(|(_, n)| *n > 0) {
+        println!(
+            "note: {n} other process(es) run the {name}'s executable (another cluster?): its PSS is lowered by the sharing, compare RSS"
+        );
+    }
     let mut w_k = watched["kubelet"].clone();
     let mut w_c = watched["crustlet"].clone();
     w_k.sort_by(|a, b| a.partial_cmp(b).unwrap());
