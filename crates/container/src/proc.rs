@@ -118,7 +118,8 @@ pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
     }
     let pidfd = match pidfd_open(pid) {
         Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(false),
+        // Gone (ENOENT from newer kernels for a process already reaped).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)) => return Ok(false),
         Err(e) => return Err(e),
     };
     if !alive(pid, start_time) {
@@ -126,7 +127,7 @@ pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
     }
     match pidfd_signal(pidfd.as_fd(), signal) {
         Ok(()) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)) => Ok(false),
         Err(e) => Err(e),
     }
 }
