@@ -268,27 +268,7 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
     };
     drop(step_r);
 
-    let launcher_err = |reason: String| Error::PauseLauncher {
-        binary: binary.clone(),
-        reason,
-    };
-    let mut line = String::new();
-    let read = {
-        let stdout = launcher.stdout.take().expect("stdout is piped");
-        BufReader::new(stdout.take(32)).read_line(&mut line)
-    };
-    let status = launcher
-        .wait()
-        .map_err(|e| launcher_err(format!("wait: {e}")))?;
-    if !status.success() {
-        return Err(launcher_err(format!("exited with {status}")));
-    }
-    read.map_err(|e| launcher_err(format!("read pid: {e}")))?;
-    let pid = line
-        .strip_suffix('\n')
-        .and_then(|s| s.parse::<i32>().ok())
-        .filter(|&p| p > 0)
-        .ok_or_else(|| launcher_err(format!("printed {line:?} instead of a pid")))?;
+    let pid = launched_pid(&mut launcher, &binary)?;
 
     let stat = read_stat(pid)
         .filter(|s| !s.is_dead())
@@ -303,6 +283,30 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
         pid,
         start_time: stat.start_time,
     })
+}
+
+/// The pause's pid, which the launcher prints before it exits 0.
+fn launched_pid(launcher: &mut std::process::Child, binary: &Path) -> Result<i32> {
+    let launcher_err = |reason: String| Error::PauseLauncher {
+        binary: binary.to_path_buf(),
+        reason,
+    };
+    let mut line = String::new();
+    let read = {
+        let stdout = launcher.stdout.take().expect("stdout is piped");
+        BufReader::new(stdout.take(32)).read_line(&mut line)
+    };
+    let status = launcher
+        .wait()
+        .map_err(|e| launcher_err(format!("wait: {e}")))?;
+    if !status.success() {
+        return Err(launcher_err(format!("exited with {status}")));
+    }
+    read.map_err(|e| launcher_err(format!("read pid: {e}")))?;
+    line.strip_suffix('\n')
+        .and_then(|s| s.parse::<i32>().ok())
+        .filter(|&p| p > 0)
+        .ok_or_else(|| launcher_err(format!("printed {line:?} instead of a pid")))
 }
 
 pub use crate::proc::alive;

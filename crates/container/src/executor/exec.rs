@@ -29,7 +29,7 @@ use super::channel::{self, Message, Received, Step};
 use super::init::{self, At, ChildFds, Fail};
 use super::process::{above_stdio, clone_init, enter, hand_over};
 use super::spec::{self, Plan};
-use super::{open_stdio, Container, Stdio};
+use super::{open_all_stdio, Container, Stdio};
 use crate::error::{Error, Result};
 
 /// The namespaces joined, in order, by their `/proc/PID/ns` names and flags.
@@ -94,17 +94,7 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             op: "exec",
         });
     }
-    let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
-    for (i, s) in [opts.stdin, opts.stdout, opts.stderr]
-        .into_iter()
-        .enumerate()
-    {
-        let what = match &s {
-            Stdio::File(p) => p.display().to_string(),
-            _ => ["stdin", "stdout", "stderr"][i].to_string(),
-        };
-        stdio[i] = open_stdio(s, i).map_err(|e| err(Step::OpenStdio, what, e))?;
-    }
+    let stdio = open_all_stdio(&id, [opts.stdin, opts.stdout, opts.stderr])?;
     let cgroups = crate::cgroup_join::CgroupJoin::open(&opts.cgroup_dirs)
         .map_err(|(p, e)| err(Step::Cgroup, p.display().to_string(), e))?;
     let (cgroup_tasks, cgroup_dir) = cgroups.raw();

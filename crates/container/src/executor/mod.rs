@@ -232,6 +232,24 @@ impl Drop for StateDirGuard {
     }
 }
 
+/// A process's stdin, stdout and stderr, opened as the options say.
+fn open_all_stdio(id: &str, streams: [Stdio; 3]) -> Result<[Option<OwnedFd>; 3]> {
+    let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
+    for (i, s) in streams.into_iter().enumerate() {
+        let what = match &s {
+            Stdio::File(p) => p.display().to_string(),
+            _ => ["stdin", "stdout", "stderr"][i].to_string(),
+        };
+        stdio[i] = open_stdio(s, i).map_err(|e| Error::Create {
+            id: id.to_string(),
+            step: Step::OpenStdio,
+            path: what,
+            source: e,
+        })?;
+    }
+    Ok(stdio)
+}
+
 fn open_stdio(s: Stdio, fd: usize) -> io::Result<Option<OwnedFd>> {
     let owned: OwnedFd = match s {
         Stdio::Inherit => return Ok(None),
@@ -359,6 +377,34 @@ fn monitor_io(
     ))
 }
 
+/// The container's state folder (removed again by the guard unless the create
+/// succeeds) and the gate FIFO in it, which holds the init before `execve` until start.
+fn state_dir_and_gate(id: &str, state_dir: &Path) -> Result<(StateDirGuard, OwnedFd)> {
+    let err = |step, path: String, source| Error::Create {
+        id: id.to_string(),
+        step,
+        path,
+        source,
+    };
+    if let Some(parent) = state_dir.parent() {
+        fs::create_dir_all(parent)
+            .map_err(|e| err(Step::StateDir, parent.display().to_string(), e))?;
+    }
+    fs::create_dir(state_dir)
+        .map_err(|e| err(Step::StateDir, state_dir.display().to_string(), e))?;
+    let guard = StateDirGuard(Some(state_dir.to_path_buf()));
+    let gate_path = state_dir.join(GATE);
+    nix::unistd::mkfifo(&gate_path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e.into()))?;
+    let gate = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&gate_path)
+        .and_then(|f| process::above_stdio(f.into()))
+        .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e))?;
+    Ok((guard, gate))
+}
+
 /// Creates the container: its init has done everything up to `execve` and waits on
 /// the gate when this returns. The caller's process is the init's parent (it may
 /// [`Container::wait`] for it); the state dir lets any process start, signal or
@@ -389,44 +435,16 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         source,
     };
 
-    if let Some(parent) = state_dir.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|e| err(Step::StateDir, parent.display().to_string(), e))?;
-    }
-    fs::create_dir(&state_dir)
-        .map_err(|e| err(Step::StateDir, state_dir.display().to_string(), e))?;
-    let mut guard = StateDirGuard(Some(state_dir.clone()));
+    let (mut guard, gate) = state_dir_and_gate(&id, &state_dir)?;
 
-    let gate_path = state_dir.join(GATE);
-    nix::unistd::mkfifo(&gate_path, nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e.into()))?;
-    let gate = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&gate_path)
-        .and_then(|f| process::above_stdio(f.into()))
-        .map_err(|e| err(Step::Mkfifo, gate_path.display().to_string(), e))?;
-
-    let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
-    let mut tty_sock = None;
-    let monitor = match monitor {
+    // With a monitor, the init's stdio are the monitor's pipes (or its pty socket).
+    let (stdio, monitor, tty_sock) = match monitor {
         Some(m) => {
             let (fds, exec, sock) = monitor_io(&m, plan.terminal, &state_dir)
                 .map_err(|e| err(Step::Monitor, m.binary.display().to_string(), e))?;
-            stdio = fds.map(Some);
-            tty_sock = sock;
-            Some(exec)
+            (fds.map(Some), Some(exec), sock)
         }
-        None => {
-            for (i, s) in [stdin, stdout, stderr].into_iter().enumerate() {
-                let what = match &s {
-                    Stdio::File(p) => p.display().to_string(),
-                    _ => ["stdin", "stdout", "stderr"][i].to_string(),
-                };
-                stdio[i] = open_stdio(s, i).map_err(|e| err(Step::OpenStdio, what, e))?;
-            }
-            None
-        }
+        None => (open_all_stdio(&id, [stdin, stdout, stderr])?, None, None),
     };
     let cgroups = crate::cgroup_join::CgroupJoin::open(&cgroup_dirs)
         .map_err(|(p, e)| err(Step::Cgroup, p.display().to_string(), e))?;

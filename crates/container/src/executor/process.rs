@@ -224,15 +224,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         path,
         source,
     };
-    let mut namespaces: Vec<(OwnedFd, libc::c_int, PathBuf)> = vec![];
-    for kind in JOIN_ORDER {
-        for ns in p.namespaces.iter().filter(|n| n.kind == kind) {
-            let Some(path) = &ns.path else { continue };
-            let f = std::fs::File::open(path)
-                .map_err(|e| create_err(Step::OpenNamespace, path.display().to_string(), e))?;
-            namespaces.push((f.into(), ns.flag, path.clone()));
-        }
-    }
+    let namespaces = open_namespaces(p)?;
     let (sock, child_sock) = channel::pair()
         .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
         .map_err(|e| create_err(Step::Socketpair, String::new(), e))?;
@@ -277,28 +269,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     // stays alive as long as the init does and so stands for it in the waits below.
     let mut first = Child::new(pid);
 
-    let init_pid = match await_message(&sock, &mut first, deadline) {
-        Ok(Outcome::Message(Message::InitPid(pid))) if pid > 0 => pid,
-        Ok(Outcome::Message(Message::Failed {
-            step,
-            errno,
-            path,
-            detail,
-        })) => {
-            first.reap();
-            return Err(failed(id, step, path, errno, detail));
-        }
-        other => {
-            first.kill_and_reap();
-            let why = match other {
-                Ok(Outcome::Message(m)) => format!("sent {} instead of the init's pid", m.kind()),
-                Ok(Outcome::Gone) => format!("{} without sending the init's pid", first.describe()),
-                Ok(Outcome::Timeout) => format!("no init pid within {CREATE_TIMEOUT:?}"),
-                Err(e) => format!("receive: {e}"),
-            };
-            return Err(protocol(id, "intermediate process", why));
-        }
-    };
+    let init_pid = await_init_pid(id, &sock, &mut first, deadline)?;
     // The init is not ours to wait for when a monitor is its parent: a pidfd names it
     // for the kill on failure, whoever reaps it.
     let init_pidfd = crate::proc::pidfd_open(init_pid).ok();
@@ -339,11 +310,24 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         }
     }
 
-    match await_message(&sock, &mut watched, deadline) {
-        Ok(Outcome::Message(Message::Ready)) => Ok(Spawned {
-            init: init_pid,
-            monitor: monitored.then_some(pid),
-        }),
+    await_ready(id, &sock, &mut watched, deadline, &kill_init)?;
+    Ok(Spawned {
+        init: init_pid,
+        monitor: monitored.then_some(pid),
+    })
+}
+
+/// Waits for the init's `Ready` (it mounted, dropped privileges and waits at the
+/// gate); a failure it reports, or none in time, ends it.
+fn await_ready(
+    id: &str,
+    sock: &OwnedFd,
+    watched: &mut Child,
+    deadline: Instant,
+    kill_init: &dyn Fn(&mut Child),
+) -> Result<()> {
+    match await_message(sock, watched, deadline) {
+        Ok(Outcome::Message(Message::Ready)) => Ok(()),
         Ok(Outcome::Message(Message::Failed {
             step,
             errno,
@@ -355,20 +339,71 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
             Err(failed(id, step, path, errno, detail))
         }
         other => {
-            kill_init(&mut watched);
+            kill_init(watched);
             let why = match other {
                 Ok(Outcome::Message(m)) => format!("sent {} instead of ready", m.kind()),
                 Ok(Outcome::Gone) => format!("{} before reporting ready", watched.describe()),
                 Ok(Outcome::Timeout) => {
-                    return Err(create_err(
-                        Step::Timeout,
-                        format!("init not ready within {CREATE_TIMEOUT:?}"),
-                        io::Error::from_raw_os_error(libc::ETIMEDOUT),
-                    ))
+                    return Err(Error::Create {
+                        id: id.to_string(),
+                        step: Step::Timeout,
+                        path: format!("init not ready within {CREATE_TIMEOUT:?}"),
+                        source: io::Error::from_raw_os_error(libc::ETIMEDOUT),
+                    })
                 }
                 Err(e) => format!("receive: {e}"),
             };
             Err(protocol(id, "init", why))
+        }
+    }
+}
+
+/// The namespaces to join, opened in the order they must be entered.
+fn open_namespaces(p: &Plan) -> Result<Vec<(OwnedFd, libc::c_int, PathBuf)>> {
+    let mut namespaces: Vec<(OwnedFd, libc::c_int, PathBuf)> = vec![];
+    for kind in JOIN_ORDER {
+        for ns in p.namespaces.iter().filter(|n| n.kind == kind) {
+            let Some(path) = &ns.path else { continue };
+            let f = std::fs::File::open(path).map_err(|e| Error::Create {
+                id: p.id.clone(),
+                step: Step::OpenNamespace,
+                path: path.display().to_string(),
+                source: e,
+            })?;
+            namespaces.push((f.into(), ns.flag, path.clone()));
+        }
+    }
+    Ok(namespaces)
+}
+
+/// The init's pid, as the intermediate (or the future monitor) reports it; the first
+/// child reaped (killed first if it broke the protocol) when it does not.
+fn await_init_pid(
+    id: &str,
+    sock: &OwnedFd,
+    first: &mut Child,
+    deadline: Instant,
+) -> Result<libc::pid_t> {
+    match await_message(sock, first, deadline) {
+        Ok(Outcome::Message(Message::InitPid(pid))) if pid > 0 => Ok(pid),
+        Ok(Outcome::Message(Message::Failed {
+            step,
+            errno,
+            path,
+            detail,
+        })) => {
+            first.reap();
+            Err(failed(id, step, path, errno, detail))
+        }
+        other => {
+            first.kill_and_reap();
+            let why = match other {
+                Ok(Outcome::Message(m)) => format!("sent {} instead of the init's pid", m.kind()),
+                Ok(Outcome::Gone) => format!("{} without sending the init's pid", first.describe()),
+                Ok(Outcome::Timeout) => format!("no init pid within {CREATE_TIMEOUT:?}"),
+                Err(e) => format!("receive: {e}"),
+            };
+            Err(protocol(id, "intermediate process", why))
         }
     }
 }
