@@ -945,8 +945,11 @@ fn graceful_deletion(c: &Cluster) {
         ),
     );
     let took = delete_timed(c, "graceful");
+    // Without SIGTERM the grace period (30 s) would run out first; the kubelet's own
+    // relist, volume cleanup and status writes took up to 25 s on a loaded CI machine
+    // (crustd's StopContainer ~0.4 s of it).
     assert!(
-        took < Duration::from_secs(15),
+        took < Duration::from_secs(27),
         "deleting took {took:?}: SIGTERM not delivered?"
     );
     stopped_in_crustd(c, "graceful");

@@ -1151,8 +1151,9 @@ fn graceful_deletion(c: &Crustlet) {
     let stubborn = std::thread::scope(|sc| {
         let h = sc.spawn(|| delete_timed(c, "stubborn"));
         let took = delete_timed(c, "graceful");
+        // As the kubelet's check: the grace period is 30 s.
         assert!(
-            took < Duration::from_secs(15),
+            took < Duration::from_secs(27),
             "deleting took {took:?}: SIGTERM not delivered?"
         );
         h.join().unwrap()
@@ -1289,7 +1290,13 @@ fn digest(p: &Value, events: &[String]) -> Value {
         "containerStatuses": list("containerStatuses"),
         // Pulling only when the image was not there yet: which pod of the suite pulled
         // it first is a race on either node.
-        "events": events.iter().filter(|e| *e != "Pulling").collect::<Vec<_>>(),
+        // FailedMount neither: under Node,RBAC a token or ConfigMap of a pod just bound
+        // is now and then refused until the Node authorizer's graph has the pod (a
+        // retry mounts it), on either node.
+        "events": events
+            .iter()
+            .filter(|e| *e != "Pulling" && *e != "FailedMount")
+            .collect::<Vec<_>>(),
     })
 }
 
