@@ -372,10 +372,10 @@ impl Target {
         }
         let pidfd = match crate::proc::pidfd_open(pid) {
             Ok(fd) => Some(fd),
+            Err(e) if crate::proc::gone(&e) => return Ok(None),
             Err(e) => match e.raw_os_error() {
-                // No such process (ESRCH; ENOENT from newer kernels for one already
-                // reaped: seen on 6.18 after crustd restarted), or a thread's id.
-                Some(libc::ESRCH) | Some(libc::ENOENT) | Some(libc::EINVAL) => return Ok(None),
+                // A thread's id rather than a process's.
+                Some(libc::EINVAL) => return Ok(None),
                 Some(libc::ENOSYS) => None,
                 _ => return Err(e),
             },
@@ -400,7 +400,7 @@ impl Target {
         };
         match sent {
             Ok(()) => Ok(true),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)) => Ok(false),
+            Err(e) if crate::proc::gone(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }

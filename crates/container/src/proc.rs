@@ -62,6 +62,12 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Whether an error of pidfd_open, pidfd_send_signal or kill says the process is gone:
+/// ESRCH, or ENOENT, which a 6.18 kernel gave for a pause already reaped.
+pub fn gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT))
+}
+
 /// Sends `signal` to the process behind `pidfd` (ESRCH once it is gone).
 pub fn pidfd_signal(pidfd: BorrowedFd<'_>, signal: i32) -> io::Result<()> {
     // SAFETY: pidfd_send_signal on a valid fd, no siginfo, no flags.
@@ -118,8 +124,7 @@ pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
     }
     let pidfd = match pidfd_open(pid) {
         Ok(fd) => fd,
-        // Gone (ENOENT from newer kernels for a process already reaped).
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)) => return Ok(false),
+        Err(e) if gone(&e) => return Ok(false),
         Err(e) => return Err(e),
     };
     if !alive(pid, start_time) {
@@ -127,7 +132,7 @@ pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
     }
     match pidfd_signal(pidfd.as_fd(), signal) {
         Ok(()) => Ok(true),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)) => Ok(false),
+        Err(e) if gone(&e) => Ok(false),
         Err(e) => Err(e),
     }
 }
