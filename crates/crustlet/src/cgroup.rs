@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// One mounted cgroup hierarchy.
-struct Hierarchy {
+pub struct Hierarchy {
     mount: PathBuf,
     /// The cgroup path of the mount's root (not `/` inside a cgroup namespace).
     root: String,
@@ -39,7 +39,7 @@ impl Hierarchy {
 }
 
 /// Every cgroup hierarchy mounted (v1 controllers, named ones, the v2 or hybrid mount).
-fn hierarchies() -> Vec<Hierarchy> {
+pub fn hierarchies() -> Vec<Hierarchy> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
@@ -230,12 +230,13 @@ fn stat_of(dir: &Path, file: &str) -> HashMap<String, u64> {
         .collect()
 }
 
-/// The usage of cgroup `path` (as `/proc/<pid>/cgroup` and the runtime name it).
-pub fn usage(path: &str) -> Option<Usage> {
+/// The usage of cgroup `path` (as `/proc/<pid>/cgroup` and the runtime name it) in the
+/// mounted hierarchies `hs` ([`hierarchies`], read once for many cgroups).
+pub fn usage(hs: &[Hierarchy], path: &str) -> Option<Usage> {
     use std::os::unix::fs::MetadataExt;
     let mut u = Usage::default();
     let mut found = false;
-    for h in hierarchies() {
+    for h in hs {
         let Some(dir) = h.dir(path) else { continue };
         if !dir.is_dir() {
             continue;

@@ -455,6 +455,8 @@ pub async fn summary(
         json!({"time": t, "swapAvailableBytes": g("SwapFree"),
                "swapUsageBytes": g("SwapTotal").saturating_sub(g("SwapFree"))}),
     );
+    // The cgroup mounts, read once for every cgroup below.
+    let hs = crate::cgroup::hierarchies();
     // The kubelet's system containers: its own cgroup and the pods' (`kubepods`).
     let root = cfg.cgroup_root.trim_end_matches('/');
     let mut system = vec![];
@@ -462,7 +464,7 @@ pub async fn summary(
         ("kubelet", crate::cgroup::own()),
         ("pods", Some(format!("{root}/kubepods"))),
     ] {
-        let Some(u) = path.as_deref().and_then(crate::cgroup::usage) else {
+        let Some(u) = path.and_then(|p| crate::cgroup::usage(&hs, &p)) else {
             continue;
         };
         let mut v = json!({"name": name, "swap": {"time": t, "swapUsageBytes": u.swap}});
@@ -561,7 +563,7 @@ pub async fn summary(
         let pod_cgroup = ["Guaranteed", "Burstable", "BestEffort"]
             .into_iter()
             .map(|q| cfg.pod_cgroup(q, uid))
-            .find_map(|p| crate::cgroup::usage(&p).map(|u| (p, u)));
+            .find_map(|p| crate::cgroup::usage(&hs, &p).map(|u| (p, u)));
         let mut pod_swap = 0;
         let mut cs = p.containers.clone();
         cs.sort_by(|a, b| {
@@ -596,7 +598,7 @@ pub async fn summary(
                 .and_then(|w| opt(&w.swap_usage_bytes))
                 .or_else(|| {
                     let (p, _) = pod_cgroup.as_ref()?;
-                    Some(crate::cgroup::usage(&format!("{p}/{}", a.id))?.swap)
+                    Some(crate::cgroup::usage(&hs, &format!("{p}/{}", a.id))?.swap)
                 })
                 .unwrap_or(0);
             pod_swap += swap;
