@@ -51,13 +51,17 @@ impl Services {
                 "services have not yet been read at least once, cannot construct envvars".into(),
             );
         }
-        let all: Vec<Service> = self.store.state().iter().map(|s| (**s).clone()).collect();
-        Ok(env_for(&all, ns, links))
+        let all = self.store.state();
+        Ok(env_for(all.iter().map(|s| &**s), ns, links))
     }
 }
 
 /// The variables of the Services a pod in `ns` sees, sorted by name.
-pub fn env_for(services: &[Service], ns: &str, links: bool) -> Vec<(String, String)> {
+pub fn env_for<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    ns: &str,
+    links: bool,
+) -> Vec<(String, String)> {
     // By name: a Service of the pod's own namespace wins over a master one of the same
     // name from `default`.
     let mut chosen: BTreeMap<String, &Service> = BTreeMap::new();

@@ -793,7 +793,12 @@ impl Worker {
                 .as_ref()
                 .map(|s| s.ips.clone())
                 .unwrap_or_default();
-            let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+            // The node's own file only matters to a pod on the node's network.
+            let node_hosts = if spec::spec(pod).host_network == Some(true) {
+                std::fs::read_to_string("/etc/hosts").unwrap_or_default()
+            } else {
+                String::new()
+            };
             let file = self.ctx.cfg.pod_dir(spec::uid(pod)).join("etc-hosts");
             let text = spec::hosts_file(&self.ctx.cfg, pod, &ips, &node_hosts);
             match std::fs::write(&file, text) {
