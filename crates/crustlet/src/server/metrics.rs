@@ -61,129 +61,82 @@ pub fn resource(summary: Option<&Value>) -> String {
             plabels(p)
         )
     };
-    let containers = || {
-        pods.iter().flat_map(|p| {
+    // (labels, stats) of each subject: the node, the pods, their containers.
+    let node = vec![(String::new(), s["node"].clone())];
+    let pod_subjects: Vec<(String, Value)> = pods.iter().map(|p| (plabels(p), p.clone())).collect();
+    let containers: Vec<(String, Value)> = pods
+        .iter()
+        .flat_map(|p| {
             p["containers"]
                 .as_array()
-                .cloned()
-                .unwrap_or_default()
                 .into_iter()
-                .map(move |c| (p.clone(), c))
+                .flatten()
+                .map(move |c| (clabels(p, c), c.clone()))
         })
-    };
-    head(
-        &mut out,
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
-    );
-    for (p, c) in containers() {
-        if let Some(v) = cpu_s(&c["cpu"]) {
-            sample(
-                &mut out,
-                "container_cpu_usage_seconds_total",
-                &clabels(&p, &c),
-                v,
-                ms(&c["cpu"]["time"]),
-            );
-        }
-    }
-    head(
-        &mut out,
-        "container_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the container in bytes",
-    );
-    for (p, c) in containers() {
-        if let Some(v) = ws(&c["memory"]) {
-            sample(
-                &mut out,
-                "container_memory_working_set_bytes",
-                &clabels(&p, &c),
-                v,
-                ms(&c["memory"]["time"]),
-            );
-        }
-    }
-    head(
-        &mut out,
-        "container_start_time_seconds",
-        "gauge",
-        "[STABLE] Start time of the container since unix epoch in seconds",
-    );
-    for (p, c) in containers() {
-        if let Some(t) = ms(&c["startTime"]) {
-            sample(
-                &mut out,
-                "container_start_time_seconds",
-                &clabels(&p, &c),
-                t as f64 / 1000.0,
-                None,
-            );
-        }
-    }
-    head(
-        &mut out,
-        "node_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
-    );
-    if let Some(v) = cpu_s(&s["node"]["cpu"]) {
-        sample(
-            &mut out,
+        .collect();
+    // A sample's value and timestamp; the subjects of a family, with their labels.
+    type Reading = dyn Fn(&Value) -> Option<(f64, Option<i64>)>;
+    type Subjects = [(String, Value)];
+    let cpu: &Reading = &move |v| cpu_s(&v["cpu"]).map(|x| (x, ms(&v["cpu"]["time"])));
+    let mem: &Reading = &move |v| ws(&v["memory"]).map(|x| (x, ms(&v["memory"]["time"])));
+    let start: &Reading = &|v| ms(&v["startTime"]).map(|t| (t as f64 / 1000.0, None));
+    let families: [(&str, &str, &str, &Subjects, &Reading); 7] = [
+        (
+            "container_cpu_usage_seconds_total",
+            "counter",
+            "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+            &containers,
+            cpu,
+        ),
+        (
+            "container_memory_working_set_bytes",
+            "gauge",
+            "[STABLE] Current working set of the container in bytes",
+            &containers,
+            mem,
+        ),
+        (
+            "container_start_time_seconds",
+            "gauge",
+            "[STABLE] Start time of the container since unix epoch in seconds",
+            &containers,
+            start,
+        ),
+        (
             "node_cpu_usage_seconds_total",
-            "",
-            v,
-            ms(&s["node"]["cpu"]["time"]),
-        );
-    }
-    head(
-        &mut out,
-        "node_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the node in bytes",
-    );
-    if let Some(v) = ws(&s["node"]["memory"]) {
-        sample(
-            &mut out,
+            "counter",
+            "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
+            &node,
+            cpu,
+        ),
+        (
             "node_memory_working_set_bytes",
-            "",
-            v,
-            ms(&s["node"]["memory"]["time"]),
-        );
-    }
-    head(
-        &mut out,
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
-    );
-    for p in &pods {
-        if let Some(v) = cpu_s(&p["cpu"]) {
-            sample(
-                &mut out,
-                "pod_cpu_usage_seconds_total",
-                &plabels(p),
-                v,
-                ms(&p["cpu"]["time"]),
-            );
-        }
-    }
-    head(
-        &mut out,
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the pod in bytes",
-    );
-    for p in &pods {
-        if let Some(v) = ws(&p["memory"]) {
-            sample(
-                &mut out,
-                "pod_memory_working_set_bytes",
-                &plabels(p),
-                v,
-                ms(&p["memory"]["time"]),
-            );
+            "gauge",
+            "[STABLE] Current working set of the node in bytes",
+            &node,
+            mem,
+        ),
+        (
+            "pod_cpu_usage_seconds_total",
+            "counter",
+            "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+            &pod_subjects,
+            cpu,
+        ),
+        (
+            "pod_memory_working_set_bytes",
+            "gauge",
+            "[STABLE] Current working set of the pod in bytes",
+            &pod_subjects,
+            mem,
+        ),
+    ];
+    for (name, kind, help, subjects, read) in families {
+        head(&mut out, name, kind, help);
+        for (labels, v) in subjects {
+            if let Some((x, t)) = read(v) {
+                sample(&mut out, name, labels, x, t);
+            }
         }
     }
     head(
@@ -458,23 +411,19 @@ fn process_start(out: &mut String) {
         "gauge",
         "[ALPHA] Start time of the process since unix epoch in seconds.",
     );
-    let started = *PROCESS_START.get_or_init(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64())
-    });
-    sample(out, "process_start_time_seconds", "", started, None);
+    sample(out, "process_start_time_seconds", "", note_start(), None);
 }
 
 static PROCESS_START: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 
-/// Notes the process's start (for `process_start_time_seconds`).
-pub fn note_start() {
-    let _ = PROCESS_START.get_or_init(|| {
+/// The process's start in seconds since the epoch: the first call's time (main makes
+/// it first).
+pub fn note_start() -> f64 {
+    *PROCESS_START.get_or_init(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64())
-    });
+    })
 }
 
 /// A metric family's value from a stats object.
