@@ -518,56 +518,24 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("spawning {name}: {e}"))
     }
 
-    /// Both ends of a veth pair inside the node namespace, the node IP on one.
+    /// The node agents' IPs, each on a veth pair of its own inside the node namespace:
+    /// the kubelet's node, the crustlet's, the containerd node's.
     fn network(&self) {
         let ns = &self.node.name;
-        crate::sh(&[
-            "ip", "-n", ns, "link", "add", "knode0", "type", "veth", "peer", "name", "knode1",
-        ]);
-        crate::sh(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{}/24", self.ip),
-            "dev",
-            "knode0",
-        ]);
-        crate::sh(&["ip", "-n", ns, "link", "set", "knode0", "up"]);
-        crate::sh(&["ip", "-n", ns, "link", "set", "knode1", "up"]);
-        // The crustlet's node IP, on a pair of its own.
-        crate::sh(&[
-            "ip", "-n", ns, "link", "add", "klet0", "type", "veth", "peer", "name", "klet1",
-        ]);
-        crate::sh(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{}/24", self.crustlet_ip),
-            "dev",
-            "klet0",
-        ]);
-        crate::sh(&["ip", "-n", ns, "link", "set", "klet0", "up"]);
-        crate::sh(&["ip", "-n", ns, "link", "set", "klet1", "up"]);
-        // The containerd node's IP, on a third pair.
-        crate::sh(&[
-            "ip", "-n", ns, "link", "add", "kctr0", "type", "veth", "peer", "name", "kctr1",
-        ]);
-        crate::sh(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{}/24", self.containerd_ip),
-            "dev",
-            "kctr0",
-        ]);
-        crate::sh(&["ip", "-n", ns, "link", "set", "kctr0", "up"]);
-        crate::sh(&["ip", "-n", ns, "link", "set", "kctr1", "up"]);
+        for (link, ip) in [
+            ("knode", &self.ip),
+            ("klet", &self.crustlet_ip),
+            ("kctr", &self.containerd_ip),
+        ] {
+            let (end0, end1) = (format!("{link}0"), format!("{link}1"));
+            crate::sh(&[
+                "ip", "-n", ns, "link", "add", &end0, "type", "veth", "peer", "name", &end1,
+            ]);
+            let addr = format!("{ip}/24");
+            crate::sh(&["ip", "-n", ns, "addr", "add", &addr, "dev", &end0]);
+            crate::sh(&["ip", "-n", ns, "link", "set", &end0, "up"]);
+            crate::sh(&["ip", "-n", ns, "link", "set", &end1, "up"]);
+        }
     }
 
     /// A CA, the API server's certificate and its client certificate to the nodes,
