@@ -107,6 +107,11 @@ impl Keyed {
     pub(crate) fn get(&self, key: &str) -> u64 {
         self.0.iter().find(|(k, _)| k == key).map_or(0, |(_, v)| *v)
     }
+
+    /// Whether the file has a line for `key`.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|(k, _)| k == key)
+    }
 }
 
 /// `mkdir`; true when this call made the directory, false when it already existed.

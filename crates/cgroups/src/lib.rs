@@ -40,7 +40,7 @@ pub use resources::{
     shares_to_weight, weight_to_shares, Resources, MAX_SHARES, MAX_WEIGHT, MIN_MEMORY_LIMIT,
     MIN_SHARES, MIN_WEIGHT,
 };
-pub use stats::{CpuStats, MemoryStats, PidsStats, Stats};
+pub use stats::{CpuStats, DeviceIo, MemoryStats, PidsStats, Stats};
 
 use std::path::{Path, PathBuf};
 
@@ -117,7 +117,8 @@ pub trait CgroupManager {
     /// nearest existing ancestor.
     fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String>;
 
-    /// What the cgroup used (CPU, memory, pids); a controller it lacks reads as zero.
+    /// What the cgroup used (CPU, memory, pids, block I/O); a controller it lacks reads
+    /// as zero (no I/O entries).
     fn stats(&self, path: &CgroupPath) -> Result<Stats>;
 
     /// How many processes of the cgroup the OOM killer killed (v1

@@ -4,7 +4,7 @@
 //! host the cgroup2 mount (`/sys/fs/cgroup/unified`) is joined as well, as runc does, so
 //! `/proc/PID/cgroup`'s `0::` line shows the pod too; no controller is enabled there.
 
-use crate::controller::{cpu, cpuset, hugetlb, memory, pids};
+use crate::controller::{cpu, cpuset, hugetlb, io, memory, pids};
 use crate::error::{Error, Result};
 use crate::freezer::{Freezer, FREEZE_TIMEOUT};
 use crate::kill::kill_loop;
@@ -226,7 +226,16 @@ impl CgroupManager for Manager {
             Some(d) => pids::stats(&d)?,
             None => Default::default(),
         };
-        Ok(Stats { cpu, memory, pids })
+        let io = match self.dir("blkio", path) {
+            Some(d) => io::stats_v1(&d)?,
+            None => vec![],
+        };
+        Ok(Stats {
+            cpu,
+            memory,
+            pids,
+            io,
+        })
     }
 
     fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
@@ -636,6 +645,7 @@ mod tests {
         );
         assert_eq!((s.memory.limit, s.memory.oom_kills), (None, 2));
         assert_eq!((s.pids.current, s.pids.limit), (3, None));
+        assert_eq!(s.io, [], "no blkio hierarchy");
         assert_eq!(h.oom_kills(&cg).unwrap(), 2);
         h.freeze(&cg).unwrap();
         assert_eq!(t.read("freezer/c/freezer.state"), "FROZEN");

@@ -2,7 +2,7 @@
 //! each ancestor's `cgroup.subtree_control` (the leaf itself holds processes, so it gets
 //! none: "no internal processes").
 
-use crate::controller::{cpu, cpuset, hugetlb, memory, pids};
+use crate::controller::{cpu, cpuset, hugetlb, io, memory, pids};
 use crate::error::{Error, Result};
 use crate::freezer::{Freezer, FREEZE_TIMEOUT};
 use crate::kill::kill_v2;
@@ -180,6 +180,7 @@ impl CgroupManager for Manager {
             cpu: cpu::stats_v2(&dir)?,
             memory: memory::stats_v2(&dir)?.unwrap_or_default(),
             pids: pids::stats(&dir)?,
+            io: io::stats_v2(&dir)?,
         })
     }
 
@@ -549,8 +550,13 @@ mod tests {
         t.write("c/pids.current", "1\n");
         t.write("c/pids.max", "5\n");
         t.write("c/cgroup.events", "populated 1\nfrozen 1\n");
+        t.write(
+            "c/io.stat",
+            "8:0 rbytes=1 wbytes=2 rios=3 wios=4 dbytes=0 dios=0\n",
+        );
         let s = h.stats(&cg).unwrap();
         assert_eq!(s.cpu.usage_ns, 20_000);
+        assert_eq!((s.io.len(), s.io[0].read_bytes, s.io[0].writes), (1, 1, 4));
         assert_eq!((s.memory.usage, s.memory.working_set), (8192, 7168));
         assert_eq!((s.memory.limit, s.memory.oom_kills), (Some(16 << 20), 1));
         assert_eq!((s.pids.current, s.pids.limit), (1, Some(5)));

@@ -171,6 +171,12 @@ pub(crate) fn stats_v1(dir: &Path) -> Result<MemoryStats> {
         page_faults: stat.get("total_pgfault"),
         major_page_faults: stat.get("total_pgmajfault"),
         oom_kills: oom_kills_v1(dir)?,
+        mapped_file: stat.get("total_mapped_file"),
+        active_file: stat.get("total_active_file"),
+        inactive_file: stat.get("total_inactive_file"),
+        kernel: fs::read_u64_opt(&dir.join("memory.kmem.usage_in_bytes"))?.unwrap_or(0),
+        max_usage: fs::read_u64_opt(&dir.join("memory.max_usage_in_bytes"))?.unwrap_or(usage),
+        failcnt: fs::read_u64_opt(&dir.join("memory.failcnt"))?.unwrap_or(0),
     })
 }
 
@@ -180,6 +186,15 @@ pub(crate) fn stats_v2(dir: &Path) -> Result<Option<MemoryStats>> {
         return Ok(None);
     };
     let stat = Keyed::read_opt(&dir.join("memory.stat"))?;
+    let kernel = if stat.has("kernel") {
+        stat.get("kernel")
+    } else {
+        ["kernel_stack", "pagetables", "percpu", "vmalloc", "slab"]
+            .iter()
+            .map(|k| stat.get(k))
+            .sum()
+    };
+    let events = Keyed::parse(&fs::read(&dir.join("memory.events"))?);
     Ok(Some(MemoryStats {
         usage,
         working_set: usage.saturating_sub(stat.get("inactive_file")),
@@ -189,7 +204,13 @@ pub(crate) fn stats_v2(dir: &Path) -> Result<Option<MemoryStats>> {
         limit: fs::read_limit(&dir.join(V2_MAX))?,
         page_faults: stat.get("pgfault"),
         major_page_faults: stat.get("pgmajfault"),
-        oom_kills: oom_kills_v2(dir)?,
+        oom_kills: events.get("oom_kill"),
+        mapped_file: stat.get("file_mapped"),
+        active_file: stat.get("active_file"),
+        inactive_file: stat.get("inactive_file"),
+        kernel,
+        max_usage: fs::read_u64_opt(&dir.join("memory.peak"))?.unwrap_or(usage),
+        failcnt: events.get("max"),
     }))
 }
 
@@ -384,8 +405,12 @@ mod tests {
         t.write(
             "v1/memory.stat",
             "cache 1\nrss 2\ninactive_file 3\ntotal_cache 4000000\ntotal_rss 5000000\n\
-             total_inactive_file 3000000\ntotal_pgfault 77\ntotal_pgmajfault 2\n",
+             total_inactive_file 3000000\ntotal_active_file 1000000\n\
+             total_mapped_file 250000\ntotal_pgfault 77\ntotal_pgmajfault 2\n",
         );
+        t.write("v1/memory.kmem.usage_in_bytes", "300000\n");
+        t.write("v1/memory.max_usage_in_bytes", "12000000\n");
+        t.write("v1/memory.failcnt", "5\n");
         t.write(
             "v1/memory.oom_control",
             "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
@@ -403,6 +428,12 @@ mod tests {
                 page_faults: 77,
                 major_page_faults: 2,
                 oom_kills: 1,
+                mapped_file: 250_000,
+                active_file: 1_000_000,
+                inactive_file: 3_000_000,
+                kernel: 300_000,
+                max_usage: 12_000_000,
+                failcnt: 5,
             }
         );
         assert_eq!(oom_kills_v1(&t.path("v1")).unwrap(), 1);
@@ -425,7 +456,23 @@ mod tests {
         );
         assert_eq!((s.limit, s.oom_kills, s.swap), (None, 2, 0));
         assert_eq!((s.page_faults, s.major_page_faults), (9, 1));
+        // No peak (before 5.19): the current usage; no `kernel` line: its parts.
+        assert_eq!((s.max_usage, s.failcnt, s.kernel), (1000, 12, 0));
         assert_eq!(oom_kills_v2(&t.path("v2")).unwrap(), 2);
+        t.write("v2/memory.peak", "4000\n");
+        t.write(
+            "v2/memory.stat",
+            "anon 600\nfile 400\nactive_file 100\ninactive_file 300\nfile_mapped 50\n\
+             kernel_stack 16\npagetables 8\npercpu 4\nvmalloc 2\nslab 1\nsock 64\n",
+        );
+        let s = stats_v2(&t.path("v2")).unwrap().unwrap();
+        assert_eq!((s.max_usage, s.kernel, s.mapped_file), (4000, 31, 50));
+        assert_eq!(
+            (s.active_file, s.inactive_file, s.working_set),
+            (100, 300, 700)
+        );
+        t.write("v2/memory.stat", "anon 600\nkernel 90\nkernel_stack 16\n");
+        assert_eq!(stats_v2(&t.path("v2")).unwrap().unwrap().kernel, 90);
         assert_eq!(stats_v2(&t.path("nomem")).unwrap(), None);
         let e = oom_kills_v2(&t.path("nomem")).unwrap_err();
         assert!(e.to_string().contains("nomem/memory.events"), "{e}");

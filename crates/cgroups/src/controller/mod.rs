@@ -5,6 +5,7 @@
 pub(crate) mod cpu;
 pub(crate) mod cpuset;
 pub(crate) mod hugetlb;
+pub(crate) mod io;
 pub(crate) mod memory;
 pub(crate) mod pids;
 
