@@ -5,6 +5,7 @@
 //! namespaces and cgroup, the container's user, capabilities and env) as crustd's
 //! child; crustd reads its pipes and waits for it on a pidfd, without a thread.
 
+use crate::containers::exec_io::{pump_in, pump_out, read_all, set_nonblocking, Exited};
 use crate::containers::ops::refresh;
 use crate::containers::store::ContainerState;
 use crate::cri::error::{Error, Result};
@@ -16,31 +17,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
 
 /// Output kept per stream; the rest is read and dropped (containerd keeps 16 MiB).
 const MAX_OUTPUT: usize = 16 << 20;
-
-/// How long output is still read after the process exited: a background child that
-/// inherited the pipe must not hold the call open.
-const DRAIN: Duration = Duration::from_millis(500);
-
-async fn read_all(fd: OwnedFd) -> Vec<u8> {
-    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return vec![];
-    };
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        match rx.read(&mut buf).await {
-            Ok(0) | Err(_) => return out,
-            Ok(n) => {
-                let room = MAX_OUTPUT.saturating_sub(out.len());
-                out.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-}
 
 /// Signals the exec'd process (gone already: nothing to do).
 fn pidfd_signal(fd: &OwnedFd, sig: i32) {
@@ -190,14 +169,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     Ok((r, w))
 }
 
-/// Makes the process's end of a pipe blocking, as a program expects of its stdio.
-fn blocking(fd: &OwnedFd) {
-    let _ = nix::fcntl::fcntl(
-        fd,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
-    );
-}
-
 pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSyncResponse> {
     let p = prepare(&crust, &req.container_id, &req.cmd).await?;
     if let Some(rt) = p.external(&crust) {
@@ -205,15 +176,17 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     }
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
+    // The process's ends blocking, as a program expects of its stdio.
     for w in [&out_w, &err_w] {
-        blocking(w);
+        set_nonblocking(w, false);
     }
     let id = p.id.clone();
     let pidfd = p
         .start(Stdio::Null, Stdio::Fd(out_w), Stdio::Fd(err_w), false)
         .await?;
-    let out_task = tokio::spawn(read_all(out_r));
-    let err_task = tokio::spawn(read_all(err_r));
+    let (done, rx) = Exited::new();
+    let out_task = tokio::spawn(read_all(out_r, rx.clone(), MAX_OUTPUT));
+    let err_task = tokio::spawn(read_all(err_r, rx, MAX_OUTPUT));
     // SAFETY: an OwnedFd: it stays open, the same fd, for the AsyncFd's life.
     let afd = unsafe {
         tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
@@ -237,18 +210,9 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     let code = tokio::task::spawn_blocking(move || reap(&pidfd))
         .await
         .map_err(Error::internal)?;
-    let drain = |t: tokio::task::JoinHandle<Vec<u8>>| async move {
-        let abort = t.abort_handle();
-        match tokio::time::timeout(DRAIN, t).await {
-            Ok(Ok(v)) => v,
-            _ => {
-                abort.abort();
-                vec![]
-            }
-        }
-    };
-    let stdout = drain(out_task).await;
-    let stderr = drain(err_task).await;
+    done.send();
+    let stdout = out_task.await.unwrap_or_default();
+    let stderr = err_task.await.unwrap_or_default();
     if timed_out {
         return Err(Error::DeadlineExceeded(format!(
             "command {:?} in container {} timed out after {}s",
@@ -307,14 +271,12 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// Lets output pumps finish (the process has exited), but not past DRAIN: a background
-/// child that inherited the pipe must not hold the call open.
-async fn drain_pumps(pumps: Vec<tokio::task::JoinHandle<()>>) {
+/// Tells the output pumps the process has exited and lets them finish (they end by
+/// themselves, see [`exec_io`](super::exec_io)).
+async fn drain_pumps(exited: Exited, pumps: Vec<tokio::task::JoinHandle<()>>) {
+    exited.send();
     for t in pumps {
-        let abort = t.abort_handle();
-        if tokio::time::timeout(DRAIN, t).await.is_err() {
-            abort.abort();
-        }
+        let _ = t.await;
     }
 }
 
@@ -336,20 +298,19 @@ async fn exec_external(
     let mut child = cmd
         .spawn()
         .map_err(|e| Error::Internal(format!("running {}: {e}", rt.binary.display())))?;
-    let mut out = child.stdout.take().expect("piped");
-    let mut err = child.stderr.take().expect("piped");
-    let out_task = tokio::spawn(async move {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v).await;
-        v.truncate(MAX_OUTPUT);
-        v
-    });
-    let err_task = tokio::spawn(async move {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v).await;
-        v.truncate(MAX_OUTPUT);
-        v
-    });
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    let (exited, rx) = Exited::new();
+    let out_task = tokio::spawn(read_all(
+        out.into_owned_fd().map_err(Error::internal)?,
+        rx.clone(),
+        MAX_OUTPUT,
+    ));
+    let err_task = tokio::spawn(read_all(
+        err.into_owned_fd().map_err(Error::internal)?,
+        rx,
+        MAX_OUTPUT,
+    ));
     let status = if req.timeout > 0 {
         tokio::time::timeout(Duration::from_secs(req.timeout as u64), child.wait())
             .await
@@ -371,57 +332,14 @@ async fn exec_external(
         )));
     };
     let status = status.map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
-    let take = |t: tokio::task::JoinHandle<Vec<u8>>| async move {
-        let abort = t.abort_handle();
-        match tokio::time::timeout(DRAIN, t).await {
-            Ok(Ok(v)) => v,
-            _ => {
-                abort.abort();
-                vec![]
-            }
-        }
-    };
-    let stdout = take(out_task).await;
-    let stderr = take(err_task).await;
+    exited.send();
+    let stdout = out_task.await.unwrap_or_default();
+    let stderr = err_task.await.unwrap_or_default();
     Ok(ExecSyncResponse {
         stdout,
         stderr,
         exit_code: exit_code(status),
     })
-}
-
-/// Copies a pipe (or pty master) to a client's stream until its end. A pty master
-/// reports EIO once the last process holding the terminal is gone: its end too. The
-/// reads happen on tokio's blocking pool, so the fd is made blocking.
-async fn pump_out(fd: OwnedFd, to: Option<streaming::remotecommand::Output>) {
-    blocking(&fd);
-    let mut f = tokio::fs::File::from_std(std::fs::File::from(fd));
-    let mut buf = vec![0u8; 32 << 10];
-    loop {
-        match f.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if let Some(w) = &to {
-                    if w.write(&buf[..n]).await.is_err() {
-                        return; // the client is gone; the process may go on
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Copies the client's stdin stream into the process until the client ends it.
-async fn pump_in(mut from: streaming::remotecommand::Input, fd: OwnedFd) {
-    use tokio::io::AsyncWriteExt;
-    blocking(&fd);
-    let mut f = tokio::fs::File::from_std(std::fs::File::from(fd));
-    while let Some(b) = from.read().await {
-        if f.write_all(&b).await.is_err() {
-            return;
-        }
-        let _ = f.flush().await;
-    }
 }
 
 /// The terminal size a tty client sends first thing, waited for briefly, so the process
@@ -536,6 +454,7 @@ async fn exec_streams(
             .map_err(|e| Error::Internal(format!("dup: {e}")))
     };
     let mut pumps = Vec::new();
+    let (exited, rx) = Exited::new();
     let pidfd = if req.tty {
         let (master, slave) = match container_pty(&p.state_dir) {
             Ok(pair) => pair,
@@ -573,13 +492,13 @@ async fn exec_streams(
         if let Some(r) = streams.resize.take() {
             tokio::spawn(pump_resize(r, dup(&master)?, size_buf));
         }
-        pumps.push(tokio::spawn(pump_out(master, streams.stdout.clone())));
+        pumps.push(tokio::spawn(pump_out(master, rx, streams.stdout.clone())));
         pidfd
     } else {
         let stdin = match streams.stdin.take() {
             Some(s) => {
                 let (r, w) = pipe()?;
-                blocking(&r);
+                set_nonblocking(&r, false);
                 tokio::spawn(pump_in(s, w));
                 Stdio::Fd(r)
             }
@@ -587,13 +506,17 @@ async fn exec_streams(
         };
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
-        blocking(&out_w);
-        blocking(&err_w);
+        set_nonblocking(&out_w, false);
+        set_nonblocking(&err_w, false);
         let pidfd = p
             .start(stdin, Stdio::Fd(out_w), Stdio::Fd(err_w), false)
             .await?;
-        pumps.push(tokio::spawn(pump_out(out_r, streams.stdout.clone())));
-        pumps.push(tokio::spawn(pump_out(err_r, streams.stderr.clone())));
+        pumps.push(tokio::spawn(pump_out(
+            out_r,
+            rx.clone(),
+            streams.stdout.clone(),
+        )));
+        pumps.push(tokio::spawn(pump_out(err_r, rx, streams.stderr.clone())));
         pidfd
     };
     let code = if req.tty {
@@ -614,7 +537,7 @@ async fn exec_streams(
     } else {
         wait_exit(pidfd).await?
     };
-    drain_pumps(pumps).await;
+    drain_pumps(exited, pumps).await;
     Ok(code)
 }
 
@@ -687,7 +610,8 @@ async fn exec_terminal_external(
             size_buf,
         ));
     }
-    let pumps = vec![tokio::spawn(pump_out(master, streams.stdout.clone()))];
+    let (exited, rx) = Exited::new();
+    let pumps = vec![tokio::spawn(pump_out(master, rx, streams.stdout.clone()))];
     let status = tokio::select! {
         st = child.wait() => st,
         _ = streams.closed() => {
@@ -699,7 +623,7 @@ async fn exec_terminal_external(
         }
     }
     .map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
-    drain_pumps(pumps).await;
+    drain_pumps(exited, pumps).await;
     drop(files);
     Ok(exit_code(status))
 }
@@ -730,16 +654,21 @@ async fn exec_streams_external(
         tokio::spawn(pump_in(s, w));
     }
     let mut pumps = Vec::new();
+    let (exited, rx) = Exited::new();
     if let Some(o) = fd(child.stdout.take().map(|x| x.into_owned_fd())) {
-        pumps.push(tokio::spawn(pump_out(o, streams.stdout.clone())));
+        pumps.push(tokio::spawn(pump_out(
+            o,
+            rx.clone(),
+            streams.stdout.clone(),
+        )));
     }
     if let Some(e) = fd(child.stderr.take().map(|x| x.into_owned_fd())) {
-        pumps.push(tokio::spawn(pump_out(e, streams.stderr.clone())));
+        pumps.push(tokio::spawn(pump_out(e, rx, streams.stderr.clone())));
     }
     let status = child
         .wait()
         .await
         .map_err(|e| Error::Internal(format!("waiting for exec: {e}")))?;
-    drain_pumps(pumps).await;
+    drain_pumps(exited, pumps).await;
     Ok(exit_code(status))
 }
