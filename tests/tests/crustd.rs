@@ -1075,32 +1075,6 @@ async fn same_pod_twice_is_already_exists() {
     assert_eq!(state(&mut c, &again).await, PodSandboxState::SandboxReady);
 }
 
-/// The CRI metrics RPCs answer Unimplemented rather than an empty list: the kubelet
-/// and the conformance suite take Unimplemented as "ask for stats instead", while an
-/// empty answer would claim the pods have no metrics.
-#[tokio::test]
-async fn metrics_rpcs_say_unimplemented() {
-    if !root() {
-        return;
-    }
-    let d = Crustd::start();
-    let mut c = d.client().await;
-    let id = run(&mut c, pod_config("metrics", "uid-metrics")).await;
-    assert_code(
-        c.list_metric_descriptors(ListMetricDescriptorsRequest {})
-            .await,
-        Code::Unimplemented,
-        "ListMetricDescriptors",
-    );
-    assert_code(
-        c.list_pod_sandbox_metrics(ListPodSandboxMetricsRequest {})
-            .await,
-        Code::Unimplemented,
-        "ListPodSandboxMetrics",
-    );
-    remove(&mut c, &id).await;
-}
-
 /// After SIGKILL of crustd and a restart, every sandbox comes back with the same id,
 /// state, IPs, labels and annotations, the pods still reach each other (they never
 /// stopped), the stale socket is replaced, and stop and remove then clean up fully.

@@ -66,7 +66,7 @@ fn usage(crust: &Crust, cg: &str) -> Option<(CpuUsage, MemoryUsage, SwapUsage, u
 
 /// Bytes and inodes under a directory (the writable layer), not following symlinks
 /// and not crossing into other filesystems.
-fn du(dir: &std::path::Path) -> (u64, u64) {
+pub fn du(dir: &std::path::Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
     let mut bytes = 0;
     let mut inodes = 0;
@@ -121,14 +121,23 @@ fn container_stats(crust: &Crust, rec: &ContainerRecord) -> Option<ContainerStat
     })
 }
 
-/// Interfaces of the pod's network namespace, from `/proc/<pause>/net/dev` (the file
-/// shows the reader's view of the namespace of that process).
-fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
-    let pause = rec.pause?;
-    if rec.host_network {
-        return None;
-    }
-    let text = std::fs::read_to_string(format!("/proc/{}/net/dev", pause.pid)).ok()?;
+/// One interface's counters, a line of `/proc/<pid>/net/dev`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetDev {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_errors: u64,
+    pub rx_dropped: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_errors: u64,
+    pub tx_dropped: u64,
+}
+
+/// The interfaces of a `/proc/<pid>/net/dev` text but `lo` (left out as cAdvisor
+/// does), in the kernel's order.
+pub fn parse_net_dev(text: &str) -> Vec<NetDev> {
     let mut ifaces = vec![];
     for line in text.lines().skip(2) {
         let Some((name, rest)) = line.split_once(':') else {
@@ -138,21 +147,54 @@ fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
         if name == "lo" {
             continue;
         }
+        // Receive: bytes packets errs drop fifo frame compressed multicast; then
+        // transmit: bytes packets errs drop fifo colls carrier compressed.
         let f: Vec<u64> = rest
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
             .collect();
-        if f.len() < 11 {
+        if f.len() < 12 {
             continue;
         }
-        ifaces.push(NetworkInterfaceUsage {
+        ifaces.push(NetDev {
             name: name.to_string(),
-            rx_bytes: u(f[0]),
-            rx_errors: u(f[2]),
-            tx_bytes: u(f[8]),
-            tx_errors: u(f[10]),
+            rx_bytes: f[0],
+            rx_packets: f[1],
+            rx_errors: f[2],
+            rx_dropped: f[3],
+            tx_bytes: f[8],
+            tx_packets: f[9],
+            tx_errors: f[10],
+            tx_dropped: f[11],
         });
     }
+    ifaces
+}
+
+/// The interfaces of the pod's network namespace, from `/proc/<pause>/net/dev` (the
+/// file shows the reader's view of the namespace of that process); `None` for a pod
+/// on the host's network or without a pause.
+pub fn pod_interfaces(rec: &SandboxRecord) -> Option<Vec<NetDev>> {
+    let pause = rec.pause?;
+    if rec.host_network {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/proc/{}/net/dev", pause.pid)).ok()?;
+    Some(parse_net_dev(&text))
+}
+
+/// The pod's interfaces as CRI stats.
+fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
+    let ifaces: Vec<NetworkInterfaceUsage> = pod_interfaces(rec)?
+        .into_iter()
+        .map(|i| NetworkInterfaceUsage {
+            name: i.name,
+            rx_bytes: u(i.rx_bytes),
+            rx_errors: u(i.rx_errors),
+            tx_bytes: u(i.tx_bytes),
+            tx_errors: u(i.tx_errors),
+        })
+        .collect();
     let default = rec
         .network
         .as_ref()
@@ -304,4 +346,32 @@ pub async fn list_sandboxes(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_dev_columns_and_no_loopback() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+lo:     140       2    0    0    0     0          0         0      140       2    0    0    0     0       0          0\n  \
+eth0:    1500      12    1    2    0     0          0         0      980       9    3    4    0     0       0          0\n";
+        assert_eq!(
+            parse_net_dev(text),
+            [NetDev {
+                name: "eth0".into(),
+                rx_bytes: 1500,
+                rx_packets: 12,
+                rx_errors: 1,
+                rx_dropped: 2,
+                tx_bytes: 980,
+                tx_packets: 9,
+                tx_errors: 3,
+                tx_dropped: 4,
+            }]
+        );
+        assert_eq!(parse_net_dev(""), []);
+    }
 }

@@ -4,8 +4,8 @@
 use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
 use crate::{
-    containers::exec, containers::ops, containers::stats, daemon::runtime_info, sandboxes::run,
-    sandboxes::status, sandboxes::stop,
+    containers::exec, containers::metrics, containers::ops, containers::stats,
+    daemon::runtime_info, sandboxes::run, sandboxes::status, sandboxes::stop,
 };
 use cri_api::*;
 use std::sync::Arc;
@@ -393,16 +393,24 @@ impl RuntimeService for Service {
         &self,
         _r: Request<ListMetricDescriptorsRequest>,
     ) -> std::result::Result<Response<ListMetricDescriptorsResponse>, Status> {
-        // An empty answer would say "no metrics" rather than "not here": the kubelet
-        // (PodAndContainerStatsFromCRI) and critest treat Unimplemented as the latter.
-        later("ListMetricDescriptors")
+        let descriptors = metrics::descriptors();
+        done(
+            "ListMetricDescriptors",
+            "",
+            Instant::now(),
+            Ok(ListMetricDescriptorsResponse { descriptors }),
+        )
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
         _r: Request<ListPodSandboxMetricsRequest>,
     ) -> std::result::Result<Response<ListPodSandboxMetricsResponse>, Status> {
-        later("ListPodSandboxMetrics")
+        let t = Instant::now();
+        let res = metrics::list(self.crust.clone())
+            .await
+            .map(|pod_metrics| ListPodSandboxMetricsResponse { pod_metrics });
+        done("ListPodSandboxMetrics", "", t, res)
     }
 
     async fn runtime_config(
