@@ -2061,3 +2061,208 @@ async fn require_hugetlb_refuses_hugepage_limits_it_cannot_apply() {
     assert_eq!(s.state, ContainerState::ContainerRunning as i32);
     e.remove(&id).await;
 }
+
+/// The pod's metrics by ListPodSandboxMetrics, `None` when it has none.
+async fn pod_metrics(e: &mut Env, pod: &str) -> Option<PodSandboxMetrics> {
+    e.c.list_pod_sandbox_metrics(ListPodSandboxMetricsRequest {})
+        .await
+        .expect("ListPodSandboxMetrics")
+        .into_inner()
+        .pod_metrics
+        .into_iter()
+        .find(|p| p.pod_sandbox_id == pod)
+}
+
+/// The value of the metric `name` whose label values end with `extra`.
+fn metric(ms: &[Metric], name: &str, extra: &[&str]) -> Option<u64> {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    ms.iter()
+        .find(|m| m.name == name && m.label_values.ends_with(&extra))
+        .map(|m| m.value.unwrap().value)
+}
+
+/// Polls the pod's metrics until `f` finds what it wants in them (or 60 s pass).
+async fn metrics_until<T>(
+    e: &mut Env,
+    pod: &str,
+    what: &str,
+    f: impl Fn(&PodSandboxMetrics) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = pod_metrics(e, pod).await;
+        if let Some(v) = m.as_ref().and_then(&f) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: never so in {m:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// ListMetricDescriptors and ListPodSandboxMetrics as the kubelet reads them with
+/// PodAndContainerStatsFromCRI: a container that fills 48 MiB of the pod's /dev/shm and
+/// then spins shows CPU seconds that rise from one call to the next and a working set
+/// above 48 MiB; the pod's eth0 counts a ping to the bridge's gateway both ways; every
+/// metric has a descriptor and as many label values as it has keys, the labels say pod,
+/// namespace, container, id and image; an exited container and a stopped pod have none.
+#[tokio::test]
+async fn metrics_of_a_busy_container_and_its_pod() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("metered").await;
+    let mut cfg = ctr(
+        "burner",
+        &[
+            "sh",
+            "-c",
+            "head -c 50331648 /dev/zero > /dev/shm/fill && while :; do :; done",
+        ],
+    );
+    res(&mut cfg).memory_limit_in_bytes = 256 << 20;
+    res(&mut cfg).cpu_shares = 512;
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+    let done = e.create(&pod, ctr("done", &["true"])).await;
+    e.start(&done).await;
+    e.wait_exited(&done).await;
+
+    let descs: std::collections::HashMap<String, MetricDescriptor> =
+        e.c.list_metric_descriptors(ListMetricDescriptorsRequest {})
+            .await
+            .expect("ListMetricDescriptors")
+            .into_inner()
+            .descriptors
+            .into_iter()
+            .map(|d| (d.name.clone(), d))
+            .collect();
+    for name in [
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "container_network_receive_bytes_total",
+        "container_fs_usage_bytes",
+    ] {
+        assert!(descs.contains_key(name), "no descriptor for {name}");
+    }
+
+    // CPU time is in whole seconds: wait for the first, then for one more.
+    let cpu = |p: &PodSandboxMetrics| {
+        let c = p.container_metrics.iter().find(|c| c.container_id == id)?;
+        metric(&c.metrics, "container_cpu_usage_seconds_total", &[]).filter(|&v| v > 0)
+    };
+    let first = metrics_until(&mut e, &pod.0, "cpu usage above 0", cpu).await;
+    let second = metrics_until(&mut e, &pod.0, "cpu usage rising", |p| {
+        cpu(p).filter(|&v| v > first)
+    })
+    .await;
+    assert!(second > first);
+
+    // Traffic on eth0: pings from the pod to the bridge's gateway, and back.
+    let before = pod_metrics(&mut e, &pod.0).await.unwrap();
+    let net = |p: &PodSandboxMetrics, name: &str| {
+        metric(&p.metrics, name, &["eth0"]).unwrap_or_else(|| panic!("no {name}: {p:?}"))
+    };
+    let gateway = format!("10.{}.0.1", e.d.opts.subnet);
+    let pin = e.d.pin(&pod.0, "net");
+    let out = crust_e2e::run(std::process::Command::new("nsenter").args([
+        &format!("--net={}", pin.display()),
+        "ping",
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        &gateway,
+    ]));
+    assert!(out.status.success(), "ping {gateway}: {out:?}");
+    let p = pod_metrics(&mut e, &pod.0).await.unwrap();
+    for (name, least) in [
+        ("container_network_transmit_bytes_total", 3 * 84),
+        ("container_network_receive_bytes_total", 3 * 84),
+        ("container_network_transmit_packets_total", 3),
+        ("container_network_receive_packets_total", 3),
+    ] {
+        let (b, a) = (net(&before, name), net(&p, name));
+        assert!(a >= b + least, "{name}: {b} then {a}");
+    }
+    assert_eq!(
+        metric(
+            &p.metrics,
+            "container_network_receive_errors_total",
+            &["eth0"]
+        ),
+        Some(0)
+    );
+    assert!(
+        p.metrics.iter().all(|m| m.label_values[..5]
+            == ["metered", "default", "", pod.0.as_str(), ""]
+            && m.label_values[5] != "lo"),
+        "{:?}",
+        p.metrics
+    );
+
+    // The kubelet drops a metric without a descriptor or with a label count its
+    // descriptor does not have.
+    for m in p
+        .metrics
+        .iter()
+        .chain(p.container_metrics.iter().flat_map(|c| &c.metrics))
+    {
+        let d = descs
+            .get(&m.name)
+            .unwrap_or_else(|| panic!("{} has no descriptor", m.name));
+        assert_eq!(m.label_values.len(), d.label_keys.len(), "{m:?} {d:?}");
+    }
+
+    // Only the running container; its labels, memory, limits, processes, layer.
+    let ids: Vec<&str> = p
+        .container_metrics
+        .iter()
+        .map(|c| c.container_id.as_str())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "the exited container has no metrics");
+    let c = &p.container_metrics[0].metrics;
+    for m in c {
+        assert_eq!(
+            m.label_values[..5],
+            ["metered", "default", "burner", id.as_str(), "busybox:e2e"],
+            "{}",
+            m.name
+        );
+    }
+    let v = |name: &str| metric(c, name, &[]).unwrap_or_else(|| panic!("no {name}: {c:?}"));
+    assert!(
+        v("container_memory_working_set_bytes") > 48 << 20,
+        "{}",
+        v("container_memory_working_set_bytes")
+    );
+    assert!(v("container_memory_usage_bytes") >= v("container_memory_working_set_bytes"));
+    assert!(v("container_memory_max_usage_bytes") >= v("container_memory_usage_bytes"));
+    assert_eq!(v("container_spec_memory_limit_bytes"), 256 << 20);
+    assert_eq!(v("container_spec_cpu_shares"), 512);
+    assert!(v("container_processes") >= 1 && v("container_threads") >= 1);
+    assert!(v("container_file_descriptors") >= 3);
+    assert_eq!(v("container_oom_events_total"), 0);
+    let started = v("container_start_time_seconds");
+    assert!(started > 1_600_000_000 && v("container_last_seen") >= started);
+    assert!(
+        c.iter().any(|m| m.name == "container_fs_usage_bytes"),
+        "{c:?}"
+    );
+    assert!(
+        metric(c, "container_ulimits_soft", &["RLIMIT_NOFILE"]).is_some_and(|n| n > 0),
+        "{c:?}"
+    );
+
+    e.c.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(
+        pod_metrics(&mut e, &pod.0).await.is_none(),
+        "a stopped pod has no metrics"
+    );
+}
