@@ -2100,11 +2100,13 @@ async fn metrics_until<T>(
 }
 
 /// ListMetricDescriptors and ListPodSandboxMetrics as the kubelet reads them with
-/// PodAndContainerStatsFromCRI: a container that fills 48 MiB of the pod's /dev/shm and
-/// then spins shows CPU seconds that rise from one call to the next and a working set
-/// above 48 MiB; the pod's eth0 counts a ping to the bridge's gateway both ways; every
-/// metric has a descriptor and as many label values as it has keys, the labels say pod,
-/// namespace, container, id and image; an exited container and a stopped pod have none.
+/// PodAndContainerStatsFromCRI: a container with critest's resources that fills 48 MiB
+/// of the pod's /dev/shm and then spins shows CPU seconds that rise from one call to
+/// the next, throttling, and a working set above 48 MiB; the pod's eth0 counts a ping
+/// to the bridge's gateway both ways; every metric has a descriptor and as many label
+/// values as it has keys, the labels say pod, namespace, container, id and image;
+/// critest's metrics spec would find what it wants; an exited container and a stopped
+/// pod have none.
 #[tokio::test]
 async fn metrics_of_a_busy_container_and_its_pod() {
     if !root() {
@@ -2120,8 +2122,15 @@ async fn metrics_of_a_busy_container_and_its_pod() {
             "head -c 50331648 /dev/zero > /dev/shm/fill && while :; do :; done",
         ],
     );
-    res(&mut cfg).memory_limit_in_bytes = 256 << 20;
-    res(&mut cfg).cpu_shares = 512;
+    // critest's resources for its metrics spec: a fifth of a CPU, 64 MiB.
+    *res(&mut cfg) = LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: 20_000,
+        cpu_shares: 1024,
+        memory_limit_in_bytes: 64 << 20,
+        memory_swap_limit_in_bytes: 64 << 20,
+        ..Default::default()
+    };
     let id = e.create(&pod, cfg).await;
     e.start(&id).await;
     let done = e.create(&pod, ctr("done", &["true"])).await;
@@ -2240,8 +2249,14 @@ async fn metrics_of_a_busy_container_and_its_pod() {
     );
     assert!(v("container_memory_usage_bytes") >= v("container_memory_working_set_bytes"));
     assert!(v("container_memory_max_usage_bytes") >= v("container_memory_usage_bytes"));
-    assert_eq!(v("container_spec_memory_limit_bytes"), 256 << 20);
-    assert_eq!(v("container_spec_cpu_shares"), 512);
+    assert_eq!(v("container_spec_memory_limit_bytes"), 64 << 20);
+    assert_eq!(v("container_spec_memory_swap_limit_bytes"), 64 << 20);
+    assert_eq!(v("container_spec_cpu_period"), 100_000);
+    assert_eq!(v("container_spec_cpu_quota"), 20_000);
+    assert_eq!(v("container_spec_cpu_shares"), 1024);
+    // Spinning at a fifth of a CPU: throttled in most periods.
+    assert!(v("container_cpu_cfs_periods_total") > 0);
+    assert!(v("container_cpu_cfs_throttled_periods_total") > 0);
     assert!(v("container_processes") >= 1 && v("container_threads") >= 1);
     assert!(v("container_file_descriptors") >= 3);
     assert_eq!(v("container_oom_events_total"), 0);
@@ -2255,6 +2270,77 @@ async fn metrics_of_a_busy_container_and_its_pod() {
         metric(c, "container_ulimits_soft", &["RLIMIT_NOFILE"]).is_some_and(|n| n > 0),
         "{c:?}"
     );
+
+    // critest's metrics spec (cri-tools pkg/validate/pod.go): these names have values
+    // (the rest of its list it takes as optional or not yet implemented by every
+    // runtime), and so does every descriptor the runtime gave but those.
+    let sent: std::collections::HashSet<&str> = p
+        .metrics
+        .iter()
+        .chain(p.container_metrics.iter().flat_map(|c| &c.metrics))
+        .map(|m| m.name.as_str())
+        .collect();
+    let critest_wants = [
+        "container_cpu_cfs_periods_total",
+        "container_cpu_cfs_throttled_periods_total",
+        "container_cpu_cfs_throttled_seconds_total",
+        "container_cpu_system_seconds_total",
+        "container_cpu_usage_seconds_total",
+        "container_cpu_user_seconds_total",
+        "container_file_descriptors",
+        "container_fs_inodes_free",
+        "container_fs_inodes_total",
+        "container_fs_limit_bytes",
+        "container_fs_usage_bytes",
+        "container_last_seen",
+        "container_memory_cache",
+        "container_memory_failcnt",
+        "container_memory_failures_total",
+        "container_memory_kernel_usage",
+        "container_memory_mapped_file",
+        "container_memory_max_usage_bytes",
+        "container_memory_rss",
+        "container_memory_swap",
+        "container_memory_usage_bytes",
+        "container_memory_working_set_bytes",
+        "container_network_receive_bytes_total",
+        "container_network_receive_errors_total",
+        "container_network_receive_packets_dropped_total",
+        "container_network_receive_packets_total",
+        "container_network_transmit_bytes_total",
+        "container_network_transmit_errors_total",
+        "container_network_transmit_packets_dropped_total",
+        "container_network_transmit_packets_total",
+        "container_oom_events_total",
+        "container_processes",
+        "container_sockets",
+        "container_spec_cpu_period",
+        "container_spec_cpu_shares",
+        "container_spec_memory_limit_bytes",
+        "container_spec_memory_swap_limit_bytes",
+        "container_start_time_seconds",
+        "container_threads",
+        "container_threads_max",
+    ];
+    let critest_optional = [
+        "container_blkio_device_usage_total",
+        "container_fs_reads_bytes_total",
+        "container_fs_reads_total",
+        "container_fs_writes_bytes_total",
+        "container_fs_writes_total",
+        "container_ulimits_soft",
+    ];
+    for name in critest_wants {
+        assert!(descs.contains_key(name), "no descriptor for {name}");
+        assert!(sent.contains(name), "no value for {name}");
+    }
+    for (name, d) in &descs {
+        assert!(!d.help.is_empty() && !d.label_keys.is_empty(), "{d:?}");
+        assert!(
+            sent.contains(name.as_str()) || critest_optional.contains(&name.as_str()),
+            "a descriptor without values: {name}"
+        );
+    }
 
     e.c.stop_pod_sandbox(StopPodSandboxRequest {
         pod_sandbox_id: pod.0.clone(),
