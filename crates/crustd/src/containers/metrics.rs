@@ -19,8 +19,11 @@
 //! - File system: `container_fs_usage_bytes` is the writable layer's size (as
 //!   ContainerStats' `writable_layer`), the limit and inodes those of the file system
 //!   it is on; `device` names that file system's block device (`/dev/vda1`, from
-//!   `/sys/dev/block`) or, when it has none (tmpfs, btrfs), `MAJOR:MINOR`. Block I/O
-//!   metrics name their device the same way (containerd: `/`, and `MAJOR:MINOR` on v2).
+//!   `/sys/dev/block`) or, when it has none (tmpfs, btrfs), `MAJOR:MINOR` (containerd
+//!   sends `/`). Block I/O metrics name their device the same way (containerd: the
+//!   device's name on v1, `MAJOR:MINOR` on v2); they are there only for devices the
+//!   kernel counted I/O on, which on v1 is at best what BFQ or the throttling layer saw
+//!   (on a 6.18 kernel not even a container's direct reads).
 //! - `container_processes` counts processes (`cgroup.procs`), `container_threads`
 //!   tasks (`pids.current`); containerd sends the task count for both.
 //! - `container_ulimits_soft` is read from the init's `/proc/<pid>/limits` (what is in
