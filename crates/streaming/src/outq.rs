@@ -7,7 +7,8 @@
 
 use std::io;
 use std::sync::Arc;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 /// KiB of data queued ahead of the socket, at most, per connection.
@@ -88,4 +89,23 @@ impl OutQueue {
             .forget();
         self.tx.send((frame, kib)).map_err(|_| closed())
     }
+}
+
+/// How long a connection we have finished with is read, at most, for the peer to close.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// Reads and drops what the peer still sends on a connection we have finished with,
+/// until it closes its side (or [`LINGER`] passes), while the writer sends what is
+/// queued and then its end of file. Closing a socket with bytes unread makes the kernel
+/// send a reset instead; a proxy in between (the kubelet's or the apiserver's, which
+/// tears down both sides when either direction fails) could see the reset before it
+/// has passed on our last frames, and the client would lose the end of the output and
+/// the exit status: a `kubectl exec -it` whose input crossed the command's exit ended
+/// with neither, and exit code 0.
+pub(crate) async fn linger<R: AsyncRead + Unpin>(rd: &mut R) {
+    let mut buf = vec![0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(1..) = rd.read(&mut buf).await {}
+    })
+    .await;
 }

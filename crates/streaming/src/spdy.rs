@@ -358,17 +358,21 @@ impl Session {
         let sh = shared.clone();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
-            tokio::select! {
+            let stopped = tokio::select! {
                 res = read_loop(&mut rd, &sh, &in_tx) => {
                     if let Err(e) = res {
                         tracing::debug!("spdy session ended: {e}");
                     }
+                    false
                 }
-                _ = stop_rx => {}
-            }
-            // The peer is gone: every stream sees its end.
+                _ = stop_rx => true,
+            };
+            // The peer is gone, or we are done: every stream sees its end.
             sh.inboxes.lock().unwrap().clear();
             let _ = done_tx.send(true);
+            if stopped {
+                crate::outq::linger(&mut rd).await;
+            }
         });
         Session {
             incoming: in_rx,
@@ -624,6 +628,31 @@ mod tests {
             got += theirs.read(&mut buf).await.unwrap();
         }
         writer.await.unwrap();
+    }
+
+    /// A session we end is closed the way a proxy in between needs: end of file first,
+    /// and what the peer still sends is read, not answered with a reset (the kubelet's
+    /// proxy tears both sides down when a write to us fails, and the client lost the
+    /// end of an exec's output).
+    #[tokio::test]
+    async fn ending_closes_without_a_reset() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (sock, _) = l.accept().await.unwrap();
+        drop(Session::server(sock));
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .expect("end of file within 5 s")
+            .unwrap();
+        assert_eq!(n, 0);
+        // The client goes on writing (its input crossed our end), and is not reset.
+        for _ in 0..5 {
+            client.write_all(b"late input").await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     #[test]

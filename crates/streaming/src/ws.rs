@@ -260,16 +260,20 @@ impl Conn {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let sh = shared.clone();
         tokio::spawn(async move {
-            tokio::select! {
+            let stopped = tokio::select! {
                 r = read_loop(&mut rd, &sh) => {
                     if let Err(e) = r {
                         tracing::debug!("websocket ended: {e}");
                     }
+                    false
                 }
-                _ = stop_rx => {}
-            }
+                _ = stop_rx => true,
+            };
             *sh.inputs.lock().unwrap() = Default::default();
             let _ = done_tx.send(true);
+            if stopped {
+                crate::outq::linger(&mut rd).await;
+            }
         });
         let conn = Conn {
             shared,
