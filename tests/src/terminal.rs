@@ -54,10 +54,32 @@ impl Terminal {
         while !self.output().contains(text) {
             assert!(
                 Instant::now() < deadline,
-                "the terminal never showed {text:?}: {}",
+                "the terminal never showed {text:?} ({}): {}",
+                self.state(),
                 self.output()
             );
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the command still runs, or how it ended, without reaping it: what a
+    /// check that waited in vain says (lost output, or a command that never got its input).
+    fn state(&self) -> String {
+        // SAFETY: waitid(2) on our own child with WNOWAIT leaves it to be reaped later;
+        // `info` is a valid siginfo_t to fill.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                self.child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            if r == 0 && info.si_pid() != 0 {
+                format!("the command has exited with status {}", info.si_status())
+            } else {
+                "the command still runs".into()
+            }
         }
     }
 

@@ -427,9 +427,17 @@ pub async fn exec_stream(
     req: cri_api::ExecRequest,
     mut streams: streaming::remotecommand::Streams,
 ) {
+    let started = std::time::Instant::now();
     let res = exec_streams(&crust, &req, &mut streams).await;
-    if let Err(e) = &res {
-        tracing::debug!(container = %req.container_id, "streaming exec failed: {e}");
+    match &res {
+        Ok(code) => tracing::debug!(
+            container = %req.container_id,
+            tty = req.tty,
+            code,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "streaming exec ended"
+        ),
+        Err(e) => tracing::debug!(container = %req.container_id, "streaming exec failed: {e}"),
     }
     streams.finish(res.map_err(|e| e.to_string()));
 }
