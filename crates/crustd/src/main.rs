@@ -104,6 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log_level))
         .with_writer(std::io::stderr)
         .init();
+    daemon::failpoint::init();
     let _locks = (
         cri::server::lock(&cfg.root, "root")?,
         cri::server::lock(&cfg.state, "state")?,

@@ -133,6 +133,9 @@ pub struct ImageStore {
     /// Digests and diff ids an unfinished pull or import has stored but not yet recorded:
     /// the garbage collector leaves them alone.
     active: Mutex<HashMap<String, usize>>,
+    /// Called after each step of a pull that makes something, with the step's name
+    /// (crustd's failpoints, in its debug builds).
+    failpoint_hook: Option<fn(&str)>,
 }
 
 impl ImageStore {
@@ -153,9 +156,22 @@ impl ImageStore {
             pulls: Mutex::new(HashMap::new()),
             layer_locks: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
+            failpoint_hook: None,
         };
         store.records()?;
         Ok(store)
+    }
+
+    /// Sets the hook a pull calls after each step that makes something (crustd's
+    /// failpoints: see its `daemon/failpoint.rs`).
+    pub fn set_failpoint_hook(&mut self, hook: Option<fn(&str)>) {
+        self.failpoint_hook = hook;
+    }
+
+    pub(crate) fn failpoint(&self, step: &str) {
+        if let Some(h) = self.failpoint_hook {
+            h(step);
+        }
     }
 
     pub fn root(&self) -> &Path {

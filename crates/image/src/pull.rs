@@ -153,6 +153,7 @@ impl ImageStore {
         hold.add(&cdesc.digest);
         self.put_blob(&cdesc.digest, &cdata, &format!("config {}", cdesc.digest))?;
         blobs.push(cdesc.digest.clone());
+        self.failpoint("pull_image.after_blobs");
         let config = ConfigBlob::parse(&cdata, &format!("config {}", cdesc.digest))?;
         config.check_platform(&format!("config {}", cdesc.digest))?;
         if config.rootfs.diff_ids.len() != m.layers.len() {
@@ -181,6 +182,7 @@ impl ImageStore {
         for res in results {
             res?;
         }
+        self.failpoint("pull_image.after_layers");
         let size = cdesc.size + m.layers.iter().map(|l| l.size).sum::<u64>();
         let mut repo_tags = vec![];
         repo_tags.extend(named.tagged());
@@ -197,7 +199,9 @@ impl ImageStore {
             blobs,
             layers: config.rootfs.diff_ids.clone(),
         };
-        self.commit(rec)
+        let image = self.commit(rec)?;
+        self.failpoint("pull_image.after_record");
+        Ok(image)
     }
 
     /// Downloads one layer and unpacks it as it arrives, unless the store has it.

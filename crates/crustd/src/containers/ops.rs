@@ -16,6 +16,7 @@ use crate::containers::store::{
     name_key, Container, ContainerRecord, ContainerState, RECORD_VERSION,
 };
 use crate::cri::error::{Error, Result};
+use crate::daemon::failpoint::failpoint;
 use crate::daemon::util;
 use crate::daemon::Crust;
 use crate::sandboxes::store::{SandboxRecord, SandboxState};
@@ -413,11 +414,13 @@ fn make(
     let t0 = Instant::now();
     let cg = container_cgroup(sb, rec)?;
     crust.containers.save_unsynced(rec)?;
+    failpoint!("create_container.after_record");
     let t_saved = t0.elapsed();
 
     let sb_cfg = sb.config().unwrap_or_default();
     let snap = cgroup_and_rootfs(crust, cg.as_ref(), &sb_cfg, cfg, rec)?;
     let image_volumes = image_volumes(crust, &id, cfg)?;
+    failpoint!("create_container.after_rootfs");
     let t_snap = t0.elapsed();
     let (cgroup_dirs, oom_events) = cgroup_watch(crust, cg.as_ref());
 
@@ -460,6 +463,7 @@ fn make(
     // and the page cache outlives crustd itself.
     std::fs::write(bundle.join("config.json"), &json)
         .map_err(|e| Error::Internal(format!("writing {}/config.json: {e}", bundle.display())))?;
+    failpoint!("create_container.after_spec");
 
     let exit_file = crust.containers.exit_file(&id);
     if let Some(dir) = exit_file.parent() {
@@ -495,11 +499,15 @@ fn make(
         let mut early = rec.clone();
         opts.on_init = Some(executor::OnInit(Box::new(move |init| {
             mark_created(&mut early, &init);
-            crate::containers::store::write_record(&path, &early).map_err(std::io::Error::other)
+            let written = crate::containers::store::write_record(&path, &early)
+                .map_err(std::io::Error::other);
+            failpoint!("create_container.after_created_record");
+            written
         })));
     }
     let t_spec = t0.elapsed();
     let c = executor::create(opts).map_err(create_err)?;
+    failpoint!("create_container.after_init");
     let t_exec = t0.elapsed();
     tracing::debug!(container = %id, ?t_saved, ?t_snap, ?t_cgroup, ?t_spec, ?t_exec, "create phases");
     // What the hook wrote, in memory too.
@@ -708,6 +716,7 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
     if let Ok(c) = executor::Container::load(&state_dir) {
         c.delete(true)
             .map_err(|e| Error::Internal(format!("deleting container {}: {e}", rec.id)))?;
+        failpoint!("remove_container.after_exec_delete");
     }
     if !rec.runtime.is_empty() {
         if let Some(rt) = crust.oci_runtimes.get(&rec.runtime) {
@@ -739,6 +748,7 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
                 .cgroups
                 .remove(&path)
                 .map_err(|e| Error::Internal(format!("removing cgroup {cg}: {e}")))?;
+            failpoint!("remove_container.after_cgroup");
         }
         rec.cgroup = None;
     }
@@ -758,9 +768,12 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
             .remove_snapshot(&rec.id)
             .map_err(|e| Error::Internal(format!("removing the snapshot of {}: {e}", rec.id)))?;
         rec.snapshot = false;
+        failpoint!("remove_container.after_snapshot");
     }
     crate::containers::image_volume::remove_all(crust, &rec.id)?;
-    crust.containers.delete_files(&rec.id)
+    crust.containers.delete_files(&rec.id)?;
+    failpoint!("remove_container.after_files");
+    Ok(())
 }
 
 /// Folds the monitor's exit record into the container's record once the process has
@@ -883,9 +896,11 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
             rec.id
         )));
     }
+    failpoint!("start_container.after_gate");
     rec.state = ContainerState::Running;
     rec.started_at = started_at;
     crust.containers.save(&rec)?;
+    failpoint!("start_container.after_record");
     crust
         .events
         .emit_container(&crust, &rec, ContainerEventType::ContainerStartedEvent);
@@ -1020,6 +1035,7 @@ pub async fn stop(crust: Arc<Crust>, id: &str, timeout: i64) -> Result<()> {
                 ContainerState::Exited | ContainerState::Creating => return Ok(()),
                 ContainerState::Running => {
                     signal_init(&rec, signal_number(&rec.stop_signal));
+                    failpoint!("stop_container.after_stop_signal");
                     Some(rec.clone())
                 }
                 _ => None,
@@ -1030,7 +1046,9 @@ pub async fn stop(crust: Arc<Crust>, id: &str, timeout: i64) -> Result<()> {
         }
     }
     let mut rec = c.rec.lock().await;
-    kill_locked(&crust, &mut rec).await
+    kill_locked(&crust, &mut rec).await?;
+    failpoint!("stop_container.after_exit");
+    Ok(())
 }
 
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {

@@ -4,6 +4,7 @@
 //! small helpers (`util`).
 
 pub mod config;
+pub mod failpoint;
 pub mod runtime_info;
 pub mod util;
 
@@ -58,8 +59,10 @@ impl Crust {
                 cfg.pause_dir().display()
             )
         })?;
-        let images = image::ImageStore::open(cfg.root.join("images"), cfg.registry_config_dir())
-            .map_err(|e| anyhow::anyhow!("opening the image store: {e}"))?;
+        let mut images =
+            image::ImageStore::open(cfg.root.join("images"), cfg.registry_config_dir())
+                .map_err(|e| anyhow::anyhow!("opening the image store: {e}"))?;
+        images.set_failpoint_hook(failpoint::image_hook());
         // Layers an interrupted pull left unrecorded go (snapshots keep theirs).
         images
             .gc()

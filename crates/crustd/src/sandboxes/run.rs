@@ -8,6 +8,7 @@
 //! the same way (`teardown`).
 
 use crate::cri::error::{Error, Result};
+use crate::daemon::failpoint::failpoint;
 use crate::daemon::Crust;
 use crate::sandboxes::store::{name_key, PauseRef, SandboxRecord, SandboxState, RECORD_VERSION};
 use crate::{
@@ -151,13 +152,16 @@ fn create(
         rec.network = Some(crust.network.attachment(&id, cfg)?);
     }
     crust.store.save_progress(rec)?;
+    failpoint!("run_sandbox.after_record");
 
     let pause = start_pause(crust, cfg, &cgroup, rec)?;
+    failpoint!("run_sandbox.after_pause");
     let t_cgroup = t0.elapsed();
     crust.store.save_progress(rec)?;
 
     let t_pause = t0.elapsed();
     pin_namespaces(crust, rec, pause.pid)?;
+    failpoint!("run_sandbox.after_pins");
 
     set_oom_score_adj(pause.pid, PAUSE_OOM_SCORE_ADJ);
 
@@ -171,6 +175,7 @@ fn create(
         let result = crust
             .network
             .add(rec.network.as_ref().unwrap(), &id, &netns)?;
+        failpoint!("run_sandbox.after_cni_add");
         rec.ips = network::pod_ips(&result);
         if let Some(n) = rec.network.as_mut() {
             n.result = result
@@ -182,10 +187,12 @@ fn create(
 
     let t_cni = t0.elapsed();
     write_pod_files(crust, cfg, rec)?;
+    failpoint!("run_sandbox.after_pod_files");
 
     rec.state = SandboxState::Ready;
     let t_files = t0.elapsed();
     crust.store.save(rec)?;
+    failpoint!("run_sandbox.after_ready");
     tracing::debug!(sandbox = %id, ?t_cgroup, ?t_pause, ?t_pins, ?t_saved, ?t_cni, ?t_files, t_end = ?t0.elapsed(), "run phases");
     Ok(())
 }
@@ -343,10 +350,12 @@ pub fn teardown(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
                 .map_err(|e| Error::Internal(format!("removing cgroup {parent}: {e}")))?;
         }
         rec.cgroup = None;
+        failpoint!("remove_sandbox.after_cgroup");
     }
     let pin_dir = crust.pin_dir(&rec.id);
     let _ = std::fs::remove_dir(&pin_dir);
     crust.store.delete_files(&rec.id)?;
+    failpoint!("remove_sandbox.after_files");
     Ok(())
 }
 
@@ -360,10 +369,12 @@ pub fn stop(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
             Duration::from_secs(crust.cfg.stop_timeout_seconds),
         )
         .map_err(|e| Error::Internal(format!("stopping the pause process {}: {e}", p.pid)))?;
+        failpoint!("stop_sandbox.after_pause");
     }
     if let Some(net) = rec.network.clone() {
         if !net.torn_down {
             crust.network.del(&net, &rec.id, rec.netns())?;
+            failpoint!("stop_sandbox.after_cni_del");
             if let Some(n) = rec.network.as_mut() {
                 n.torn_down = true;
             }
@@ -379,6 +390,7 @@ pub fn stop(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
             .map_err(|e| Error::Internal(format!("unpinning the pod's {name} namespace: {e}")))?;
         rec.pins.remove(&name);
     }
+    failpoint!("stop_sandbox.after_unpin");
     if rec.state != SandboxState::Creating {
         rec.state = SandboxState::NotReady;
     }

@@ -2,6 +2,7 @@
 //! nobody knows, as the CRI asks: the kubelet calls them again until they succeed.
 
 use crate::cri::error::{Error, Result};
+use crate::daemon::failpoint::failpoint;
 use crate::daemon::Crust;
 use crate::sandboxes::run;
 use crate::sandboxes::store::SandboxRecord;
@@ -40,6 +41,7 @@ pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
     if let Ok(sb) = crust.store.get(id) {
         was_ready = sb.rec.lock().await.state == crate::sandboxes::store::SandboxState::Ready;
         crate::containers::ops::stop_all(crust.clone(), &sb.id).await?;
+        failpoint!("stop_sandbox.after_containers");
     }
     // Whatever got done is recorded, also when a later part failed.
     with_sandbox(crust, id, run::stop, move |c, rec, res| {
@@ -50,7 +52,9 @@ pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
                 cri_api::ContainerEventType::ContainerStoppedEvent,
             );
         }
-        c.store.save(rec)
+        let saved = c.store.save(rec);
+        failpoint!("stop_sandbox.after_record");
+        saved
     })
     .await
 }
@@ -58,6 +62,7 @@ pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
     if let Ok(sb) = crust.store.get(id) {
         crate::containers::ops::remove_all(crust.clone(), &sb.id).await?;
+        failpoint!("remove_sandbox.after_containers");
     }
     with_sandbox(crust, id, run::teardown, |c, rec, res| {
         if res.is_ok() {
