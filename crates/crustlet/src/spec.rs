@@ -446,6 +446,8 @@ pub fn resources(
 /// limit (always for Guaranteed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PodLimits {
+    /// The CPU the pod requests, millicores (what its QoS class's cgroup adds up).
+    pub cpu_request: i64,
     pub cpu_shares: u64,
     pub cpu_quota: Option<i64>,
     pub memory: Option<i64>,
@@ -478,14 +480,24 @@ pub fn pod_limits(pod: &Pod) -> Result<PodLimits, BadQuantity> {
             None => Ok(0),
         }
     };
+    // As the kubelet adds them up: the app containers and the sidecars (restartable init
+    // containers, which run beside them), or, if more, an init container with the
+    // sidecars started before it; then the pod's overhead.
     let total = |limits: bool, name: &str| -> Result<i64, BadQuantity> {
         let mut sum = 0;
         for c in &spec.containers {
             sum += get(c, limits, name)?;
         }
-        let mut init = 0;
+        let (mut sidecars, mut init) = (0, 0);
         for c in spec.init_containers.iter().flatten() {
-            init = init.max(get(c, limits, name)?);
+            let own = get(c, limits, name)?;
+            if c.restart_policy.as_deref() == Some("Always") {
+                sum += own;
+                sidecars += own;
+                init = init.max(sidecars);
+            } else {
+                init = init.max(own + sidecars);
+            }
         }
         Ok(sum.max(init) + overhead(name)?)
     };
@@ -517,6 +529,7 @@ pub fn pod_limits(pod: &Pod) -> Result<PodLimits, BadQuantity> {
         None
     };
     Ok(PodLimits {
+        cpu_request,
         cpu_shares,
         cpu_quota,
         memory,
@@ -731,6 +744,7 @@ mod tests {
         assert_eq!(
             pod_limits(&g).unwrap(),
             PodLimits {
+                cpu_request: 510,
                 cpu_shares: 522,
                 cpu_quota: Some(51_000),
                 memory: Some(128 << 20)
@@ -751,16 +765,40 @@ mod tests {
         assert_eq!(
             pod_limits(&b).unwrap(),
             PodLimits {
+                cpu_request: 1010,
                 cpu_shares: 1034,
                 cpu_quota: None,
                 memory: None
             }
         );
+        // A sidecar (restartable init container) runs beside the app containers: its
+        // requests add up with theirs, and with every init container after it.
+        let mut sidecar = c(serde_json::json!({"cpu": "300m"}), serde_json::json!({}));
+        sidecar["restartPolicy"] = serde_json::json!("Always");
+        let s = p(
+            serde_json::json!([c(serde_json::json!({"cpu": "100m"}), serde_json::json!({}))]),
+            serde_json::json!([
+                sidecar,
+                c(serde_json::json!({"cpu": "500m"}), serde_json::json!({}))
+            ]),
+        );
+        assert_eq!(pod_limits(&s).unwrap().cpu_request, 810);
+        let mut sidecar = c(serde_json::json!({"cpu": "300m"}), serde_json::json!({}));
+        sidecar["restartPolicy"] = serde_json::json!("Always");
+        let s = p(
+            serde_json::json!([c(serde_json::json!({"cpu": "100m"}), serde_json::json!({}))]),
+            serde_json::json!([
+                c(serde_json::json!({"cpu": "200m"}), serde_json::json!({})),
+                sidecar
+            ]),
+        );
+        assert_eq!(pod_limits(&s).unwrap().cpu_request, 410);
         // BestEffort: 2 shares, nothing else.
         let e = p(serde_json::json!([{"name": "c"}]), serde_json::json!([]));
         assert_eq!(
             pod_limits(&e).unwrap(),
             PodLimits {
+                cpu_request: 10,
                 cpu_shares: 2,
                 cpu_quota: None,
                 memory: None
