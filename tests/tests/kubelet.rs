@@ -1340,6 +1340,7 @@ fn main() {
             crustlet_volumes_and_env,
             crustlet_image_and_config_errors,
             crustlet_requests_and_limits_in_cgroups,
+            crustlet_qos_cgroups_as_kubelet,
             crustlet_graceful_deletion,
             crustlet_static_pod_mirrored,
             crustlet_same_as_kubelet,

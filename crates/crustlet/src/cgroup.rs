@@ -151,6 +151,111 @@ fn enable_down_to(mount: &Path, dir: &Path, controllers: &[&str]) -> std::io::Re
     Ok(())
 }
 
+/// CPU shares for millicores, as the kubelet converts them (2 at the least).
+fn shares(milli: i64) -> u64 {
+    ((milli.max(0) as u64) * 1024 / 1000).clamp(2, 262_144)
+}
+
+/// What the node gives its pods, for the `kubepods` cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLimits {
+    pub cpu_milli: i64,
+    /// Memory less hugepages (the eviction threshold is not taken off: the kubelet
+    /// enforces capacity less reservations, of which the crustlet has none).
+    pub memory: u64,
+    /// The most tasks (the smaller of `pid_max` and `threads-max`).
+    pub pids: Option<u64>,
+}
+
+/// Makes the node's pod cgroups as the kubelet's container manager keeps them (QoS
+/// cgroups on, node allocatable enforced on pods): `kubepods` with the node's CPU as
+/// shares, its memory and its task limit, `kubepods/besteffort` at 2 shares and
+/// `kubepods/burstable` at the shares of the CPU its pods request (0 until
+/// [`set_burstable`] says otherwise). Without a limit on `kubepods`, a v1 cgroup made by
+/// hand starts at 1024 shares: all pods together would weigh as one process.
+pub fn make_node(cfg: &Config, node: NodeLimits) -> std::io::Result<()> {
+    let root = cfg.cgroup_root.trim_end_matches('/');
+    let kubepods = format!("{root}/kubepods");
+    for h in hierarchies() {
+        let Some(dir) = h.dir(&kubepods) else {
+            continue;
+        };
+        if h.v2 {
+            let have =
+                std::fs::read_to_string(h.mount.join("cgroup.controllers")).unwrap_or_default();
+            let wanted: Vec<&str> = ["cpu", "memory", "pids"]
+                .into_iter()
+                .filter(|c| have.split_whitespace().any(|x| x == *c))
+                .collect();
+            if wanted.is_empty() {
+                continue;
+            }
+            for q in ["burstable", "besteffort"] {
+                let sub = dir.join(q);
+                std::fs::create_dir_all(&sub)?;
+                enable_down_to(&h.mount, &sub, &wanted)?;
+            }
+            if wanted.contains(&"cpu") {
+                write(
+                    &dir,
+                    "cpu.weight",
+                    &weight(shares(node.cpu_milli)).to_string(),
+                )?;
+                write(
+                    &dir.join("besteffort"),
+                    "cpu.weight",
+                    &weight(2).to_string(),
+                )?;
+            }
+            if wanted.contains(&"memory") {
+                write(&dir, "memory.max", &node.memory.to_string())?;
+            }
+            if let (true, Some(p)) = (wanted.contains(&"pids"), node.pids) {
+                write(&dir, "pids.max", &p.to_string())?;
+            }
+            continue;
+        }
+        if h.has("cpu") {
+            for q in ["burstable", "besteffort"] {
+                std::fs::create_dir_all(dir.join(q))?;
+            }
+            write(&dir, "cpu.shares", &shares(node.cpu_milli).to_string())?;
+            write(&dir.join("besteffort"), "cpu.shares", "2")?;
+        }
+        if h.has("memory") {
+            std::fs::create_dir_all(&dir)?;
+            write(&dir, "memory.limit_in_bytes", &node.memory.to_string())?;
+        }
+        if let (true, Some(p)) = (h.has("pids"), node.pids) {
+            std::fs::create_dir_all(&dir)?;
+            write(&dir, "pids.max", &p.to_string())?;
+        }
+    }
+    set_burstable(cfg, 0)
+}
+
+/// Gives `kubepods/burstable` the shares of `milli`, the CPU its pods request in all, as
+/// the kubelet does on each pod start (so a Burstable pod's weight against Guaranteed
+/// ones follows its request, not a fixed 1024).
+pub fn set_burstable(cfg: &Config, milli: i64) -> std::io::Result<()> {
+    let root = cfg.cgroup_root.trim_end_matches('/');
+    let path = format!("{root}/kubepods/burstable");
+    for h in hierarchies() {
+        let Some(dir) = h.dir(&path) else { continue };
+        if !dir.is_dir() {
+            continue;
+        }
+        if h.v2 {
+            if dir.join("cpu.weight").exists() {
+                write(&dir, "cpu.weight", &weight(shares(milli)).to_string())?;
+            }
+        } else if h.has("cpu") {
+            write(&dir, "cpu.shares", &shares(milli).to_string())?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes the cgroup of pod `uid` (whatever its QoS class was) in every hierarchy,
 /// once its sandboxes are removed. A cgroup that still holds a process or a child
 /// (a container being torn down) is tried again for a few seconds, then left.
@@ -184,6 +289,15 @@ pub async fn remove_pod(cfg: &Config, uid: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn millicores_to_shares_as_the_kubelet_converts() {
+        assert_eq!(shares(0), 2);
+        assert_eq!(shares(1), 2);
+        assert_eq!(shares(250), 256);
+        assert_eq!(shares(2000), 2048);
+        assert_eq!(shares(1_000_000), 262_144);
+    }
 
     #[test]
     fn shares_to_weight_as_runc_converts() {

@@ -149,6 +149,9 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         tokio::spawn(node::run(cfg.clone(), client, cri.clone()));
     }
     tracing::info!(node = %cfg.node_name, runtime = %cfg.runtime_socket.display(), "crustlet starting");
+    if let Err(e) = cgroup::make_node(&cfg, node::limits()) {
+        tracing::warn!("the node's pod cgroups (kubepods): {e}");
+    }
     let ctx = Arc::new(Ctx {
         cfg: cfg.clone(),
         cri,

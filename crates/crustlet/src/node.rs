@@ -101,10 +101,23 @@ pub fn memory_allocatable() -> i64 {
         ) as i64
 }
 
+/// What the node gives its pods in all (`kubepods`): its CPUs, its memory less
+/// hugepages, its task limit.
+pub fn limits() -> crate::cgroup::NodeLimits {
+    let huge: u64 = host::hugepages(std::path::Path::new("/sys/kernel/mm/hugepages"))
+        .iter()
+        .map(|(_, b)| b)
+        .sum();
+    crate::cgroup::NodeLimits {
+        cpu_milli: cpu_capacity_milli(),
+        memory: (memory_capacity() as u64).saturating_sub(huge),
+        pids: host::pids().ok().map(|(max, _)| max),
+    }
+}
+
 /// The node's CPU capacity (and allocatable: nothing is reserved) in millicores: the
 /// online CPUs times 1000. The kubelet gives containers without a CPU limit this as their
 /// `limits.cpu` (downward API).
-#[allow(dead_code)] // for the pod workers' downward API; no caller yet
 pub fn cpu_capacity_milli() -> i64 {
     host::online_cpus() as i64 * 1000
 }

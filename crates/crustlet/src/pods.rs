@@ -53,6 +53,7 @@ pub async fn run(ctx: Arc<Ctx>) {
     let expected =
         usize::from(ctx.client.is_some()) + usize::from(ctx.cfg.pod_manifest_path.is_some());
     let mut orphans_checked = false;
+    let mut burstable = BurstableShare::default();
     while let Some(u) = rx.recv().await {
         match u {
             Update::Pod(pod) => {
@@ -65,8 +66,11 @@ pub async fn run(ctx: Arc<Ctx>) {
                     }
                     None => {
                         let (tx, rx) = watch::channel(Some(pod));
-                        tokio::spawn(worker::run(ctx.clone(), rx));
                         workers.insert(uid, (source, tx));
+                        // The Burstable class's share first, as the kubelet does before
+                        // it makes a pod's cgroup.
+                        burstable.update(&ctx, &workers);
+                        tokio::spawn(worker::run(ctx.clone(), rx));
                     }
                 }
             }
@@ -95,7 +99,45 @@ pub async fn run(ctx: Arc<Ctx>) {
             }
         }
         workers.retain(|_, (_, tx)| !tx.is_closed());
+        burstable.update(&ctx, &workers);
     }
+}
+
+/// The shares of `kubepods/burstable`, written when the CPU its pods request changes.
+#[derive(Default)]
+struct BurstableShare {
+    written: Option<i64>,
+}
+
+impl BurstableShare {
+    fn update(
+        &mut self,
+        ctx: &Ctx,
+        workers: &HashMap<String, (&'static str, watch::Sender<Option<Pod>>)>,
+    ) {
+        let milli = burstable_request(workers.values().filter_map(|(_, tx)| tx.borrow().clone()));
+        if self.written == Some(milli) {
+            return;
+        }
+        match crate::cgroup::set_burstable(&ctx.cfg, milli) {
+            Ok(()) => self.written = Some(milli),
+            Err(e) => tracing::warn!("kubepods/burstable: {e}"),
+        }
+    }
+}
+
+/// The CPU the node's active Burstable pods request in all, millicores, as the kubelet
+/// adds it up: pods that have ended or are being deleted no longer count.
+fn burstable_request(pods: impl Iterator<Item = Pod>) -> i64 {
+    pods.filter(|p| {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        p.metadata.deletion_timestamp.is_none()
+            && !matches!(phase, Some("Succeeded" | "Failed"))
+            && spec::qos(p) == "Burstable"
+    })
+    .filter_map(|p| spec::pod_limits(&p).ok())
+    .map(|l| l.cpu_request)
+    .sum()
 }
 
 async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Update>) {

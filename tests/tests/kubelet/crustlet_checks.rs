@@ -1097,6 +1097,133 @@ pub fn crustlet_requests_and_limits_in_cgroups(c: &Cluster) {
     }
 }
 
+/// A CPU quantity in millicores (`250m`, `1`, `0.5`).
+fn milli(q: &Value) -> i64 {
+    let s = q
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| q.to_string());
+    match s.strip_suffix('m') {
+        Some(m) => m.parse().unwrap(),
+        None => (s.parse::<f64>().unwrap() * 1000.0).round() as i64,
+    }
+}
+
+/// The CPU pod `p` requests, millicores, as the kubelet adds it up: the app containers
+/// and sidecars, or an init container with the sidecars before it if more; the overhead.
+fn pod_cpu_request(p: &Value) -> i64 {
+    let req = |c: &Value| {
+        let r = &c["resources"];
+        let q = if r["requests"]["cpu"].is_null() {
+            &r["limits"]["cpu"]
+        } else {
+            &r["requests"]["cpu"]
+        };
+        if q.is_null() {
+            0
+        } else {
+            milli(q)
+        }
+    };
+    let list = |k: &str| p["spec"][k].as_array().cloned().unwrap_or_default();
+    let mut sum: i64 = list("containers").iter().map(req).sum();
+    let (mut sidecars, mut init) = (0, 0);
+    for c in list("initContainers") {
+        if c["restartPolicy"] == "Always" {
+            sum += req(&c);
+            sidecars += req(&c);
+            init = init.max(sidecars);
+        } else {
+            init = init.max(req(&c) + sidecars);
+        }
+    }
+    let overhead = &p["spec"]["overhead"]["cpu"];
+    sum.max(init)
+        + if overhead.is_null() {
+            0
+        } else {
+            milli(overhead)
+        }
+}
+
+/// The node-level pod cgroups, the same as the real kubelet's on the same machine:
+/// `kubepods` with the node's CPUs as shares, its memory and its task limit, BestEffort at
+/// 2 shares; and on each node, Burstable at the shares of the CPU that node's active
+/// Burstable pods request in all (from the apiserver's pods, so the same rule is checked
+/// on the kubelet).
+pub fn crustlet_qos_cgroups_as_kubelet(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
+    let kubelet_root = &std::ops::Deref::deref(c).cgroup_root;
+    let roots = [
+        (NODE, kubelet_root, "k"),
+        (CRUSTLET_NODE, &c.crustlet_cgroup_root, "c"),
+    ];
+    for (node, _, tag) in roots {
+        let p = pod_on(c, node, &format!("qos-{tag}"), "exec sleep 3600", |p| {
+            p["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "300m"}});
+        });
+        run_pod(c, p);
+    }
+    let read = |root: &str, ctl: &str, rel: &str, file: &str| {
+        let dir = c
+            .cgroup_dir_named_under(root, ctl, "kubepods")
+            .unwrap_or_else(|| panic!("no {ctl} cgroup kubepods under {root}"));
+        read_trim(&dir.join(rel).join(file))
+    };
+    for (ctl, rel, file) in [
+        ("cpu", "", "cpu.shares"),
+        ("memory", "", "memory.limit_in_bytes"),
+        ("pids", "", "pids.max"),
+        ("cpu", "besteffort", "cpu.shares"),
+    ] {
+        assert_eq!(
+            read(&c.crustlet_cgroup_root, ctl, rel, file),
+            read(kubelet_root, ctl, rel, file),
+            "kubepods/{rel}/{file} differs from the kubelet's"
+        );
+    }
+    assert_eq!(read(kubelet_root, "cpu", "besteffort", "cpu.shares"), "2");
+    for (node, root, _) in roots {
+        // The kubelet writes the class's share when a pod starts and every minute.
+        wait_for(
+            &format!("{node}'s kubepods/burstable to weigh its pods' CPU requests"),
+            Duration::from_secs(150),
+            |last| {
+                let out = ok(c.kubectl(&[
+                    "get",
+                    "pods",
+                    "-A",
+                    "--field-selector",
+                    &format!("spec.nodeName={node}"),
+                    "-o",
+                    "json",
+                ]));
+                let pods: Value = serde_json::from_str(&out).ok()?;
+                let milli: i64 = pods["items"]
+                    .as_array()?
+                    .iter()
+                    .filter(|p| {
+                        p["metadata"]["deletionTimestamp"].is_null()
+                            && p["status"]["qosClass"] == "Burstable"
+                            && !matches!(
+                                p["status"]["phase"].as_str(),
+                                Some("Succeeded" | "Failed")
+                            )
+                    })
+                    .map(pod_cpu_request)
+                    .sum();
+                let want = (milli * 1024 / 1000).clamp(2, 262_144).to_string();
+                let got = read(root, "cpu", "burstable", "cpu.shares");
+                *last = format!("cpu.shares {got}, the pods' {milli}m make {want}");
+                (got == want).then_some(())
+            },
+        );
+    }
+    for tag in ["k", "c"] {
+        kubectl(c, &["delete", "pod", &format!("qos-{tag}"), "--wait=false"]);
+    }
+}
+
 // ---- deletion -------------------------------------------------------------------------
 
 pub(crate) fn delete_timed(c: &Crustlet, name: &str) -> Duration {
