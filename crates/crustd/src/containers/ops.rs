@@ -1372,6 +1372,7 @@ pub fn recover(crust: &Arc<Crust>) {
                 }
             }
         }
+        started_meanwhile(crust, &mut rec);
         if crust.store.get(&rec.sandbox_id).is_err() {
             tracing::warn!(container = %rec.id, sandbox = %rec.sandbox_id, "container of a sandbox that is gone: removing it");
             let _ = teardown(crust, &mut rec);
@@ -1382,6 +1383,32 @@ pub fn recover(crust: &Arc<Crust>) {
             tracing::warn!(container = %rec.id, error = %e, "container name taken twice");
         }
         crust.containers.insert(rec);
+    }
+}
+
+/// A StartContainer cut off after the gate opened and before the record said so: the
+/// executor's state shows the gate gone, so the record follows (`running`, from the
+/// time the executor noted, else now). Left `created`, the container would report a
+/// state it is not in and refuse every StartContainer.
+fn started_meanwhile(crust: &Crust, rec: &mut ContainerRecord) {
+    if rec.state != ContainerState::Created || !rec.runtime.is_empty() {
+        return;
+    }
+    let Ok(x) = executor::Container::load(&crust.containers.exec_state(&rec.id)) else {
+        return;
+    };
+    if x.started.is_none() && x.status() != executor::Status::Running {
+        return;
+    }
+    tracing::warn!(container = %rec.id, "the container was started before crustd stopped: recording it running");
+    rec.state = ContainerState::Running;
+    rec.started_at = x
+        .started
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_else(util::now_ns);
+    if let Err(e) = crust.containers.save(rec) {
+        tracing::warn!(container = %rec.id, error = %e, "saving a container found started");
     }
 }
 
