@@ -866,6 +866,7 @@ fn main() {
         subnet: 93,
         extra_args: vec![],
         state_on_tmpfs: true,
+        ..Default::default()
     });
     std::fs::write(
         crust.conf_dir.path().join("10-bench.conflist"),

@@ -286,6 +286,7 @@ fn main() {
         subnet: 92,
         extra_args: vec![],
         state_on_tmpfs: true,
+        ..Default::default()
     });
     let reg = Registry::start_with(None, Some(&crust.node));
 

@@ -401,6 +401,7 @@ fn main() {
         // crust, if anything.
         extra_args: vec![],
         state_on_tmpfs: true,
+        ..Default::default()
     });
     std::fs::write(
         crust.conf_dir.path().join("10-bench.conflist"),

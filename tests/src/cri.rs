@@ -24,6 +24,15 @@ pub const APPLETS: &[&str] = &[
 
 /// Imports the busybox image into the daemon's store (the store is shared on disk).
 pub fn import_busybox(d: &Crustd) {
+    let t = TempDir::new("layout");
+    busybox_layout(t.path(), IMAGE);
+    let store = image::ImageStore::open(d.root.path().join("images"), None).unwrap();
+    store.import(t.path()).expect("importing busybox");
+}
+
+/// Writes the busybox image as an OCI layout in `dir`, ref name `e2e`, with
+/// `image_name` as the name an import gives it.
+pub fn busybox_layout(dir: &Path, image_name: &str) {
     let bb = which("busybox").expect("busybox");
     let mut l = LayerBuilder::new()
         .dir("bin", 0o755)
@@ -47,17 +56,14 @@ pub fn import_busybox(d: &Crustd) {
     let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
     img.config.cmd = vec!["/bin/sh".into()];
     img.config.env = vec!["PATH=/bin".into(), "FROM_IMAGE=yes".into()];
-    let t = TempDir::new("layout");
     write_oci_layout(
-        t.path(),
+        dir,
         &[LayoutEntry {
             ref_name: Some("e2e".into()),
-            image_name: Some(IMAGE.into()),
+            image_name: Some(image_name.into()),
             platforms: vec![img],
         }],
     );
-    let store = image::ImageStore::open(d.root.path().join("images"), None).unwrap();
-    store.import(t.path()).expect("importing busybox");
 }
 
 /// A crustd with the busybox image, a CRI client, and a folder for pod logs.

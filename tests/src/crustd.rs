@@ -21,6 +21,9 @@ pub struct Options {
     /// The state dir (`--state`) on a tmpfs of its own, as `/run` is on a node (the
     /// benchmarks; tests keep it on disk, which costs them only time).
     pub state_on_tmpfs: bool,
+    /// More environment for the daemon (the crash suite's `CRUST_FAILPOINT`); `spawn`
+    /// reads it each time, so a restart can go without.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -30,6 +33,7 @@ impl Default for Options {
             subnet: 66,
             extra_args: vec![],
             state_on_tmpfs: false,
+            env: vec![],
         }
     }
 }
@@ -146,7 +150,8 @@ impl Crustd {
             .arg("--cgroup-nested")
             .arg("--log-level")
             .arg("debug")
-            .args(&self.opts.extra_args);
+            .args(&self.opts.extra_args)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         // An explicit --config must exist: give it an empty one unless asked otherwise.
         std::fs::write(self.root.path().join("no-config.toml"), &self.config_toml).unwrap();
         let log = std::fs::OpenOptions::new()
@@ -204,6 +209,23 @@ impl Crustd {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Waits up to `timeout` for the daemon to exit by itself: how it ended, or `None`
+    /// when it still runs (or was not running).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while let Some(c) = self.child.as_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                self.child = None;
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
     }
 
     /// SIGTERM and wait, as an operator's restart does.
@@ -426,6 +448,25 @@ fn dir_names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// Pids of the live processes whose executable is `bin`.
+pub fn pids_running(bin: &Path) -> Vec<i32> {
+    let mut v: Vec<i32> = std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read_link(format!("/proc/{pid}/exe"))
+                        .ok()
+                        .as_deref()
+                        == Some(bin)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 /// True for a 64-hex-digit name, the shape of a sandbox id.
 pub fn is_sandbox_id(name: &str) -> bool {
     name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit())
@@ -439,22 +480,17 @@ impl Crustd {
 
     /// Pids of the live processes running this daemon's pause binary.
     pub fn pause_pids(&self) -> Vec<i32> {
-        let bin = self.pause_bin();
-        let mut v: Vec<i32> = std::fs::read_dir("/proc")
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                    .filter(|pid| {
-                        std::fs::read_link(format!("/proc/{pid}/exe"))
-                            .ok()
-                            .as_deref()
-                            == Some(bin.as_path())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        pids_running(&self.pause_bin())
+    }
+
+    /// The monitor binary this daemon installed (`<state>/bin/crust-monitor`).
+    pub fn monitor_bin(&self) -> PathBuf {
+        self.state.path().join("bin").join("crust-monitor")
+    }
+
+    /// Pids of the live processes running this daemon's monitor binary.
+    pub fn monitor_pids(&self) -> Vec<i32> {
+        pids_running(&self.monitor_bin())
     }
 
     /// Links named `veth*` in the node namespace.
