@@ -336,6 +336,34 @@ async fn check(rpc: &str, step: &str, d: &Crustd, c: &mut Client, m: &Made, logs
             }
         }
     }
+    // What the cut RPC was making is whole, or gone with its name free again: the
+    // kubelet retries with the same name and must not find it taken by a husk.
+    let cut_name = |m: Option<&ContainerMetadata>| m.is_some_and(|m| m.name == "cut");
+    match rpc {
+        "run_sandbox" => {
+            let cut = listed
+                .iter()
+                .any(|p| p.metadata.as_ref().unwrap().name == "cut");
+            if !cut {
+                run_pod(c, &pod_config("cut", logs))
+                    .await
+                    .unwrap_or_else(|e| panic!("{step}: the rolled-back pod's name: {e:?}"));
+            }
+        }
+        "create_container" => match ctrs.iter().find(|x| cut_name(x.metadata.as_ref())) {
+            Some(x) => assert_eq!(
+                x.state,
+                ContainerState::ContainerCreated as i32,
+                "{step}: the cut container is neither whole nor rolled back"
+            ),
+            None => {
+                create(c, m.pod.as_ref().unwrap(), sleeper("cut", &m.image))
+                    .await
+                    .unwrap_or_else(|e| panic!("{step}: the rolled-back container's name: {e:?}"));
+            }
+        },
+        _ => {}
+    }
     // Every pod: READY ones have their address and the network behind it, and run a
     // new container; NOTREADY ones are left for the cleanup.
     for p in &listed {

@@ -1362,6 +1362,10 @@ pub fn recover(crust: &Arc<Crust>) {
                 continue;
             }
         };
+        if rec.state == ContainerState::Created && create_cut_off(crust, &rec) {
+            tracing::warn!(container = %rec.id, "CreateContainer was cut off before the executor recorded the container: rolling it back");
+            rec.state = ContainerState::Creating;
+        }
         if rec.state == ContainerState::Creating {
             match teardown(crust, &mut rec) {
                 Ok(()) => continue,
@@ -1384,6 +1388,17 @@ pub fn recover(crust: &Arc<Crust>) {
         }
         crust.containers.insert(rec);
     }
+}
+
+/// Whether a `created` record is the early one CreateContainer writes while the init
+/// sets up (see `make`) with the create cut off before the executor wrote its own
+/// state: such a container can never start (its init dies or waits on a gate nobody
+/// knows), and the kubelet, never told its id, retries under the same name. Told
+/// apart from a node that rebooted (the volatile state dir emptied: the container is
+/// reported exited, as before) by the executor's folder, made first and left there.
+fn create_cut_off(crust: &Crust, rec: &ContainerRecord) -> bool {
+    let dir = crust.containers.exec_state(&rec.id);
+    rec.runtime.is_empty() && dir.is_dir() && executor::Container::load(&dir).is_err()
 }
 
 /// A StartContainer cut off after the gate opened and before the record said so: the
