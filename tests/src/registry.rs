@@ -65,7 +65,23 @@ impl Registry {
         tokens: Option<&crate::token_server::TokenServer>,
     ) -> Registry {
         let dir = TempDir::new("reg");
-        let port = free_port();
+        // Free where it will listen: a node namespace's crustd has its streaming server
+        // on a port of that namespace's loopback, which the host's may well have free
+        // (the registry then failed to bind, and skopeo talked to crustd).
+        let port = match node {
+            None => free_port(),
+            Some(ns) => {
+                let p = ns.path();
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        enter_netns(&p);
+                        free_port()
+                    })
+                    .join()
+                    .unwrap()
+                })
+            }
+        };
         let addr = format!("127.0.0.1:{port}");
         let mut auth = String::new();
         if let Some(t) = tokens {
