@@ -27,7 +27,9 @@ pub fn hit(step: &str) {
     let wanted = WANTED.get_or_init(|| {
         let w = std::env::var(ENV).ok().filter(|s| !s.is_empty());
         if let Some(w) = &w {
-            if !STEPS.contains(&w.as_str()) {
+            if STEPS.contains(&w.as_str()) {
+                tracing::warn!(step = %w, "failpoint armed: crustd kills itself after this step");
+            } else {
                 tracing::error!(step = %w, "{ENV} names no known failpoint");
             }
         }
