@@ -125,6 +125,7 @@ fn pod_spec(hostname: &str) -> PauseSpec {
         new_uts: true,
         new_pid: true,
         cgroup_dirs: vec![],
+        userns_fd: None,
     }
 }
 
@@ -338,4 +339,62 @@ fn spawn_of_a_missing_binary_names_it() {
     .to_string();
     assert!(err.contains(&binary.display().to_string()), "{err}");
     assert!(err.contains("exec"), "{err}");
+}
+
+/// A pod with its own user namespace (`hostUsers: false`): the pause enters the
+/// namespace `container::userns` made, as its root (the mapped host ids), before it
+/// makes the pod's namespaces, which that namespace then owns; pinned, it outlives the
+/// pause like the others.
+#[test]
+fn pause_in_a_user_namespace() {
+    if !require_root(&[]) {
+        return;
+    }
+    use container::userns::IdMap;
+    let tmp = TempDir::new("pause-userns");
+    let map = |h| IdMap {
+        container_id: 0,
+        host_id: h,
+        size: 65536,
+    };
+    let userns = container::userns::create(&[map(300000)], &[map(400000)]).expect("userns");
+    let p = spawn(
+        &tmp,
+        PauseSpec {
+            userns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&userns)),
+            ..pod_spec("userns-pod")
+        },
+    );
+    let pid = p.0.pid;
+    assert_eq!(status_field(pid, "Uid"), "300000\t300000\t300000\t300000");
+    assert_eq!(status_field(pid, "Gid"), "400000\t400000\t400000\t400000");
+    assert_eq!(status_field(pid, "Groups"), "");
+    let uid_map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
+    assert_eq!(
+        uid_map.split_whitespace().collect::<Vec<_>>(),
+        ["0", "300000", "65536"]
+    );
+    let link = |p: String| std::fs::read_link(p).unwrap();
+    assert_ne!(
+        link(format!("/proc/{pid}/ns/user")),
+        link("/proc/self/ns/user".into())
+    );
+    assert_ne!(
+        link(format!("/proc/{pid}/ns/net")),
+        link("/proc/self/ns/net".into())
+    );
+    // The pod's hostname was set in the UTS namespace the user namespace owns.
+    let out = run(Command::new("nsenter")
+        .arg("-t")
+        .arg(pid.to_string())
+        .args(["-u", "hostname"]));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "userns-pod");
+
+    let pin = tmp.path().join("pins/user");
+    let _pinned = Pinned(pin.clone());
+    ns::pin(pid, NsKind::User, &pin).expect("pin the user namespace");
+    p.0.stop(Duration::from_secs(2)).unwrap();
+    assert!(ns::is_pinned(&pin));
+    ns::unpin(&pin).unwrap();
+    assert!(!pin.exists());
 }

@@ -37,6 +37,18 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// A uid or gid map the kernel would refuse; caught before anything is made.
+    #[error("invalid id mapping: {reason}")]
+    InvalidIdMapping { reason: String },
+
+    /// Making a pod's user namespace failed at `step` (`unshare`, `write uid_map`...).
+    #[error("user namespace: {step}: {source}")]
+    UserNamespace {
+        step: &'static str,
+        #[source]
+        source: io::Error,
+    },
+
     /// A pod hostname the kernel would refuse; caught before forking.
     #[error("invalid pod hostname {hostname:?}: {reason}")]
     InvalidHostname {

@@ -13,6 +13,7 @@ pub mod monitor;
 pub mod ns;
 pub mod pause;
 pub mod proc;
+pub mod userns;
 
 pub use error::{Error, Result};
 pub use ns::NsKind;

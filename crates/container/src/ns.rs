@@ -23,9 +23,13 @@ pub enum NsKind {
     Ipc,
     Uts,
     Pid,
+    /// A pod's user namespace (`hostUsers: false`), see `crate::userns`.
+    User,
 }
 
 impl NsKind {
+    /// The namespaces a pause makes new, each unless the pod shares the node's; a
+    /// `User` one only comes with `hostUsers: false`.
     pub const ALL: [NsKind; 4] = [NsKind::Net, NsKind::Ipc, NsKind::Uts, NsKind::Pid];
 
     /// The entry's name under `/proc/PID/ns/`.
@@ -35,6 +39,7 @@ impl NsKind {
             NsKind::Ipc => "ipc",
             NsKind::Uts => "uts",
             NsKind::Pid => "pid",
+            NsKind::User => "user",
         }
     }
 
@@ -45,6 +50,7 @@ impl NsKind {
             NsKind::Ipc => libc::CLONE_NEWIPC,
             NsKind::Uts => libc::CLONE_NEWUTS,
             NsKind::Pid => libc::CLONE_NEWPID,
+            NsKind::User => libc::CLONE_NEWUSER,
         }
     }
 
@@ -277,6 +283,8 @@ mod tests {
     fn kinds_name_their_proc_entries() {
         let names: Vec<_> = NsKind::ALL.iter().map(|k| k.to_string()).collect();
         assert_eq!(names, ["net", "ipc", "uts", "pid"]);
+        assert_eq!(NsKind::User.proc_path(7), PathBuf::from("/proc/7/ns/user"));
+        assert_eq!(NsKind::User.clone_flag(), libc::CLONE_NEWUSER);
         assert_eq!(NsKind::Uts.proc_path(42), PathBuf::from("/proc/42/ns/uts"));
         for k in NsKind::ALL {
             assert!(

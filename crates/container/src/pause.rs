@@ -14,7 +14,8 @@
 //! signals a stranger who got the pid.
 //!
 //! ```text
-//!   crustd ──fork──▶ child: into the pod's v1 cgroups, unshare(flags), sethostname,
+//!   crustd ──fork──▶ child: into the pod's v1 cgroups, [into its cgroup2 one and the
+//!                    pod's user namespace as its root, `userns_fd`], unshare(flags), sethostname,
 //!                    setsid, exec `crust-pause fork [CGROUP2_FD]`
 //!                       └─clone──▶ pause (PID 1 of the pod's PID namespace if new, born
 //!                                  in the pod's cgroups)
@@ -23,6 +24,7 @@
 
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -74,6 +76,10 @@ pub struct PauseSpec {
     /// The pod's cgroup directories (each v1 hierarchy's and/or the cgroup2 one) the
     /// pause is born in; empty: the caller's. See `crate::cgroup_join` for how.
     pub cgroup_dirs: Vec<PathBuf>,
+    /// A user namespace (an fd from `crate::userns::create`, open until `spawn`
+    /// returns) the pause enters, as its root, before it makes the new namespaces
+    /// above, which that namespace then owns. `None`: the caller's.
+    pub userns_fd: Option<RawFd>,
 }
 
 impl PauseSpec {
@@ -122,6 +128,7 @@ const STEP_UNSHARE: u8 = 1;
 const STEP_SETHOSTNAME: u8 = 2;
 const STEP_SETSID: u8 = 3;
 const STEP_CGROUP: u8 = 4;
+const STEP_USERNS: u8 = 5;
 
 fn step_name(code: Option<u8>) -> &'static str {
     match code {
@@ -129,6 +136,7 @@ fn step_name(code: Option<u8>) -> &'static str {
         Some(STEP_SETHOSTNAME) => "sethostname",
         Some(STEP_SETSID) => "setsid",
         Some(STEP_CGROUP) => "cgroup",
+        Some(STEP_USERNS) => "join user namespace",
         _ => "exec",
     }
 }
@@ -202,10 +210,39 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
     let (tasks, unified) = cgroups.raw();
     let tasks: Vec<RawFd> = tasks.into_iter().map(|(fd, _)| fd).collect();
     let unified = unified.map(|(fd, _)| fd);
+    let userns = spec.userns_fd;
 
-    let mut cmd = Command::new(&binary);
+    // As the root of a user namespace the child may not reach the binary through
+    // directories only the host's root may enter: it execs it through an fd opened
+    // here instead (what fexecve does).
+    let binary_fd = match userns {
+        Some(_) => Some(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                .open(&binary)
+                .map(OwnedFd::from)
+                .map_err(|source| Error::SpawnPause {
+                    binary: binary.clone(),
+                    step: "open",
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let mut cmd = match &binary_fd {
+        Some(fd) => {
+            let mut c = Command::new(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+            c.arg0(FILE_NAME);
+            c
+        }
+        None => Command::new(&binary),
+    };
     cmd.arg("fork");
-    if let Some(fd) = unified {
+    // In a user namespace the pause is no longer root on the host and may not
+    // move itself: the forked child joins the cgroup2 directory too, before.
+    let launcher_cgroup = unified.filter(|_| userns.is_none());
+    if let Some(fd) = launcher_cgroup {
         // The launcher clones the pause into this cgroup2 directory.
         cmd.arg(fd.to_string());
     }
@@ -233,9 +270,26 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
                     return Err(fail(STEP_CGROUP));
                 }
             }
-            if let Some(fd) = unified {
+            if let Some(fd) = launcher_cgroup {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(fail(STEP_CGROUP));
+                }
+            }
+            if let Some(ns) = userns {
+                if let Some(fd) = unified {
+                    if crate::cgroup_join::move_self_v2(fd).is_err() {
+                        return Err(fail(STEP_CGROUP));
+                    }
+                }
+                // Root of the pod's user namespace (the host uid it maps 0 to), not
+                // the host's: a process of the pod that could reach the pause finds
+                // no host root behind it.
+                if libc::setns(ns, libc::CLONE_NEWUSER) != 0
+                    || libc::setresgid(0, 0, 0) != 0
+                    || libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setresuid(0, 0, 0) != 0
+                {
+                    return Err(fail(STEP_USERNS));
                 }
             }
             if flags != 0 && libc::unshare(flags) != 0 {
@@ -253,7 +307,7 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
         });
     }
     let spawned = cmd.spawn();
-    drop((step_w, cgroups));
+    drop((step_w, cgroups, binary_fd));
     let mut launcher = match spawned {
         Ok(c) => c,
         Err(source) => {
@@ -579,6 +633,7 @@ mod tests {
         assert_eq!(step_name(Some(STEP_SETHOSTNAME)), "sethostname");
         assert_eq!(step_name(Some(STEP_SETSID)), "setsid");
         assert_eq!(step_name(Some(STEP_CGROUP)), "cgroup");
+        assert_eq!(step_name(Some(STEP_USERNS)), "join user namespace");
         assert_eq!(step_name(None), "exec");
     }
 }

@@ -86,6 +86,14 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             .map_err(|e| err(Step::OpenNamespace, path.display().to_string(), e))?;
         namespaces.push((f.into(), flag, path));
     }
+    // The init's user namespace, when it is not ours: entered by the process itself,
+    // last before its capability and user switch (see `init::join_userns`).
+    let userns = PathBuf::from(format!("/proc/{}/ns/user", c.pid));
+    if !crate::userns::same_as_own(&userns) {
+        let f = File::open(&userns)
+            .map_err(|e| err(Step::OpenNamespace, userns.display().to_string(), e))?;
+        namespaces.push((f.into(), libc::CLONE_NEWUSER, userns));
+    }
     // Opened before this check: if the init is the one we mean now, they are its.
     if !c.alive() {
         return Err(Error::ContainerState {
@@ -282,6 +290,7 @@ fn setup(p: &Plan, fds: &ChildFds) -> std::result::Result<std::ffi::CString, Fai
         }
     }
     init::rlimits(p)?;
+    init::join_userns(fds)?;
     // The container's seccomp filter: here without no_new_privs, else in `init::exec`.
     init::seccomp_early(p)?;
     super::caps::drop_bounding(p)?;

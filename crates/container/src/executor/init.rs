@@ -13,6 +13,7 @@
 //!  pivot_root                                               (from here on: the container's paths)
 //!  sysctl, masked paths, read-only paths, read-only root
 //!  hostname/domainname (own UTS namespace only), rlimits
+//!  setns into the user namespace (when the spec joins one)
 //!  seccomp filter                                           (only without no_new_privs)
 //!  bounding set, keepcaps + setgroups/setgid/setuid, inheritable/effective/
 //!  permitted/ambient capabilities, no_new_privs
@@ -181,6 +182,25 @@ pub(crate) fn join_cgroups(fds: &ChildFds, new_cgroupns: bool) -> Result<(), Fai
     Ok(())
 }
 
+/// Enters the container's user namespace, when it has one: after every mount (made
+/// by the caller's root, so id-mapped layers and binds, `/proc` and `/sys` need
+/// nothing of the namespace) and the rlimits, before the capability and user switch,
+/// which then happen inside it: the capabilities kept are the namespace's, and uid 0
+/// is its root, the host id the map gives. The mount namespace stays the caller's
+/// root's, so nothing in the container can change its mounts.
+pub(crate) fn join_userns(fds: &ChildFds) -> Result<(), Fail> {
+    for (fd, flag, path) in fds.namespaces.iter().filter(|n| n.1 == libc::CLONE_NEWUSER) {
+        // SAFETY: setns on an fd we hold; this process is single-threaded and shares
+        // no fs_struct (cloned without CLONE_FS).
+        if unsafe { libc::setns(*fd, *flag) } != 0 {
+            return os_err(Step::Setns, path.display());
+        }
+        // SAFETY: the fd is ours and not used again.
+        unsafe { libc::close(*fd) };
+    }
+    Ok(())
+}
+
 /// Blocks until `start` writes a byte to the gate. The fifo is open read-write here,
 /// so a reader exists as soon as the init does (`start` never blocks on open) and a
 /// writer always exists (the read never sees EOF, only the byte).
@@ -223,8 +243,13 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
     }
 
     rootfs::set_propagation(p)?;
-    let root = rootfs::mount_rootfs(p)?;
-    rootfs::mount_all(p, root.as_fd())?;
+    let userns = fds
+        .namespaces
+        .iter()
+        .find(|n| n.1 == libc::CLONE_NEWUSER)
+        .map(|n| n.0);
+    let root = rootfs::mount_rootfs(p, userns)?;
+    rootfs::mount_all(p, root.as_fd(), userns)?;
     dev::populate(p, root.as_fd())?;
     rootfs::dev_readonly(p, root.as_fd())?;
     open_in_root(root.as_fd(), &p.cwd, Create::Dir).at(Step::Cwd, p.cwd.display())?;
@@ -240,6 +265,7 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
     rootfs::readonly_root(p)?;
     names(p)?;
     rlimits(p)?;
+    join_userns(fds)?;
 
     seccomp_early(p)?;
     caps::drop_bounding(p)?;

@@ -55,9 +55,24 @@
 //!   other ABIs are killed) and installed last, right before `execve` with
 //!   `noNewPrivileges`, or before the capability drop without it: see `seccomp.rs`.
 //!
+//! ## User namespaces
+//! A spec may join a user namespace by path (a pod's, made with its maps by
+//! `crate::userns`); a new one without a path is refused. The init makes every mount as
+//! the caller's root and enters the user namespace only after them, right before the
+//! capability and user switch (`init::join_userns`; an exec's process the same way):
+//! so `/proc`, `/sys`, devices (owned by the host ids the spec's maps give) and the
+//! cgroup mounts need nothing from the namespace, the container's mount namespace stays
+//! the caller's root's (nothing inside can change its mounts), and its capabilities
+//! are the user namespace's only. Files keep their owners through id-mapped mounts made
+//! with the namespace (`open_tree` + `mount_setattr(MOUNT_ATTR_IDMAP)` + `move_mount`):
+//! the rootfs overlay's layers when its options say `idmap` (Linux 5.19 for overlayfs
+//! to take them), and binds with `idmap`/`ridmap` or with the spec's own maps as
+//! `uidMappings`/`gidMappings`. A file system the kernel cannot id-map is named in
+//! the error.
+//!
 //! ## Not yet
-//! seccomp notify (`SCMP_ACT_NOTIFY`, refused), user namespaces and id-mapped mounts (refused),
-//! terminals (refused), AppArmor/SELinux labels, hooks, time namespaces (refused), the
+//! seccomp notify (`SCMP_ACT_NOTIFY`, refused), new user namespaces and id-mapped
+//! mounts with other maps than the container's (refused), terminals (refused), AppArmor/SELinux labels, hooks, time namespaces (refused), the
 //! monitor (the caller is the init's parent until then).
 //!
 //! The recursive flag options (`rro`, `rnosuid`, `rnodev`, `rnoexec` and their
@@ -274,6 +289,10 @@ fn open_stdio(s: Stdio, fd: usize) -> io::Result<Option<OwnedFd>> {
 }
 
 /// Close-on-exec pipe: (read end, write end).
+pub(crate) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    pipe()
+}
+
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
 }

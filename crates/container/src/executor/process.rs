@@ -44,7 +44,8 @@ pub(crate) const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 const TICK: Duration = Duration::from_millis(50);
 
 /// The order namespaces are joined in (mount last: it changes what paths mean).
-const JOIN_ORDER: [LinuxNamespaceType; 6] = [
+const JOIN_ORDER: [LinuxNamespaceType; 7] = [
+    LinuxNamespaceType::User,
     LinuxNamespaceType::Network,
     LinuxNamespaceType::Ipc,
     LinuxNamespaceType::Uts,
@@ -616,10 +617,12 @@ pub(crate) fn enter(fds: &ChildFds, extra: &[RawFd]) -> std::result::Result<(), 
     keep.extend(fds.cgroup_dir.iter().map(|(fd, _)| *fd));
     keep.extend(fds.tty_sock);
     close_all_but(&mut keep);
+    // The cgroup namespace is the cloned child's to join, and so is a user namespace:
+    // the init enters it once its mounts are made (`init::join_userns`).
     for (fd, flag, path) in fds
         .namespaces
         .iter()
-        .filter(|n| n.1 != libc::CLONE_NEWCGROUP)
+        .filter(|n| n.1 != libc::CLONE_NEWCGROUP && n.1 != libc::CLONE_NEWUSER)
     {
         // SAFETY: setns on an fd we hold; this process is single-threaded.
         if unsafe { libc::setns(*fd, *flag) } != 0 {

@@ -14,7 +14,7 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -97,8 +97,13 @@ pub(crate) fn set_propagation(p: &Plan) -> Result<(), Fail> {
 /// Step 2: the root file system becomes a mount point of its own: the caller's mount
 /// (an overlay, say) when given, else a recursive bind of the directory onto itself.
 /// Returns an `O_PATH` fd of it, the root every later target is resolved under.
-pub(crate) fn mount_rootfs(p: &Plan) -> Result<OwnedFd, Fail> {
+pub(crate) fn mount_rootfs(p: &Plan, userns: Option<RawFd>) -> Result<OwnedFd, Fail> {
     let at = p.rootfs.display();
+    if let (Some(m), Some(ns)) = (&p.rootfs_mount, userns) {
+        if m.idmap_layers {
+            idmap_layers(&m.data, ns)?;
+        }
+    }
     match &p.rootfs_mount {
         Some(m) => mount(
             Some(m.source.as_str()),
@@ -107,6 +112,12 @@ pub(crate) fn mount_rootfs(p: &Plan) -> Result<OwnedFd, Fail> {
             m.flags,
             (!m.data.is_empty()).then_some(m.data.as_str()),
         )
+        .map_err(|e| match e {
+            nix::errno::Errno::EINVAL if m.idmap_layers => io::Error::other(format!(
+                "{e}: overlayfs refused the id-mapped layers (it takes them from Linux 5.19)"
+            )),
+            e => e.into(),
+        })
         .at(Step::MountRootfs, format!("{at} ({})", m.fstype))?,
         None => mount(
             Some(&p.rootfs),
@@ -120,6 +131,117 @@ pub(crate) fn mount_rootfs(p: &Plan) -> Result<OwnedFd, Fail> {
     open_dir(&p.rootfs).at(Step::OpenRootfs, at)
 }
 
+/// Each `lowerdir` of the overlay data is covered, in this mount namespace, by an
+/// id-mapped mount of itself, so the overlay (which looks its layers up by path)
+/// stacks the mapped ones: the image's root-owned files belong to the container's
+/// root. The covers vanish from sight with `pivot_root`; the overlay keeps its own
+/// references.
+fn idmap_layers(data: &str, userns: RawFd) -> Result<(), Fail> {
+    for dir in super::spec::overlay_lowerdirs(data) {
+        let tree =
+            idmapped_tree(&dir, false, false, userns).at(Step::MountRootfs, dir.display())?;
+        let target = open_dir(&dir).at(Step::MountRootfs, dir.display())?;
+        move_mount_onto(tree.as_fd(), target.as_fd()).at(Step::MountRootfs, dir.display())?;
+    }
+    Ok(())
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+
+/// A detached copy of the mount at `source` (with the mounts below it when
+/// `recursive`), id-mapped with the user namespace `userns` (every mount of the copy
+/// when `recursive_idmap`). A file system that cannot be id-mapped is named in the
+/// error.
+fn idmapped_tree(
+    source: &Path,
+    recursive: bool,
+    recursive_idmap: bool,
+    userns: RawFd,
+) -> io::Result<OwnedFd> {
+    let c = std::ffi::CString::new(source.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let rec = |on: bool| {
+        if on {
+            libc::AT_RECURSIVE as libc::c_uint
+        } else {
+            0
+        }
+    };
+    // SAFETY: open_tree with a NUL-terminated path; the fd it returns is ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | rec(recursive),
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            return Err(io::Error::other(
+                "id-mapped mounts need open_tree and mount_setattr (Linux 5.12)",
+            ));
+        }
+        return Err(e);
+    }
+    // SAFETY: a fresh fd from open_tree, owned by nobody else.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns as u64,
+    };
+    // SAFETY: mount_setattr on the fd we hold, with an empty path and a struct of the
+    // size we pass.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | rec(recursive_idmap),
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            let fs = nix::sys::statfs::statfs(source)
+                .map(|s| format!("{:#x}", s.filesystem_type().0))
+                .unwrap_or_else(|_| "unknown".into());
+            return Err(io::Error::other(format!(
+                "{e}: the kernel cannot id-map this file system (statfs type {fs}; tmpfs takes it from Linux 6.3, ext4, xfs and btrfs from 5.12)"
+            )));
+        }
+        return Err(e);
+    }
+    Ok(tree)
+}
+
+/// Attaches the detached mount `tree` onto the directory or file `target`.
+fn move_mount_onto(tree: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: move_mount between two fds we hold, with empty paths.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Re-resolves a mounted target (no creation) for a follow-up call on the new mount.
 fn reopen(root: BorrowedFd<'_>, dest: &Path) -> Result<OwnedFd, Fail> {
     open_in_root(root, dest, Create::No)
@@ -128,14 +250,19 @@ fn reopen(root: BorrowedFd<'_>, dest: &Path) -> Result<OwnedFd, Fail> {
 }
 
 /// Step 3: the spec's mounts, in order.
-pub(crate) fn mount_all(p: &Plan, root: BorrowedFd<'_>) -> Result<(), Fail> {
+pub(crate) fn mount_all(p: &Plan, root: BorrowedFd<'_>, userns: Option<RawFd>) -> Result<(), Fail> {
     for m in &p.mounts {
-        mount_one(p, root, m)?;
+        mount_one(p, root, m, userns)?;
     }
     Ok(())
 }
 
-fn mount_one(p: &Plan, root: BorrowedFd<'_>, m: &MountPlan) -> Result<(), Fail> {
+fn mount_one(
+    p: &Plan,
+    root: BorrowedFd<'_>,
+    m: &MountPlan,
+    userns: Option<RawFd>,
+) -> Result<(), Fail> {
     let dest = &m.destination;
     let name = dest.display();
     match &m.kind {
@@ -153,8 +280,15 @@ fn mount_one(p: &Plan, root: BorrowedFd<'_>, m: &MountPlan) -> Result<(), Fail> 
             if *recursive {
                 flags |= MsFlags::MS_REC;
             }
-            mount(Some(source), &fd_path(target.as_fd()), NONE, flags, NONE)
-                .at(Step::Mount, what())?;
+            match (m.idmap, userns) {
+                (Some(recursive_idmap), Some(ns)) => {
+                    let tree = idmapped_tree(source, *recursive, recursive_idmap, ns)
+                        .at(Step::Mount, what())?;
+                    move_mount_onto(tree.as_fd(), target.as_fd()).at(Step::Mount, what())?;
+                }
+                _ => mount(Some(source), &fd_path(target.as_fd()), NONE, flags, NONE)
+                    .at(Step::Mount, what())?,
+            }
             if !m.flags.is_empty() {
                 let t = reopen(root, dest)?;
                 remount_bind(&fd_path(t.as_fd()), m.flags).at(Step::Mount, what())?;

@@ -60,6 +60,9 @@ pub(crate) struct MountPlan {
     /// its propagation are in place.
     pub attr_set: u64,
     pub attr_clr: u64,
+    /// A bind id-mapped with the container's user namespace (`idmap`, or `ridmap`
+    /// for every mount below too: `Some(true)`), so files keep their owners inside.
+    pub idmap: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +134,9 @@ pub(crate) struct RootfsMountPlan {
     pub source: String,
     pub flags: MsFlags,
     pub data: String,
+    /// An overlay whose `lowerdir`s are each id-mapped with the container's user
+    /// namespace before the overlay is mounted (the `idmap` option).
+    pub idmap_layers: bool,
 }
 
 impl Plan {
@@ -204,7 +210,7 @@ fn option(o: &str) -> Option<Opt> {
 }
 
 /// Options the executor refuses rather than silently ignores.
-const UNSUPPORTED_OPTIONS: [&str; 3] = ["idmap", "ridmap", "tmpcopyup"];
+const UNSUPPORTED_OPTIONS: [&str; 1] = ["tmpcopyup"];
 
 /// The recursive flag options: (name, `MOUNT_ATTR_*` bit, whether it sets the bit).
 const RECURSIVE_FLAG_OPTIONS: [(&str, u64, bool); 8] = [
@@ -229,6 +235,7 @@ struct Options {
     data: Vec<String>,
     attr_set: u64,
     attr_clr: u64,
+    idmap: Option<bool>,
 }
 
 fn parse_options(opts: &[String]) -> std::result::Result<Options, String> {
@@ -239,10 +246,15 @@ fn parse_options(opts: &[String]) -> std::result::Result<Options, String> {
         data: vec![],
         attr_set: 0,
         attr_clr: 0,
+        idmap: None,
     };
     for s in opts {
         if UNSUPPORTED_OPTIONS.contains(&s.as_str()) {
             return Err(format!("mount option {s:?} is not supported"));
+        }
+        if s == "idmap" || s == "ridmap" {
+            o.idmap = Some(s == "ridmap");
+            continue;
         }
         if let Some(&(_, bit, set)) = RECURSIVE_FLAG_OPTIONS.iter().find(|(n, ..)| n == s) {
             // The later option wins, as with the plain flags.
@@ -389,8 +401,24 @@ fn plan_inner(
     };
 
     let (mounts, setup_dev, dev_readonly) = plan_mounts(spec, bundle)?;
+    let userns = namespaces
+        .iter()
+        .any(|n| n.kind == LinuxNamespaceType::User);
+    let idmapped = mounts.iter().any(|m| m.idmap.is_some())
+        || rootfs_mount.as_ref().is_some_and(|m| m.idmap_layers);
+    if idmapped && !userns {
+        return Err("id-mapped mounts need a user namespace to map with".into());
+    }
 
-    let devices = plan_devices(&linux, setup_dev)?;
+    let mut devices = plan_devices(&linux, setup_dev)?;
+    if userns {
+        // The nodes are made by the caller's root before the init enters the user
+        // namespace: their owners are given as the host ids the maps make of them.
+        for d in &mut devices {
+            d.uid = to_host(linux.uid_mappings(), d.uid);
+            d.gid = to_host(linux.gid_mappings(), d.gid);
+        }
+    }
 
     let paths = |v: &Option<Vec<String>>, what: &str| {
         v.iter()
@@ -523,12 +551,69 @@ fn plan_rootfs_mount(m: &RootfsMount) -> Str<RootfsMountPlan> {
     if o.bind.is_some() || !o.propagation.is_empty() {
         return Err("the rootfs mount takes neither bind nor propagation options".into());
     }
+    if o.idmap == Some(true) {
+        return Err("the rootfs mount takes idmap, not ridmap".into());
+    }
+    if o.idmap.is_some() && m.fstype != "overlay" {
+        return Err(format!(
+            "the rootfs mount's idmap option is for an overlay's layers, not {}",
+            m.fstype
+        ));
+    }
     Ok(RootfsMountPlan {
         fstype: m.fstype.clone(),
         source: m.source.clone(),
         flags: o.flags,
         data: o.data.join(","),
+        idmap_layers: o.idmap.is_some(),
     })
+}
+
+/// The host id of container id `id` by the spec's map (the overflow id 65534 when it
+/// maps none, as the kernel shows an unmapped one; `id` itself without a map).
+fn to_host(maps: &Option<Vec<oci_spec::runtime::LinuxIdMapping>>, id: u32) -> u32 {
+    let Some(maps) = maps else { return id };
+    maps.iter()
+        .find_map(|m| {
+            let off = id.checked_sub(m.container_id())?;
+            (off < m.size()).then(|| m.host_id() + off)
+        })
+        .unwrap_or(65534)
+}
+
+/// The `lowerdir`s of overlay mount data (`lowerdir=a:b,upperdir=...`), with `\\:`
+/// and `\\,` unescaped as overlayfs does.
+pub(crate) fn overlay_lowerdirs(data: &str) -> Vec<PathBuf> {
+    let mut dirs = vec![];
+    let mut field = String::new();
+    let mut chars = data.chars();
+    let mut in_lower = None::<Vec<PathBuf>>;
+    let mut flush =
+        |field: &mut String, end_of_option: bool, in_lower: &mut Option<Vec<PathBuf>>| {
+            if let Some(v) = in_lower.as_mut() {
+                v.push(PathBuf::from(std::mem::take(field)));
+                if end_of_option {
+                    dirs.append(v);
+                    *in_lower = None;
+                }
+            } else {
+                field.clear();
+            }
+        };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => field.extend(chars.next()),
+            ',' => flush(&mut field, true, &mut in_lower),
+            ':' if in_lower.is_some() => flush(&mut field, false, &mut in_lower),
+            '=' if in_lower.is_none() && field == "lowerdir" => {
+                field.clear();
+                in_lower = Some(vec![]);
+            }
+            c => field.push(c),
+        }
+    }
+    flush(&mut field, true, &mut in_lower);
+    dirs
 }
 
 /// The namespaces to make or join (by path), each kind once; no user or time namespace.
@@ -543,7 +628,7 @@ fn plan_namespaces(linux: &oci_spec::runtime::Linux) -> Str<Vec<Namespace>> {
             LinuxNamespaceType::Ipc => libc::CLONE_NEWIPC,
             LinuxNamespaceType::Pid => libc::CLONE_NEWPID,
             LinuxNamespaceType::Network => libc::CLONE_NEWNET,
-            LinuxNamespaceType::User => return Err("user namespaces are not supported yet".into()),
+            LinuxNamespaceType::User => libc::CLONE_NEWUSER,
             LinuxNamespaceType::Time => return Err("time namespaces are not supported".into()),
         };
         if namespaces.iter().any(|n| n.kind == kind) {
@@ -561,6 +646,12 @@ fn plan_namespaces(linux: &oci_spec::runtime::Linux) -> Str<Vec<Namespace>> {
             }
             _ => None,
         };
+        if kind == LinuxNamespaceType::User && path.is_none() {
+            return Err(
+                "a new user namespace is not supported: join one by path (the pod's, whose maps its maker wrote)"
+                    .into(),
+            );
+        }
         namespaces.push(Namespace { kind, flag, path });
     }
     Ok(namespaces)
@@ -576,11 +667,17 @@ fn plan_mounts(spec: &Spec, bundle: &Path) -> Str<(Vec<MountPlan>, bool, bool)> 
         let destination = container_path(m.destination(), "mount destination")?;
         let opts = parse_options(m.options().as_deref().unwrap_or(&[]))
             .map_err(|e| format!("mount {}: {e}", destination.display()))?;
+        let mut idmap = opts.idmap;
         if m.uid_mappings().is_some() || m.gid_mappings().is_some() {
-            return Err(format!(
-                "mount {}: id-mapped mounts are not supported yet",
-                destination.display()
-            ));
+            let linux = spec.linux().clone().unwrap_or_default();
+            if m.uid_mappings() != linux.uid_mappings() || m.gid_mappings() != linux.gid_mappings()
+            {
+                return Err(format!(
+                    "mount {}: id mappings other than the container's are not supported",
+                    destination.display()
+                ));
+            }
+            idmap.get_or_insert(false);
         }
         let typ = m.typ().as_deref().unwrap_or("");
         let mut flags = opts.flags;
@@ -601,6 +698,11 @@ fn plan_mounts(spec: &Spec, bundle: &Path) -> Str<(Vec<MountPlan>, bool, bool)> 
                 source,
                 recursive: opts.bind.unwrap_or(false),
             }
+        } else if idmap.is_some() {
+            return Err(format!(
+                "mount {}: only a bind mount can be id-mapped",
+                destination.display()
+            ));
         } else if typ == "cgroup" || typ == "cgroup2" {
             MountKind::Cgroup
         } else if typ.is_empty() {
@@ -627,6 +729,7 @@ fn plan_mounts(spec: &Spec, bundle: &Path) -> Str<(Vec<MountPlan>, bool, bool)> 
             data: opts.data.join(","),
             attr_set: opts.attr_set,
             attr_clr: opts.attr_clr,
+            idmap,
         });
     }
     Ok((mounts, setup_dev, dev_readonly))
@@ -859,7 +962,7 @@ mod tests {
                 .build()
                 .unwrap(),
         ));
-        assert!(err(&spec, "userns").contains("user namespaces are not supported"));
+        assert!(err(&spec, "userns").contains("a new user namespace is not supported"));
 
         let mut spec = Spec::default();
         spec.set_mounts(Some(vec![MountBuilder::default()
@@ -983,5 +1086,120 @@ mod tests {
             .find(|m| m.destination == Path::new("/dev"))
             .unwrap();
         assert!(!dev.flags.contains(MsFlags::MS_RDONLY));
+    }
+
+    /// A joined user namespace: not cloned, device owners given as host ids, binds
+    /// with `idmap`/`ridmap` or the container's own mappings id-mapped; id-mapping
+    /// without a user namespace, of a non-bind or with other mappings is refused.
+    #[test]
+    fn user_namespace_plans() {
+        use oci_spec::runtime::LinuxIdMappingBuilder;
+        let map = |c: u32, h: u32, n: u32| {
+            LinuxIdMappingBuilder::default()
+                .container_id(c)
+                .host_id(h)
+                .size(n)
+                .build()
+                .unwrap()
+        };
+        let bind = |dest: &str, opts: &[&str]| {
+            MountBuilder::default()
+                .destination(dest)
+                .typ("bind")
+                .source("/y")
+                .options(opts.iter().map(|o| o.to_string()).collect::<Vec<_>>())
+                .build()
+                .unwrap()
+        };
+        let with_userns = |mounts: Vec<oci_spec::runtime::Mount>| {
+            let mut spec = Spec::default();
+            let mut linux = spec.linux().clone().unwrap();
+            let mut ns = linux.namespaces().clone().unwrap();
+            ns.push(
+                LinuxNamespaceBuilder::default()
+                    .typ(LinuxNamespaceType::User)
+                    .path("/proc/1/ns/user")
+                    .build()
+                    .unwrap(),
+            );
+            linux.set_namespaces(Some(ns));
+            linux.set_uid_mappings(Some(vec![map(0, 100000, 65536)]));
+            linux.set_gid_mappings(Some(vec![map(0, 200000, 65536)]));
+            spec.set_linux(Some(linux));
+            spec.set_mounts(Some(mounts));
+            spec
+        };
+        let mut own = bind("/own", &["rbind"]);
+        own.set_uid_mappings(Some(vec![map(0, 100000, 65536)]));
+        own.set_gid_mappings(Some(vec![map(0, 200000, 65536)]));
+        let spec = with_userns(vec![
+            bind("/a", &["bind", "idmap"]),
+            bind("/b", &["rbind", "ridmap"]),
+            bind("/c", &["bind"]),
+            own,
+        ]);
+        let p = ok(&spec, "userns-ok");
+        assert_eq!(p.clone_flags() & libc::CLONE_NEWUSER, 0);
+        let ns = p
+            .namespaces
+            .iter()
+            .find(|n| n.kind == LinuxNamespaceType::User);
+        assert_eq!(
+            ns.unwrap().path.as_deref(),
+            Some(Path::new("/proc/1/ns/user"))
+        );
+        let idmaps: Vec<_> = p.mounts.iter().map(|m| m.idmap).collect();
+        assert_eq!(idmaps, [Some(false), Some(true), None, Some(false)]);
+        let null = p.devices.iter().find(|d| d.path == Path::new("/dev/null"));
+        assert_eq!(null.map(|d| (d.uid, d.gid)), Some((100000, 200000)));
+
+        let mut other = bind("/o", &["bind"]);
+        other.set_uid_mappings(Some(vec![map(0, 5000, 10)]));
+        let e = err(&with_userns(vec![other]), "userns-other");
+        assert!(e.contains("id mappings other than the container's"), "{e}");
+
+        let mut spec = Spec::default();
+        spec.set_mounts(Some(vec![bind("/a", &["idmap"])]));
+        let e = err(&spec, "idmap-nouserns");
+        assert!(e.contains("id-mapped mounts need a user namespace"), "{e}");
+
+        let tmpfs = MountBuilder::default()
+            .destination("/t")
+            .typ("tmpfs")
+            .options(vec!["idmap".to_string()])
+            .build()
+            .unwrap();
+        let e = err(&with_userns(vec![tmpfs]), "idmap-tmpfs");
+        assert!(e.contains("only a bind mount can be id-mapped"), "{e}");
+
+        let rootfs = |opts: &[&str]| RootfsMount {
+            fstype: "overlay".into(),
+            source: "overlay".into(),
+            options: opts.iter().map(|o| o.to_string()).collect(),
+        };
+        let b = bundle("idmap-rootfs");
+        let r = rootfs(&["lowerdir=/l1:/l2", "upperdir=/u", "workdir=/w", "idmap"]);
+        let p = plan("c1", &b, &with_userns(vec![]), Some(&r)).unwrap();
+        let m = p.rootfs_mount.unwrap();
+        assert!(m.idmap_layers);
+        assert_eq!(m.data, "lowerdir=/l1:/l2,upperdir=/u,workdir=/w");
+        let e = plan("c1", &b, &Spec::default(), Some(&r))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("id-mapped mounts need a user namespace"), "{e}");
+        std::fs::remove_dir_all(&b).unwrap();
+    }
+
+    #[test]
+    fn overlay_lowerdirs_are_split_and_unescaped() {
+        assert_eq!(
+            overlay_lowerdirs("lowerdir=/a:/b\\:c,upperdir=/u,workdir=/w"),
+            [PathBuf::from("/a"), PathBuf::from("/b:c")]
+        );
+        assert_eq!(
+            overlay_lowerdirs("upperdir=/u,lowerdir=/x\\,y"),
+            [PathBuf::from("/x,y")]
+        );
+        assert!(overlay_lowerdirs("upperdir=/u").is_empty());
     }
 }
