@@ -398,6 +398,19 @@ fn prepare_rootfs_and_log(
     Ok(snap)
 }
 
+/// A pod with its own user namespace: the writable layer's root belongs to the
+/// container's root (the overlay's `/` takes its owner and mode from it). Files the
+/// container writes land there with their host ids.
+fn own_upper(snap: &image::Snapshot, m: &crate::sandboxes::userns::PodMaps) -> Result<()> {
+    let (uid, gid) = m.host_root();
+    std::os::unix::fs::chown(&snap.upperdir, Some(uid), Some(gid)).map_err(|e| {
+        Error::Internal(format!(
+            "giving {} to the pod's root ({uid}:{gid}): {e}",
+            snap.upperdir.display()
+        ))
+    })
+}
+
 /// The blocking part of CreateContainer; on error the caller runs [`teardown`].
 fn make(
     crust: &Crust,
@@ -418,7 +431,24 @@ fn make(
     let t_saved = t0.elapsed();
 
     let sb_cfg = sb.config().unwrap_or_default();
+    let pod_ns = sb_cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref());
+    let userns = crate::sandboxes::userns::of_options(pod_ns)?;
+    crate::sandboxes::userns::check_container(
+        pod_ns.and_then(|n| n.userns_options.as_ref()),
+        cfg.linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .and_then(|n| n.userns_options.as_ref()),
+    )?;
     let snap = cgroup_and_rootfs(crust, cg.as_ref(), &sb_cfg, cfg, rec)?;
+    if let Some(m) = &userns {
+        own_upper(&snap, m)?;
+    }
     let image_volumes = image_volumes(crust, &id, cfg)?;
     failpoint!("create_container.after_rootfs");
     let t_snap = t0.elapsed();
@@ -456,6 +486,7 @@ fn make(
             target_pid_ns,
             image_volumes,
             recursive_read_only: crust.recursive_read_only(&sb.runtime_handler),
+            userns,
         },
     )?;
     let json = serde_json::to_vec_pretty(&spec).map_err(Error::internal)?;
@@ -484,10 +515,16 @@ fn make(
         return create_external(crust, sb, &rt, rec, &bundle, &snap, &monitor, cfg.tty);
     }
     let mut opts = CreateOpts::new(&id, &bundle, spec, crust.containers.exec_state(&id));
+    let mut rootfs_options = snap.overlay_options();
+    if userns.is_some() {
+        // Each image layer id-mapped with the pod's user namespace (see the
+        // executor's rootfs.rs): the image's root owns its files inside.
+        rootfs_options.push("idmap".into());
+    }
     opts.rootfs_mount = Some(RootfsMount {
         fstype: "overlay".into(),
         source: "overlay".into(),
-        options: snap.overlay_options(),
+        options: rootfs_options,
     });
     opts.cgroup_dirs = cgroup_dirs;
     opts.monitor = Some(monitor);

@@ -120,6 +120,9 @@ pub struct SpecInput<'a> {
     /// Whether the sandbox's runtime handler makes recursive read-only mounts (what
     /// RuntimeStatus reports for it).
     pub recursive_read_only: bool,
+    /// The pod's user namespace maps, when it has a user namespace of its own (its pin
+    /// is `user` among the sandbox's).
+    pub userns: Option<crate::sandboxes::userns::PodMaps>,
 }
 
 fn args(cfg: &ContainerConfig, img: &ImageInfo) -> Result<Vec<String>> {
@@ -575,6 +578,10 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
     if let Some(cg) = input.cgroup {
         linux_v["cgroupsPath"] = json!(cg);
     }
+    if let Some(m) = &input.userns {
+        linux_v["uidMappings"] = json!([oci_map(&m.uid)]);
+        linux_v["gidMappings"] = json!([oci_map(&m.gid)]);
+    }
     if !privileged {
         if let Some(s) = crate::containers::seccomp::linux_seccomp(&sc)? {
             linux_v["seccomp"] = s;
@@ -590,6 +597,11 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
     });
     serde_json::from_value(spec)
         .map_err(|e| Error::Internal(format!("building the OCI spec of {}: {e}", input.id)))
+}
+
+/// One line of an OCI id map.
+fn oci_map(m: &container::userns::IdMap) -> Value {
+    json!({"containerID": m.container_id, "hostID": m.host_id, "size": m.size})
 }
 
 /// The process's working directory: the request's, else the image's, else `/`.
@@ -693,7 +705,16 @@ fn mounts(
         if m.recursive_read_only {
             options.push("rro");
         }
-        mounts.push(json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": options}));
+        let mut mount = json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": options});
+        // The kubelet asks for an id-mapped volume with the pod's maps: the executor
+        // maps it with the pod's user namespace.
+        if crate::sandboxes::userns::mount_mapped(m, input.userns.as_ref())? {
+            if let Some(u) = &input.userns {
+                mount["uidMappings"] = json!([oci_map(&u.uid)]);
+                mount["gidMappings"] = json!([oci_map(&u.gid)]);
+            }
+        }
+        mounts.push(mount);
     }
     Ok((mounts, rootfs_propagation))
 }
@@ -704,7 +725,12 @@ fn namespaces(input: &SpecInput, sc: &LinuxContainerSecurityContext) -> Result<V
     let sb = input.sandbox;
     let privileged = sc.privileged;
     let mut namespaces: Vec<Value> = vec![json!({"type": "mount"})];
-    for (kind, pin) in [("network", "net"), ("ipc", "ipc"), ("uts", "uts")] {
+    for (kind, pin) in [
+        ("user", "user"),
+        ("network", "net"),
+        ("ipc", "ipc"),
+        ("uts", "uts"),
+    ] {
         if let Some(p) = sb.pins.get(pin) {
             namespaces.push(json!({"type": kind, "path": p}));
         }

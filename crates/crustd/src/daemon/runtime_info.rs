@@ -78,7 +78,11 @@ pub fn status(crust: &Crust, verbose: bool) -> StatusResponse {
                 name: h.clone(),
                 features: Some(RuntimeHandlerFeatures {
                     recursive_read_only_mounts: crust.recursive_read_only(h),
-                    user_namespaces: false,
+                    // The built-in executor's (its id-mapped mounts need
+                    // mount_setattr); the runc/crun handlers are not given the pod's
+                    // namespace yet, and RunPodSandbox refuses it for them.
+                    user_namespaces: !crust.oci_runtimes.contains_key(h)
+                        && container::executor::recursive_mount_options(),
                 }),
             })
             .collect(),

@@ -13,6 +13,7 @@ use crate::daemon::Crust;
 use crate::sandboxes::store::{name_key, PauseRef, SandboxRecord, SandboxState, RECORD_VERSION};
 use crate::{
     cri::validate, daemon::util, sandboxes::network, sandboxes::pod_files, sandboxes::podns,
+    sandboxes::userns,
 };
 use cgroups::CgroupManager;
 use cri_api::{NamespaceMode, PodSandboxConfig, RunPodSandboxRequest};
@@ -73,6 +74,13 @@ pub fn run(crust: &Crust, req: RunPodSandboxRequest) -> Result<String> {
     let host_ipc = ns.ipc == NamespaceMode::Node as i32;
     let sysctls: BTreeMap<String, String> = linux.sysctls.clone().into_iter().collect();
     podns::validate_sysctls(&sysctls, host_network, host_ipc)?;
+    let userns = userns::of_options(Some(&ns))?;
+    if userns.is_some() && crust.oci_runtimes.contains_key(&req.runtime_handler) {
+        return Err(Error::InvalidArgument(format!(
+            "runtime handler {:?} does not support user namespaces (hostUsers: false); the built-in one does",
+            req.runtime_handler
+        )));
+    }
     if !host_network {
         // Fail before making anything when there is no network to join.
         crust.network.current().map_err(Error::FailedPrecondition)?;
@@ -104,7 +112,7 @@ pub fn run(crust: &Crust, req: RunPodSandboxRequest) -> Result<String> {
         cgroup: None,
         shm: None,
     };
-    let res = create(crust, &cfg, &sysctls, &mut rec);
+    let res = create(crust, &cfg, &sysctls, userns.as_ref(), &mut rec);
     match res {
         Ok(()) => {
             crust.store.insert(rec);
@@ -131,6 +139,7 @@ fn create(
     crust: &Crust,
     cfg: &PodSandboxConfig,
     sysctls: &BTreeMap<String, String>,
+    userns: Option<&userns::PodMaps>,
     rec: &mut SandboxRecord,
 ) -> Result<()> {
     let id = rec.id.clone();
@@ -154,13 +163,13 @@ fn create(
     crust.store.save_progress(rec)?;
     failpoint!("run_sandbox.after_record");
 
-    let pause = start_pause(crust, cfg, &cgroup, rec)?;
+    let pause = start_pause(crust, cfg, &cgroup, userns, rec)?;
     failpoint!("run_sandbox.after_pause");
     let t_cgroup = t0.elapsed();
     crust.store.save_progress(rec)?;
 
     let t_pause = t0.elapsed();
-    pin_namespaces(crust, rec, pause.pid)?;
+    pin_namespaces(crust, rec, pause.pid, userns.is_some())?;
     failpoint!("run_sandbox.after_pins");
 
     set_oom_score_adj(pause.pid, PAUSE_OOM_SCORE_ADJ);
@@ -203,8 +212,14 @@ fn start_pause(
     crust: &Crust,
     cfg: &PodSandboxConfig,
     cgroup: &cgroups::CgroupPath,
+    userns: Option<&userns::PodMaps>,
     rec: &mut SandboxRecord,
 ) -> Result<container::pause::Pause> {
+    // The pod's user namespace, maps written, for the pause to enter first.
+    let userns_fd = userns
+        .map(|m| container::userns::create(&[m.uid], &[m.gid]))
+        .transpose()
+        .map_err(|e| Error::Internal(format!("making the pod's user namespace: {e}")))?;
     // The pause process and its namespaces.
     let spec = container::pause::PauseSpec {
         binary: crust.pause_bin.clone(),
@@ -214,6 +229,7 @@ fn start_pause(
         new_uts: !rec.host_network,
         new_pid: !rec.host_pid,
         cgroup_dirs: crust.cgroups.dirs(cgroup),
+        userns_fd: userns_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
     };
     // The record with the attachment must be on disk before ADD (CNI may allocate
     // even when ADD fails, and DEL must follow, also after a power loss): its fsync
@@ -257,13 +273,14 @@ fn start_pause(
 
 /// The pause's namespaces pinned under the sandbox's pin folder, and the pod's
 /// `/dev/shm`; each recorded before it is mounted, so teardown finds it.
-fn pin_namespaces(crust: &Crust, rec: &mut SandboxRecord, pid: i32) -> Result<()> {
+fn pin_namespaces(crust: &Crust, rec: &mut SandboxRecord, pid: i32, userns: bool) -> Result<()> {
     let pin_dir = crust.pin_dir(&rec.id);
     let kinds = [
         (container::ns::NsKind::Net, "net", !rec.host_network),
         (container::ns::NsKind::Ipc, "ipc", !rec.host_ipc),
         (container::ns::NsKind::Uts, "uts", !rec.host_network),
         (container::ns::NsKind::Pid, "pid", !rec.host_pid),
+        (container::ns::NsKind::User, "user", userns),
     ];
     // Everything about to be mounted is recorded first, in one save: teardown skips
     // what is not (yet) mounted.
