@@ -107,7 +107,7 @@ pub use channel::Step;
 pub use exec::{exec, ExecOpts};
 /// The spec types (and builders) `create` takes, at the version this crate uses.
 pub use oci_spec;
-pub use rootfs::recursive_mount_options;
+pub use rootfs::{idmapped_mounts_supported, recursive_mount_options};
 pub use state::{Container, Status};
 
 use crate::error::{Error, Result};

@@ -223,6 +223,20 @@ fn idmapped_tree(
     Ok(tree)
 }
 
+/// Whether the kernel can id-map the file system of `path` (what the layers of a pod
+/// with a user namespace need where they live), asked as critest asks: a throwaway user
+/// namespace and an id-mapped copy of the mount, attached nowhere. The error says what
+/// is missing.
+pub fn idmapped_mounts_supported(path: &Path) -> io::Result<()> {
+    let map = [crate::userns::IdMap {
+        container_id: 0,
+        host_id: 65536,
+        size: 65536,
+    }];
+    let ns = crate::userns::create(&map, &map).map_err(io::Error::other)?;
+    idmapped_tree(path, false, false, ns.as_raw_fd()).map(drop)
+}
+
 /// Attaches the detached mount `tree` onto the directory or file `target`.
 fn move_mount_onto(tree: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: move_mount between two fds we hold, with empty paths.
