@@ -110,7 +110,7 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn reads_end_after_the_idle_time_and_traffic_defers_it() {
         let (a, mut b) = tokio::io::duplex(1024);
         let mut idle = Idle::new(a, Duration::from_millis(300));
