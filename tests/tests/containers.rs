@@ -1748,9 +1748,38 @@ async fn image_volumes_mount_an_image_read_only() {
         before + 4,
         "the root and three image volumes"
     );
+    // Each image volume's mount in the status names the image it shows, as the
+    // container's own image_ref names its image (the conformance suite checks it).
+    let mut images = e.d.images().await;
+    let img = images
+        .image_status(ImageStatusRequest {
+            image: Some(ImageSpec {
+                image: "vol:e2e".into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .image
+        .expect("vol:e2e is there");
+    let want = img.repo_digests.first().cloned().unwrap_or(img.id.clone());
+    let refs = |st: &ContainerStatus| -> Vec<String> {
+        st.mounts
+            .iter()
+            .map(|m| {
+                m.image
+                    .as_ref()
+                    .map(|i| i.image_ref.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let (st, _) = e.status(&id).await;
+    assert_eq!(refs(&st), vec![want.clone(); 3], "{:?}", st.mounts);
 
     // The image goes; the volumes stay whole while the container lives.
-    let mut images = e.d.images().await;
     images
         .remove_image(RemoveImageRequest {
             image: Some(ImageSpec {
@@ -1762,6 +1791,13 @@ async fn image_volumes_mount_an_image_read_only() {
         .unwrap();
     let (_, got) = out(e.exec(&id, &["cat", "/vol/etc/conf", "/sub/b"], 10).await);
     assert_eq!(got, "topb2");
+    let (st, _) = e.status(&id).await;
+    assert_eq!(
+        refs(&st),
+        vec![want; 3],
+        "the image removed: {:?}",
+        st.mounts
+    );
     e.remove(&id).await;
     assert_eq!(snapshots(&e.d), before);
 

@@ -225,7 +225,8 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     );
     let id = util::new_id();
     crust.containers.reserve_name(&key, &id)?;
-    let mut rec = new_record(&cfg, &md, &image, &sb_rec, &key, &id, &image_ref);
+    let kept = config_with_image_volume_refs(&crust, &cfg);
+    let mut rec = new_record(&kept, &md, &image, &sb_rec, &key, &id, &image_ref);
     let sb_copy = sb_rec.clone();
     let c = crust.clone();
     let img_cfg = image.config.clone();
@@ -1158,7 +1159,25 @@ fn image_spec(rec: &ContainerRecord) -> ImageSpec {
         annotations: Default::default(),
         user_specified_image: rec.image.clone(),
         runtime_handler: String::new(),
+        image_ref: String::new(),
     }
+}
+
+/// The request's config as kept in the record: each image volume's `image_ref` filled
+/// with what ContainerStatus says of an image (a repo digest, else the id), as the CRI
+/// asks and as the conformance suite checks in the container's status mounts; taken
+/// at creation, so it still names the image the volume shows after the image is gone.
+fn config_with_image_volume_refs(crust: &Crust, cfg: &ContainerConfig) -> ContainerConfig {
+    let mut cfg = cfg.clone();
+    for spec in cfg.mounts.iter_mut().filter_map(|m| m.image.as_mut()) {
+        if spec.image.is_empty() {
+            continue;
+        }
+        if let Some(img) = crust.images.resolve(&spec.image) {
+            spec.image_ref = img.repo_digests.first().cloned().unwrap_or(img.id);
+        }
+    }
+    cfg
 }
 
 /// A record as the CRI's ContainerStatus, with the config and runtime spec it read.
