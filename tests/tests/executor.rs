@@ -791,7 +791,7 @@ fn failed_execs_leave_no_zombie_and_the_container_still_dies() {
         return;
     }
     let b = Bundle::new("exec-fail");
-    let spec = b.spec(&["/bin/sh", "-c", "sleep 30"]);
+    let spec = b.spec(&["/bin/sh", "-c", "sleep 600"]);
     let (_, mut g) = b.create(spec.clone());
     g.get().start().unwrap();
     let init = g.get().pid;
