@@ -46,7 +46,7 @@ pub fn default_kube_bin_dir() -> PathBuf {
 
 /// `name` from `$CRUST_KUBE_BIN`, else from where `hack/deps` unpacks them, else from
 /// `PATH` (a kubectl there must be v1.2x or later: Debian's 1.20 is too old).
-fn kube_bin(name: &str) -> Option<PathBuf> {
+pub fn kube_bin(name: &str) -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("CRUST_KUBE_BIN") {
         let p = PathBuf::from(d).join(name);
         return p.is_file().then_some(p);

@@ -2395,3 +2395,219 @@ async fn metrics_of_a_busy_container_and_its_pod() {
         "a stopped pod has no metrics"
     );
 }
+
+/// The real crictl (cri-tools, `$CRUST_KUBE_BIN` or where `hack/deps` unpacks it), or
+/// `None` after saying loudly that the test is skipped (under `CI=true`, a failure).
+fn crictl() -> Option<PathBuf> {
+    if let Some(p) = crust_e2e::cluster::kube_bin("crictl") {
+        return Some(p);
+    }
+    let msg = "test needs crictl (hack/deps unpacks it into target/kube-bin)";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}; CI must run every root test");
+    }
+    eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
+    None
+}
+
+/// `crictl <args> -o json` against the daemon's socket, parsed.
+fn crictl_json(crictl: &Path, d: &Crustd, args: &[&str]) -> serde_json::Value {
+    let ep = format!("unix://{}", d.socket.display());
+    let out = crust_e2e::run(
+        std::process::Command::new(crictl)
+            .args(["--runtime-endpoint", &ep, "--image-endpoint", &ep])
+            .args(["--timeout", "20s"])
+            .args(args)
+            .args(["-o", "json"])
+            // No config file: the endpoints are all it needs.
+            .env("CRI_CONFIG_FILE", "/dev/null"),
+    );
+    assert!(
+        out.status.success(),
+        "crictl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "crictl {args:?}: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// A metric of crictl's JSON (protojson: camelCase names, the type by name, 64-bit
+/// integers as strings): its type, label values and value.
+fn crictl_metric(m: &serde_json::Value) -> (String, Vec<String>, u64) {
+    let labels = m["labelValues"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no labelValues: {m}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let value = m["value"]["value"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no value: {m}"));
+    (m["metricType"].as_str().unwrap().to_string(), labels, value)
+}
+
+/// ListMetricDescriptors and ListPodSandboxMetrics through the real crictl
+/// (`metricdescs`, `metricsp`, as JSON): the descriptors of the container's CPU seconds
+/// and working set and of the pod's network have the label keys crust sends; a
+/// container limited to half a CPU that fills 8 MiB of the pod's /dev/shm and spins
+/// shows a counter of CPU seconds that reaches 1 and a working set gauge above 8 MiB,
+/// labelled with its pod, namespace, name, id and image; the pod's eth0 counts a ping
+/// to the bridge's gateway in both directions, labelled with the pod and its interface.
+#[tokio::test]
+async fn metrics_through_crictl() {
+    if !root() {
+        return;
+    }
+    let Some(crictl) = crictl() else {
+        return;
+    };
+    let mut e = setup().await;
+    let pod = e.pod("crictl-metered").await;
+    let mut cfg = ctr(
+        "spinner",
+        &[
+            "sh",
+            "-c",
+            "head -c 8388608 /dev/zero > /dev/shm/fill && while :; do :; done",
+        ],
+    );
+    *res(&mut cfg) = LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        ..Default::default()
+    };
+    let id = e.create(&pod, cfg).await;
+    e.start(&id).await;
+
+    let descs = crictl_json(&crictl, &e.d, &["metricdescs"]);
+    let keys = |name: &str| -> Vec<String> {
+        let d = descs["descriptors"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no descriptors: {descs}"))
+            .iter()
+            .find(|d| d["name"] == name)
+            .unwrap_or_else(|| panic!("no descriptor {name}: {descs}"));
+        assert!(!d["help"].as_str().unwrap_or_default().is_empty(), "{d}");
+        serde_json::from_value(d["labelKeys"].clone()).unwrap()
+    };
+    let base = ["pod", "namespace", "container", "id", "image"];
+    assert_eq!(keys("container_cpu_usage_seconds_total"), base);
+    assert_eq!(keys("container_memory_working_set_bytes"), base);
+    for name in [
+        "container_network_receive_bytes_total",
+        "container_network_transmit_bytes_total",
+        "container_network_receive_packets_total",
+        "container_network_transmit_packets_total",
+    ] {
+        assert_eq!(keys(name), [&base[..], &["interface"]].concat(), "{name}");
+    }
+
+    // The pod's entry of `crictl metricsp`, and in it the metric `name` of the
+    // container (`Some(id)`) or of the pod itself (`None`).
+    let pod_entry = || {
+        let all = crictl_json(&crictl, &e.d, &["metricsp"]);
+        all["podMetrics"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no podMetrics: {all}"))
+            .iter()
+            .find(|p| p["podSandboxId"] == pod.0.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("no metrics of pod {}: {all}", pod.0))
+    };
+    let find = |p: &serde_json::Value, ctr: Option<&str>, name: &str| {
+        let metrics = match ctr {
+            None => &p["metrics"],
+            Some(id) => &p["containerMetrics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["containerId"] == id)
+                .unwrap_or_else(|| panic!("no metrics of container {id}: {p}"))["metrics"],
+        };
+        metrics
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["name"] == name)
+            .map(crictl_metric)
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let p = loop {
+        let p = pod_entry();
+        let cpu = find(&p, Some(&id), "container_cpu_usage_seconds_total");
+        let mem = find(&p, Some(&id), "container_memory_working_set_bytes");
+        if cpu.first().is_some_and(|m| m.2 >= 1) && mem.first().is_some_and(|m| m.2 > 8 << 20) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "CPU seconds 1 and working set above 8 MiB: never so in {cpu:?} {mem:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let labels = [
+        "crictl-metered",
+        "default",
+        "spinner",
+        id.as_str(),
+        "busybox:e2e",
+    ];
+    for (name, kind) in [
+        ("container_cpu_usage_seconds_total", "COUNTER"),
+        ("container_memory_working_set_bytes", "GAUGE"),
+    ] {
+        let found = find(&p, Some(&id), name);
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        assert_eq!(found[0].0, kind, "{name}");
+        assert_eq!(found[0].1, labels, "{name}");
+    }
+    // Half a CPU: no more CPU seconds than wall seconds the test took.
+    let cpu = find(&p, Some(&id), "container_cpu_usage_seconds_total")[0].2;
+    assert!(cpu <= 120, "{cpu}");
+
+    // Pings from the pod to the bridge's gateway, and back.
+    let net = |p: &serde_json::Value, name: &str| {
+        let found = find(p, None, name);
+        let eth0: Vec<_> = found.iter().filter(|m| m.1[5] == "eth0").collect();
+        assert_eq!(eth0.len(), 1, "{name}: {found:?}");
+        assert_eq!(eth0[0].0, "COUNTER", "{name}");
+        assert_eq!(
+            eth0[0].1,
+            ["crictl-metered", "default", "", pod.0.as_str(), "", "eth0"],
+            "{name}"
+        );
+        eth0[0].2
+    };
+    let before = pod_entry();
+    let gateway = format!("10.{}.0.1", e.d.opts.subnet);
+    let pin = e.d.pin(&pod.0, "net");
+    let out = crust_e2e::run(std::process::Command::new("nsenter").args([
+        &format!("--net={}", pin.display()),
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        &gateway,
+    ]));
+    assert!(out.status.success(), "ping {gateway}: {out:?}");
+    let after = pod_entry();
+    for (name, least) in [
+        ("container_network_transmit_bytes_total", 2 * 84),
+        ("container_network_receive_bytes_total", 2 * 84),
+        ("container_network_transmit_packets_total", 2),
+        ("container_network_receive_packets_total", 2),
+    ] {
+        let (b, a) = (net(&before, name), net(&after, name));
+        assert!(a >= b + least, "{name}: {b} then {a}");
+    }
+}

@@ -9,6 +9,9 @@
 //!   for a pod on the host's network (containerd: none without a network namespace).
 //! - Which containers: created and running ones whose cgroup is there, as
 //!   ContainerStats; an exited container has no metrics.
+//! - `image` is the image as CreateContainer named it, or its repo tag when it was
+//!   named by its id, as the kubelet v1.28 names it (containerd 2.x sends the
+//!   `user_specified_image`, empty from that kubelet).
 //! - Units: the CRI's values are integers, so CPU and throttled time are whole
 //!   seconds, rounded down, as containerd and CRI-O send them (cAdvisor has fractions).
 //!   A rate over a few minutes is still right; over less than a second it is coarse.
@@ -93,7 +96,14 @@ fn pod(crust: &Crust, sb: &SandboxRecord, containers: &[ContainerRecord]) -> Pod
             let r = read(crust, c)?;
             Some(ContainerMetrics {
                 container_id: c.id.clone(),
-                metrics: container_metrics(&labels(&c.name, &c.id, &c.image), &r),
+                metrics: container_metrics(
+                    &labels(
+                        &c.name,
+                        &c.id,
+                        image_label(&c.image, &c.image_id, &c.image_name),
+                    ),
+                    &r,
+                ),
             })
         })
         .collect();
@@ -101,6 +111,23 @@ fn pod(crust: &Crust, sb: &SandboxRecord, containers: &[ContainerRecord]) -> Pod
         pod_sandbox_id: sb.id.clone(),
         metrics,
         container_metrics,
+    }
+}
+
+/// A container's `image` label: the image as CreateContainer named it, unless it named
+/// it by its id (`sha256:<hex>`, the hex or a prefix of it), as the kubelet does with
+/// what PullImage gave it: then the name ContainerStatus reports (a repo tag), the name
+/// dashboards group by, as cAdvisor's label has it.
+fn image_label<'a>(image: &'a str, image_id: &str, image_name: &'a str) -> &'a str {
+    fn hex(s: &str) -> &str {
+        s.strip_prefix("sha256:").unwrap_or(s)
+    }
+    let by_id = image.starts_with("sha256:")
+        || (!image.is_empty() && hex(image_id).starts_with(hex(image)));
+    if by_id && !image_name.is_empty() {
+        image_name
+    } else {
+        image
     }
 }
 
@@ -607,6 +634,23 @@ mod tests {
         }
         assert_eq!(value(&ms, "container_spec_cpu_shares", &[]), Some(2));
         assert_eq!(value(&ms, "container_threads_max", &[]), Some(0));
+    }
+
+    #[test]
+    fn image_label_is_a_name() {
+        let id = "sha256:0bddfb2fca3f106045b34ac8a0bb3395ce7cf18784c28816a1a12e90d3d3b064";
+        let tag = "127.0.0.1:5000/e2e/busybox:1";
+        // As the kubelet v1.28 asks: by the id PullImage returned.
+        assert_eq!(image_label(id, id, tag), tag);
+        assert_eq!(image_label(&id[7..], id, tag), tag);
+        assert_eq!(image_label(&id[7..19], id, tag), tag);
+        // By a name: that name, short or not.
+        assert_eq!(image_label("busybox:e2e", id, tag), "busybox:e2e");
+        assert_eq!(image_label(tag, id, tag), tag);
+        let by_digest = "127.0.0.1:5000/e2e/busybox@sha256:1111";
+        assert_eq!(image_label(by_digest, id, tag), by_digest);
+        // An image without a name keeps its id.
+        assert_eq!(image_label(id, id, ""), id);
     }
 
     #[test]
