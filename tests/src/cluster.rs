@@ -1373,7 +1373,9 @@ disabled_plugins = [
                 "--image-gc-high-threshold=100",
                 "--image-gc-low-threshold=99",
                 "--serialize-image-pulls=false",
-                "--feature-gates=SidecarContainers=true",
+                // The summary API and /metrics/cadvisor from crustd's CRI stats and
+                // metrics (ListPodSandboxStats, ListPodSandboxMetrics), not cAdvisor's.
+                "--feature-gates=SidecarContainers=true,PodAndContainerStatsFromCRI=true",
                 // The crustlet's default, which kubeadm sets too.
                 "--cluster-domain=cluster.local",
                 "--v=2",

@@ -471,6 +471,7 @@ pub mod cri;
 pub mod crustd;
 pub mod header_proxy;
 pub mod kube_shim;
+pub mod prometheus;
 pub mod registry;
 pub mod terminal;
 pub mod token_server;

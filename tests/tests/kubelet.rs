@@ -1041,6 +1041,96 @@ fn stats_summary(c: &Cluster) {
     });
 }
 
+/// `/metrics/cadvisor` with PodAndContainerStatsFromCRI on: the kubelet serves it from
+/// crustd's ListMetricDescriptors and ListPodSandboxMetrics. A container limited to a
+/// fifth of a CPU that puts 16 MiB in the pod's /dev/shm and spins has its CPU seconds
+/// (whole ones: the CRI's values are integers) and a working set of 16 MiB or more,
+/// labelled with its pod, namespace, container name, crust id and image name, and its
+/// memory limit; its pod's eth0 counts bytes both ways.
+fn metrics_cadvisor(c: &Cluster) {
+    use crust_e2e::prometheus::{label, samples, Sample};
+    let p = run_pod(
+        c,
+        pod(
+            c,
+            "cadvisor",
+            "head -c 16777216 /dev/zero > /dev/shm/fill; while :; do :; done",
+            |p| {
+                p["spec"]["containers"][0]["resources"] = json!({
+                    "limits": {"cpu": "200m", "memory": "64Mi"},
+                });
+            },
+        ),
+    );
+    let id = container_id(&p, "main");
+    let path = format!("/api/v1/nodes/{NODE}/proxy/metrics/cadvisor");
+    // The pod's samples of `name` for `container` ("" for the pod's own).
+    let of = |all: &[Sample], name: &str, container: &str| -> Vec<Sample> {
+        all.iter()
+            .filter(|s| {
+                s.0 == name
+                    && label(s, "pod") == Some("cadvisor")
+                    && label(s, "namespace") == Some("default")
+                    && label(s, "container") == Some(container)
+            })
+            .cloned()
+            .collect()
+    };
+    const MIB: f64 = 1024.0 * 1024.0;
+    let (text, all) = wait_for(
+        "the pod's CPU seconds and working set on /metrics/cadvisor",
+        Duration::from_secs(90),
+        |last| {
+            let out = run_timeout(&mut c.kubectl(&["get", "--raw", &path]), T);
+            let text = s(&out.stdout);
+            let Some(all) = samples(&text) else {
+                *last = format!("unreadable: {text}{}", s(&out.stderr));
+                return None;
+            };
+            let cpu = of(&all, "container_cpu_usage_seconds_total", "main");
+            let mem = of(&all, "container_memory_working_set_bytes", "main");
+            *last = format!("{cpu:?} {mem:?} {}", s(&out.stderr));
+            (cpu.first().is_some_and(|s| s.2 >= 1.0)
+                && mem.first().is_some_and(|s| s.2 >= 16.0 * MIB))
+            .then_some((text, all))
+        },
+    );
+    // Plausible: fewer CPU seconds than the check has waited, no more memory than the
+    // limit.
+    for (name, kind, most) in [
+        ("container_cpu_usage_seconds_total", "counter", 600.0),
+        ("container_memory_working_set_bytes", "gauge", 64.0 * MIB),
+    ] {
+        let found = of(&all, name, "main");
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        let s = &found[0];
+        assert_eq!(label(s, "id"), Some(id.as_str()), "{name}: {s:?}");
+        // The kubelet v1.28 creates a container by its image's id; the label is the
+        // name its pod spec has.
+        assert_eq!(label(s, "image"), Some(c.image.as_str()), "{name}: {s:?}");
+        assert!(s.2 <= most, "{name}: {}", s.2);
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} is no {kind}"
+        );
+    }
+    let limit = of(&all, "container_spec_memory_limit_bytes", "main");
+    assert_eq!(limit.first().map(|s| s.2), Some(64.0 * MIB), "{limit:?}");
+    // The pod's network: container "" and interface eth0, bytes both ways.
+    for name in [
+        "container_network_receive_bytes_total",
+        "container_network_transmit_bytes_total",
+    ] {
+        let net = of(&all, name, "");
+        assert!(
+            net.iter()
+                .any(|s| label(s, "interface") == Some("eth0") && s.2 > 0.0),
+            "{name}: {net:?}"
+        );
+    }
+    kubectl(c, &["delete", "pod", "cadvisor", "--wait=false"]);
+}
+
 // ---- f. restarts of crustd and the kubelet ----------------------------------------------
 
 /// Container ids and restart counts of the given pods.
@@ -1401,6 +1491,8 @@ fn main() {
             crustlet_server_debug,
             crustlet_server_stats,
             crustlet_server_same_as_kubelet,
+            // A spinning container: here, not in the burst of pods above.
+            metrics_cadvisor,
             containerd_server_logs,
             containerd_server_exec,
             containerd_server_attach,
