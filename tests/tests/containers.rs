@@ -2099,6 +2099,25 @@ async fn require_hugetlb_refuses_hugepage_limits_it_cannot_apply() {
 }
 
 /// The pod's metrics by ListPodSandboxMetrics, `None` when it has none.
+/// Pings the pod network's gateway `count` times from pod `pod`'s network namespace:
+/// traffic both ways on its eth0.
+fn ping_gateway(e: &Env, pod: &str, count: u32) {
+    let gateway = format!("10.{}.0.1", e.d.opts.subnet);
+    let pin = e.d.pin(pod, "net");
+    let out = crust_e2e::run(std::process::Command::new("nsenter").args([
+        &format!("--net={}", pin.display()),
+        "ping",
+        "-c",
+        &count.to_string(),
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        &gateway,
+    ]));
+    assert!(out.status.success(), "ping {gateway}: {out:?}");
+}
+
 async fn pod_metrics(e: &mut Env, pod: &str) -> Option<PodSandboxMetrics> {
     e.c.list_pod_sandbox_metrics(ListPodSandboxMetricsRequest {})
         .await
@@ -2215,20 +2234,7 @@ async fn metrics_of_a_busy_container_and_its_pod() {
     let net = |p: &PodSandboxMetrics, name: &str| {
         metric(&p.metrics, name, &["eth0"]).unwrap_or_else(|| panic!("no {name}: {p:?}"))
     };
-    let gateway = format!("10.{}.0.1", e.d.opts.subnet);
-    let pin = e.d.pin(&pod.0, "net");
-    let out = crust_e2e::run(std::process::Command::new("nsenter").args([
-        &format!("--net={}", pin.display()),
-        "ping",
-        "-c",
-        "3",
-        "-i",
-        "0.2",
-        "-W",
-        "2",
-        &gateway,
-    ]));
-    assert!(out.status.success(), "ping {gateway}: {out:?}");
+    ping_gateway(&e, &pod.0, 3);
     let p = pod_metrics(&mut e, &pod.0).await.unwrap();
     for (name, least) in [
         ("container_network_transmit_bytes_total", 3 * 84),
@@ -2586,20 +2592,7 @@ async fn metrics_through_crictl() {
         eth0[0].2
     };
     let before = pod_entry();
-    let gateway = format!("10.{}.0.1", e.d.opts.subnet);
-    let pin = e.d.pin(&pod.0, "net");
-    let out = crust_e2e::run(std::process::Command::new("nsenter").args([
-        &format!("--net={}", pin.display()),
-        "ping",
-        "-c",
-        "2",
-        "-i",
-        "0.2",
-        "-W",
-        "2",
-        &gateway,
-    ]));
-    assert!(out.status.success(), "ping {gateway}: {out:?}");
+    ping_gateway(&e, &pod.0, 2);
     let after = pod_entry();
     for (name, least) in [
         ("container_network_transmit_bytes_total", 2 * 84),
