@@ -128,16 +128,19 @@ async fn pod_state(
             .into_inner()
             .containers;
         for k in list {
-            let st = c
+            let st = match c
                 .container_status(ContainerStatusRequest {
                     container_id: k.id.clone(),
                     verbose: false,
                 })
                 .await
-                .unwrap()
-                .into_inner()
-                .status
-                .unwrap();
+            {
+                Ok(r) => r.into_inner().status.unwrap(),
+                // Removed by the crustlet between the list and this call (a CI run
+                // met it): no longer there.
+                Err(s) if s.code() == tonic::Code::NotFound => continue,
+                Err(s) => panic!("ContainerStatus {}: {s}", k.id),
+            };
             let m = k.metadata.unwrap();
             out.entry(m.name)
                 .or_default()
