@@ -703,10 +703,18 @@ mod tests {
 
     #[test]
     fn close_all_but_keeps_exactly_what_it_is_told() {
-        // In a forked child, so the test process's fds stay as they are.
-        let a = std::fs::File::open("/dev/null").unwrap();
-        let b = std::fs::File::open("/dev/null").unwrap();
-        let c = std::fs::File::open("/dev/null").unwrap();
+        // In a forked child, so the test process's fds stay as they are. The fds are
+        // moved high up, where the other tests' threads (opening and closing their own
+        // fds meanwhile) do not reach: a CI run saw this check fail on low numbers.
+        let high = |min: i32| {
+            let f = std::fs::File::open("/dev/null").unwrap();
+            // SAFETY: F_DUPFD_CLOEXEC of an fd we own; the new fd is owned below.
+            let fd = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+            assert!(fd >= min, "F_DUPFD_CLOEXEC: {}", std::io::Error::last_os_error());
+            // SAFETY: a fresh fd of ours.
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+        };
+        let (a, b, c) = (high(700), high(710), high(720));
         let (ra, rb, rc) = (a.as_raw_fd(), b.as_raw_fd(), c.as_raw_fd());
         // SAFETY: the child only makes syscalls and exits.
         let pid = unsafe { libc::fork() };
