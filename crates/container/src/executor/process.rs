@@ -710,7 +710,11 @@ mod tests {
             let f = std::fs::File::open("/dev/null").unwrap();
             // SAFETY: F_DUPFD_CLOEXEC of an fd we own; the new fd is owned below.
             let fd = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
-            assert!(fd >= min, "F_DUPFD_CLOEXEC: {}", std::io::Error::last_os_error());
+            assert!(
+                fd >= min,
+                "F_DUPFD_CLOEXEC: {}",
+                std::io::Error::last_os_error()
+            );
             // SAFETY: a fresh fd of ours.
             unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
         };
