@@ -310,6 +310,9 @@ pub fn crustlet_grpc_probe_same_as_kubelet(c: &Cluster) {
             let mut m: Vec<String> = event_messages(c, c.ns, &name, "Unhealthy")
                 .into_iter()
                 .map(|m| m.replace(ip.as_str(), "<node-ip>"))
+                // A health RPC that overran its 1 s on a loaded machine is load, not
+                // behaviour (either node may log it; CI met it on the crustlet's).
+                .filter(|m| !m.contains("health rpc did not complete within"))
                 .collect();
             m.sort();
             m.dedup();
