@@ -436,7 +436,8 @@ pub struct Leftovers {
     pub masq_rules: usize,
 }
 
-fn dir_names(dir: &Path) -> Vec<String> {
+/// The names in `dir`, sorted (none if it cannot be read).
+pub fn dir_names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()

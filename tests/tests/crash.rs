@@ -11,7 +11,7 @@
 
 use cri_api::*;
 use crust_e2e::cri::{busybox_layout, ctr, import_busybox, Client, IMAGE};
-use crust_e2e::crustd::{mounts_under, Crustd, Options};
+use crust_e2e::crustd::{dir_names, mounts_under, Crustd, Options};
 use crust_e2e::registry::Registry;
 use crust_e2e::{require_root, TempDir};
 use std::os::unix::process::ExitStatusExt;
@@ -494,18 +494,6 @@ async fn clean_up(step: &str, d: &Crustd, c: &mut Client) {
     }
 }
 
-fn entries(p: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(p)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 async fn crash_at(step: &str) {
     let pull = step.starts_with("pull_image.");
     let tools: &[&str] = if pull {
@@ -584,7 +572,7 @@ async fn crash_at(step: &str) {
         root.join("images/tmp"),
     ] {
         assert_eq!(
-            entries(&dir),
+            dir_names(&dir),
             Vec::<String>::new(),
             "{step}: left in {}",
             dir.display()
