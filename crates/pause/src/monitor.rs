@@ -218,64 +218,9 @@ struct Log {
 }
 
 extern "C" fn start(sp: *const usize) -> ! {
-    // Its own session first: the daemon's process group may be killed as a whole.
-    syscall(SYS_SETSID, 0, 0, 0, 0);
-    // Every signal blocked, so none can kill the monitor by its default action; the
-    // ones that matter are read from a signalfd.
-    let all: u64 = !0;
-    syscall(
-        SYS_RT_SIGPROCMASK,
-        SIG_BLOCK,
-        &all as *const u64 as usize,
-        0,
-        SIGSET_SIZE,
-    );
-    // SIG_IGN for SIGCHLD survives execve and would make the kernel reap the child
-    // itself, losing its status: back to the default.
-    let dfl = SigAction {
-        handler: SIG_DFL,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    syscall(
-        SYS_RT_SIGACTION,
-        SIGCHLD,
-        &dfl as *const SigAction as usize,
-        0,
-        SIGSET_SIZE,
-    );
-
-    // SAFETY: `sp` is the initial stack pointer the kernel set up: argc, then argc
-    // pointers to NUL-terminated strings that live as long as the process.
-    let args = unsafe {
-        let argc = *sp;
-        let argv = sp.add(1) as *const *const c_char;
-        parse_args((1..argc).map(|i| CStr::from_ptr(*argv.add(i))))
-    };
-    let args: Args<'static> = match args {
-        Ok(a) => a,
-        Err(e) => {
-            write_all(2, b"crust-monitor: ");
-            write_all(2, e.message.as_bytes());
-            write_all(2, e.arg);
-            write_all(2, b"\n");
-            write_all(2, USAGE);
-            exit(2);
-        }
-    };
-
-    let sfd = syscall(
-        SYS_SIGNALFD4,
-        usize::MAX, // -1: a new signalfd
-        &all as *const u64 as usize,
-        SIGSET_SIZE,
-        SFD_NONBLOCK | SFD_CLOEXEC,
-    );
-    if sfd < 0 {
-        write_all(2, b"crust-monitor: signalfd failed\n");
-        exit(1);
-    }
+    detach_and_block_signals();
+    let args = args_or_exit(sp);
+    let sfd = signalfd_or_exit();
 
     // SAFETY: the only reference to the buffers, taken once; one thread.
     let bufs = unsafe { &mut *BUFFERS.0.get() };
@@ -285,23 +230,8 @@ extern "C" fn start(sp: *const usize) -> ! {
         path,
         input,
     } = bufs;
-    let [out_buf, err_buf, tty_buf] = lines;
-    let mut streams = [
-        Stream::new(args.stdout_fd, b"stdout", ATTACH_STDOUT, out_buf),
-        Stream::new(args.stderr_fd, b"stderr", ATTACH_STDERR, err_buf),
-        // A pty master: EIO once its slave is closed is its end, as for any error.
-        Stream::new(args.tty_fd, b"stdout", ATTACH_STDOUT, tty_buf),
-    ];
-    let mut attach = Attach {
-        listen: args.attach_fd.unwrap_or(-1),
-        clients: [(-1, false); MAX_CLIENTS],
-        mode: args.stdin,
-        stdin: args.stdin_fd.map(nonblocking).unwrap_or(-1),
-        tty: args.tty_fd.is_some() || args.tty_socket.is_some(),
-        input,
-        start: 0,
-        end: 0,
-    };
+    let mut streams = Stream::all(&args, lines);
+    let mut attach = Attach::new(&args, input);
     let oom_before = args.oom_file.and_then(|p| read_oom(p, file));
     let init = args.init_pid.or_else(|| {
         let n = read_file(c"/proc/thread-self/children", file);
@@ -333,38 +263,7 @@ extern "C" fn start(sp: *const usize) -> ! {
                 );
             }
         }
-        let target = attach.target(&streams[2]);
-        let pending = attach.start < attach.end;
-        let mut fds = [
-            PollFd {
-                fd: sfd as i32,
-                events: POLLIN,
-                revents: 0,
-            },
-            streams[0].poll_fd(),
-            streams[1].poll_fd(),
-            streams[2].poll_fd(),
-            PollFd {
-                fd: tty_socket,
-                events: POLLIN,
-                revents: 0,
-            },
-            PollFd {
-                fd: attach.listen,
-                events: POLLIN,
-                revents: 0,
-            },
-            // Input waiting for the container: poll for room in its stdin.
-            PollFd {
-                fd: if pending { target } else { -1 },
-                events: POLLOUT,
-                revents: 0,
-            },
-            attach.poll_fd(0, pending),
-            attach.poll_fd(1, pending),
-            attach.poll_fd(2, pending),
-            attach.poll_fd(3, pending),
-        ];
+        let mut fds = poll_fds(sfd, &streams, &attach, tty_socket);
         let n = syscall(
             SYS_POLL,
             fds.as_mut_ptr() as usize,
@@ -376,57 +275,188 @@ extern "C" fn start(sp: *const usize) -> ! {
             continue; // EINTR (after SIGSTOP/SIGCONT, say)
         }
         if tty_socket >= 0 && fds[4].revents != 0 {
-            // The pty master from the init (or the init's end closed: no terminal).
-            let master = recv_fd(tty_socket);
-            close(tty_socket as usize);
-            tty_socket = -1;
-            if master >= 0 {
-                streams[2].adopt(master);
-            }
+            tty_socket = adopt_tty(tty_socket, &mut streams[2]);
         }
-        for (s, p) in streams.iter_mut().zip(&fds[1..4]) {
-            if p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
-                s.pump(&log, 1, &mut attach);
-            }
+        serve_io(&fds, &mut streams, &log, &mut attach);
+        if fds[0].revents != 0 && read_signals(sfd, &mut log) {
+            check_child = true;
         }
-        if fds[5].revents != 0 {
-            attach.accept();
+    }
+}
+
+/// Every signal, as a mask for `rt_sigprocmask` and `signalfd4`.
+const ALL_SIGNALS: u64 = !0;
+
+/// Its own session first: the daemon's process group may be killed as a whole. Then
+/// every signal blocked, so none can kill the monitor by its default action (the ones
+/// that matter are read from a signalfd), and SIGCHLD back to its default: SIG_IGN
+/// survives execve and would make the kernel reap the child itself, losing its status.
+fn detach_and_block_signals() {
+    syscall(SYS_SETSID, 0, 0, 0, 0);
+    let all: u64 = ALL_SIGNALS;
+    syscall(
+        SYS_RT_SIGPROCMASK,
+        SIG_BLOCK,
+        &all as *const u64 as usize,
+        0,
+        SIGSET_SIZE,
+    );
+    let dfl = SigAction {
+        handler: SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    syscall(
+        SYS_RT_SIGACTION,
+        SIGCHLD,
+        &dfl as *const SigAction as usize,
+        0,
+        SIGSET_SIZE,
+    );
+}
+
+/// The command line from the initial stack; a bad one is the caller's mistake, told on
+/// stderr with the usage, exit 2 (see the module's doc for the contract).
+fn args_or_exit(sp: *const usize) -> Args<'static> {
+    // SAFETY: `sp` is the initial stack pointer the kernel set up: argc, then argc
+    // pointers to NUL-terminated strings that live as long as the process.
+    let args = unsafe {
+        let argc = *sp;
+        let argv = sp.add(1) as *const *const c_char;
+        parse_args((1..argc).map(|i| CStr::from_ptr(*argv.add(i))))
+    };
+    match args {
+        Ok(a) => a,
+        Err(e) => {
+            write_all(2, b"crust-monitor: ");
+            write_all(2, e.message.as_bytes());
+            write_all(2, e.arg);
+            write_all(2, b"\n");
+            write_all(2, USAGE);
+            exit(2);
         }
-        if fds[6].revents != 0 {
-            attach.feed(&streams[2]);
+    }
+}
+
+/// The signalfd the blocked signals are read from; without it the monitor could
+/// never learn of the child's exit, so it gives up at once (exit 1).
+fn signalfd_or_exit() -> isize {
+    let all: u64 = ALL_SIGNALS;
+    let sfd = syscall(
+        SYS_SIGNALFD4,
+        usize::MAX, // -1: a new signalfd
+        &all as *const u64 as usize,
+        SIGSET_SIZE,
+        SFD_NONBLOCK | SFD_CLOEXEC,
+    );
+    if sfd < 0 {
+        write_all(2, b"crust-monitor: signalfd failed\n");
+        exit(1);
+    }
+    sfd
+}
+
+/// What one turn of the loop waits for, by index: 0 the signalfd, 1-3 the streams
+/// (stdout, stderr, pty), 4 the socket the pty master comes by, 5 the attach socket,
+/// 6 room in the container's stdin, 7.. the attach clients.
+fn poll_fds(sfd: isize, streams: &[Stream; 3], attach: &Attach, tty_socket: i32) -> [PollFd; 11] {
+    let target = attach.target(&streams[2]);
+    let pending = attach.start < attach.end;
+    [
+        PollFd {
+            fd: sfd as i32,
+            events: POLLIN,
+            revents: 0,
+        },
+        streams[0].poll_fd(),
+        streams[1].poll_fd(),
+        streams[2].poll_fd(),
+        PollFd {
+            fd: tty_socket,
+            events: POLLIN,
+            revents: 0,
+        },
+        PollFd {
+            fd: attach.listen,
+            events: POLLIN,
+            revents: 0,
+        },
+        // Input waiting for the container: poll for room in its stdin.
+        PollFd {
+            fd: if pending { target } else { -1 },
+            events: POLLOUT,
+            revents: 0,
+        },
+        attach.poll_fd(0, pending),
+        attach.poll_fd(1, pending),
+        attach.poll_fd(2, pending),
+        attach.poll_fd(3, pending),
+    ]
+}
+
+/// The pty master from the init (or the init's end closed: no terminal). The socket
+/// is done with either way; returns its new value, -1.
+fn adopt_tty(tty_socket: i32, tty: &mut Stream) -> i32 {
+    let master = recv_fd(tty_socket);
+    close(tty_socket as usize);
+    if master >= 0 {
+        tty.adopt(master);
+    }
+    -1
+}
+
+/// The streams, the attach socket, the container's stdin and the attach clients, in
+/// that order, as `poll` found them ready (`fds` from [`poll_fds`]).
+fn serve_io(fds: &[PollFd; 11], streams: &mut [Stream; 3], log: &Log, attach: &mut Attach) {
+    for (s, p) in streams.iter_mut().zip(&fds[1..4]) {
+        if p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
+            s.pump(log, 1, attach);
         }
-        for (i, p) in fds[7..].iter().enumerate() {
-            if p.revents != 0 {
-                attach.receive(i, p.revents, &streams[2]);
-            }
+    }
+    if fds[5].revents != 0 {
+        attach.accept();
+    }
+    if fds[6].revents != 0 {
+        attach.feed(&streams[2]);
+    }
+    for (i, p) in fds[7..].iter().enumerate() {
+        if p.revents != 0 {
+            attach.receive(i, p.revents, &streams[2]);
         }
-        if fds[0].revents != 0 {
-            let mut info = [0u8; SIGINFO_SIZE * 8];
-            loop {
-                let n = syscall(
-                    SYS_READ,
-                    sfd as usize,
-                    info.as_mut_ptr() as usize,
-                    info.len(),
-                    0,
-                );
-                if n == -EINTR {
-                    continue;
-                }
-                if n <= 0 {
-                    break;
-                }
-                for si in info[..n as usize].chunks_exact(SIGINFO_SIZE) {
-                    let signo = u32::from_ne_bytes([si[0], si[1], si[2], si[3]]) as usize;
-                    match signo {
-                        SIGCHLD => check_child = true,
-                        SIGUSR1 => log.reopen(),
-                        _ => {} // SIGTERM, SIGINT, SIGHUP and the rest: ignored
-                    }
-                }
+    }
+}
+
+/// Empties the signalfd: SIGUSR1 reopens the log at once; true when a SIGCHLD came,
+/// for the loop to reap. SIGTERM, SIGINT, SIGHUP and the rest are ignored: crustd
+/// signals the container, never its monitor.
+fn read_signals(sfd: isize, log: &mut Log) -> bool {
+    let mut child = false;
+    let mut info = [0u8; SIGINFO_SIZE * 8];
+    loop {
+        let n = syscall(
+            SYS_READ,
+            sfd as usize,
+            info.as_mut_ptr() as usize,
+            info.len(),
+            0,
+        );
+        if n == -EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        for si in info[..n as usize].chunks_exact(SIGINFO_SIZE) {
+            let signo = u32::from_ne_bytes([si[0], si[1], si[2], si[3]]) as usize;
+            match signo {
+                SIGCHLD => child = true,
+                SIGUSR1 => log.reopen(),
+                _ => {} // SIGTERM, SIGINT, SIGHUP and the rest: ignored
             }
         }
     }
+    child
 }
 
 /// What `wait4` said of the child: its pid and status, or `None` for no child at all.
@@ -507,6 +537,18 @@ fn finish(
 }
 
 impl Stream {
+    /// The container's streams, each with its line buffer, as the arguments give them;
+    /// the pty's stays closed (-1) until its master comes (`-t`, or by the tty socket).
+    fn all(args: &Args<'static>, lines: &'static mut [[u8; LINE_BUF]; 3]) -> [Stream; 3] {
+        let [out_buf, err_buf, tty_buf] = lines;
+        [
+            Stream::new(args.stdout_fd, b"stdout", ATTACH_STDOUT, out_buf),
+            Stream::new(args.stderr_fd, b"stderr", ATTACH_STDERR, err_buf),
+            // A pty master: EIO once its slave is closed is its end, as for any error.
+            Stream::new(args.tty_fd, b"stdout", ATTACH_STDOUT, tty_buf),
+        ]
+    }
+
     fn new(
         fd: Option<i32>,
         name: &'static [u8],
@@ -627,6 +669,21 @@ fn set_nonblocking(fd: i32) -> bool {
 }
 
 impl Attach {
+    /// No client yet; the stdin pipe made non-blocking, so that input the container
+    /// does not take never stalls the monitor.
+    fn new(args: &Args<'static>, input: &'static mut [u8; INPUT_BUF]) -> Attach {
+        Attach {
+            listen: args.attach_fd.unwrap_or(-1),
+            clients: [(-1, false); MAX_CLIENTS],
+            mode: args.stdin,
+            stdin: args.stdin_fd.map(nonblocking).unwrap_or(-1),
+            tty: args.tty_fd.is_some() || args.tty_socket.is_some(),
+            input,
+            start: 0,
+            end: 0,
+        }
+    }
+
     /// Where client input goes now: the pty master of a tty container, else the stdin
     /// pipe; -1 when it goes nowhere (no stdin, or closed by `stdin_once`).
     fn target(&self, tty: &Stream) -> i32 {
