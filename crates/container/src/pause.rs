@@ -187,61 +187,89 @@ pub fn spawn(spec: &PauseSpec) -> Result<Pause> {
 
 fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
     let binary = spec.binary.clone();
-    let flags = spec.unshare_flags();
     let hostname = match (&spec.hostname, spec.new_uts) {
         (Some(h), true) => Some(check_hostname(h)?),
         _ => None,
     };
-    let (step_r, step_w) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| {
-            Error::SpawnPause {
-                binary: binary.clone(),
-                step: "pipe",
-                source: e.into(),
-            }
-        })?;
-    let step_fd = step_w.as_raw_fd();
-    let cgroups =
-        CgroupJoin::open(&spec.cgroup_dirs).map_err(|(path, source)| Error::SpawnPause {
-            binary: binary.clone(),
-            step: "cgroup",
-            source: io::Error::new(source.kind(), format!("{}: {source}", path.display())),
-        })?;
-    let (tasks, unified) = cgroups.raw();
-    let tasks: Vec<RawFd> = tasks.into_iter().map(|(fd, _)| fd).collect();
-    let unified = unified.map(|(fd, _)| fd);
-    let userns = spec.userns_fd;
+    let (step_r, step_w) = step_pipe(&binary)?;
+    let cgroups = open_cgroups(&spec.cgroup_dirs, &binary)?;
+    let setup = ChildSetup::new(spec, hostname, step_w.as_raw_fd(), &cgroups);
+    let binary_fd = open_binary_fd(&binary, setup.userns)?;
+    let mut cmd = launcher_command(&binary, binary_fd.as_ref(), setup.launcher_cgroup);
+    // SAFETY: the closure runs between fork and exec; `ChildSetup::run` says what it
+    // may do there.
+    unsafe {
+        cmd.pre_exec(move || setup.run());
+    }
+    let spawned = cmd.spawn();
+    drop((step_w, cgroups, binary_fd));
+    let mut launcher = match spawned {
+        Ok(c) => c,
+        Err(source) => return Err(child_failure(&step_r, binary, source)),
+    };
+    drop(step_r);
 
-    // As the root of a user namespace the child may not reach the binary through
-    // directories only the host's root may enter: it execs it through an fd opened
-    // here instead (what fexecve does).
-    let binary_fd = match userns {
+    let pid = launched_pid(&mut launcher, &binary)?;
+    started(pid, spec)
+}
+
+/// The pipe the forked child names its failed step on (see `STEP_*`): non-blocking,
+/// so that reading it after a failed spawn never waits, and close-on-exec, so that
+/// the exec closes it and an empty pipe means the exec itself failed.
+fn step_pipe(binary: &Path) -> Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| Error::SpawnPause {
+        binary: binary.to_path_buf(),
+        step: "pipe",
+        source: e.into(),
+    })
+}
+
+/// The pod's cgroup directories, opened before the fork: the child may only use fds.
+fn open_cgroups(dirs: &[PathBuf], binary: &Path) -> Result<CgroupJoin> {
+    CgroupJoin::open(dirs).map_err(|(path, source)| Error::SpawnPause {
+        binary: binary.to_path_buf(),
+        step: "cgroup",
+        source: io::Error::new(source.kind(), format!("{}: {source}", path.display())),
+    })
+}
+
+/// As the root of a user namespace the child may not reach the binary through
+/// directories only the host's root may enter: it execs it through an fd opened here
+/// instead (what fexecve does). `None` outside a user namespace.
+fn open_binary_fd(binary: &Path, userns: Option<RawFd>) -> Result<Option<OwnedFd>> {
+    Ok(match userns {
         Some(_) => Some(
             std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-                .open(&binary)
+                .open(binary)
                 .map(OwnedFd::from)
                 .map_err(|source| Error::SpawnPause {
-                    binary: binary.clone(),
+                    binary: binary.to_path_buf(),
                     step: "open",
                     source,
                 })?,
         ),
         None => None,
-    };
-    let mut cmd = match &binary_fd {
+    })
+}
+
+/// `crust-pause fork [CGROUP2_FD]`, by `binary_fd` when there is one, with its stdout
+/// piped for the pid line.
+fn launcher_command(
+    binary: &Path,
+    binary_fd: Option<&OwnedFd>,
+    launcher_cgroup: Option<RawFd>,
+) -> Command {
+    let mut cmd = match binary_fd {
         Some(fd) => {
             let mut c = Command::new(format!("/proc/self/fd/{}", fd.as_raw_fd()));
             c.arg0(FILE_NAME);
             c
         }
-        None => Command::new(&binary),
+        None => Command::new(binary),
     };
     cmd.arg("fork");
-    // In a user namespace the pause is no longer root on the host and may not
-    // move itself: the forked child joins the cgroup2 directory too, before.
-    let launcher_cgroup = unified.filter(|_| userns.is_none());
     if let Some(fd) = launcher_cgroup {
         // The launcher clones the pause into this cgroup2 directory.
         cmd.arg(fd.to_string());
@@ -251,34 +279,74 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
         .stderr(Stdio::null())
         // The pause must not hold a mount busy through its working directory.
         .current_dir("/");
-    // SAFETY: the closure runs between fork and exec. It only calls unshare,
-    // sethostname, setsid and write (all async-signal-safe), reads errno, and touches
-    // `flags`, `hostname` and `step_fd`, which were prepared before the fork; it
-    // allocates nothing and takes no locks.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fail = |step: u8| {
-                let e = io::Error::last_os_error();
-                libc::write(step_fd, (&step as *const u8).cast(), 1);
-                e
-            };
+    cmd
+}
+
+/// Everything the forked child needs, prepared before the fork: between fork and exec
+/// a multi-threaded parent's child may not allocate or take locks.
+struct ChildSetup {
+    /// The write end of [`step_pipe`].
+    step_fd: RawFd,
+    /// The `tasks` (or `cgroup.procs`) files of the pod's v1 cgroups.
+    tasks: Vec<RawFd>,
+    /// The pod's cgroup2 directory.
+    unified: Option<RawFd>,
+    /// `unified` when the launcher moves the pause there itself (no user namespace),
+    /// kept open across the exec.
+    launcher_cgroup: Option<RawFd>,
+    userns: Option<RawFd>,
+    flags: libc::c_int,
+    hostname: Option<Vec<u8>>,
+}
+
+impl ChildSetup {
+    fn new(
+        spec: &PauseSpec,
+        hostname: Option<Vec<u8>>,
+        step_fd: RawFd,
+        cgroups: &CgroupJoin,
+    ) -> ChildSetup {
+        let (tasks, unified) = cgroups.raw();
+        let tasks: Vec<RawFd> = tasks.into_iter().map(|(fd, _)| fd).collect();
+        let unified = unified.map(|(fd, _)| fd);
+        let userns = spec.userns_fd;
+        ChildSetup {
+            step_fd,
+            tasks,
+            unified,
+            // In a user namespace the pause is no longer root on the host and may not
+            // move itself: the forked child joins the cgroup2 directory too, before.
+            launcher_cgroup: unified.filter(|_| userns.is_none()),
+            userns,
+            flags: spec.unshare_flags(),
+            hostname,
+        }
+    }
+
+    /// Runs in the forked child, before exec. It only calls the cgroup moves, fcntl,
+    /// setns, setres[ug]id, setgroups, unshare, sethostname, setsid and write (all
+    /// async-signal-safe), reads errno, and touches `self`, prepared before the fork;
+    /// it allocates nothing and takes no locks.
+    fn run(&self) -> io::Result<()> {
+        // SAFETY: plain syscalls on fds and buffers owned by `self`.
+        unsafe {
             // Into the pod's v1 cgroups first ("0": this single-threaded child
             // itself, which skips the kernel's global cgroup lock); the pause forked
             // from it is born there.
-            for &fd in &tasks {
+            for &fd in &self.tasks {
                 if crate::cgroup_join::move_self_v1(fd).is_err() {
-                    return Err(fail(STEP_CGROUP));
+                    return Err(self.fail(STEP_CGROUP));
                 }
             }
-            if let Some(fd) = launcher_cgroup {
+            if let Some(fd) = self.launcher_cgroup {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(fail(STEP_CGROUP));
+                    return Err(self.fail(STEP_CGROUP));
                 }
             }
-            if let Some(ns) = userns {
-                if let Some(fd) = unified {
+            if let Some(ns) = self.userns {
+                if let Some(fd) = self.unified {
                     if crate::cgroup_join::move_self_v2(fd).is_err() {
-                        return Err(fail(STEP_CGROUP));
+                        return Err(self.fail(STEP_CGROUP));
                     }
                 }
                 // Root of the pod's user namespace (the host uid it maps 0 to), not
@@ -289,41 +357,49 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
                     || libc::setgroups(0, std::ptr::null()) != 0
                     || libc::setresuid(0, 0, 0) != 0
                 {
-                    return Err(fail(STEP_USERNS));
+                    return Err(self.fail(STEP_USERNS));
                 }
             }
-            if flags != 0 && libc::unshare(flags) != 0 {
-                return Err(fail(STEP_UNSHARE));
+            if self.flags != 0 && libc::unshare(self.flags) != 0 {
+                return Err(self.fail(STEP_UNSHARE));
             }
-            if let Some(h) = &hostname {
+            if let Some(h) = &self.hostname {
                 if libc::sethostname(h.as_ptr().cast(), h.len()) != 0 {
-                    return Err(fail(STEP_SETHOSTNAME));
+                    return Err(self.fail(STEP_SETHOSTNAME));
                 }
             }
             if libc::setsid() < 0 {
-                return Err(fail(STEP_SETSID));
+                return Err(self.fail(STEP_SETSID));
             }
             Ok(())
-        });
-    }
-    let spawned = cmd.spawn();
-    drop((step_w, cgroups, binary_fd));
-    let mut launcher = match spawned {
-        Ok(c) => c,
-        Err(source) => {
-            let mut b = [0u8; 1];
-            let code = matches!(nix::unistd::read(&step_r, &mut b), Ok(1)).then_some(b[0]);
-            return Err(Error::SpawnPause {
-                binary,
-                step: step_name(code),
-                source,
-            });
         }
-    };
-    drop(step_r);
+    }
 
-    let pid = launched_pid(&mut launcher, &binary)?;
+    /// The errno of the call that just failed, with `step` told to the parent first
+    /// (std's own error pipe carries only the errno).
+    fn fail(&self, step: u8) -> io::Error {
+        let e = io::Error::last_os_error();
+        // SAFETY: one byte from the stack to an fd of ours.
+        unsafe { libc::write(self.step_fd, (&step as *const u8).cast(), 1) };
+        e
+    }
+}
 
+/// A spawn that failed: the step the child wrote on the pipe, if it got to one
+/// (nothing: the exec itself failed).
+fn child_failure(step_r: &OwnedFd, binary: PathBuf, source: io::Error) -> Error {
+    let mut b = [0u8; 1];
+    let code = matches!(nix::unistd::read(step_r, &mut b), Ok(1)).then_some(b[0]);
+    Error::SpawnPause {
+        binary,
+        step: step_name(code),
+        source,
+    }
+}
+
+/// The pause as it runs, with the start time that names it; gone already (its
+/// launcher's child died at once) is an error, not a pause to record.
+fn started(pid: i32, spec: &PauseSpec) -> Result<Pause> {
     let stat = read_stat(pid)
         .filter(|s| !s.is_dead())
         .ok_or(Error::PauseVanished { pid })?;
