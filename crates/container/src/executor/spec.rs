@@ -377,98 +377,38 @@ fn plan_inner(
     spec: &Spec,
     rootfs_mount: Option<&RootfsMount>,
 ) -> std::result::Result<Plan, String> {
-    if id.is_empty() || id.contains('/') || id.contains('\0') || id == "." || id == ".." {
-        return Err(format!("container id {id:?} is not a file name"));
-    }
-    // Root file system.
+    check_id(id)?;
     let root = spec.root().as_ref().ok_or("no root")?;
-    let rootfs = bundle.join(root.path());
-    let rootfs = std::fs::canonicalize(&rootfs)
-        .map_err(|e| format!("root path {}: {e}", rootfs.display()))?;
-    if !rootfs.is_dir() {
-        return Err(format!("root path {} is not a directory", rootfs.display()));
-    }
+    let rootfs = plan_rootfs(bundle, root)?;
     let rootfs_mount = rootfs_mount.map(plan_rootfs_mount).transpose()?;
 
     let process = spec.process().as_ref().ok_or("no process")?;
     let linux = spec.linux().clone().unwrap_or_default();
 
     let namespaces = plan_namespaces(&linux)?;
-    let new_ns = |kind| {
-        namespaces
-            .iter()
-            .any(|n: &Namespace| n.kind == kind && n.path.is_none())
-    };
-
     let (mounts, setup_dev, dev_readonly) = plan_mounts(spec, bundle)?;
     let userns = namespaces
         .iter()
         .any(|n| n.kind == LinuxNamespaceType::User);
-    let idmapped = mounts.iter().any(|m| m.idmap.is_some())
-        || rootfs_mount.as_ref().is_some_and(|m| m.idmap_layers);
-    if idmapped && !userns {
-        return Err("id-mapped mounts need a user namespace to map with".into());
-    }
-
-    let mut devices = plan_devices(&linux, setup_dev)?;
-    if userns {
-        // The nodes are made by the caller's root before the init enters the user
-        // namespace: their owners are given as the host ids the maps make of them.
-        for d in &mut devices {
-            d.uid = to_host(linux.uid_mappings(), d.uid);
-            d.gid = to_host(linux.gid_mappings(), d.gid);
-        }
-    }
-
-    let paths = |v: &Option<Vec<String>>, what: &str| {
-        v.iter()
-            .flatten()
-            .map(|p| container_path(Path::new(p), what))
-            .collect::<std::result::Result<Vec<_>, _>>()
-    };
-    let masked_paths = paths(linux.masked_paths(), "masked path")?;
-    let readonly_paths = paths(linux.readonly_paths(), "readonly path")?;
-
+    check_idmap(&mounts, rootfs_mount.as_ref(), userns)?;
+    let devices = plan_devices_owned(&linux, setup_dev, userns)?;
+    let masked_paths = container_paths(linux.masked_paths(), "masked path")?;
+    let readonly_paths = container_paths(linux.readonly_paths(), "readonly path")?;
     let sysctl = plan_sysctl(&linux)?;
-
     let rootfs_propagation = rootfs_propagation(&linux)?;
 
-    // Hostname: only set in a UTS namespace of the container's own; one joined by path
-    // (the pod's) already has the pod's name, and the host's must never be renamed.
-    let check_name =
-        |name: &Option<String>, what: &str| -> std::result::Result<Option<String>, String> {
-            match name.as_deref() {
-                None | Some("") => Ok(None),
-                Some(h) if h.len() > HOST_NAME_MAX || h.contains('\0') => Err(format!(
-                    "{what} {h:?} is longer than 64 bytes or contains NUL"
-                )),
-                Some(h) => Ok(new_ns(LinuxNamespaceType::Uts).then(|| h.to_string())),
-            }
-        };
-    let hostname = check_name(spec.hostname(), "hostname")?;
-    let domainname = check_name(spec.domainname(), "domainname")?;
+    let own_uts = namespaces
+        .iter()
+        .any(|n| n.kind == LinuxNamespaceType::Uts && n.path.is_none());
+    let hostname = plan_name(spec.hostname(), "hostname", own_uts)?;
+    let domainname = plan_name(spec.domainname(), "domainname", own_uts)?;
 
     let rlimits = plan_rlimits(process)?;
-
     let caps = plan_caps(process)?;
     let seccomp = plan_seccomp(&linux)?;
+    let command = plan_command(process)?;
 
     let user = process.user();
-    let args: Vec<String> = process.args().clone().unwrap_or_default();
-    if args.is_empty() || args[0].is_empty() {
-        return Err("process.args is empty".into());
-    }
-    let env: Vec<String> = process.env().clone().unwrap_or_default();
-    let path_env = env
-        .iter()
-        .rev()
-        .find_map(|e| e.strip_prefix("PATH="))
-        .unwrap_or(DEFAULT_PATH)
-        .to_string();
-    let cwd = process.cwd();
-    if !cwd.is_absolute() {
-        return Err(format!("process.cwd {} is not absolute", cwd.display()));
-    }
     Ok(Plan {
         id: id.to_string(),
         rootfs,
@@ -493,8 +433,118 @@ fn plan_inner(
         caps,
         no_new_privileges: process.no_new_privileges().unwrap_or(false),
         seccomp,
-        cwd: cwd.clone(),
+        cwd: command.cwd,
         terminal: process.terminal() == Some(true),
+        args: command.args,
+        env: command.env,
+        path_env: command.path_env,
+        namespaces,
+    })
+}
+
+/// Refused early: an id that is not a plain file name would reach outside any
+/// directory it is joined to.
+fn check_id(id: &str) -> Str<()> {
+    if id.is_empty() || id.contains('/') || id.contains('\0') || id == "." || id == ".." {
+        return Err(format!("container id {id:?} is not a file name"));
+    }
+    Ok(())
+}
+
+/// The root file system's canonical host path (relative to the bundle), so that what
+/// is mounted later under it cannot be redirected by a symlink in the path.
+fn plan_rootfs(bundle: &Path, root: &oci_spec::runtime::Root) -> Str<PathBuf> {
+    let rootfs = bundle.join(root.path());
+    let rootfs = std::fs::canonicalize(&rootfs)
+        .map_err(|e| format!("root path {}: {e}", rootfs.display()))?;
+    if !rootfs.is_dir() {
+        return Err(format!("root path {} is not a directory", rootfs.display()));
+    }
+    Ok(rootfs)
+}
+
+/// An id-mapped mount maps with the container's user namespace: without one there is
+/// nothing to map with.
+fn check_idmap(
+    mounts: &[MountPlan],
+    rootfs_mount: Option<&RootfsMountPlan>,
+    userns: bool,
+) -> Str<()> {
+    let idmapped =
+        mounts.iter().any(|m| m.idmap.is_some()) || rootfs_mount.is_some_and(|m| m.idmap_layers);
+    if idmapped && !userns {
+        return Err("id-mapped mounts need a user namespace to map with".into());
+    }
+    Ok(())
+}
+
+/// [`plan_devices`], owned as the container sees them: the nodes are made by the
+/// caller's root before the init enters the user namespace, so in one their owners
+/// are given as the host ids the maps make of them.
+fn plan_devices_owned(
+    linux: &oci_spec::runtime::Linux,
+    setup_dev: bool,
+    userns: bool,
+) -> Str<Vec<DevicePlan>> {
+    let mut devices = plan_devices(linux, setup_dev)?;
+    if userns {
+        for d in &mut devices {
+            d.uid = to_host(linux.uid_mappings(), d.uid);
+            d.gid = to_host(linux.gid_mappings(), d.gid);
+        }
+    }
+    Ok(devices)
+}
+
+/// Masked or read-only paths, each checked to be a path inside the container.
+fn container_paths(v: &Option<Vec<String>>, what: &str) -> Str<Vec<PathBuf>> {
+    v.iter()
+        .flatten()
+        .map(|p| container_path(Path::new(p), what))
+        .collect::<std::result::Result<Vec<_>, _>>()
+}
+
+/// The hostname or domainname to set: only in a UTS namespace of the container's own
+/// (`own_uts`); one joined by path (the pod's) already has the pod's name, and the
+/// host's must never be renamed. A bad name is refused either way.
+fn plan_name(name: &Option<String>, what: &str, own_uts: bool) -> Str<Option<String>> {
+    match name.as_deref() {
+        None | Some("") => Ok(None),
+        Some(h) if h.len() > HOST_NAME_MAX || h.contains('\0') => Err(format!(
+            "{what} {h:?} is longer than 64 bytes or contains NUL"
+        )),
+        Some(h) => Ok(own_uts.then(|| h.to_string())),
+    }
+}
+
+/// What the init execs, where, with which environment.
+struct CommandPlan {
+    args: Vec<CString>,
+    env: Vec<CString>,
+    path_env: String,
+    cwd: PathBuf,
+}
+
+/// The process's args, env and cwd, converted now so that the init, past the fork,
+/// has nothing left to check or allocate; `PATH` taken from the env for the search
+/// of `args[0]`.
+fn plan_command(process: &oci_spec::runtime::Process) -> Str<CommandPlan> {
+    let args: Vec<String> = process.args().clone().unwrap_or_default();
+    if args.is_empty() || args[0].is_empty() {
+        return Err("process.args is empty".into());
+    }
+    let env: Vec<String> = process.env().clone().unwrap_or_default();
+    let path_env = env
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or(DEFAULT_PATH)
+        .to_string();
+    let cwd = process.cwd();
+    if !cwd.is_absolute() {
+        return Err(format!("process.cwd {} is not absolute", cwd.display()));
+    }
+    Ok(CommandPlan {
         args: args
             .iter()
             .map(|a| cstring(a, "argument"))
@@ -504,7 +554,7 @@ fn plan_inner(
             .map(|e| cstring(e, "environment entry"))
             .collect::<std::result::Result<_, _>>()?,
         path_env,
-        namespaces,
+        cwd: cwd.clone(),
     })
 }
 
