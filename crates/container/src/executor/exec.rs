@@ -64,36 +64,16 @@ pub struct ExecOpts {
 /// Starts a process in the running container `c`; returns its pid once it has
 /// `execve`d. The caller is its parent and must reap it.
 pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
-    let id = c.id.clone();
-    let err = |step, path: String, source| Error::Create {
-        id: id.clone(),
-        step,
-        path,
-        source,
-    };
     let plan = spec::plan(&c.id, &c.bundle, &opts.spec, None)?;
     if plan.terminal {
-        return Err(err(
+        return Err(exec_err(
+            &c.id,
             Step::Terminal,
             "process.terminal".into(),
             io::Error::other("a terminal is not supported for exec"),
         ));
     }
-    let mut namespaces: Vec<(OwnedFd, libc::c_int, PathBuf)> = vec![];
-    for (name, flag) in NAMESPACES {
-        let path = PathBuf::from(format!("/proc/{}/ns/{name}", c.pid));
-        let f = File::open(&path)
-            .map_err(|e| err(Step::OpenNamespace, path.display().to_string(), e))?;
-        namespaces.push((f.into(), flag, path));
-    }
-    // The init's user namespace, when it is not ours: entered by the process itself,
-    // last before its capability and user switch (see `init::join_userns`).
-    let userns = PathBuf::from(format!("/proc/{}/ns/user", c.pid));
-    if !crate::userns::same_as_own(&userns) {
-        let f = File::open(&userns)
-            .map_err(|e| err(Step::OpenNamespace, userns.display().to_string(), e))?;
-        namespaces.push((f.into(), libc::CLONE_NEWUSER, userns));
-    }
+    let namespaces = open_namespaces(c)?;
     // Opened before this check: if the init is the one we mean now, they are its.
     if !c.alive() {
         return Err(Error::ContainerState {
@@ -102,14 +82,69 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             op: "exec",
         });
     }
-    let stdio = open_all_stdio(&id, [opts.stdin, opts.stdout, opts.stderr])?;
+    let stdio = open_all_stdio(&c.id, [opts.stdin, opts.stdout, opts.stderr])?;
     let cgroups = crate::cgroup_join::CgroupJoin::open(&opts.cgroup_dirs)
-        .map_err(|(p, e)| err(Step::Cgroup, p.display().to_string(), e))?;
-    let (cgroup_tasks, cgroup_dir) = cgroups.raw();
+        .map_err(|(p, e)| exec_err(&c.id, Step::Cgroup, p.display().to_string(), e))?;
     let (sock, child_sock) = channel::pair()
         .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
-        .map_err(|e| err(Step::Socketpair, String::new(), e))?;
-    let fds = ChildFds {
+        .map_err(|e| exec_err(&c.id, Step::Socketpair, String::new(), e))?;
+    let fds = child_fds(
+        &child_sock,
+        &stdio,
+        &namespaces,
+        &cgroups,
+        opts.controlling_tty,
+    );
+    let pid = fork_intermediate(&c.id, &plan, &fds)?;
+    drop((child_sock, stdio, cgroups, namespaces));
+    let deadline = Instant::now() + EXEC_TIMEOUT;
+
+    let child = process_pid(&c.id, &sock, pid, deadline)?;
+    await_execve(&c.id, &sock, child, deadline)
+}
+
+/// Exec's failures are told as `create`'s are, by step and path (`Error::Create`).
+fn exec_err(id: &str, step: Step, path: String, source: io::Error) -> Error {
+    Error::Create {
+        id: id.to_string(),
+        step,
+        path,
+        source,
+    }
+}
+
+/// The init's namespaces, opened by the caller so that the intermediate only joins
+/// fds (see [`NAMESPACES`]), and its user namespace when it is not ours: entered by
+/// the process itself, last before its capability and user switch (see
+/// `init::join_userns`).
+fn open_namespaces(c: &Container) -> Result<Vec<(OwnedFd, libc::c_int, PathBuf)>> {
+    let mut namespaces: Vec<(OwnedFd, libc::c_int, PathBuf)> = vec![];
+    for (name, flag) in NAMESPACES {
+        let path = PathBuf::from(format!("/proc/{}/ns/{name}", c.pid));
+        let f = File::open(&path)
+            .map_err(|e| exec_err(&c.id, Step::OpenNamespace, path.display().to_string(), e))?;
+        namespaces.push((f.into(), flag, path));
+    }
+    let userns = PathBuf::from(format!("/proc/{}/ns/user", c.pid));
+    if !crate::userns::same_as_own(&userns) {
+        let f = File::open(&userns)
+            .map_err(|e| exec_err(&c.id, Step::OpenNamespace, userns.display().to_string(), e))?;
+        namespaces.push((f.into(), libc::CLONE_NEWUSER, userns));
+    }
+    Ok(namespaces)
+}
+
+/// The fds the intermediate and the process use, as numbers: made before the fork,
+/// which the copies may not allocate after.
+fn child_fds(
+    child_sock: &OwnedFd,
+    stdio: &[Option<OwnedFd>; 3],
+    namespaces: &[(OwnedFd, libc::c_int, PathBuf)],
+    cgroups: &crate::cgroup_join::CgroupJoin,
+    controlling_tty: bool,
+) -> ChildFds {
+    let (cgroup_tasks, cgroup_dir) = cgroups.raw();
+    ChildFds {
         sock: child_sock.as_raw_fd(),
         gate: -1,
         stdio: [0, 1, 2].map(|i| stdio[i].as_ref().map(|f| f.as_raw_fd())),
@@ -120,24 +155,41 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
         cgroup_tasks,
         cgroup_dir,
         tty_sock: None,
-        ctty: opts.controlling_tty,
-    };
+        ctty: controlling_tty,
+    }
+}
+
+/// Forks the intermediate, which never comes back here; its pid.
+fn fork_intermediate(id: &str, plan: &Plan, fds: &ChildFds) -> Result<libc::pid_t> {
     // SAFETY: as in `process::spawn`: the child runs only `intermediate` and leaves by
     // `_exit` or `execve`.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(err(Step::Fork, String::new(), io::Error::last_os_error()));
+        return Err(exec_err(
+            id,
+            Step::Fork,
+            String::new(),
+            io::Error::last_os_error(),
+        ));
     }
     if pid == 0 {
-        intermediate(&plan, &fds);
+        intermediate(plan, fds);
     }
-    drop((child_sock, stdio, cgroups, namespaces));
-    let deadline = Instant::now() + EXEC_TIMEOUT;
+    Ok(pid)
+}
 
-    let first = receive(&sock, deadline);
-    reap(pid);
-    let child = match first {
-        Ok(Received::Message(Message::InitPid(p))) if p > 0 => p,
+/// The process's pid, which the intermediate sends before it exits; the intermediate
+/// is reaped here whatever it sent.
+fn process_pid(
+    id: &str,
+    sock: &OwnedFd,
+    intermediate: libc::pid_t,
+    deadline: Instant,
+) -> Result<libc::pid_t> {
+    let first = receive(sock, deadline);
+    reap(intermediate);
+    match first {
+        Ok(Received::Message(Message::InitPid(p))) if p > 0 => Ok(p),
         Ok(Received::Message(Message::Failed {
             step,
             errno,
@@ -149,22 +201,32 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             // intermediate has exited, so it is in the socket already), and the
             // process is ours to reap. An unreaped one in the container's PID
             // namespace would keep the container's init from ever finishing its exit.
-            if let Ok(Received::Message(Message::InitPid(p))) = receive(&sock, deadline) {
+            if let Ok(Received::Message(Message::InitPid(p))) = receive(sock, deadline) {
                 if p > 0 {
                     reap(p);
                 }
             }
-            return Err(failed(&c.id, step, path, errno, detail));
+            Err(failed(id, step, path, errno, detail))
         }
-        other => {
-            return Err(err(
-                Step::Protocol,
-                "exec intermediate".into(),
-                io::Error::other(format!("no pid: {other:?}")),
-            ))
-        }
-    };
-    match receive(&sock, deadline) {
+        other => Err(exec_err(
+            id,
+            Step::Protocol,
+            "exec intermediate".into(),
+            io::Error::other(format!("no pid: {other:?}")),
+        )),
+    }
+}
+
+/// Waits for the process `child` to reach `execve`; a process that failed before is
+/// reaped, one that says anything else is killed and reaped, so that no error leaves
+/// a child of the caller behind.
+fn await_execve(
+    id: &str,
+    sock: &OwnedFd,
+    child: libc::pid_t,
+    deadline: Instant,
+) -> Result<libc::pid_t> {
+    match receive(sock, deadline) {
         // EOF: the process closed the socket by `execve` (or died trying, which its
         // exit status tells the caller).
         Ok(Received::Eof) => Ok(child),
@@ -175,13 +237,14 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
             detail,
         })) => {
             reap(child);
-            Err(failed(&c.id, step, path, errno, detail))
+            Err(failed(id, step, path, errno, detail))
         }
         other => {
             // SAFETY: our own unreaped child (CLONE_PARENT).
             unsafe { libc::kill(child, libc::SIGKILL) };
             reap(child);
-            Err(err(
+            Err(exec_err(
+                id,
                 Step::Protocol,
                 "exec process".into(),
                 io::Error::other(format!("{other:?} instead of exec")),
