@@ -421,9 +421,7 @@ fn make(
     rec: &mut ContainerRecord,
 ) -> Result<()> {
     let id = rec.id.clone();
-    let bundle = crust.containers.bundle(&id);
-    std::fs::create_dir_all(bundle.join("rootfs"))
-        .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
+    let bundle = make_bundle(crust, &id)?;
     // Cumulative times of the steps, logged at debug: where a slow create spends it.
     let t0 = Instant::now();
     let cg = container_cgroup(sb, rec)?;
@@ -432,20 +430,7 @@ fn make(
     let t_saved = t0.elapsed();
 
     let sb_cfg = sb.config().unwrap_or_default();
-    let pod_ns = sb_cfg
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.as_ref());
-    let userns = crate::sandboxes::userns::of_options(pod_ns)?;
-    crate::sandboxes::userns::check_container(
-        pod_ns.and_then(|n| n.userns_options.as_ref()),
-        cfg.linux
-            .as_ref()
-            .and_then(|l| l.security_context.as_ref())
-            .and_then(|s| s.namespace_options.as_ref())
-            .and_then(|n| n.userns_options.as_ref()),
-    )?;
+    let userns = pod_userns(&sb_cfg, cfg)?;
     let snap = cgroup_and_rootfs(crust, cg.as_ref(), &sb_cfg, cfg, rec)?;
     if let Some(m) = &userns {
         own_upper(&snap, m)?;
@@ -456,23 +441,10 @@ fn make(
     let (cgroup_dirs, oom_events) = cgroup_watch(crust, cg.as_ref());
 
     let target_pid_ns = target_pid_ns(crust, cfg)?;
-    let info = ImageInfo {
-        entrypoint: img.entrypoint.clone(),
-        cmd: img.cmd.clone(),
-        env: img.env.clone(),
-        working_dir: img.working_dir.clone(),
-        user: img.user.clone(),
-        layers: snap.lowerdirs.clone(),
-    };
+    let info = image_info(img, &snap);
     let external = crust.oci_runtimes.get(&sb.runtime_handler).cloned();
-    // An external runtime takes `cgroupsPath` as a path in each hierarchy.
-    let cgroup_for_spec = match (&external, &rec.cgroup) {
-        (Some(_), Some(cg)) => Some(external_cgroup_path(crust, cg)),
-        (_, cg) => cg.clone(),
-    };
-    let hostname = std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| sb_cfg.hostname.clone());
+    let cgroup_for_spec = spec_cgroup(crust, external.is_some(), &rec.cgroup);
+    let hostname = pod_hostname(crust, sb, &sb_cfg);
     let t_cgroup = t0.elapsed();
     let spec = spec::build(
         &spec_config(crust, cfg, cg.as_ref()),
@@ -490,59 +462,18 @@ fn make(
             userns,
         },
     )?;
-    let json = serde_json::to_vec_pretty(&spec).map_err(Error::internal)?;
-    // Not synced: a crash before the record says `created` rolls the container back,
-    // and the page cache outlives crustd itself.
-    std::fs::write(bundle.join("config.json"), &json)
-        .map_err(|e| Error::Internal(format!("writing {}/config.json: {e}", bundle.display())))?;
+    write_spec(&bundle, &spec)?;
     failpoint!("create_container.after_spec");
 
-    let exit_file = crust.containers.exit_file(&id);
-    if let Some(dir) = exit_file.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
-    }
-    let monitor = MonitorOpts {
-        binary: crust.monitor_bin.clone(),
-        exit_file,
-        log: rec.log_path.clone(),
-        oom_events,
-        stdin: cfg.stdin,
-        stdin_once: cfg.stdin && cfg.stdin_once,
-        // Every container gets the socket a later attach connects to.
-        attach: true,
-    };
+    let monitor = monitor_opts(crust, &id, rec, cfg, oom_events)?;
     if let Some(rt) = external {
         return create_external(crust, sb, &rt, rec, &bundle, &snap, &monitor, cfg.tty);
     }
     let mut opts = CreateOpts::new(&id, &bundle, spec, crust.containers.exec_state(&id));
-    let mut rootfs_options = snap.overlay_options();
-    if userns.is_some() {
-        // Each image layer id-mapped with the pod's user namespace (see the
-        // executor's rootfs.rs): the image's root owns its files inside.
-        rootfs_options.push("idmap".into());
-    }
-    opts.rootfs_mount = Some(RootfsMount {
-        fstype: "overlay".into(),
-        source: "overlay".into(),
-        options: rootfs_options,
-    });
+    opts.rootfs_mount = Some(rootfs_mount(&snap, userns.is_some()));
     opts.cgroup_dirs = cgroup_dirs;
     opts.monitor = Some(monitor);
-    // The Created record reaches the disk while the init mounts (the fsync is the
-    // slowest part of this RPC after the init's own work); a create that fails after
-    // it is torn down by the caller like any other.
-    {
-        let path = crust.containers.record_path(&id);
-        let mut early = rec.clone();
-        opts.on_init = Some(executor::OnInit(Box::new(move |init| {
-            mark_created(&mut early, &init);
-            let written = crate::containers::store::write_record(&path, &early)
-                .map_err(std::io::Error::other);
-            failpoint!("create_container.after_created_record");
-            written
-        })));
-    }
+    opts.on_init = Some(created_record_hook(crust, rec));
     let t_spec = t0.elapsed();
     let c = executor::create(opts).map_err(create_err)?;
     failpoint!("create_container.after_init");
@@ -558,6 +489,131 @@ fn make(
         },
     );
     Ok(())
+}
+
+/// The container's bundle directory with an empty `rootfs`, which the executor (or an
+/// external runtime) mounts the snapshot on.
+fn make_bundle(crust: &Crust, id: &str) -> Result<PathBuf> {
+    let bundle = crust.containers.bundle(id);
+    std::fs::create_dir_all(bundle.join("rootfs"))
+        .map_err(|e| Error::Internal(format!("creating bundle {}: {e}", bundle.display())))?;
+    Ok(bundle)
+}
+
+/// The pod's user namespace maps, when it has one; a container's own user namespace
+/// options must be its pod's, refused before anything is made for it.
+fn pod_userns(
+    sb_cfg: &PodSandboxConfig,
+    cfg: &ContainerConfig,
+) -> Result<Option<crate::sandboxes::userns::PodMaps>> {
+    let pod_ns = sb_cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref());
+    let userns = crate::sandboxes::userns::of_options(pod_ns)?;
+    crate::sandboxes::userns::check_container(
+        pod_ns.and_then(|n| n.userns_options.as_ref()),
+        cfg.linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .and_then(|n| n.userns_options.as_ref()),
+    )?;
+    Ok(userns)
+}
+
+/// What the spec takes from the image, with the snapshot's layers.
+fn image_info(img: &image::ImageConfig, snap: &image::Snapshot) -> ImageInfo {
+    ImageInfo {
+        entrypoint: img.entrypoint.clone(),
+        cmd: img.cmd.clone(),
+        env: img.env.clone(),
+        working_dir: img.working_dir.clone(),
+        user: img.user.clone(),
+        layers: snap.lowerdirs.clone(),
+    }
+}
+
+/// The spec's `cgroupsPath`: an external runtime takes it as a path in each hierarchy,
+/// the executor as the record has it.
+fn spec_cgroup(crust: &Crust, external: bool, cgroup: &Option<String>) -> Option<String> {
+    match (external, cgroup) {
+        (true, Some(cg)) => Some(external_cgroup_path(crust, cg)),
+        (_, cg) => cg.clone(),
+    }
+}
+
+/// The hostname the pod's files were written with (the sandbox's `hostname` file), so
+/// that every container of the pod agrees with them; the config's when it is missing.
+fn pod_hostname(crust: &Crust, sb: &SandboxRecord, sb_cfg: &PodSandboxConfig) -> String {
+    std::fs::read_to_string(crust.store.sandbox_dir(&sb.id).join("hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| sb_cfg.hostname.clone())
+}
+
+/// Writes the bundle's `config.json`. Not synced: a crash before the record says
+/// `created` rolls the container back, and the page cache outlives crustd itself.
+fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
+    let json = serde_json::to_vec_pretty(spec).map_err(Error::internal)?;
+    std::fs::write(bundle.join("config.json"), &json)
+        .map_err(|e| Error::Internal(format!("writing {}/config.json: {e}", bundle.display())))
+}
+
+/// How the container's monitor runs: its exit record's directory made now, so the
+/// monitor can always leave the record there.
+fn monitor_opts(
+    crust: &Crust,
+    id: &str,
+    rec: &ContainerRecord,
+    cfg: &ContainerConfig,
+    oom_events: Option<PathBuf>,
+) -> Result<MonitorOpts> {
+    let exit_file = crust.containers.exit_file(id);
+    if let Some(dir) = exit_file.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
+    }
+    Ok(MonitorOpts {
+        binary: crust.monitor_bin.clone(),
+        exit_file,
+        log: rec.log_path.clone(),
+        oom_events,
+        stdin: cfg.stdin,
+        stdin_once: cfg.stdin && cfg.stdin_once,
+        // Every container gets the socket a later attach connects to.
+        attach: true,
+    })
+}
+
+/// The overlay the executor mounts as the container's root.
+fn rootfs_mount(snap: &image::Snapshot, userns: bool) -> RootfsMount {
+    let mut rootfs_options = snap.overlay_options();
+    if userns {
+        // Each image layer id-mapped with the pod's user namespace (see the
+        // executor's rootfs.rs): the image's root owns its files inside.
+        rootfs_options.push("idmap".into());
+    }
+    RootfsMount {
+        fstype: "overlay".into(),
+        source: "overlay".into(),
+        options: rootfs_options,
+    }
+}
+
+/// The Created record reaches the disk while the init mounts (the fsync is the
+/// slowest part of this RPC after the init's own work); a create that fails after it
+/// is torn down by the caller like any other.
+fn created_record_hook(crust: &Crust, rec: &ContainerRecord) -> executor::OnInit {
+    let path = crust.containers.record_path(&rec.id);
+    let mut early = rec.clone();
+    executor::OnInit(Box::new(move |init| {
+        mark_created(&mut early, &init);
+        let written =
+            crate::containers::store::write_record(&path, &early).map_err(std::io::Error::other);
+        failpoint!("create_container.after_created_record");
+        written
+    }))
 }
 
 /// The container's cgroup: beside the pause's, under the pod-level cgroup (noted in
