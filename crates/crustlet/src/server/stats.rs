@@ -427,7 +427,48 @@ pub async fn summary(
 ) -> anyhow::Result<Value> {
     let t = now();
     let cfg = &ctx.cfg;
-    // The node.
+    let (mut node, mem_total) = node_totals(cfg, sampler, &t);
+    // The cgroup mounts, read once for every cgroup below.
+    let hs = crate::cgroup::hierarchies();
+    let system = system_containers(cfg, &hs, sampler, &t, mem_total);
+    node.insert("systemContainers".into(), json!(system));
+    let image_fs = image_fs(ctx, &t).await;
+    let node_fs = fs_stats(&cfg.root_dir, &t);
+    let logs_fs = fs_stats(&cfg.pod_logs_dir, &t);
+    if !only_cpu_and_memory {
+        node_storage(&mut node, &t, node_fs.as_ref(), image_fs.as_ref());
+    }
+    let created = created_at(ctx).await;
+    let view = PodView {
+        cfg,
+        hs: &hs,
+        t: &t,
+        created: &created,
+        image_fs: image_fs.as_ref(),
+        node_fs: node_fs.as_ref(),
+        logs_fs: logs_fs.as_ref(),
+        only_cpu_and_memory,
+    };
+    let mut pods = vec![];
+    for p in pod_readings(ctx).await? {
+        if let Some(pod) = pod_json(&view, &p) {
+            pods.push(pod);
+        }
+    }
+    pods.sort_by(|a, b| {
+        let k = |v: &Value| format!("{}/{}", v["podRef"]["namespace"], v["podRef"]["name"]);
+        k(a).cmp(&k(b))
+    });
+    Ok(json!({"node": node, "pods": pods}))
+}
+
+/// The node's name, start, CPU, memory and swap from the kernel's totals, and its
+/// MemTotal, which caps the system containers that have no limit of their own.
+fn node_totals(
+    cfg: &crate::config::Config,
+    sampler: &CpuSampler,
+    t: &str,
+) -> (Map<String, Value>, u64) {
     let mut node = Map::new();
     node.insert("nodeName".into(), json!(cfg.node_name));
     if let Some(b) = boot_time() {
@@ -455,16 +496,24 @@ pub async fn summary(
         json!({"time": t, "swapAvailableBytes": g("SwapFree"),
                "swapUsageBytes": g("SwapTotal").saturating_sub(g("SwapFree"))}),
     );
-    // The cgroup mounts, read once for every cgroup below.
-    let hs = crate::cgroup::hierarchies();
-    // The kubelet's system containers: its own cgroup and the pods' (`kubepods`).
+    (node, g("MemTotal"))
+}
+
+/// The kubelet's system containers: its own cgroup and the pods' (`kubepods`).
+fn system_containers(
+    cfg: &crate::config::Config,
+    hs: &[crate::cgroup::Hierarchy],
+    sampler: &CpuSampler,
+    t: &str,
+    mem_total: u64,
+) -> Vec<Value> {
     let root = cfg.cgroup_root.trim_end_matches('/');
     let mut system = vec![];
     for (name, path) in [
         ("kubelet", crate::cgroup::own()),
         ("pods", Some(format!("{root}/kubepods"))),
     ] {
-        let Some(u) = path.and_then(|p| crate::cgroup::usage(&hs, &p)) else {
+        let Some(u) = path.and_then(|p| crate::cgroup::usage(hs, &p)) else {
             continue;
         };
         let mut v = json!({"name": name, "swap": {"time": t, "swapUsageBytes": u.swap}});
@@ -479,7 +528,7 @@ pub async fn summary(
         }
         if let Some(m) = u.memory {
             let ws = u.working_set.unwrap_or(m);
-            let cap = u.limit.unwrap_or(g("MemTotal"));
+            let cap = u.limit.unwrap_or(mem_total);
             v["memory"] = json!({"time": t, "availableBytes": cap.saturating_sub(ws),
                 "usageBytes": m, "workingSetBytes": ws, "rssBytes": u.rss.unwrap_or(0),
                 "pageFaults": u.page_faults.unwrap_or(0),
@@ -487,43 +536,51 @@ pub async fn summary(
         }
         system.push(v);
     }
-    node.insert("systemContainers".into(), json!(system));
-    let image_fs = image_fs(ctx, &t).await;
-    let node_fs = fs_stats(&cfg.root_dir, &t);
-    let logs_fs = fs_stats(&cfg.pod_logs_dir, &t);
-    if !only_cpu_and_memory {
-        node.insert("network".into(), node_network(&t));
-        if let Some(f) = &node_fs {
-            node.insert("fs".into(), f.clone());
-        }
-        if let Some(f) = &image_fs {
-            node.insert("runtime".into(), json!({"imageFs": f, "containerFs": f}));
-        }
-        let maxpid: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        let curproc = std::fs::read_dir("/proc")
-            .map(|r| {
-                r.flatten()
-                    .filter(|e| {
-                        e.file_name()
-                            .to_string_lossy()
-                            .bytes()
-                            .all(|b| b.is_ascii_digit())
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
-        node.insert(
-            "rlimit".into(),
-            json!({"time": t, "maxpid": maxpid, "curproc": curproc}),
-        );
+    system
+}
+
+/// The node's network, filesystems and process count, which metrics-server does not
+/// ask for.
+fn node_storage(
+    node: &mut Map<String, Value>,
+    t: &str,
+    node_fs: Option<&Value>,
+    image_fs: Option<&Value>,
+) {
+    node.insert("network".into(), node_network(t));
+    if let Some(f) = node_fs {
+        node.insert("fs".into(), f.clone());
     }
-    // Start times: the runtime's creation times of sandboxes and containers.
+    if let Some(f) = image_fs {
+        node.insert("runtime".into(), json!({"imageFs": f, "containerFs": f}));
+    }
+    let maxpid: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let curproc = std::fs::read_dir("/proc")
+        .map(|r| {
+            r.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    node.insert(
+        "rlimit".into(),
+        json!({"time": t, "maxpid": maxpid, "curproc": curproc}),
+    );
+}
+
+/// Start times: the runtime's creation times of sandboxes and containers, by id; the
+/// stats calls do not carry them.
+async fn created_at(ctx: &Ctx) -> HashMap<String, i64> {
     let mut rt = ctx.cri.runtime.clone();
-    let created: HashMap<String, i64> = rt
-        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+    rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
         .await
         .map(|r| r.into_inner().items)
         .unwrap_or_default()
@@ -537,126 +594,179 @@ pub async fn summary(
                 .into_iter()
                 .map(|c| (c.id, c.created_at)),
         )
-        .collect();
-    let mut pods = vec![];
-    for p in pod_readings(ctx).await? {
-        let labels = &p.attrs.labels;
-        let (Some(uid), Some(name), Some(ns)) = (
-            labels.get(crate::spec::POD_UID),
-            labels.get(crate::spec::POD_NAME),
-            labels.get(crate::spec::POD_NAMESPACE),
-        ) else {
-            continue;
-        };
-        let log_dir = cfg.pod_logs_dir.join(format!("{ns}_{name}_{uid}"));
-        let mut pod = Map::new();
-        pod.insert(
-            "podRef".into(),
-            json!({"name": name, "namespace": ns, "uid": uid}),
-        );
-        if let Some(c) = created.get(&p.attrs.id) {
-            pod.insert("startTime".into(), json!(time_ns(*c)));
-        }
-        let mut containers = vec![];
-        let (mut eph_bytes, mut eph_inodes) = (0, 0);
-        // The pod's cgroup, whatever its QoS class, for swap the runtime may not give.
-        let pod_cgroup = ["Guaranteed", "Burstable", "BestEffort"]
-            .into_iter()
-            .map(|q| cfg.pod_cgroup(q, uid))
-            .find_map(|p| crate::cgroup::usage(&hs, &p).map(|u| (p, u)));
-        let mut pod_swap = 0;
-        let mut cs = p.containers.clone();
-        cs.sort_by(|a, b| {
-            let n = |c: &cri::ContainerStats| {
-                c.attributes
-                    .as_ref()
-                    .and_then(|a| a.metadata.as_ref())
-                    .map(|m| m.name.clone())
-            };
-            n(a).cmp(&n(b))
-        });
-        for c in &cs {
-            let Some(a) = &c.attributes else { continue };
-            let cname = a
-                .metadata
-                .as_ref()
-                .map(|m| m.name.clone())
-                .unwrap_or_default();
-            let mut v = json!({"name": cname});
-            if let Some(ct) = created.get(&a.id) {
-                v["startTime"] = json!(time_ns(*ct));
-            }
-            if let Some(u) = &c.cpu {
-                v["cpu"] = cpu_json(u);
-            }
-            if let Some(m) = &c.memory {
-                v["memory"] = memory_json(m);
-            }
-            let swap = c
-                .swap
-                .as_ref()
-                .and_then(|w| opt(&w.swap_usage_bytes))
-                .or_else(|| {
-                    let (p, _) = pod_cgroup.as_ref()?;
-                    Some(crate::cgroup::usage(&hs, &format!("{p}/{}", a.id))?.swap)
-                })
-                .unwrap_or(0);
-            pod_swap += swap;
-            v["swap"] = json!({"time": t, "swapUsageBytes": swap});
-            if !only_cpu_and_memory {
-                let (rb, ri) = c.writable_layer.as_ref().map_or((0, 0), |w| {
-                    (
-                        opt(&w.used_bytes).unwrap_or(0),
-                        opt(&w.inodes_used).unwrap_or(0),
-                    )
-                });
-                v["rootfs"] = fs_with_use(image_fs.as_ref(), rb, ri);
-                let (lb, li) = du(&log_dir.join(&cname));
-                v["logs"] = fs_with_use(logs_fs.as_ref(), lb, li);
-                eph_bytes += rb + lb;
-                eph_inodes += ri + li;
-            }
+        .collect()
+}
+
+/// What every pod's entry is read against, gathered once per Summary.
+struct PodView<'a> {
+    cfg: &'a crate::config::Config,
+    hs: &'a [crate::cgroup::Hierarchy],
+    t: &'a str,
+    /// Creation times of sandboxes and containers by id ([`created_at`]).
+    created: &'a HashMap<String, i64>,
+    image_fs: Option<&'a Value>,
+    node_fs: Option<&'a Value>,
+    logs_fs: Option<&'a Value>,
+    only_cpu_and_memory: bool,
+}
+
+/// What a pod's containers add up to: swap, and the ephemeral storage of their
+/// writable layers and logs.
+#[derive(Default)]
+struct PodTotals {
+    swap: u64,
+    eph_bytes: u64,
+    eph_inodes: u64,
+}
+
+/// One pod's entry; none for a sandbox without the labels that name its pod.
+fn pod_json(view: &PodView, p: &PodReading) -> Option<Value> {
+    let (cfg, t) = (view.cfg, view.t);
+    let labels = &p.attrs.labels;
+    let (Some(uid), Some(name), Some(ns)) = (
+        labels.get(crate::spec::POD_UID),
+        labels.get(crate::spec::POD_NAME),
+        labels.get(crate::spec::POD_NAMESPACE),
+    ) else {
+        return None;
+    };
+    let log_dir = cfg.pod_logs_dir.join(format!("{ns}_{name}_{uid}"));
+    let mut pod = Map::new();
+    pod.insert(
+        "podRef".into(),
+        json!({"name": name, "namespace": ns, "uid": uid}),
+    );
+    if let Some(c) = view.created.get(&p.attrs.id) {
+        pod.insert("startTime".into(), json!(time_ns(*c)));
+    }
+    // The pod's cgroup, whatever its QoS class, for swap the runtime may not give.
+    let pod_cgroup = ["Guaranteed", "Burstable", "BestEffort"]
+        .into_iter()
+        .map(|q| cfg.pod_cgroup(q, uid))
+        .find_map(|p| crate::cgroup::usage(view.hs, &p).map(|u| (p, u)));
+    let mut totals = PodTotals::default();
+    let mut containers = vec![];
+    for c in &by_name(&p.containers) {
+        let cgroup = pod_cgroup.as_ref().map(|(p, _)| p.as_str());
+        if let Some(v) = container_json(view, c, cgroup, &log_dir, &mut totals) {
             containers.push(v);
         }
-        pod.insert("containers".into(), json!(containers));
-        if let Some(u) = &p.cpu {
-            pod.insert("cpu".into(), cpu_json(u));
-        }
-        if let Some(m) = &p.memory {
-            pod.insert("memory".into(), memory_json(m));
-        }
-        let swap = pod_cgroup.map_or(pod_swap, |(_, u)| u.swap);
-        pod.insert("swap".into(), json!({"time": t, "swapUsageBytes": swap}));
-        if !only_cpu_and_memory {
-            if let Some(n) = &p.network {
-                pod.insert("network".into(), network_json(n));
-            }
-            let volumes = volume_stats(&cfg.pod_dir(uid), node_fs.as_ref());
-            for v in &volumes {
-                if v.1 {
-                    eph_bytes += v.0["usedBytes"].as_u64().unwrap_or(0);
-                    eph_inodes += v.0["inodesUsed"].as_u64().unwrap_or(0);
-                }
-            }
-            pod.insert(
-                "volume".into(),
-                json!(volumes.into_iter().map(|v| v.0).collect::<Vec<_>>()),
-            );
-            pod.insert(
-                "ephemeral-storage".into(),
-                fs_with_use(node_fs.as_ref(), eph_bytes, eph_inodes),
-            );
-            if let Some(n) = p.processes {
-                pod.insert("process_stats".into(), json!({"process_count": n}));
-            }
-        }
-        pods.push(Value::Object(pod));
     }
-    pods.sort_by(|a, b| {
-        let k = |v: &Value| format!("{}/{}", v["podRef"]["namespace"], v["podRef"]["name"]);
-        k(a).cmp(&k(b))
+    pod.insert("containers".into(), json!(containers));
+    if let Some(u) = &p.cpu {
+        pod.insert("cpu".into(), cpu_json(u));
+    }
+    if let Some(m) = &p.memory {
+        pod.insert("memory".into(), memory_json(m));
+    }
+    let swap = pod_cgroup.map_or(totals.swap, |(_, u)| u.swap);
+    pod.insert("swap".into(), json!({"time": t, "swapUsageBytes": swap}));
+    if !view.only_cpu_and_memory {
+        pod_storage(view, p, uid, &mut pod, totals);
+    }
+    Some(Value::Object(pod))
+}
+
+/// The pod's containers in the order of their names.
+fn by_name(containers: &[cri::ContainerStats]) -> Vec<cri::ContainerStats> {
+    let mut cs = containers.to_vec();
+    cs.sort_by(|a, b| {
+        let n = |c: &cri::ContainerStats| {
+            c.attributes
+                .as_ref()
+                .and_then(|a| a.metadata.as_ref())
+                .map(|m| m.name.clone())
+        };
+        n(a).cmp(&n(b))
     });
-    Ok(json!({"node": node, "pods": pods}))
+    cs
+}
+
+/// One container's entry, its swap and ephemeral storage added to `totals`; none for
+/// stats without attributes. Swap the runtime does not give is read from the
+/// container's cgroup under the pod's, `pod_cgroup`.
+fn container_json(
+    view: &PodView,
+    c: &cri::ContainerStats,
+    pod_cgroup: Option<&str>,
+    log_dir: &Path,
+    totals: &mut PodTotals,
+) -> Option<Value> {
+    let a = c.attributes.as_ref()?;
+    let cname = a
+        .metadata
+        .as_ref()
+        .map(|m| m.name.clone())
+        .unwrap_or_default();
+    let mut v = json!({"name": cname});
+    if let Some(ct) = view.created.get(&a.id) {
+        v["startTime"] = json!(time_ns(*ct));
+    }
+    if let Some(u) = &c.cpu {
+        v["cpu"] = cpu_json(u);
+    }
+    if let Some(m) = &c.memory {
+        v["memory"] = memory_json(m);
+    }
+    let swap = c
+        .swap
+        .as_ref()
+        .and_then(|w| opt(&w.swap_usage_bytes))
+        .or_else(|| {
+            let p = pod_cgroup?;
+            Some(crate::cgroup::usage(view.hs, &format!("{p}/{}", a.id))?.swap)
+        })
+        .unwrap_or(0);
+    totals.swap += swap;
+    v["swap"] = json!({"time": view.t, "swapUsageBytes": swap});
+    if !view.only_cpu_and_memory {
+        let (rb, ri) = c.writable_layer.as_ref().map_or((0, 0), |w| {
+            (
+                opt(&w.used_bytes).unwrap_or(0),
+                opt(&w.inodes_used).unwrap_or(0),
+            )
+        });
+        v["rootfs"] = fs_with_use(view.image_fs, rb, ri);
+        let (lb, li) = du(&log_dir.join(&cname));
+        v["logs"] = fs_with_use(view.logs_fs, lb, li);
+        totals.eph_bytes += rb + lb;
+        totals.eph_inodes += ri + li;
+    }
+    Some(v)
+}
+
+/// The pod's network, volumes, ephemeral storage (its containers' `totals` and the
+/// volumes on the node's disk) and process count, which metrics-server does not ask
+/// for.
+fn pod_storage(
+    view: &PodView,
+    p: &PodReading,
+    uid: &str,
+    pod: &mut Map<String, Value>,
+    totals: PodTotals,
+) {
+    let (mut eph_bytes, mut eph_inodes) = (totals.eph_bytes, totals.eph_inodes);
+    if let Some(n) = &p.network {
+        pod.insert("network".into(), network_json(n));
+    }
+    let volumes = volume_stats(&view.cfg.pod_dir(uid), view.node_fs);
+    for v in &volumes {
+        if v.1 {
+            eph_bytes += v.0["usedBytes"].as_u64().unwrap_or(0);
+            eph_inodes += v.0["inodesUsed"].as_u64().unwrap_or(0);
+        }
+    }
+    pod.insert(
+        "volume".into(),
+        json!(volumes.into_iter().map(|v| v.0).collect::<Vec<_>>()),
+    );
+    pod.insert(
+        "ephemeral-storage".into(),
+        fs_with_use(view.node_fs, eph_bytes, eph_inodes),
+    );
+    if let Some(n) = p.processes {
+        pod.insert("process_stats".into(), json!({"process_count": n}));
+    }
 }
 
 /// The runtime's image filesystem (CRI ImageFsInfo) with the capacity of the
