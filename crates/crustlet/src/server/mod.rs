@@ -542,23 +542,8 @@ impl Server {
         if matches!(route, Route::NotFound) {
             return text(404, "404 page not found");
         }
-        if secure {
-            let authz = req
-                .headers()
-                .get(hyper::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok());
-            let user = match self.auth.authenticate(cert_user, authz).await {
-                Ok(u) => u,
-                // The kubelet's word, without a newline.
-                Err(_) => return full(401, "text/plain; charset=utf-8", "Unauthorized"),
-            };
-            let attrs = auth::attributes(req.method(), &path);
-            if let Err(auth::Refusal::Forbidden(m)) = self.auth.authorize(&user, &attrs).await {
-                tracing::debug!(user = %user.name, %path, "{m}");
-                return full(403, "text/plain; charset=utf-8", m);
-            }
-        } else if !route.read_only() {
-            return text(404, "404 page not found");
+        if let Some(refused) = self.refusal(&req, &route, &path, secure, cert_user).await {
+            return refused;
         }
         let q = query(req.uri().query());
         match route {
@@ -580,28 +565,8 @@ impl Server {
                 uid,
                 container,
             } => {
-                if req.method() != Method::POST {
-                    return text(405, "/run takes POST");
-                }
-                let cmd = q
-                    .iter()
-                    .find(|(k, _)| k == "cmd")
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default();
-                if cmd.is_empty() {
-                    return text(400, "missing cmd");
-                }
-                let out =
-                    match stream::running(&self.ctx.cri, &ns, &pod, uid.as_deref(), &container)
-                        .await
-                    {
-                        Ok(i) => stream::run(&self.ctx.cri, &i.id, &cmd).await,
-                        Err(e) => Err(e),
-                    };
-                match out {
-                    Ok(o) => full(200, "text/plain; charset=utf-8", o),
-                    Err((code, m)) => text(code, m),
-                }
+                self.run(req.method(), &ns, &pod, uid.as_deref(), &container, &q)
+                    .await
             }
             Route::Command {
                 kind,
@@ -610,62 +575,17 @@ impl Server {
                 uid,
                 container,
             } => {
-                let url =
-                    match stream::running(&self.ctx.cri, &ns, &pod, uid.as_deref(), &container)
-                        .await
-                    {
-                        Ok(i) => {
-                            stream::exec_url(
-                                &self.ctx.cri,
-                                &i.id,
-                                &stream::command(&q),
-                                kind == "attach",
-                            )
-                            .await
-                        }
-                        Err(e) => Err(e),
-                    };
-                match url {
-                    Ok(u) => proxy_upgrade(req, &u).await,
-                    Err((code, m)) => text(code, m),
-                }
+                let url = self
+                    .exec_url(kind, &ns, &pod, uid.as_deref(), &container, &q)
+                    .await;
+                upgrade(req, url).await
             }
             Route::PortForward { ns, pod, uid } => {
-                let url = match stream::sandboxes(&self.ctx.cri, &ns, &pod, uid.as_deref()).await {
-                    Ok(sbs) => match sbs
-                        .iter()
-                        .find(|s| s.state == cri_api::PodSandboxState::SandboxReady as i32)
-                    {
-                        Some(sb) => stream::port_forward_url(&self.ctx.cri, &sb.id).await,
-                        None => Err((400, format!("pod {ns}/{pod} is not running"))),
-                    },
-                    Err(e) => Err(e),
-                };
-                match url {
-                    Ok(u) => proxy_upgrade(req, &u).await,
-                    Err((code, m)) => text(code, m),
-                }
+                let url = self.port_forward_url(&ns, &pod, uid.as_deref()).await;
+                upgrade(req, url).await
             }
-            Route::Summary => {
-                let only = q
-                    .iter()
-                    .any(|(k, v)| k == "only_cpu_and_memory" && logs::parse_bool(v) == Some(true));
-                match stats::summary(&self.ctx, &self.sampler, only).await {
-                    Ok(s) => json(&s),
-                    Err(e) => text(500, format!("{e:#}")),
-                }
-            }
-            Route::ResourceMetrics => {
-                let s = stats::summary(&self.ctx, &self.sampler, true).await;
-                if let Err(e) = &s {
-                    tracing::warn!("resource metrics: {e:#}");
-                }
-                full(
-                    200,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    metrics::resource(s.ok().as_ref()),
-                )
-            }
+            Route::Summary => self.summary(&q).await,
+            Route::ResourceMetrics => self.resource_metrics().await,
             Route::Metrics => {
                 let pods = self.running_pods().await;
                 full(
@@ -679,22 +599,143 @@ impl Server {
                 "text/plain; version=0.0.4; charset=utf-8",
                 self.ctx.seen.metrics.render_probes(),
             ),
-            Route::CadvisorMetrics => {
-                let s = stats::summary(&self.ctx, &self.sampler, false).await;
-                if let Err(e) = &s {
-                    tracing::warn!("cadvisor metrics: {e:#}");
-                }
-                full(
-                    200,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    metrics::cadvisor(s.ok().as_ref()),
-                )
-            }
+            Route::CadvisorMetrics => self.cadvisor_metrics().await,
             Route::Configz => json(&self.configz),
             Route::NodeLogs(rel) => node_log(std::path::Path::new("/var/log"), &rel),
             Route::Bad(m) => text(400, m),
             Route::NotFound => text(404, "404 page not found"),
         }
+    }
+
+    /// The answer to a request that may not go on, if this one may not: on the secure
+    /// port whoever cannot be authenticated (401) or is not authorized (403); on the
+    /// read-only port any path it does not serve (404).
+    async fn refusal(
+        &self,
+        req: &Request<hyper::body::Incoming>,
+        route: &Route,
+        path: &str,
+        secure: bool,
+        cert_user: Option<Result<&(String, Vec<String>), &()>>,
+    ) -> Option<Response<Body>> {
+        if secure {
+            let authz = req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            let user = match self.auth.authenticate(cert_user, authz).await {
+                Ok(u) => u,
+                // The kubelet's word, without a newline.
+                Err(_) => return Some(full(401, "text/plain; charset=utf-8", "Unauthorized")),
+            };
+            let attrs = auth::attributes(req.method(), path);
+            if let Err(auth::Refusal::Forbidden(m)) = self.auth.authorize(&user, &attrs).await {
+                tracing::debug!(user = %user.name, %path, "{m}");
+                return Some(full(403, "text/plain; charset=utf-8", m));
+            }
+        } else if !route.read_only() {
+            return Some(text(404, "404 page not found"));
+        }
+        None
+    }
+
+    /// `/run`: the command's output, run to its end in the running container.
+    async fn run(
+        &self,
+        method: &Method,
+        ns: &str,
+        pod: &str,
+        uid: Option<&str>,
+        container: &str,
+        q: &[(String, String)],
+    ) -> Response<Body> {
+        if method != Method::POST {
+            return text(405, "/run takes POST");
+        }
+        let cmd = q
+            .iter()
+            .find(|(k, _)| k == "cmd")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        if cmd.is_empty() {
+            return text(400, "missing cmd");
+        }
+        let out = match stream::running(&self.ctx.cri, ns, pod, uid, container).await {
+            Ok(i) => stream::run(&self.ctx.cri, &i.id, &cmd).await,
+            Err(e) => Err(e),
+        };
+        match out {
+            Ok(o) => full(200, "text/plain; charset=utf-8", o),
+            Err((code, m)) => text(code, m),
+        }
+    }
+
+    /// `/exec` and `/attach`: the runtime's stream URL for the running container.
+    async fn exec_url(
+        &self,
+        kind: &str,
+        ns: &str,
+        pod: &str,
+        uid: Option<&str>,
+        container: &str,
+        q: &[(String, String)],
+    ) -> Result<String, stream::Failure> {
+        let i = stream::running(&self.ctx.cri, ns, pod, uid, container).await?;
+        stream::exec_url(&self.ctx.cri, &i.id, &stream::command(q), kind == "attach").await
+    }
+
+    /// `/portForward`: the runtime's stream URL for the pod's ready sandbox.
+    async fn port_forward_url(
+        &self,
+        ns: &str,
+        pod: &str,
+        uid: Option<&str>,
+    ) -> Result<String, stream::Failure> {
+        let sbs = stream::sandboxes(&self.ctx.cri, ns, pod, uid).await?;
+        match sbs
+            .iter()
+            .find(|s| s.state == cri_api::PodSandboxState::SandboxReady as i32)
+        {
+            Some(sb) => stream::port_forward_url(&self.ctx.cri, &sb.id).await,
+            None => Err((400, format!("pod {ns}/{pod} is not running"))),
+        }
+    }
+
+    /// `/stats/summary`, whole or (`only_cpu_and_memory`) as metrics-server asks.
+    async fn summary(&self, q: &[(String, String)]) -> Response<Body> {
+        let only = q
+            .iter()
+            .any(|(k, v)| k == "only_cpu_and_memory" && logs::parse_bool(v) == Some(true));
+        match stats::summary(&self.ctx, &self.sampler, only).await {
+            Ok(s) => json(&s),
+            Err(e) => text(500, format!("{e:#}")),
+        }
+    }
+
+    /// `/metrics/resource`: answered even when the runtime is not, with what is known.
+    async fn resource_metrics(&self) -> Response<Body> {
+        let s = stats::summary(&self.ctx, &self.sampler, true).await;
+        if let Err(e) = &s {
+            tracing::warn!("resource metrics: {e:#}");
+        }
+        full(
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics::resource(s.ok().as_ref()),
+        )
+    }
+
+    /// `/metrics/cadvisor`: answered even when the runtime is not, with what is known.
+    async fn cadvisor_metrics(&self) -> Response<Body> {
+        let s = stats::summary(&self.ctx, &self.sampler, false).await;
+        if let Err(e) = &s {
+            tracing::warn!("cadvisor metrics: {e:#}");
+        }
+        full(
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics::cadvisor(s.ok().as_ref()),
+        )
     }
 
     /// Pods with a ready sandbox, and containers by state, in the runtime.
@@ -814,6 +855,17 @@ impl Server {
         r.headers_mut()
             .insert(hyper::header::CONTENT_TYPE, "text/plain".parse().unwrap());
         r
+    }
+}
+
+/// The upgrade proxied to the runtime's stream `url`, or why there is none.
+async fn upgrade(
+    req: Request<hyper::body::Incoming>,
+    url: Result<String, stream::Failure>,
+) -> Response<Body> {
+    match url {
+        Ok(u) => proxy_upgrade(req, &u).await,
+        Err((code, m)) => text(code, m),
     }
 }
 
