@@ -25,7 +25,7 @@ use crate::Ctx;
 use cri_api as cri;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -231,6 +231,168 @@ fn agrees(pod: &Pod, st: &PodStatus) -> bool {
         })
 }
 
+/// A container's waiting state: why the worker holds it back, else the kubelet's
+/// default, PodInitializing for every container of a pod with init containers.
+fn waiting_state(pod: &Pod, waiting: Option<&(String, String)>) -> ContainerStateWaiting {
+    ContainerStateWaiting {
+        reason: Some(waiting.map_or_else(
+            || {
+                if spec::spec(pod)
+                    .init_containers
+                    .is_some_and(|i| !i.is_empty())
+                {
+                    "PodInitializing".into()
+                } else {
+                    "ContainerCreating".into()
+                }
+            },
+            |w| w.0.clone(),
+        )),
+        message: waiting.map(|w| w.1.clone()).filter(|m| !m.is_empty()),
+    }
+}
+
+/// The statuses of a pod's containers, by kind, for its conditions.
+struct Containers<'a> {
+    init: &'a [ContainerStatus],
+    /// The init containers that are sidecars (also in `init`).
+    sidecars: &'a [&'a ContainerStatus],
+    app: &'a [ContainerStatus],
+}
+
+impl Containers<'_> {
+    /// The init containers not yet complete: a sidecar is complete once started, other
+    /// init containers once they exit 0.
+    fn incomplete_init(&self) -> String {
+        let sidecar_names: Vec<&str> = self.sidecars.iter().map(|s| s.name.as_str()).collect();
+        names(self.init, |s| {
+            if sidecar_names.contains(&s.name.as_str()) {
+                return s.started != Some(true);
+            }
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_none_or(|t| t.exit_code != 0)
+        })
+    }
+}
+
+/// The names of the containers `f` picks, space-separated, as the kubelet lists them
+/// in a condition's message.
+fn names<'a>(
+    v: impl IntoIterator<Item = &'a ContainerStatus>,
+    f: impl Fn(&ContainerStatus) -> bool,
+) -> String {
+    let n: Vec<&str> = v
+        .into_iter()
+        .filter(|s| f(s))
+        .map(|s| s.name.as_str())
+        .collect();
+    n.join(" ")
+}
+
+/// A condition of type `t`; its transition time is the `old` one's while the status
+/// stays the same.
+fn condition(
+    old: &PodStatus,
+    t: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+) -> PodCondition {
+    let prev = old.conditions.iter().flatten().find(|c| c.type_ == t);
+    let status = if ok { "True" } else { "False" };
+    let transition = match prev {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => Some(now()),
+    };
+    PodCondition {
+        type_: t.into(),
+        status: status.into(),
+        last_transition_time: transition,
+        reason: reason.map(str::to_string),
+        message,
+        ..Default::default()
+    }
+}
+
+/// The pod's phase: the one it `finished` with, Pending until it is initialized
+/// (Failed if an init container failed and the pod never restarts), else what its
+/// app containers and restart policy make it.
+fn pod_phase(
+    finished: Option<&str>,
+    policy: &str,
+    initialized: bool,
+    init_statuses: &[ContainerStatus],
+    sidecars: &[&ContainerStatus],
+    statuses: &[ContainerStatus],
+) -> String {
+    let phase = if let Some(f) = finished {
+        f.to_string()
+    } else if !initialized {
+        "Pending".to_string()
+    } else {
+        containers_phase(policy, statuses).to_string()
+    };
+    if phase == "Pending"
+        && !initialized
+        && policy == "Never"
+        && init_statuses.iter().any(|s| {
+            !sidecars.iter().any(|x| x.name == s.name)
+                && s.state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code != 0)
+        })
+    {
+        "Failed".to_string()
+    } else {
+        phase
+    }
+}
+
+/// The phase of an initialized pod from its app containers: Pending while one waits,
+/// Running while one runs, and once all stopped what the restart policy makes of
+/// their exit codes.
+fn containers_phase(policy: &str, statuses: &[ContainerStatus]) -> &'static str {
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in statuses {
+        let st = s.state.clone().unwrap_or_default();
+        if st.running.is_some() {
+            running += 1;
+        } else if let Some(t) = &st.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .is_some()
+        {
+            stopped += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    if waiting > 0 {
+        "Pending"
+    } else if running > 0 {
+        "Running"
+    } else if stopped > 0 {
+        match policy {
+            "Always" => "Running",
+            "OnFailure" if stopped == succeeded => "Succeeded",
+            "OnFailure" => "Running",
+            _ if stopped == succeeded => "Succeeded",
+            _ => "Failed",
+        }
+    } else {
+        "Pending"
+    }
+}
+
 impl Worker {
     fn cri(&self) -> Cri {
         self.ctx.cri.clone()
@@ -307,6 +469,44 @@ impl Worker {
     }
 
     async fn sync(&mut self, pod: &Pod) -> anyhow::Result<()> {
+        self.note_start_and_runtime(pod).await;
+        let spec = spec::spec(pod);
+        let policy = spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
+        self.adopt_finished(pod).await;
+        if self.finished.is_some() {
+            self.finish(pod).await;
+            return Ok(());
+        }
+
+        self.ensure_sandbox(pod).await?;
+        let Some(sandbox_id) = self.sandbox.as_ref().map(|s| s.id.clone()) else {
+            let st = self.status(pod, &HashMap::new(), false).await;
+            self.report(pod, st).await;
+            return Ok(());
+        };
+        let instances = self.instances(&sandbox_id).await?;
+        let initialized = self.init_containers(pod, &spec, &policy, &instances).await;
+        if initialized {
+            self.app_containers(pod, &spec, &policy, &instances).await;
+        }
+
+        let instances = self.instances(&sandbox_id).await?;
+        self.collect_garbage(&instances).await;
+        let st = self.status(pod, &instances, initialized).await;
+        let phase = st.phase.clone().unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            self.finished = Some(phase);
+        }
+        self.report(pod, st).await;
+        Ok(())
+    }
+
+    /// The pod's start time (the apiserver's, if it has one, so that a restarted
+    /// crustlet keeps it) and the runtime's name for container ids, once.
+    async fn note_start_and_runtime(&mut self, pod: &Pod) {
         if self.start_time.is_none() {
             self.start_time = pod
                 .status
@@ -324,71 +524,70 @@ impl Worker {
                 self.runtime_name = v.into_inner().runtime_name;
             }
         }
-        let spec = spec::spec(pod);
-        let policy = spec
-            .restart_policy
-            .clone()
-            .unwrap_or_else(|| "Always".into());
+    }
 
-        // A pod the apiserver already has as finished stays finished (a restarted
-        // crustlet must not run a completed Job's pod again).
-        if self.finished.is_none() {
-            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-            if let Some(p) = phase.filter(|p| p == "Succeeded" || p == "Failed") {
-                self.finished = Some(p);
-                if self.sandbox.is_none() {
-                    // Adopt what is left so its sandbox is stopped below.
-                    let sandboxes = self.sandboxes(spec::uid(pod)).await.unwrap_or_default();
-                    if let Some(s) = sandboxes.first() {
-                        let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
-                        let config =
-                            spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod));
-                        let (ip, ips) = self.sandbox_ips(&s.id).await;
-                        self.sandbox = Some(Sandbox {
-                            id: s.id.clone(),
-                            config,
-                            ip,
-                            ips,
-                        });
-                    }
-                }
-            }
-        }
+    /// A pod the apiserver already has as finished stays finished (a restarted
+    /// crustlet must not run a completed Job's pod again); what is left of it is
+    /// adopted so that its sandbox is stopped.
+    async fn adopt_finished(&mut self, pod: &Pod) {
         if self.finished.is_some() {
-            // Nothing restarts any more: the kubelet stops the sandbox of a finished pod.
-            if let Some(sb) = self.sandbox.take() {
-                let _ = self
-                    .cri()
-                    .runtime
-                    .stop_pod_sandbox(cri::StopPodSandboxRequest {
-                        pod_sandbox_id: sb.id.clone(),
-                    })
-                    .await;
-                // The final status, from the containers the stopped sandbox still lists.
-                let instances = self.instances(&sb.id).await.unwrap_or_default();
-                self.sandbox = Some(sb);
-                self.final_status = Some(self.status(pod, &instances, true).await);
-                self.sandbox = None;
-            }
-            // Sent until the apiserver has it: it may be away when the pod ends.
-            if let Some(st) = self.final_status.clone() {
-                self.report(pod, st).await;
-            }
-            return Ok(());
+            return;
         }
-
-        self.ensure_sandbox(pod).await?;
-        let Some(sandbox_id) = self.sandbox.as_ref().map(|s| s.id.clone()) else {
-            let st = self.status(pod, &HashMap::new(), false).await;
-            self.report(pod, st).await;
-            return Ok(());
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+        let Some(p) = phase.filter(|p| p == "Succeeded" || p == "Failed") else {
+            return;
         };
-        let instances = self.instances(&sandbox_id).await?;
+        self.finished = Some(p);
+        if self.sandbox.is_some() {
+            return;
+        }
+        let sandboxes = self.sandboxes(spec::uid(pod)).await.unwrap_or_default();
+        if let Some(s) = sandboxes.first() {
+            let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
+            let config = spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod));
+            let (ip, ips) = self.sandbox_ips(&s.id).await;
+            self.sandbox = Some(Sandbox {
+                id: s.id.clone(),
+                config,
+                ip,
+                ips,
+            });
+        }
+    }
 
-        // Init containers, in order: each must exit 0 before the next starts; a sidecar
-        // (`restartPolicy: Always`) must be started, and is restarted whenever it exits.
-        // Once an app container exists the pod was initialized: init containers are
-        // not run again, only sidecars kept up.
+    /// Nothing restarts any more: the kubelet stops the sandbox of a finished pod. Its
+    /// final status is read once, from the containers the stopped sandbox still lists,
+    /// and sent until the apiserver has it (it may be away when the pod ends).
+    async fn finish(&mut self, pod: &Pod) {
+        if let Some(sb) = self.sandbox.take() {
+            let _ = self
+                .cri()
+                .runtime
+                .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                    pod_sandbox_id: sb.id.clone(),
+                })
+                .await;
+            let instances = self.instances(&sb.id).await.unwrap_or_default();
+            self.sandbox = Some(sb);
+            self.final_status = Some(self.status(pod, &instances, true).await);
+            self.sandbox = None;
+        }
+        if let Some(st) = self.final_status.clone() {
+            self.report(pod, st).await;
+        }
+    }
+
+    /// Init containers, in order: each must exit 0 before the next starts; a sidecar
+    /// (`restartPolicy: Always`) must be started, and is restarted whenever it exits.
+    /// Once an app container exists the pod was initialized: init containers are not
+    /// run again, only sidecars kept up. Whether the pod is initialized.
+    async fn init_containers(
+        &mut self,
+        pod: &Pod,
+        spec: &PodSpec,
+        policy: &str,
+        instances: &HashMap<String, Vec<Instance>>,
+    ) -> bool {
         let was_initialized = spec
             .containers
             .iter()
@@ -444,59 +643,58 @@ impl Worker {
                 }
             }
         }
+        initialized
+    }
 
-        if initialized {
-            for c in &spec.containers {
-                let latest = instances.get(&c.name).and_then(|v| v.first()).cloned();
-                match latest {
-                    None => self.start(pod, c, None).await,
-                    Some(i) if i.running() && changed(c, &i) => {
-                        // A new image (`kubectl set image`): the kubelet kills the
-                        // container and starts it again at once, whatever the policy.
-                        self.event(
-                            pod,
-                            false,
-                            "Killing",
-                            format!("Container {} definition changed, will be restarted", c.name),
-                        );
-                        self.stop(pod, &i).await;
-                        self.restart_backoff.remove(&c.name);
-                        self.start(pod, c, Some(&i)).await;
-                    }
-                    Some(i) if i.running() => self.probe(pod, c, &i).await,
-                    Some(i) if i.exited() => {
-                        let restart = match policy.as_str() {
-                            "Never" => false,
-                            "OnFailure" => i.status.exit_code != 0,
-                            _ => true,
-                        };
-                        if restart {
-                            self.restart(pod, c, Some(&i)).await;
-                        }
-                    }
-                    Some(i) if i.state == cri::ContainerState::ContainerCreated as i32 => {
-                        self.start_created(&i).await
-                    }
-                    Some(_) => {}
+    /// The app containers of an initialized pod: started, probed, and restarted as the
+    /// pod's restart policy says; then its ephemeral containers (kubectl debug), started
+    /// once and never restarted.
+    async fn app_containers(
+        &mut self,
+        pod: &Pod,
+        spec: &PodSpec,
+        policy: &str,
+        instances: &HashMap<String, Vec<Instance>>,
+    ) {
+        for c in &spec.containers {
+            let latest = instances.get(&c.name).and_then(|v| v.first()).cloned();
+            match latest {
+                None => self.start(pod, c, None).await,
+                Some(i) if i.running() && changed(c, &i) => {
+                    // A new image (`kubectl set image`): the kubelet kills the
+                    // container and starts it again at once, whatever the policy.
+                    self.event(
+                        pod,
+                        false,
+                        "Killing",
+                        format!("Container {} definition changed, will be restarted", c.name),
+                    );
+                    self.stop(pod, &i).await;
+                    self.restart_backoff.remove(&c.name);
+                    self.start(pod, c, Some(&i)).await;
                 }
-            }
-            // Ephemeral containers (kubectl debug): started once, never restarted.
-            for c in crate::ephemeral::containers(pod) {
-                if !instances.contains_key(&c.name) {
-                    self.start(pod, &c, None).await;
+                Some(i) if i.running() => self.probe(pod, c, &i).await,
+                Some(i) if i.exited() => {
+                    let restart = match policy {
+                        "Never" => false,
+                        "OnFailure" => i.status.exit_code != 0,
+                        _ => true,
+                    };
+                    if restart {
+                        self.restart(pod, c, Some(&i)).await;
+                    }
                 }
+                Some(i) if i.state == cri::ContainerState::ContainerCreated as i32 => {
+                    self.start_created(&i).await
+                }
+                Some(_) => {}
             }
         }
-
-        let instances = self.instances(&sandbox_id).await?;
-        self.collect_garbage(&instances).await;
-        let st = self.status(pod, &instances, initialized).await;
-        let phase = st.phase.clone().unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
-            self.finished = Some(phase);
+        for c in crate::ephemeral::containers(pod) {
+            if !instances.contains_key(&c.name) {
+                self.start(pod, &c, None).await;
+            }
         }
-        self.report(pod, st).await;
-        Ok(())
     }
 
     /// A ready sandbox for the pod: the one the runtime has, or a new one (with the
@@ -749,6 +947,42 @@ impl Worker {
                 return;
             }
         };
+        let Some(mounts) = self.mounts(pod, c, attempt) else {
+            return;
+        };
+        let config = match spec::container_config(
+            pod,
+            c,
+            ContainerInputs {
+                attempt,
+                envs,
+                mounts,
+                image: image.clone(),
+                node_memory: self.ctx.node_memory,
+            },
+        ) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                self.failed(pod, &c.name, "CreateContainerConfigError", e);
+                return;
+            }
+        };
+        let config =
+            crate::ephemeral::target(&self.ctx.cri, &sandbox_id, pod, &c.name, config).await;
+        let Some(id) = self
+            .create_and_start(pod, c, sandbox_id, sandbox_config, config)
+            .await
+        else {
+            return;
+        };
+        self.waiting.remove(&c.name);
+        self.post_start(pod, c, &id, &pod_ip).await;
+    }
+
+    /// The container's mounts: its volumes, the file for its termination message and
+    /// the kubelet's /etc/hosts; none when they cannot be had (the reason is in its
+    /// waiting state).
+    fn mounts(&mut self, pod: &Pod, c: &Container, attempt: u32) -> Option<Vec<cri::Mount>> {
         let dirs = self
             .volumes
             .as_ref()
@@ -763,7 +997,7 @@ impl Worker {
             Ok(m) => m,
             Err(e) => {
                 self.failed(pod, &c.name, "CreateContainerConfigError", e);
-                return;
+                return None;
             }
         };
         // The termination message file, written by the container, read at its exit.
@@ -788,51 +1022,54 @@ impl Worker {
             .flatten()
             .any(|m| m.mount_path == "/etc/hosts");
         if !own_hosts {
-            let ips = self
-                .sandbox
-                .as_ref()
-                .map(|s| s.ips.clone())
-                .unwrap_or_default();
-            // The node's own file only matters to a pod on the node's network.
-            let node_hosts = if spec::spec(pod).host_network == Some(true) {
-                std::fs::read_to_string("/etc/hosts").unwrap_or_default()
-            } else {
-                String::new()
-            };
-            let file = self.ctx.cfg.pod_dir(spec::uid(pod)).join("etc-hosts");
-            let text = spec::hosts_file(&self.ctx.cfg, pod, &ips, &node_hosts);
-            match std::fs::write(&file, text) {
-                Ok(()) => mounts.push(cri::Mount {
-                    container_path: "/etc/hosts".into(),
-                    host_path: file.to_string_lossy().into_owned(),
-                    ..Default::default()
-                }),
-                Err(e) => {
-                    let msg = format!("writing {}: {e}", file.display());
+            match self.hosts_mount(pod) {
+                Ok(m) => mounts.push(m),
+                Err(msg) => {
                     self.failed(pod, &c.name, "CreateContainerConfigError", msg);
-                    return;
+                    return None;
                 }
             }
         }
-        let config = match spec::container_config(
-            pod,
-            c,
-            ContainerInputs {
-                attempt,
-                envs,
-                mounts,
-                image: image.clone(),
-                node_memory: self.ctx.node_memory,
-            },
-        ) {
-            Ok(cfg) => cfg,
-            Err(e) => {
-                self.failed(pod, &c.name, "CreateContainerConfigError", e);
-                return;
-            }
+        Some(mounts)
+    }
+
+    /// The pod's /etc/hosts, written afresh for each container started, as the
+    /// kubelet's.
+    fn hosts_mount(&self, pod: &Pod) -> Result<cri::Mount, String> {
+        let ips = self
+            .sandbox
+            .as_ref()
+            .map(|s| s.ips.clone())
+            .unwrap_or_default();
+        // The node's own file only matters to a pod on the node's network.
+        let node_hosts = if spec::spec(pod).host_network == Some(true) {
+            std::fs::read_to_string("/etc/hosts").unwrap_or_default()
+        } else {
+            String::new()
         };
-        let config =
-            crate::ephemeral::target(&self.ctx.cri, &sandbox_id, pod, &c.name, config).await;
+        let file = self.ctx.cfg.pod_dir(spec::uid(pod)).join("etc-hosts");
+        let text = spec::hosts_file(&self.ctx.cfg, pod, &ips, &node_hosts);
+        match std::fs::write(&file, text) {
+            Ok(()) => Ok(cri::Mount {
+                container_path: "/etc/hosts".into(),
+                host_path: file.to_string_lossy().into_owned(),
+                ..Default::default()
+            }),
+            Err(e) => Err(format!("writing {}: {e}", file.display())),
+        }
+    }
+
+    /// CreateContainer then StartContainer, each with the kubelet's event; the new
+    /// container's id, or none when either failed (the reason is in its waiting
+    /// state).
+    async fn create_and_start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        sandbox_id: String,
+        sandbox_config: cri::PodSandboxConfig,
+        config: cri::ContainerConfig,
+    ) -> Option<String> {
         let mut rt = self.cri().runtime;
         let created = rt
             .create_container(cri::CreateContainerRequest {
@@ -846,7 +1083,7 @@ impl Worker {
             Err(e) => {
                 let msg = e.message().to_string();
                 self.failed(pod, &c.name, "CreateContainerError", msg);
-                return;
+                return None;
             }
         };
         self.event(
@@ -863,7 +1100,7 @@ impl Worker {
         {
             let msg = e.message().to_string();
             self.failed(pod, &c.name, "RunContainerError", msg);
-            return;
+            return None;
         }
         self.event(
             pod,
@@ -871,27 +1108,34 @@ impl Worker {
             "Started",
             format!("Started container {}", c.name),
         );
-        self.waiting.remove(&c.name);
-        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-            // A failed postStart hook kills the container; the restart policy decides.
-            let grace = spec::spec(pod)
-                .termination_grace_period_seconds
-                .unwrap_or(30);
-            let limit = Duration::from_secs(grace.max(2) as u64);
-            if let Err(e) = probe::hook(&self.ctx.cri, h, c, &id, &pod_ip, limit).await {
-                self.event(
-                    pod,
-                    true,
-                    "FailedPostStartHook",
-                    format!("PostStartHook failed: {e}"),
-                );
-                let _ = rt
-                    .stop_container(cri::StopContainerRequest {
-                        container_id: id,
-                        timeout: 0,
-                    })
-                    .await;
-            }
+        Some(id)
+    }
+
+    /// Runs the container's postStart hook, if it has one. A failed hook kills the
+    /// container; the restart policy decides what comes next.
+    async fn post_start(&self, pod: &Pod, c: &Container, id: &str, pod_ip: &str) {
+        let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return;
+        };
+        let grace = spec::spec(pod)
+            .termination_grace_period_seconds
+            .unwrap_or(30);
+        let limit = Duration::from_secs(grace.max(2) as u64);
+        if let Err(e) = probe::hook(&self.ctx.cri, h, c, id, pod_ip, limit).await {
+            self.event(
+                pod,
+                true,
+                "FailedPostStartHook",
+                format!("PostStartHook failed: {e}"),
+            );
+            let _ = self
+                .cri()
+                .runtime
+                .stop_container(cri::StopContainerRequest {
+                    container_id: id.to_string(),
+                    timeout: 0,
+                })
+                .await;
         }
     }
 
@@ -1164,6 +1408,8 @@ impl Worker {
         self.probes.retain(|id, _| live.contains(&id));
     }
 
+    /// The container's status from its instances `v`, newest first; `init` for an init
+    /// container that must exit 0 (not a sidecar), which is ready once it did.
     fn container_status(
         &self,
         pod: &Pod,
@@ -1173,49 +1419,6 @@ impl Worker {
     ) -> ContainerStatus {
         let latest = v.and_then(|v| v.first());
         let previous = v.and_then(|v| v.get(1));
-        let id_of = |i: &Instance| format!("{}://{}", self.runtime_name, i.id);
-        let terminated = |i: &Instance| {
-            let s = &i.status;
-            // The runtime's message, then what the container wrote to its termination
-            // file or, when it failed with FallbackToLogsOnError and wrote nothing
-            // there, the end of its log (80 lines, 2 KiB), as the kubelet does.
-            let mut own = std::fs::read(self.termination_file(pod, &c.name, i.attempt))
-                .map(|mut b| {
-                    b.truncate(4096);
-                    String::from_utf8_lossy(&b).into_owned()
-                })
-                .unwrap_or_default();
-            let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
-                && s.exit_code != 0
-                && s.reason != "ContainerCannotRun";
-            if own.is_empty() && fallback && !s.log_path.is_empty() {
-                own = crate::server::logs::tail_text(std::path::Path::new(&s.log_path), 80, 2048);
-            }
-            let message = match (s.message.is_empty(), own.is_empty()) {
-                (_, true) => s.message.clone(),
-                (true, false) => own,
-                (false, false) => format!("{}: {own}", s.message),
-            };
-            let message = Some(message).filter(|m| !m.is_empty());
-            ContainerStateTerminated {
-                exit_code: s.exit_code,
-                reason: Some(if s.reason.is_empty() {
-                    if s.exit_code == 0 {
-                        "Completed"
-                    } else {
-                        "Error"
-                    }
-                    .to_string()
-                } else {
-                    s.reason.clone()
-                }),
-                message: message.map(|m| m.chars().take(4096).collect()),
-                started_at: time_from_nanos(s.started_at),
-                finished_at: time_from_nanos(s.finished_at),
-                container_id: Some(id_of(i)),
-                ..Default::default()
-            }
-        };
         let waiting = self.waiting.get(&c.name);
         let state = match latest {
             Some(i) if i.running() => ContainerState {
@@ -1225,28 +1428,11 @@ impl Worker {
                 ..Default::default()
             },
             Some(i) if i.exited() && waiting.is_none() => ContainerState {
-                terminated: Some(terminated(i)),
+                terminated: Some(self.terminated(pod, c, i)),
                 ..Default::default()
             },
             _ => ContainerState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some(waiting.map_or_else(
-                        || {
-                            // The kubelet's default: PodInitializing for every container
-                            // of a pod with init containers.
-                            if spec::spec(pod)
-                                .init_containers
-                                .is_some_and(|i| !i.is_empty())
-                            {
-                                "PodInitializing".into()
-                            } else {
-                                "ContainerCreating".into()
-                            }
-                        },
-                        |w| w.0.clone(),
-                    )),
-                    message: waiting.map(|w| w.1.clone()).filter(|m| !m.is_empty()),
-                }),
+                waiting: Some(waiting_state(pod, waiting)),
                 ..Default::default()
             },
         };
@@ -1255,6 +1441,87 @@ impl Worker {
             (Some(i), Some(_)) if i.exited() => Some(i),
             _ => previous.filter(|p| p.exited()),
         };
+        let (started, ready) = self.readiness(c, latest, init, waiting);
+        // Each restart is a new attempt of the container's name.
+        let restart_count = latest.map_or(0, |i| i.attempt as i32);
+        ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            image_id: latest
+                .map(|i| i.status.image_ref.clone())
+                .unwrap_or_default(),
+            container_id: latest.map(|i| self.container_id(i)),
+            ready,
+            started: Some(started),
+            restart_count,
+            state: Some(state),
+            last_state: last.map(|i| ContainerState {
+                terminated: Some(self.terminated(pod, c, i)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The instance's id as the apiserver shows it: `<runtime>://<id>`.
+    fn container_id(&self, i: &Instance) -> String {
+        format!("{}://{}", self.runtime_name, i.id)
+    }
+
+    /// An exited instance's state. Its message is the runtime's, then what the
+    /// container wrote to its termination file or, when it failed with
+    /// FallbackToLogsOnError and wrote nothing there, the end of its log (80 lines,
+    /// 2 KiB), as the kubelet does.
+    fn terminated(&self, pod: &Pod, c: &Container, i: &Instance) -> ContainerStateTerminated {
+        let s = &i.status;
+        let mut own = std::fs::read(self.termination_file(pod, &c.name, i.attempt))
+            .map(|mut b| {
+                b.truncate(4096);
+                String::from_utf8_lossy(&b).into_owned()
+            })
+            .unwrap_or_default();
+        let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
+            && s.exit_code != 0
+            && s.reason != "ContainerCannotRun";
+        if own.is_empty() && fallback && !s.log_path.is_empty() {
+            own = crate::server::logs::tail_text(std::path::Path::new(&s.log_path), 80, 2048);
+        }
+        let message = match (s.message.is_empty(), own.is_empty()) {
+            (_, true) => s.message.clone(),
+            (true, false) => own,
+            (false, false) => format!("{}: {own}", s.message),
+        };
+        let message = Some(message).filter(|m| !m.is_empty());
+        ContainerStateTerminated {
+            exit_code: s.exit_code,
+            reason: Some(if s.reason.is_empty() {
+                if s.exit_code == 0 {
+                    "Completed"
+                } else {
+                    "Error"
+                }
+                .to_string()
+            } else {
+                s.reason.clone()
+            }),
+            message: message.map(|m| m.chars().take(4096).collect()),
+            started_at: time_from_nanos(s.started_at),
+            finished_at: time_from_nanos(s.finished_at),
+            container_id: Some(self.container_id(i)),
+            ..Default::default()
+        }
+    }
+
+    /// (started, ready) of the container's newest instance `latest`: started once
+    /// running and past its startup probe; ready once started and past its readiness
+    /// probe, or, as an `init` container, once it exited 0 and is not waiting again.
+    fn readiness(
+        &self,
+        c: &Container,
+        latest: Option<&Instance>,
+        init: bool,
+        waiting: Option<&(String, String)>,
+    ) -> (bool, bool) {
         let probes = latest.and_then(|i| self.probes.get(&i.id));
         let running = latest.is_some_and(|i| i.running());
         let started = running
@@ -1275,25 +1542,7 @@ impl Worker {
                     (Some(_), Some(s)) => s.verdict == Some(probe::Outcome::Success),
                     (Some(_), None) => false,
                 };
-        // Each restart is a new attempt of the container's name.
-        let restart_count = latest.map_or(0, |i| i.attempt as i32);
-        ContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone().unwrap_or_default(),
-            image_id: latest
-                .map(|i| i.status.image_ref.clone())
-                .unwrap_or_default(),
-            container_id: latest.map(id_of),
-            ready,
-            started: Some(started),
-            restart_count,
-            state: Some(state),
-            last_state: last.map(|i| ContainerState {
-                terminated: Some(terminated(i)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        (started, ready)
     }
 
     async fn status(
@@ -1326,169 +1575,22 @@ impl Worker {
             .iter()
             .map(|c| self.container_status(pod, c, instances.get(&c.name), false))
             .collect();
-        let ephemeral: Vec<ContainerStatus> = crate::ephemeral::containers(pod)
-            .iter()
-            .map(|c| {
-                crate::ephemeral::status(self.container_status(
-                    pod,
-                    c,
-                    instances.get(&c.name),
-                    false,
-                ))
-            })
-            .collect();
-        let phase = if let Some(f) = &self.finished {
-            f.clone()
-        } else if !initialized {
-            "Pending".to_string()
-        } else {
-            let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
-            for s in &statuses {
-                let st = s.state.clone().unwrap_or_default();
-                if st.running.is_some() {
-                    running += 1;
-                } else if let Some(t) = &st.terminated {
-                    stopped += 1;
-                    if t.exit_code == 0 {
-                        succeeded += 1;
-                    }
-                } else if s
-                    .last_state
-                    .as_ref()
-                    .and_then(|l| l.terminated.as_ref())
-                    .is_some()
-                {
-                    stopped += 1;
-                } else {
-                    waiting += 1;
-                }
-            }
-            if waiting > 0 {
-                "Pending"
-            } else if running > 0 {
-                "Running"
-            } else if stopped > 0 {
-                match policy.as_str() {
-                    "Always" => "Running",
-                    "OnFailure" if stopped == succeeded => "Succeeded",
-                    "OnFailure" => "Running",
-                    _ if stopped == succeeded => "Succeeded",
-                    _ => "Failed",
-                }
-            } else {
-                "Pending"
-            }
-            .to_string()
-        };
-        let phase = if phase == "Pending"
-            && !initialized
-            && policy == "Never"
-            && init_statuses.iter().any(|s| {
-                !sidecars.iter().any(|x| x.name == s.name)
-                    && s.state
-                        .as_ref()
-                        .and_then(|st| st.terminated.as_ref())
-                        .is_some_and(|t| t.exit_code != 0)
-            }) {
-            "Failed".to_string()
-        } else {
-            phase
-        };
-        let sandbox_ready = self.sandbox.is_some() && self.finished.is_none();
-        // Sidecars count for readiness like app containers.
-        let all_ready = statuses.iter().all(|s| s.ready) && sidecars.iter().all(|s| s.ready);
-        let old = pod.status.clone().unwrap_or_default();
-        let cond = |t: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
-            let prev = old.conditions.iter().flatten().find(|c| c.type_ == t);
-            let status = if ok { "True" } else { "False" };
-            let transition = match prev {
-                Some(p) if p.status == status => p.last_transition_time.clone(),
-                _ => Some(now()),
-            };
-            PodCondition {
-                type_: t.into(),
-                status: status.into(),
-                last_transition_time: transition,
-                reason: reason.map(str::to_string),
-                message,
-                ..Default::default()
-            }
-        };
-        // The conditions as the kubelet words them: Initialized once every init
-        // container exited 0 (PodCompleted once the pod succeeded); ContainersReady and
-        // Ready false with PodFailed or PodCompleted once the pod is done, else with the
-        // names of the containers not ready.
-        let names = |f: &dyn Fn(&ContainerStatus) -> bool, v: &[ContainerStatus]| {
-            let n: Vec<&str> = v.iter().filter(|s| f(s)).map(|s| s.name.as_str()).collect();
-            n.join(" ")
-        };
-        // A sidecar is complete once started; other init containers once they exit 0.
-        let sidecar_names: Vec<&str> = sidecars.iter().map(|s| s.name.as_str()).collect();
-        let incomplete = names(
-            &|s| {
-                if sidecar_names.contains(&s.name.as_str()) {
-                    return s.started != Some(true);
-                }
-                s.state
-                    .as_ref()
-                    .and_then(|st| st.terminated.as_ref())
-                    .is_none_or(|t| t.exit_code != 0)
-            },
+        let ephemeral = self.ephemeral_statuses(pod, instances);
+        let phase = pod_phase(
+            self.finished.as_deref(),
+            &policy,
+            initialized,
             &init_statuses,
+            &sidecars,
+            &statuses,
         );
-        let init_ok = (initialized && incomplete.is_empty()) || phase == "Succeeded";
-        let unready = names(
-            &|s| !s.ready,
-            &sidecars
-                .iter()
-                .map(|s| (*s).clone())
-                .chain(statuses.iter().cloned())
-                .collect::<Vec<_>>(),
-        );
-        let (ready_reason, ready_message) = match phase.as_str() {
-            "Failed" => (Some("PodFailed"), None),
-            "Succeeded" => (Some("PodCompleted"), None),
-            _ if all_ready && initialized => (None, None),
-            _ => (
-                Some("ContainersNotReady"),
-                Some(format!("containers with unready status: [{unready}]")),
-            ),
+        let old = pod.status.clone().unwrap_or_default();
+        let containers = Containers {
+            init: &init_statuses,
+            sidecars: &sidecars,
+            app: &statuses,
         };
-        let containers_ready = all_ready && initialized && ready_reason.is_none();
-        let mut conditions = vec![
-            cond("PodReadyToStartContainers", sandbox_ready, None, None),
-            if init_ok {
-                let done = phase == "Succeeded";
-                cond("Initialized", true, done.then_some("PodCompleted"), None)
-            } else {
-                cond(
-                    "Initialized",
-                    false,
-                    Some("ContainersNotInitialized"),
-                    Some(format!("containers with incomplete status: [{incomplete}]")),
-                )
-            },
-            cond(
-                "Ready",
-                containers_ready,
-                ready_reason,
-                ready_message.clone(),
-            ),
-            cond(
-                "ContainersReady",
-                containers_ready,
-                ready_reason,
-                ready_message,
-            ),
-        ];
-        // The scheduler's condition stays as it set it.
-        conditions.extend(
-            old.conditions
-                .iter()
-                .flatten()
-                .filter(|c| c.type_ == "PodScheduled")
-                .cloned(),
-        );
+        let conditions = self.conditions(&old, &phase, initialized, &containers);
         let (pod_ip, pod_ips) = match &self.sandbox {
             Some(s) => (Some(s.ip.clone()), s.ips.clone()),
             None => (
@@ -1522,6 +1624,107 @@ impl Worker {
             ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
             ..Default::default()
         }
+    }
+
+    /// The statuses of the pod's ephemeral containers (kubectl debug), which are never
+    /// ready.
+    fn ephemeral_statuses(
+        &self,
+        pod: &Pod,
+        instances: &HashMap<String, Vec<Instance>>,
+    ) -> Vec<ContainerStatus> {
+        crate::ephemeral::containers(pod)
+            .iter()
+            .map(|c| {
+                crate::ephemeral::status(self.container_status(
+                    pod,
+                    c,
+                    instances.get(&c.name),
+                    false,
+                ))
+            })
+            .collect()
+    }
+
+    /// The conditions as the kubelet words them: Initialized once every init container
+    /// exited 0 (PodCompleted once the pod succeeded); ContainersReady and Ready false
+    /// with PodFailed or PodCompleted once the pod is done, else with the names of the
+    /// containers not ready. A condition keeps its transition time while its status
+    /// stays, and the scheduler's condition stays as it set it.
+    fn conditions(
+        &self,
+        old: &PodStatus,
+        phase: &str,
+        initialized: bool,
+        containers: &Containers,
+    ) -> Vec<PodCondition> {
+        let sandbox_ready = self.sandbox.is_some() && self.finished.is_none();
+        // Sidecars count for readiness like app containers.
+        let all_ready =
+            containers.app.iter().all(|s| s.ready) && containers.sidecars.iter().all(|s| s.ready);
+        let incomplete = containers.incomplete_init();
+        let init_ok = (initialized && incomplete.is_empty()) || phase == "Succeeded";
+        let unready = names(
+            containers
+                .sidecars
+                .iter()
+                .copied()
+                .chain(containers.app.iter()),
+            |s| !s.ready,
+        );
+        let (ready_reason, ready_message) = match phase {
+            "Failed" => (Some("PodFailed"), None),
+            "Succeeded" => (Some("PodCompleted"), None),
+            _ if all_ready && initialized => (None, None),
+            _ => (
+                Some("ContainersNotReady"),
+                Some(format!("containers with unready status: [{unready}]")),
+            ),
+        };
+        let containers_ready = all_ready && initialized && ready_reason.is_none();
+        let mut conditions = vec![
+            condition(old, "PodReadyToStartContainers", sandbox_ready, None, None),
+            if init_ok {
+                let done = phase == "Succeeded";
+                condition(
+                    old,
+                    "Initialized",
+                    true,
+                    done.then_some("PodCompleted"),
+                    None,
+                )
+            } else {
+                condition(
+                    old,
+                    "Initialized",
+                    false,
+                    Some("ContainersNotInitialized"),
+                    Some(format!("containers with incomplete status: [{incomplete}]")),
+                )
+            },
+            condition(
+                old,
+                "Ready",
+                containers_ready,
+                ready_reason,
+                ready_message.clone(),
+            ),
+            condition(
+                old,
+                "ContainersReady",
+                containers_ready,
+                ready_reason,
+                ready_message,
+            ),
+        ];
+        conditions.extend(
+            old.conditions
+                .iter()
+                .flatten()
+                .filter(|c| c.type_ == "PodScheduled")
+                .cloned(),
+        );
+        conditions
     }
 
     /// Sends the status when it differs from what was sent last.
