@@ -1220,9 +1220,11 @@ fn image_spec(rec: &ContainerRecord) -> ImageSpec {
 }
 
 /// The request's config as kept in the record: each image volume's `image_ref` filled
-/// with what ContainerStatus says of an image (a repo digest, else the id), as the CRI
-/// asks and as the conformance suite checks in the container's status mounts; taken
-/// at creation, so it still names the image the volume shows after the image is gone.
+/// with the image's id, what PullImage answered for it (and what the kubelet puts in
+/// the mount's `image`): the conformance suite's image volume spec checks the status
+/// mount's `image_ref` against PullImage's answer, and containerd fills it with the
+/// same config digest. Taken at creation, so it still names the image the volume
+/// shows after the image is gone or its tag moved.
 fn config_with_image_volume_refs(crust: &Crust, cfg: &ContainerConfig) -> ContainerConfig {
     let mut cfg = cfg.clone();
     for spec in cfg.mounts.iter_mut().filter_map(|m| m.image.as_mut()) {
@@ -1230,7 +1232,7 @@ fn config_with_image_volume_refs(crust: &Crust, cfg: &ContainerConfig) -> Contai
             continue;
         }
         if let Some(img) = crust.images.resolve(&spec.image) {
-            spec.image_ref = img.repo_digests.first().cloned().unwrap_or(img.id);
+            spec.image_ref = img.id;
         }
     }
     cfg
