@@ -506,6 +506,40 @@ impl Crustd {
         v
     }
 
+    /// Asserts that nothing is left of the pods and containers removed through the CRI:
+    /// [`Crustd::leftovers`] as `empty` counted them before anything was made, and no
+    /// container folder (root and state), snapshot, monitor process, or mount under the
+    /// root dir. `what` names the test in the failure. (The image store's layers and
+    /// blobs are the caller's: they stay until RemoveImage.)
+    pub fn assert_clean(&self, empty: &Leftovers, what: &str) {
+        let left = self.leftovers();
+        assert_eq!(&left, empty, "{what}: left behind\n{}", self.log_text());
+        let root = self.root.path();
+        let state = self.state.path();
+        for dir in [
+            root.join("containers"),
+            state.join("containers"),
+            root.join("images/snapshots"),
+        ] {
+            assert_eq!(
+                dir_names(&dir),
+                Vec::<String>::new(),
+                "{what}: left in {}",
+                dir.display()
+            );
+        }
+        assert_eq!(
+            self.monitor_pids(),
+            Vec::<i32>::new(),
+            "{what}: monitors left"
+        );
+        assert_eq!(
+            mounts_under(root),
+            Vec::<String>::new(),
+            "{what}: mounts left under the root dir"
+        );
+    }
+
     /// Everything that could leak, counted now.
     pub fn leftovers(&self) -> Leftovers {
         let mut pod_cgroups: Vec<PathBuf> = self
