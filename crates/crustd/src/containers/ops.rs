@@ -236,8 +236,10 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
     })
     .await
     .map_err(Error::internal)?;
-    drop(sb_rec);
-    match res {
+    // The sandbox's lock is held until the container is in the store (or rolled back):
+    // StopPodSandbox and RemovePodSandbox take the pod's containers under it, and must
+    // not miss one made just before they got it.
+    let res = match res {
         Ok(()) => {
             crust
                 .events
@@ -247,7 +249,9 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
             Ok(id)
         }
         Err(e) => Err(roll_back(&crust, rec, &key, &id, e).await),
-    }
+    };
+    drop(sb_rec);
+    res
 }
 
 /// The request's metadata and image, after the checks CreateContainer makes first.

@@ -5,17 +5,26 @@ use crate::cri::error::{Error, Result};
 use crate::daemon::failpoint::failpoint;
 use crate::daemon::Crust;
 use crate::sandboxes::run;
-use crate::sandboxes::store::SandboxRecord;
+use crate::sandboxes::store::{SandboxRecord, SandboxState};
 use std::sync::Arc;
 
-/// Runs `work` (blocking node work) on a copy of the sandbox's record under its lock;
-/// then `finish` sees the record as the work left it, also when the work failed half
-/// way, and decides what to keep. `Ok(())` for an unknown id.
+/// What StopPodSandbox and RemovePodSandbox do to the pod's containers first.
+#[derive(Clone, Copy)]
+enum Containers {
+    Stop,
+    Remove,
+}
+
+/// Under the sandbox's lock: the pod's containers stopped or removed, then `work`
+/// (blocking node work) on a copy of the sandbox's record; then `finish` sees the state
+/// before, and the record as the work left it, also when the work failed half way, and
+/// decides what to keep. `Ok(())` for an unknown id.
 async fn with_sandbox(
     crust: Arc<Crust>,
     id: &str,
+    containers: Containers,
     work: fn(&Crust, &mut SandboxRecord) -> Result<()>,
-    finish: impl FnOnce(&Crust, &SandboxRecord, &Result<()>) -> Result<()>,
+    finish: impl FnOnce(&Crust, SandboxState, &SandboxRecord, &Result<()>) -> Result<()>,
 ) -> Result<()> {
     let sb = match crust.store.get(id) {
         Ok(sb) => sb,
@@ -23,6 +32,31 @@ async fn with_sandbox(
         Err(e) => return Err(e),
     };
     let mut rec = sb.rec.lock().await;
+    // A RemovePodSandbox that held the lock before us removed it meanwhile: there is
+    // nothing left to do, and saving the record would bring it back on disk (a race
+    // suite's StopPodSandbox did).
+    if !crust
+        .store
+        .get(&sb.id)
+        .is_ok_and(|now| Arc::ptr_eq(&now, &sb))
+    {
+        return Ok(());
+    }
+    // The containers under the sandbox's lock: CreateContainer holds it until its
+    // container is in the store, so none can be made in this pod between this step and
+    // the work (one made just before a removal took the pod outlived it, and its cgroup
+    // kept the pod's from being removed).
+    match containers {
+        Containers::Stop => {
+            crate::containers::ops::stop_all(crust.clone(), &sb.id).await?;
+            failpoint!("stop_sandbox.after_containers");
+        }
+        Containers::Remove => {
+            crate::containers::ops::remove_all(crust.clone(), &sb.id).await?;
+            failpoint!("remove_sandbox.after_containers");
+        }
+    }
+    let before = rec.state;
     let mut copy = rec.clone();
     let c = crust.clone();
     let (copy, res) = tokio::task::spawn_blocking(move || {
@@ -31,53 +65,55 @@ async fn with_sandbox(
     })
     .await
     .map_err(Error::internal)?;
-    let kept = finish(&crust, &copy, &res);
+    let kept = finish(&crust, before, &copy, &res);
     *rec = copy;
     res.and(kept)
 }
 
 pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
-    let mut was_ready = false;
-    if let Ok(sb) = crust.store.get(id) {
-        was_ready = sb.rec.lock().await.state == crate::sandboxes::store::SandboxState::Ready;
-        crate::containers::ops::stop_all(crust.clone(), &sb.id).await?;
-        failpoint!("stop_sandbox.after_containers");
-    }
     // Whatever got done is recorded, also when a later part failed.
-    with_sandbox(crust, id, run::stop, move |c, rec, res| {
-        if was_ready && res.is_ok() {
-            c.events.emit(
-                &rec.id,
-                &rec.id,
-                cri_api::ContainerEventType::ContainerStoppedEvent,
-            );
-        }
-        let saved = c.store.save(rec);
-        failpoint!("stop_sandbox.after_record");
-        saved
-    })
+    with_sandbox(
+        crust,
+        id,
+        Containers::Stop,
+        run::stop,
+        move |c, before, rec, res| {
+            if before == SandboxState::Ready && res.is_ok() {
+                c.events.emit(
+                    &rec.id,
+                    &rec.id,
+                    cri_api::ContainerEventType::ContainerStoppedEvent,
+                );
+            }
+            let saved = c.store.save(rec);
+            failpoint!("stop_sandbox.after_record");
+            saved
+        },
+    )
     .await
 }
 
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
-    if let Ok(sb) = crust.store.get(id) {
-        crate::containers::ops::remove_all(crust.clone(), &sb.id).await?;
-        failpoint!("remove_sandbox.after_containers");
-    }
-    with_sandbox(crust, id, run::teardown, |c, rec, res| {
-        if res.is_ok() {
-            c.store.remove(&rec.id);
-            c.store.release_name(&rec.name_key(), &rec.id);
-            c.events.emit(
-                &rec.id,
-                &rec.id,
-                cri_api::ContainerEventType::ContainerDeletedEvent,
-            );
-        } else {
-            // Kept, with what is left to undo, for the kubelet's next try.
-            let _ = c.store.save(rec);
-        }
-        Ok(())
-    })
+    with_sandbox(
+        crust,
+        id,
+        Containers::Remove,
+        run::teardown,
+        |c, _, rec, res| {
+            if res.is_ok() {
+                c.store.remove(&rec.id);
+                c.store.release_name(&rec.name_key(), &rec.id);
+                c.events.emit(
+                    &rec.id,
+                    &rec.id,
+                    cri_api::ContainerEventType::ContainerDeletedEvent,
+                );
+            } else {
+                // Kept, with what is left to undo, for the kubelet's next try.
+                let _ = c.store.save(rec);
+            }
+            Ok(())
+        },
+    )
     .await
 }
