@@ -40,6 +40,8 @@ pub(crate) struct Prepared {
     cgroup_dirs: Vec<PathBuf>,
     runtime: String,
     spec: executor::oci_spec::runtime::Spec,
+    /// The init's pid and start time, to tell a failed exec whether it went meanwhile.
+    init: (i32, u64),
 }
 
 /// Checks that the container runs and builds the process to exec: the container's
@@ -49,7 +51,7 @@ pub(crate) async fn prepare(crust: &Crust, container_id: &str, cmd: &[String]) -
         return Err(Error::InvalidArgument("cmd is empty".into()));
     }
     let c = crust.containers.get(container_id)?;
-    let (state_dir, bundle, cgroup_dirs, runtime) = {
+    let (state_dir, bundle, cgroup_dirs, runtime, init) = {
         let mut rec = c.rec.lock().await;
         refresh(crust, &mut rec);
         if rec.state != ContainerState::Running {
@@ -73,6 +75,7 @@ pub(crate) async fn prepare(crust: &Crust, container_id: &str, cmd: &[String]) -
             crust.containers.bundle(&rec.id),
             dirs,
             rec.runtime.clone(),
+            (rec.pid, rec.pid_start_time),
         )
     };
     let spec_bytes = std::fs::read(bundle.join("config.json"))
@@ -90,6 +93,7 @@ pub(crate) async fn prepare(crust: &Crust, container_id: &str, cmd: &[String]) -
         cgroup_dirs,
         runtime,
         spec,
+        init,
     })
 }
 
@@ -132,6 +136,7 @@ impl Prepared {
         controlling_tty: bool,
     ) -> Result<OwnedFd> {
         let id = self.id.clone();
+        let (init_pid, init_start) = self.init;
         let pid = tokio::task::spawn_blocking(move || {
             let x = executor::Container::load(&self.state_dir)?;
             executor::exec(
@@ -149,6 +154,13 @@ impl Prepared {
         .await
         .map_err(Error::internal)?
         .map_err(|e| match &e {
+            // The container stopped (RemoveContainer, StopContainer, its own exit) after
+            // the check that it runs: its namespaces were gone when the exec went to
+            // join them. Not running, as the check would now say, not an internal error.
+            // (An init on its way out has let go of its namespaces before it is a zombie.)
+            _ if !init_running(init_pid, init_start) => {
+                Error::FailedPrecondition(format!("container {id} is not running: {e}"))
+            }
             container::Error::Create {
                 step: executor::Step::Executable | executor::Step::Cwd,
                 ..
@@ -161,6 +173,12 @@ impl Prepared {
         container::proc::pidfd_open(pid)
             .map_err(|e| Error::Internal(format!("pidfd_open {pid}: {e}")))
     }
+}
+
+/// The init is alive and still in its namespaces (an exiting one leaves them first).
+fn init_running(pid: i32, start_time: u64) -> bool {
+    container::proc::alive(pid, start_time)
+        && std::fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok()
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
