@@ -20,10 +20,12 @@ pub fn containers(pod: &Pod) -> Vec<Container> {
         .collect()
 }
 
+/// Through JSON text, read as the apiserver's objects are: `from_value` would compile
+/// a second deserializer for every container field's type.
 fn as_container(e: &EphemeralContainer) -> Option<Container> {
     let mut v = serde_json::to_value(e).ok()?;
     v.as_object_mut()?.remove("targetContainerName");
-    serde_json::from_value(v).ok()
+    serde_json::from_str(&v.to_string()).ok()
 }
 
 /// The container config of `name`, put into its target's PID namespace when it is an

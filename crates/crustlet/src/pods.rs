@@ -152,7 +152,7 @@ async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Up
             .is_some_and(|a| a.contains_key(MIRROR))
     };
     while let Some(ev) = stream.next().await {
-        let msg = match ev {
+        let msg = match ev.map(|e| e.modify(slim)) {
             Ok(watcher::Event::Init) => {
                 listing.clear();
                 continue;
@@ -192,6 +192,14 @@ async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Up
             return;
         }
     }
+}
+
+/// Drops what the crustlet never reads and the apiserver sends with every pod: its
+/// `managedFields` (server-side apply's bookkeeping, often the largest part of a pod
+/// object), held in up to three copies per pod (the update channel, the worker, the
+/// HTTPS server's view).
+pub fn slim(p: &mut Pod) {
+    p.metadata.managed_fields = None;
 }
 
 /// Deletes `p` with grace 0 (only that very object: its uid is a precondition).
@@ -266,10 +274,14 @@ async fn watch_folder(ctx: Arc<Ctx>, dir: std::path::PathBuf, tx: mpsc::Sender<U
 /// for static pods.
 pub fn static_pod(path: &Path, node: &str) -> anyhow::Result<Pod> {
     let text = std::fs::read_to_string(path)?;
+    // YAML is turned into JSON first and read as the apiserver's pods are (as the
+    // kubelet reads manifests too): reading a Pod straight from YAML would compile every
+    // API type's deserializer a second time, over a MiB of the crustlet's resident code.
     let mut pod: Pod = if path.extension().is_some_and(|e| e == "json") {
         serde_json::from_str(&text)?
     } else {
-        serde_saphyr::from_str(&text)?
+        let doc: serde_json::Value = serde_saphyr::from_str(&text)?;
+        serde_json::from_str(&doc.to_string())?
     };
     let name = pod
         .metadata

@@ -25,7 +25,10 @@ impl Services {
     pub fn start(client: kube::Client) -> Services {
         let (store, writer) = reflector::store();
         let api: Api<Service> = Api::all(client);
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        // Services are kept whole but for their managedFields, which nothing here reads.
+        let watch = watcher(api, watcher::Config::default())
+            .modify(|s: &mut Service| s.metadata.managed_fields = None);
+        let stream = reflector::reflector(writer, watch)
             .default_backoff()
             .applied_objects();
         tokio::spawn(async move {
