@@ -2703,3 +2703,102 @@ async fn metrics_through_crictl() {
         assert!(a >= b + least, "{name}: {b} then {a}");
     }
 }
+
+/// A CRI client that leaves its deadline to the server: tonic's generated client on a
+/// bare HTTP/2 connection (hyper) to `socket` whose every request carries
+/// `grpc-timeout: timeout`. (A tonic `Channel` enforces that header itself and answers
+/// CANCELLED on its own when it passes, so it cannot tell what the server answered.)
+/// Drop the client and await the connection's task before the daemon stops: it waits
+/// for open connections.
+async fn client_with_grpc_timeout(
+    socket: &Path,
+    timeout: &'static str,
+) -> (
+    RuntimeServiceClient<GrpcTimeoutConn>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let io = tokio::net::UnixStream::connect(socket)
+        .await
+        .expect("connecting");
+    let (send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(io),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    let conn = tokio::spawn(conn);
+    let client = RuntimeServiceClient::with_origin(
+        GrpcTimeoutConn { send, timeout },
+        "http://localhost".parse().unwrap(),
+    );
+    (client, conn)
+}
+
+#[derive(Clone)]
+struct GrpcTimeoutConn {
+    send: hyper::client::conn::http2::SendRequest<tonic::body::Body>,
+    timeout: &'static str,
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for GrpcTimeoutConn {
+    type Response = tonic::codegen::http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, hyper::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), hyper::Error>> {
+        self.send.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        req.headers_mut()
+            .insert("grpc-timeout", self.timeout.parse().unwrap());
+        let fut = self.send.send_request(req);
+        Box::pin(fut)
+    }
+}
+
+/// A call that outlasts the client's deadline (`grpc-timeout`) ends with
+/// DEADLINE_EXCEEDED, as gRPC servers in Go answer it and the conformance suite checks
+/// ("public image should timeout if requested"), not with tonic's CANCELLED. The
+/// daemon serves the container as before afterwards.
+#[tokio::test]
+async fn a_call_past_the_clients_deadline_is_deadline_exceeded() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("deadline").await;
+    let id = e.create(&pod, ctr("c", &["sleep", "1000"])).await;
+    e.start(&id).await;
+    let (mut c, conn) = client_with_grpc_timeout(&e.d.socket, "300m").await;
+    let t = Instant::now();
+    let err = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sleep".into(), "2".into()],
+            timeout: 0,
+        })
+        .await
+        .expect_err("past its deadline");
+    drop(c);
+    conn.await.unwrap().expect("the connection closes cleanly");
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let r = e
+        .exec(&id, &["echo", "still here"], 10)
+        .await
+        .expect("ExecSync");
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "still here\n");
+    e.c.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 0,
+    })
+    .await
+    .expect("StopContainer");
+    e.remove(&id).await;
+}

@@ -83,6 +83,7 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
     };
     tracing::info!(socket = %socket.display(), "crustd serving CRI v1");
     tonic::transport::Server::builder()
+        .layer(crate::cri::deadline::DeadlineLayer)
         .add_service(RuntimeServiceServer::new(svc.clone()))
         .add_service(ImageServiceServer::new(svc))
         .serve_with_incoming_shutdown(incoming, shutdown())
