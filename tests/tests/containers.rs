@@ -2802,3 +2802,56 @@ async fn a_call_past_the_clients_deadline_is_deadline_exceeded() {
     .expect("StopContainer");
     e.remove(&id).await;
 }
+
+/// An ExecSync whose call goes away before its command ends (here the client's
+/// deadline passes) has the command killed and reaped, as containerd does when an
+/// exec's context ends. Left running, then unreaped as crustd's child, it kept the
+/// pod's PID namespace from ending: StopPodSandbox failed with "pause still alive 5s
+/// after SIGKILL".
+#[tokio::test]
+async fn an_exec_sync_whose_call_went_away_is_killed_and_reaped() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("execgone").await;
+    let id = e.create(&pod, ctr("c", &["sleep", "999"])).await;
+    e.start(&id).await;
+    let (mut c, conn) = client_with_grpc_timeout(&e.d.socket, "300m").await;
+    let err = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sleep".into(), "1000".into()],
+            timeout: 0,
+        })
+        .await
+        .expect_err("past its deadline");
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    drop(c);
+    conn.await.unwrap().expect("the connection closes cleanly");
+
+    let list = "cat /proc/[0-9]*/cmdline | tr '\\0' ' '";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = e
+            .exec(&id, &["sh", "-c", list], 10)
+            .await
+            .expect("ExecSync");
+        let procs = String::from_utf8_lossy(&r.stdout).to_string();
+        if !procs.contains("sleep 1000") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the exec'd command still runs: {procs}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let t = Instant::now();
+    e.c.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await
+    .expect("StopPodSandbox");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}

@@ -4,6 +4,11 @@
 //! The process is made by the executor (`container::executor::exec`: the init's
 //! namespaces and cgroup, the container's user, capabilities and env) as crustd's
 //! child; crustd reads its pipes and waits for it on a pidfd, without a thread.
+//!
+//! A call that goes away before its process ends (the client's deadline passed, see
+//! `cri::deadline`, or it hung up) kills and reaps the process, as containerd does
+//! when an exec's context ends ([`KillOnDrop`]): left as crustd's unreaped child, it
+//! would keep the pod's PID namespace from ending, and the pause would not die.
 
 use crate::containers::exec_io::{pump_in, pump_out, read_all, set_nonblocking, Exited};
 use crate::containers::ops::refresh;
@@ -30,6 +35,37 @@ fn pidfd_signal(fd: &OwnedFd, sig: i32) {
 /// it could not be had.
 fn reap(fd: &OwnedFd) -> i32 {
     container::proc::pidfd_reap(fd.as_fd(), false).unwrap_or(-1)
+}
+
+/// Holds a dup of an exec'd process's pidfd while its call waits for it: dropped
+/// armed (the call went away), it kills the process and reaps it on a blocking
+/// thread. [`KillOnDrop::disarm`] once the call has reaped the process itself.
+struct KillOnDrop(Option<OwnedFd>);
+
+impl KillOnDrop {
+    fn new(pidfd: &OwnedFd) -> KillOnDrop {
+        KillOnDrop(pidfd.try_clone().ok())
+    }
+
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let Some(fd) = self.0.take() else {
+            return;
+        };
+        pidfd_signal(&fd, libc::SIGKILL);
+        let reap = move || {
+            reap(&fd);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(reap)),
+            Err(_) => drop(std::thread::spawn(reap)),
+        }
+    }
 }
 
 /// What running a command in a container needs, read under the container's lock.
@@ -202,6 +238,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     let pidfd = p
         .start(Stdio::Null, Stdio::Fd(out_w), Stdio::Fd(err_w), false)
         .await?;
+    let guard = KillOnDrop::new(&pidfd);
     let (done, rx) = Exited::new();
     let out_task = tokio::spawn(read_all(out_r, rx.clone(), MAX_OUTPUT));
     let err_task = tokio::spawn(read_all(err_r, rx, MAX_OUTPUT));
@@ -228,6 +265,7 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
     let code = tokio::task::spawn_blocking(move || reap(&pidfd))
         .await
         .map_err(Error::internal)?;
+    guard.disarm();
     done.send();
     let stdout = out_task.await.unwrap_or_default();
     let stderr = err_task.await.unwrap_or_default();
