@@ -25,7 +25,7 @@
 //! crust-monitor -e EXIT_FILE [-l LOG_PATH] [-o FD] [-r FD] [-t FD] [-i FD] [-m OOM_FILE]
 //!               [-p PID] [-A FD] [-s keep|once]
 //!   -e  where the exit record goes (written as EXIT_FILE.tmp, fsynced, renamed)
-//!   -l  the CRI log file, opened O_WRONLY|O_APPEND|O_CREAT|O_CLOEXEC, mode 0640;
+//!   -l  the CRI log file, opened O_WRONLY|O_APPEND|O_CREAT|O_CLOEXEC|O_NOFOLLOW, mode 0640;
 //!       without it the streams are read and their output dropped
 //!   -o  read end of the container's stdout pipe          (records named "stdout")
 //!   -r  read end of the container's stderr pipe          (records named "stderr")
@@ -108,7 +108,7 @@ use monitor_core::{
 use sys::{
     close, exit, syscall, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR, F_GETFL,
     F_SETFL, MSG_CMSG_CLOEXEC, MSG_DONTWAIT, MSG_NOSIGNAL, O_APPEND, O_CLOEXEC, O_CREAT,
-    O_DIRECTORY, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY, POLLERR, POLLHUP, POLLIN, POLLNVAL,
+    O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY, POLLERR, POLLHUP, POLLIN, POLLNVAL,
     POLLOUT, SCM_RIGHTS, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE, SIGSET_SIZE, SIGUSR1,
     SIG_BLOCK, SIG_DFL, SOL_SOCKET, SYS_ACCEPT4, SYS_CLOCK_GETTIME, SYS_FCNTL, SYS_FSYNC, SYS_OPEN,
     SYS_POLL, SYS_READ, SYS_RECVFROM, SYS_RECVMSG, SYS_RENAME, SYS_RT_SIGACTION,
@@ -867,10 +867,13 @@ impl Attach {
 impl Log {
     fn open(&mut self) {
         if let Some(p) = self.path {
+            // O_NOFOLLOW: a symlink put in the log's place (by whatever can write the
+            // pod's log folder: a container with it as a volume) is not followed to a
+            // host file; the records are dropped instead.
             let fd = syscall(
                 SYS_OPEN,
                 p.as_ptr() as usize,
-                O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+                O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
                 0o640,
                 0,
             );

@@ -68,6 +68,7 @@ pub const O_TRUNC: usize = 0o1000;
 pub const O_APPEND: usize = 0o2000;
 pub const O_NONBLOCK: usize = 0o4000;
 pub const O_DIRECTORY: usize = 0o200000;
+pub const O_NOFOLLOW: usize = 0o400000;
 pub const O_CLOEXEC: usize = 0o2000000;
 
 pub const F_GETFL: usize = 3;
