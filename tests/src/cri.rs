@@ -33,6 +33,13 @@ pub fn import_busybox(d: &Crustd) {
 /// Writes the busybox image as an OCI layout in `dir`, ref name `e2e`, with
 /// `image_name` as the name an import gives it.
 pub fn busybox_layout(dir: &Path, image_name: &str) {
+    layout_of(dir, image_name, busybox_layer());
+}
+
+/// The busybox image's one layer, for tests that make images of their own from it (more
+/// applets, symlinks): `/bin/busybox` with [`APPLETS`], `/etc/passwd` and `/etc/group`,
+/// `/data` and `/tmp`.
+pub fn busybox_layer() -> LayerBuilder {
     let bb = which("busybox").expect("busybox");
     let mut l = LayerBuilder::new()
         .dir("bin", 0o755)
@@ -53,7 +60,13 @@ pub fn busybox_layout(dir: &Path, image_name: &str) {
     for a in APPLETS {
         l = l.symlink(&format!("bin/{a}"), "busybox");
     }
-    let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
+    l
+}
+
+/// Writes an image of the one layer `layer` (the busybox image's config: `sh`,
+/// `PATH=/bin`) as an OCI layout in `dir`, ref name `e2e`, named `image_name`.
+pub fn layout_of(dir: &Path, image_name: &str, layer: LayerBuilder) {
+    let mut img = LayoutImage::new(vec![(layer.finish(), Compression::Gzip)]);
     img.config.cmd = vec!["/bin/sh".into()];
     img.config.env = vec!["PATH=/bin".into(), "FROM_IMAGE=yes".into()];
     write_oci_layout(
@@ -64,6 +77,17 @@ pub fn busybox_layout(dir: &Path, image_name: &str) {
             platforms: vec![img],
         }],
     );
+}
+
+/// Imports an image of the one layer `layer` (see [`layout_of`]) into the daemon's
+/// store as `image_name`.
+pub fn import_layer(d: &Crustd, image_name: &str, layer: LayerBuilder) {
+    let t = TempDir::new("layout");
+    layout_of(t.path(), image_name, layer);
+    let store = image::ImageStore::open(d.root.path().join("images"), None).unwrap();
+    store
+        .import(t.path())
+        .unwrap_or_else(|e| panic!("importing {image_name}: {e}"));
 }
 
 /// A crustd with the busybox image, a CRI client, and a folder for pod logs.
