@@ -22,6 +22,17 @@ pub const APPLETS: &[&str] = &[
     "printf", "dd", "wc", "seq", "kill", "mkdir", "unshare", "httpd", "stty", "tar", "cmp",
 ];
 
+/// RunPodSandbox of `cfg` on the default handler, its error left to the caller (for
+/// tests where a refusal is one of the outcomes).
+pub async fn run_pod(c: &mut Client, cfg: &PodSandboxConfig) -> Result<String, tonic::Status> {
+    c.run_pod_sandbox(RunPodSandboxRequest {
+        config: Some(cfg.clone()),
+        runtime_handler: String::new(),
+    })
+    .await
+    .map(|r| r.into_inner().pod_sandbox_id)
+}
+
 /// Imports the busybox image into the daemon's store (the store is shared on disk).
 pub fn import_busybox(d: &Crustd) {
     let t = TempDir::new("layout");

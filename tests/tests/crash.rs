@@ -10,7 +10,7 @@
 //! container folder, snapshot, or (after RemoveImage) layer or blob.
 
 use cri_api::*;
-use crust_e2e::cri::{busybox_layout, ctr, import_busybox, Client, IMAGE};
+use crust_e2e::cri::{busybox_layout, ctr, import_busybox, run_pod, Client, IMAGE};
 use crust_e2e::crustd::{dir_names, Crustd, Options};
 use crust_e2e::registry::Registry;
 use crust_e2e::{require_root, TempDir};
@@ -69,15 +69,6 @@ fn sleeper(name: &str, image: &str) -> ContainerConfig {
         ..Default::default()
     });
     c
-}
-
-async fn run_pod(c: &mut Client, cfg: &PodSandboxConfig) -> Result<String, tonic::Status> {
-    c.run_pod_sandbox(RunPodSandboxRequest {
-        config: Some(cfg.clone()),
-        runtime_handler: String::new(),
-    })
-    .await
-    .map(|r| r.into_inner().pod_sandbox_id)
 }
 
 async fn create(

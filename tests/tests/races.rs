@@ -8,7 +8,7 @@
 //! suite's checks).
 
 use cri_api::*;
-use crust_e2e::cri::{ctr, res, Client, Env};
+use crust_e2e::cri::{ctr, res, run_pod, Client, Env};
 use crust_e2e::crustd::{Crustd, Leftovers};
 use crust_e2e::require_root;
 use std::future::Future;
@@ -81,15 +81,6 @@ fn defined<T: std::fmt::Debug>(what: &str, r: &Result<T, tonic::Status>, allowed
 /// period waits it out before SIGKILL.
 fn sleeper(name: &str) -> ContainerConfig {
     ctr(name, &["sh", "-c", "trap '' TERM; exec sleep 1000"])
-}
-
-async fn run_pod(c: &mut Client, cfg: &PodSandboxConfig) -> Result<String, tonic::Status> {
-    c.run_pod_sandbox(RunPodSandboxRequest {
-        config: Some(cfg.clone()),
-        runtime_handler: String::new(),
-    })
-    .await
-    .map(|r| r.into_inner().pod_sandbox_id)
 }
 
 async fn create(
