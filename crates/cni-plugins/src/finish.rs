@@ -15,6 +15,7 @@
 //! holds the runtime's stdout pipe (which would make the runtime wait for it after all)
 //! or an IPAM plugin's stdin.
 
+use crate::failpoint;
 use crate::rawnl::{self, Builder, Socket, NLMSG_ERROR};
 use cni::{CniError, CniResult};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -132,6 +133,14 @@ impl Finish {
             keep.push(sock.raw());
         }
         keep.sort_unstable();
+        // Failpoints of the child, decided before the fork (the child may not allocate).
+        let die = match self.link {
+            Some(_) => (
+                failpoint::armed("bridge.finish.before_dellink"),
+                failpoint::armed("bridge.finish.after_dellink"),
+            ),
+            None => (false, false),
+        };
         // SAFETY: the child runs only async-signal-safe code (raw syscalls on memory
         // prepared before the fork, no allocation) and leaves with _exit.
         let pid = unsafe { libc::fork() };
@@ -143,7 +152,7 @@ impl Finish {
         }
         if pid == 0 {
             let sock = self.link.as_ref().map(|(s, _, _)| s.raw());
-            child(sock, &msg.buf, wr.as_raw_fd(), &keep);
+            child(sock, &msg.buf, wr.as_raw_fd(), &keep, die);
         }
         drop(wr);
         // The child holds its own references: closing ours releases nothing.
@@ -193,7 +202,8 @@ impl Finish {
 
 /// The child: closes all but `keep`, deletes the link, reports the errno, and exits
 /// (which closes the held descriptors, waiting for the kernel as long as it takes).
-fn child(sock: Option<RawFd>, msg: &[u8], report: RawFd, keep: &[RawFd]) -> ! {
+/// `die` = (before, after) the deletion: the crash suite's failpoints, SIGKILL there.
+fn child(sock: Option<RawFd>, msg: &[u8], report: RawFd, keep: &[RawFd], die: (bool, bool)) -> ! {
     let mut lo: libc::c_uint = 0;
     for &k in keep {
         if k as libc::c_uint > lo {
@@ -206,6 +216,9 @@ fn child(sock: Option<RawFd>, msg: &[u8], report: RawFd, keep: &[RawFd]) -> ! {
     unsafe { libc::syscall(libc::SYS_close_range, lo, libc::c_uint::MAX, 0) };
     // SAFETY: PR_SET_NAME with a NUL-terminated string, so ps shows what this is.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"cni-del-finish".as_ptr()) };
+    if die.0 {
+        failpoint::die();
+    }
     let mut errno: i32 = 0;
     if let Some(fd) = sock {
         errno = match rawnl::send_raw(fd, msg) {
@@ -229,6 +242,10 @@ fn child(sock: Option<RawFd>, msg: &[u8], report: RawFd, keep: &[RawFd]) -> ! {
                 }
             }
         };
+    }
+    if die.1 {
+        // Deleted, but neither reported nor finished.
+        failpoint::die();
     }
     let b = errno.to_ne_bytes();
     // SAFETY: writing 4 bytes from a stack buffer; then leaving without unwinding.

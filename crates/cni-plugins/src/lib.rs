@@ -1,6 +1,7 @@
 //! crust's CNI plugins, `bridge` and `host-local`, as a library their thin binaries call.
 
 pub mod bridge;
+pub mod failpoint;
 pub mod finish;
 pub mod host_local;
 pub mod ip;

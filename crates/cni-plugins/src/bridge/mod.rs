@@ -11,6 +11,7 @@
 
 pub mod config;
 
+use crate::failpoint::failpoint;
 use crate::finish::{self, Finish};
 use crate::masq::{self, Backend};
 use crate::netlink::{errno, Link, Netlink};
@@ -88,6 +89,9 @@ impl Plugin for Bridge {
         // The netfilter socket is closed by a child (see finish.rs); a failure to fork
         // only means this process closes it itself.
         let _ = Finish::default().run();
+        if res.is_ok() {
+            failpoint!("bridge.add.after_finisher");
+        }
         res
     }
 
@@ -103,11 +107,24 @@ impl Plugin for Bridge {
         // kernel's waits after the link is unlisted and the rules are gone are left to
         // a child (see finish.rs).
         std::thread::scope(|s| {
-            let ipam = ipam_type(args)
-                .map(|t| s.spawn(move || invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin)));
+            let ipam = ipam_type(args).map(|t| {
+                s.spawn(move || {
+                    let r = invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin);
+                    if r.is_ok() {
+                        failpoint!("bridge.del.after_ipam");
+                    }
+                    r
+                })
+            });
             let rules = (backend.is_some() || conf.macspoofchk).then(|| {
                 let iptables = backend == Some(Backend::Iptables);
-                s.spawn(move || masq::teardown(&args.conf.name, &args.container_id, iptables))
+                s.spawn(move || {
+                    let r = masq::teardown(&args.conf.name, &args.container_id, iptables);
+                    if r.is_ok() {
+                        failpoint!("bridge.del.after_rules");
+                    }
+                    r
+                })
             });
             let link = find_link(args);
             let rules = rules.map(|h| {
@@ -118,6 +135,9 @@ impl Plugin for Bridge {
                 Ok(l) => Finish { link: l }.run(),
                 Err(e) => Finish::default().run().and(Err(e)),
             };
+            if link.is_ok() {
+                failpoint!("bridge.del.after_link");
+            }
             let ipam = ipam.map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(CniError::internal("IPAM DEL panicked")))
@@ -224,6 +244,7 @@ fn add_attachment(args: &Args) -> CniResult<AddResult> {
                 if conf.promisc_mode {
                     host.set_promisc(br.index).await?;
                 }
+                failpoint!("bridge.add.after_bridge");
                 // IPAM runs in its own process anyway: start it now, beside the veth
                 // setup, but only once the bridge is known good, so a bad bridge
                 // config fails before any address is touched.
@@ -329,6 +350,7 @@ async fn add(
     if let Some(job) = rules_job {
         job.join()
             .unwrap_or_else(|_| Err(CniError::internal("ipMasq/macspoofchk setup panicked")))?;
+        failpoint!("bridge.add.after_rules");
     }
     configured?;
 
@@ -367,6 +389,7 @@ async fn host_veth(
             }
         }
     }
+    failpoint!("bridge.add.after_veth");
     let host_veth = host
         .link_by_name(&host_name)
         .await?
@@ -392,6 +415,7 @@ async fn host_veth(
         )
         .await?;
     }
+    failpoint!("bridge.add.after_port");
     Ok(host_veth)
 }
 
@@ -409,6 +433,7 @@ fn addresses(
                 .join()
                 .unwrap_or_else(|_| Err(CniError::internal("IPAM ADD panicked")))?;
             undo.ipam = true;
+            failpoint!("bridge.add.after_ipam");
             if r.ips.is_empty() {
                 return Err(CniError::internal(format!(
                     "IPAM plugin {t} returned no IP config"
@@ -514,6 +539,7 @@ async fn configure(
         if forwarding.1 {
             netns::write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
         }
+        failpoint!("bridge.add.after_gateway");
     }
     Ok(())
 }
@@ -545,6 +571,7 @@ async fn configure_container(
     for ipc in &result.ips {
         cont.add_addr(link.index, ipc.address).await?;
     }
+    failpoint!("bridge.add.after_addresses");
     for r in &result.routes {
         let v4 = r.dst.is_ipv4();
         let gw = r.gw.or_else(|| {
@@ -556,6 +583,7 @@ async fn configure_container(
         });
         cont.add_route(link.index, r.dst, gw).await?;
     }
+    failpoint!("bridge.add.after_routes");
     Ok(())
 }
 

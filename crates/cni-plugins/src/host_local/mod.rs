@@ -5,6 +5,7 @@ pub mod allocator;
 pub mod config;
 pub mod store;
 
+use crate::failpoint::failpoint;
 use crate::host_local::config::{parse_resolv_conf, IpamConfig};
 use crate::host_local::store::{DiskStore, Store};
 use cni::skeleton::{Args, Plugin};
@@ -72,6 +73,7 @@ impl Plugin for HostLocal {
             }
             return Err(e);
         }
+        failpoint!("host_local.add.after_all");
         Ok(AddResult {
             cni_version: args.conf.cni_version.clone(),
             interfaces: vec![],
@@ -89,6 +91,7 @@ impl Plugin for HostLocal {
         for r in store.reservations()? {
             if r.is_for(&args.container_id, &args.ifname) {
                 store.release(r.ip)?;
+                failpoint!("host_local.del.after_release");
             }
         }
         Ok(())
@@ -183,6 +186,7 @@ impl Plugin for HostLocal {
         for r in store.reservations()? {
             if !valid.iter().any(|a| r.is_for(&a.container_id, &a.ifname)) {
                 store.release(r.ip)?;
+                failpoint!("host_local.gc.after_release");
             }
         }
         Ok(())

@@ -7,6 +7,7 @@
 //! <dataDir>/<network>/last_reserved_ip.<N> the address last handed out from range set N
 //! ```
 
+use crate::failpoint::failpoint;
 use cni::{CniError, CniResult};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -108,15 +109,18 @@ impl Store for DiskStore {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
             Err(e) => return Err(CniError::io(format!("reserving {}: {e}", path.display()))),
         };
+        failpoint!("host_local.add.after_create");
         if let Err(e) = f.write_all(format!("{id}{LINE_BREAK}{ifname}").as_bytes()) {
             let _ = std::fs::remove_file(&path);
             return Err(CniError::io(format!("writing {}: {e}", path.display())));
         }
+        failpoint!("host_local.add.after_reserve");
         let last = self.dir.join(format!("{LAST_RESERVED}{set}"));
         std::fs::write(&last, ip.to_string()).map_err(|e| {
             let _ = std::fs::remove_file(&path);
             CniError::io(format!("writing {}: {e}", last.display()))
         })?;
+        failpoint!("host_local.add.after_last_reserved");
         Ok(true)
     }
 
