@@ -88,7 +88,8 @@ impl Args {
         if ignore || unknown.is_empty() {
             return Ok(());
         }
-        Err(CniError::env(format!(
+        // 999, as the reference plugins' types.LoadArgs failing in their cmdAdd.
+        Err(CniError::internal(format!(
             "CNI_ARGS: unknown args {unknown:?} (set IgnoreUnknown=1 to pass them)"
         )))
     }
@@ -110,14 +111,15 @@ pub trait Plugin {
     fn gc(&self, args: &Args) -> CniResult<()>;
 }
 
-/// Parses `CNI_ARGS` (`K=V;K2=V2`); a pair without `=` is a code-4 error.
+/// Parses `CNI_ARGS` (`K=V;K2=V2`); a pair without `=` is an error (999, as the reference plugins say).
 pub fn parse_cni_args(s: &str) -> CniResult<Vec<(String, String)>> {
     let mut out = Vec::new();
     for pair in s.split(';').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some((k, v)) if !k.is_empty() => out.push((k.to_string(), v.to_string())),
             _ => {
-                return Err(CniError::env(format!(
+                // The reference plugins parse CNI_ARGS themselves and fail with 999.
+                return Err(CniError::internal(format!(
                     "CNI_ARGS: invalid pair {pair:?}, expected KEY=VALUE"
                 )))
             }
@@ -235,7 +237,7 @@ fn dispatch_inner(
             }
         }
     }
-    let conf = NetConf::parse(stdin)?;
+    let conf = NetConf::parse(stdin).map_err(plugin_decode_error(stdin))?;
 
     let (need_id, need_netns, need_ifname) = command.requires();
     let container_id = var("CNI_CONTAINERID");
@@ -307,6 +309,30 @@ fn dispatch_inner(
         Command::Status => plugin.status(&args).map(|_| String::new()),
         Command::Gc => plugin.gc(&args).map(|_| String::new()),
         Command::Version => unreachable!("answered above"),
+    }
+}
+
+/// The reference plugins' skeleton decodes only `cniVersion` and `name` (code 6 when
+/// they are not JSON strings in an object); a wrong shape elsewhere (`ipam`, `args`,
+/// `runtimeConfig`, ...) fails later, in the plugin's own loading, as a plain error:
+/// 999. Ours decodes those fields up front, so its decoding failure takes the code
+/// the reference would give.
+fn plugin_decode_error(stdin: &[u8]) -> impl Fn(CniError) -> CniError + '_ {
+    move |e| {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Skel {
+            #[serde(rename = "cniVersion", default)]
+            cni_version: Option<String>,
+            #[serde(default)]
+            name: Option<String>,
+        }
+        let skel_ok = serde_json::from_slice::<Skel>(stdin).is_ok();
+        if e.code == code::DECODING_FAILURE && skel_ok {
+            CniError::new(code::INTERNAL, e.msg)
+        } else {
+            e
+        }
     }
 }
 
@@ -531,7 +557,7 @@ mod tests {
                 ("IP".into(), "10.0.0.9".into())
             ]
         );
-        assert_eq!(parse_cni_args("novalue").unwrap_err().code, 4);
+        assert_eq!(parse_cni_args("novalue").unwrap_err().code, 999);
         assert!(parse_cni_args("").unwrap().is_empty());
         let pairs = parse_cni_args("A=1;B=x=y").unwrap();
         assert_eq!(format_cni_args(&pairs), "A=1;B=x=y");

@@ -65,6 +65,7 @@ impl NetConf {
         if self.name.is_empty() {
             return Err(CniError::config("network configuration has no name"));
         }
+        validate_network_name(&self.name)?;
         if self.plugin_type.is_empty() {
             return Err(CniError::config("network configuration has no type"));
         }
@@ -75,15 +76,85 @@ impl NetConf {
     pub fn prev_result(&self) -> CniResult<Option<AddResult>> {
         match &self.prev_result {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => AddResult::from_value(v.clone()).map(Some),
+            Some(v) => AddResult::from_value(v.clone())
+                .map(Some)
+                .map_err(|e| CniError::new(e.code, format!("prevResult: {}", e.msg))),
         }
     }
 }
 
+/// libcni's rule for network names (`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`), which the
+/// reference plugins' skeleton enforces with code 7: a name is a folder of host-local
+/// and a part of rule comments.
+pub fn validate_network_name(name: &str) -> CniResult<()> {
+    let ok = name.as_bytes().first().is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(CniError::config(format!(
+            "invalid characters found in network name {name:?} (letters, digits, '_', '.', '-'; a letter or digit first)"
+        )))
+    }
+}
+
 /// Deserializes with code 6 (decoding failure) and a message naming what was read.
+/// A wrong type or value names the key it was under (`... (key "subnet")`), so the
+/// message says which field is wrong.
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> CniResult<T> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| CniError::decode(format!("failed to decode {what}: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| {
+        let key = match e.classify() {
+            serde_json::error::Category::Data => key_before(bytes, e.line(), e.column()),
+            _ => None,
+        };
+        match key {
+            Some(k) => CniError::decode(format!("failed to decode {what}: {e} (key {k:?})")),
+            None => CniError::decode(format!("failed to decode {what}: {e}")),
+        }
+    })
+}
+
+/// The last object key opened before `line`:`column` (1-based, as serde_json reports
+/// them) in JSON text: a small scan that skips strings, so a `:` inside a value (an
+/// IPv6 address) is not taken for one.
+fn key_before(bytes: &[u8], line: usize, column: usize) -> Option<String> {
+    let mut end = 0;
+    let mut l = 1;
+    for (i, &b) in bytes.iter().enumerate() {
+        if l == line {
+            end = (i + column).min(bytes.len());
+            break;
+        }
+        if b == b'\n' {
+            l += 1;
+        }
+    }
+    let text = &bytes[..end];
+    let (mut key, mut last_string) = (None, None::<(usize, usize)>);
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+                last_string = Some((start, i.min(text.len())));
+            }
+            b':' => {
+                if let Some((s, e)) = last_string.take() {
+                    key = Some(String::from_utf8_lossy(&text[s..e]).into_owned());
+                }
+            }
+            b' ' | b'\t' | b'\r' | b'\n' => {}
+            _ => last_string = None,
+        }
+        i += 1;
+    }
+    key
 }
 
 /// A `.conflist` file: a named chain of plugins sharing one version.
@@ -175,5 +246,27 @@ mod tests {
         assert!(l.disable_check);
         assert!(!l.disable_gc);
         assert_eq!(l.plugins.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod decode_tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct T {
+        a: String,
+        b: Vec<u32>,
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = decode::<T>(br#"{"a": "x:y", "b": "fd00::1"}"#, "t").unwrap_err();
+        assert!(e.msg.ends_with(r#"(key "b")"#), "{}", e.msg);
+        let e = decode::<T>(b"{\"a\": 5,\n \"b\": []}", "t").unwrap_err();
+        assert!(e.msg.ends_with(r#"(key "a")"#), "{}", e.msg);
+        let e = decode::<T>(br#"{"a": "x", "#, "t").unwrap_err();
+        assert!(!e.msg.contains("key"), "{}", e.msg);
     }
 }
