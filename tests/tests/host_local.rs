@@ -696,8 +696,8 @@ fn requested_ip_from_cni_args() {
         ));
     }
     assert_eq!(ip_files(tmp.path(), NET), ["10.66.0.77", "10.66.0.78"]);
-    // Keys host-local does not know are refused unless IgnoreUnknown says to pass them
-    // (as the reference does): a misspelt request gives no address at all.
+    // Keys host-local does not know are refused (999, as the reference) unless
+    // IgnoreUnknown says to pass them: a misspelt request gives no address at all.
     let e = call_env(
         &ours(),
         "ADD",
@@ -706,7 +706,7 @@ fn requested_ip_from_cni_args() {
         "eth0",
         &[("CNI_ARGS", "Ip=10.66.0.90")],
     )
-    .err(4);
+    .err(999);
     assert!(e["msg"].as_str().unwrap().contains("Ip=10.66.0.90"), "{e}");
     assert_eq!(ip_files(tmp.path(), NET), ["10.66.0.77", "10.66.0.78"]);
     let k8s = "IgnoreUnknown=true;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;IP=10.66.0.90";
@@ -1041,7 +1041,7 @@ fn version_lists_supported_versions() {
 // ---------------------------------------------------------------------------------------
 
 /// Malformed input fails with the spec's error code and touches no file: malformed
-/// JSON 6, no ipam or no ranges 7, unknown cniVersion 1, bad CNI_IFNAME or missing
+/// JSON 6, no ipam or no ranges 999 (as the reference: a plain error of its config loading), unknown cniVersion 1, bad CNI_IFNAME or missing
 /// CNI_CONTAINERID 4.
 #[test]
 fn bad_input_is_refused_with_spec_codes() {
@@ -1061,13 +1061,13 @@ fn bad_input_is_refused_with_spec_codes() {
     let cases: Vec<Case> = vec![
         ("malformed JSON", format!(r#"{{"cniVersion":"1.0.0","name":"{NET}","ipam":{{"dataDir":"{dd}""#), None, 6),
         ("not an object", "[1,2]".to_string(), None, 6),
-        ("no ipam", json!({"cniVersion": "1.0.0", "name": NET, "type": "bridge"}).to_string(), None, 7),
+        ("no ipam", json!({"cniVersion": "1.0.0", "name": NET, "type": "bridge"}).to_string(), None, 999),
         (
             "no ranges",
             json!({"cniVersion": "1.0.0", "name": NET, "type": "bridge", "ipam": {"type": "host-local", "dataDir": dd}})
                 .to_string(),
             None,
-            7,
+            999,
         ),
         ("unknown cniVersion", good.replace("\"1.0.0\"", "\"9.9.9\""), None, 1),
         ("ifname of 16 chars", good.clone(), Some(("CNI_IFNAME", "eth0123456789abc")), 4),
@@ -1430,4 +1430,436 @@ fn legacy_id_only_reservations() {
     call(&reference, "DEL", &c_for(d_ref.path()), "old", "eth0").ok();
     assert_eq!(ip_files(d_ours.path(), NET), ["10.85.0.3"]);
     assert_eq!(snapshot(d_ours.path()), snapshot(d_ref.path()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Refused as the reference refuses
+// ---------------------------------------------------------------------------------------
+
+/// Every configuration the reference host-local (1.1.1) refuses in its config loading
+/// and validation (skel's checks, `LoadIPAMConfig`, `Range.Canonicalize`,
+/// `RangeSet.Canonicalize`, the overlap check, requested addresses, resolvConf,
+/// dataDir), one row each: both plugins refuse it on ADD with the same CNI error code,
+/// ours with a message naming what is wrong, and ours reserves nothing. The reference
+/// reports everything past skel's own checks as 999 (a plain Go error).
+#[test]
+fn refuses_what_the_reference_refuses() {
+    if !require_root(&[]) {
+        return;
+    }
+    let Some(reference) = reference() else {
+        return;
+    };
+    let tmp = TempDir::new("hl");
+    let dd = tmp.path().to_str().unwrap().to_string();
+    // (what, ipam settings or a whole stdin, CNI_ARGS, code, words our msg must hold)
+    struct Case {
+        what: &'static str,
+        stdin: String,
+        args: &'static str,
+        code: u64,
+        msg: &'static str,
+    }
+    let ipam = |v: Value| conf("1.0.0", tmp.path(), v).to_string();
+    let range = |r: Value| ipam(json!({"ranges": [[r]]}));
+    let whole = |mut v: Value| {
+        v["type"] = json!("bridge");
+        if let Some(i) = v.get_mut("ipam").filter(|i| i.is_object()) {
+            i["dataDir"] = json!(dd);
+        }
+        v.to_string()
+    };
+    let case = |what, stdin, args, code, msg| Case {
+        what,
+        stdin,
+        args,
+        code,
+        msg,
+    };
+    let cases = vec![
+        // skel: decoding, name, version
+        case(
+            "malformed JSON",
+            format!("{{\"cniVersion\":\"1.0.0\",\"name\":\"{NET}\""),
+            "",
+            6,
+            "failed to decode",
+        ),
+        case("not an object", "[1,2]".into(), "", 6, ""),
+        case(
+            "name not a string",
+            whole(json!({"cniVersion": "1.0.0", "name": 5, "ipam": {"type": "host-local"}})),
+            "",
+            6,
+            "name",
+        ),
+        case(
+            "no name",
+            whole(
+                json!({"cniVersion": "1.0.0", "ipam": {"type": "host-local", "subnet": "10.70.0.0/24"}}),
+            ),
+            "",
+            7,
+            "name",
+        ),
+        case(
+            "name with a slash",
+            whole(
+                json!({"cniVersion": "1.0.0", "name": "a/b", "ipam": {"type": "host-local", "subnet": "10.70.0.0/24"}}),
+            ),
+            "",
+            7,
+            "name",
+        ),
+        case(
+            "name starting with a dot",
+            whole(
+                json!({"cniVersion": "1.0.0", "name": ".x", "ipam": {"type": "host-local", "subnet": "10.70.0.0/24"}}),
+            ),
+            "",
+            7,
+            "name",
+        ),
+        case(
+            "cniVersion not a string",
+            range(json!({"subnet": "10.70.0.0/24"})).replace("\"1.0.0\"", "1"),
+            "",
+            6,
+            "cniVersion",
+        ),
+        case(
+            "unknown cniVersion",
+            range(json!({"subnet": "10.70.0.0/24"})).replace("\"1.0.0\"", "\"9.9.9\""),
+            "",
+            1,
+            "9.9.9",
+        ),
+        // LoadIPAMConfig
+        case(
+            "no ipam",
+            whole(json!({"cniVersion": "1.0.0", "name": NET})),
+            "",
+            999,
+            "ipam",
+        ),
+        case(
+            "ipam not an object",
+            whole(json!({"cniVersion": "1.0.0", "name": NET, "ipam": "host-local"})),
+            "",
+            999,
+            "ipam",
+        ),
+        case("no ranges", ipam(json!({})), "", 999, "range"),
+        case(
+            "empty ranges",
+            ipam(json!({"ranges": []})),
+            "",
+            999,
+            "range",
+        ),
+        case(
+            "ranges not a list",
+            ipam(json!({"ranges": "10.70.0.0/24"})),
+            "",
+            999,
+            "ranges",
+        ),
+        case(
+            "empty range set",
+            ipam(json!({"ranges": [[]]})),
+            "",
+            999,
+            "empty",
+        ),
+        case(
+            "subnet not a CIDR",
+            range(json!({"subnet": "10.70.0.0"})),
+            "",
+            999,
+            "10.70.0.0",
+        ),
+        case(
+            "subnet garbage",
+            range(json!({"subnet": "garbage"})),
+            "",
+            999,
+            "garbage",
+        ),
+        case(
+            "subnet not a string",
+            range(json!({"subnet": 10})),
+            "",
+            999,
+            "subnet",
+        ),
+        case(
+            "range without subnet",
+            range(json!({"rangeStart": "10.70.0.10"})),
+            "",
+            999,
+            "subnet",
+        ),
+        case(
+            "legacy subnet garbage",
+            ipam(json!({"subnet": "garbage"})),
+            "",
+            999,
+            "garbage",
+        ),
+        case(
+            "subnet /32",
+            range(json!({"subnet": "10.70.0.1/32"})),
+            "",
+            999,
+            "too small",
+        ),
+        case(
+            "subnet /31",
+            range(json!({"subnet": "10.70.0.0/31"})),
+            "",
+            999,
+            "too small",
+        ),
+        case(
+            "subnet /128",
+            range(json!({"subnet": "fd00:70::1/128"})),
+            "",
+            999,
+            "too small",
+        ),
+        case(
+            "subnet with host bits",
+            range(json!({"subnet": "10.70.0.5/24"})),
+            "",
+            999,
+            "10.70.0.0",
+        ),
+        case(
+            "rangeStart outside",
+            range(json!({"subnet": "10.70.0.0/24", "rangeStart": "10.71.0.10"})),
+            "",
+            999,
+            "10.71.0.10",
+        ),
+        case(
+            "rangeEnd outside",
+            range(json!({"subnet": "10.70.0.0/24", "rangeEnd": "10.71.0.10"})),
+            "",
+            999,
+            "10.71.0.10",
+        ),
+        case(
+            "rangeStart garbage",
+            range(json!({"subnet": "10.70.0.0/24", "rangeStart": "x"})),
+            "",
+            999,
+            "rangeStart",
+        ),
+        case(
+            "rangeEnd of the other family",
+            range(json!({"subnet": "10.70.0.0/24", "rangeEnd": "fd00::5"})),
+            "",
+            999,
+            "fd00::5",
+        ),
+        case(
+            "gateway garbage",
+            range(json!({"subnet": "10.70.0.0/24", "gateway": "x"})),
+            "",
+            999,
+            "gateway",
+        ),
+        case(
+            "mixed families in a set",
+            ipam(json!({"ranges": [[{"subnet": "10.70.0.0/24"}, {"subnet": "fd00:70::/64"}]]})),
+            "",
+            999,
+            "famil",
+        ),
+        case(
+            "overlap inside a set",
+            ipam(json!({"ranges": [[{"subnet": "10.70.0.0/24"}, {"subnet": "10.70.0.0/25"}]]})),
+            "",
+            999,
+            "overlap",
+        ),
+        case(
+            "overlapping sets",
+            ipam(json!({"ranges": [[{"subnet": "10.70.0.0/24"}], [{"subnet": "10.70.0.128/25"}]]})),
+            "",
+            999,
+            "overlap",
+        ),
+        case(
+            "legacy subnet overlapping ranges",
+            ipam(json!({"subnet": "10.70.0.0/24", "ranges": [[{"subnet": "10.70.0.0/24"}]]})),
+            "",
+            999,
+            "overlap",
+        ),
+        case(
+            "routes not a list",
+            ipam(json!({"ranges": [[{"subnet": "10.70.0.0/24"}]], "routes": {"dst": "0.0.0.0/0"}})),
+            "",
+            999,
+            "routes",
+        ),
+        case(
+            "route dst garbage",
+            ipam(json!({"ranges": [[{"subnet": "10.70.0.0/24"}]], "routes": [{"dst": "x"}]})),
+            "",
+            999,
+            "dst",
+        ),
+        case(
+            "route gw garbage",
+            ipam(
+                json!({"ranges": [[{"subnet": "10.70.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0", "gw": "x"}]}),
+            ),
+            "",
+            999,
+            "gw",
+        ),
+        case(
+            "dataDir not a string",
+            ipam(json!({"ranges": [[{"subnet": "10.70.0.0/24"}]]}))
+                .replace(&format!("\"{dd}\""), "7"),
+            "",
+            999,
+            "dataDir",
+        ),
+        // requested addresses
+        case(
+            "CNI_ARGS IP garbage",
+            range(json!({"subnet": "10.70.0.0/24"})),
+            "IP=garbage",
+            999,
+            "garbage",
+        ),
+        case(
+            "CNI_ARGS unknown key",
+            range(json!({"subnet": "10.70.0.0/24"})),
+            "FOO=bar",
+            999,
+            "FOO",
+        ),
+        case(
+            "CNI_ARGS not key=value",
+            range(json!({"subnet": "10.70.0.0/24"})),
+            "IP",
+            999,
+            "IP",
+        ),
+        case(
+            "args.cni.ips garbage",
+            whole(
+                json!({"cniVersion": "1.0.0", "name": NET, "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.70.0.0/24"}]]}, "args": {"cni": {"ips": ["garbage"]}}}),
+            ),
+            "",
+            999,
+            "garbage",
+        ),
+        case(
+            "runtimeConfig.ips garbage",
+            whole(
+                json!({"cniVersion": "1.0.0", "name": NET, "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.70.0.0/24"}]]}, "runtimeConfig": {"ips": ["garbage"]}}),
+            ),
+            "",
+            999,
+            "garbage",
+        ),
+        case(
+            "requested IP in no range",
+            range(json!({"subnet": "10.70.0.0/24"})),
+            "IP=10.99.0.5",
+            999,
+            "10.99.0.5",
+        ),
+        case(
+            "requested IP is the gateway",
+            range(json!({"subnet": "10.70.0.0/24"})),
+            "IP=10.70.0.1",
+            999,
+            "10.70.0.1",
+        ),
+        case(
+            "requested IP outside rangeStart..rangeEnd",
+            range(
+                json!({"subnet": "10.70.0.0/24", "rangeStart": "10.70.0.10", "rangeEnd": "10.70.0.20"}),
+            ),
+            "IP=10.70.0.30",
+            999,
+            "10.70.0.30",
+        ),
+        // files
+        case(
+            "resolvConf missing",
+            ipam(
+                json!({"ranges": [[{"subnet": "10.70.0.0/24"}]], "resolvConf": "/nonexistent/resolv.conf"}),
+            ),
+            "",
+            999,
+            "/nonexistent/resolv.conf",
+        ),
+        case(
+            "dataDir under a file",
+            ipam(json!({"ranges": [[{"subnet": "10.70.0.0/24"}]]})).replace(&dd, "/proc/version/x"),
+            "",
+            999,
+            "/proc/version/x",
+        ),
+    ];
+    let mut wrong = vec![];
+    for c in &cases {
+        let mut results = vec![];
+        let mut left = false;
+        for plugin in [&reference, &ours()] {
+            let mut cni = attachment_env(
+                Cni::new(plugin.to_path_buf(), None),
+                "c1",
+                NETNS,
+                "eth0",
+                Path::new("/usr/lib/cni"),
+            );
+            if !c.args.is_empty() {
+                cni = cni.env("CNI_ARGS", c.args);
+            }
+            results.push(cni.call("ADD", &c.stdin));
+            left = !ip_files(tmp.path(), NET).is_empty();
+            let _ = std::fs::remove_dir_all(tmp.path().join(NET));
+        }
+        let ours = results.pop().unwrap();
+        let theirs = results.pop().unwrap();
+        if theirs.code == 0 || theirs.json["code"].as_u64() != Some(c.code) {
+            wrong.push(format!(
+                "{}: the reference changed: {}",
+                c.what, theirs.stdout
+            ));
+            continue;
+        }
+        if ours.json["code"].as_u64() != Some(c.code) {
+            wrong.push(format!(
+                "{}: ours {} / reference {}",
+                c.what, ours.json, theirs.json
+            ));
+            continue;
+        }
+        let msg = ours.json["msg"].as_str().unwrap_or_default();
+        if msg.is_empty() || !msg.to_lowercase().contains(&c.msg.to_lowercase()) {
+            wrong.push(format!(
+                "{}: our msg should name {:?}: {msg:?}",
+                c.what, c.msg
+            ));
+        }
+        if left {
+            wrong.push(format!("{}: ours left a reservation", c.what));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} cases:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
 }

@@ -50,6 +50,10 @@ pub struct BridgeConf {
     pub runtime_config: Option<MacHolder>,
     #[serde(default)]
     pub args: Option<ArgsHolder>,
+    /// Only its shape is checked here (an object, as the reference decodes it); CHECK
+    /// reads it through the skeleton.
+    #[serde(rename = "prevResult", default)]
+    pub prev_result: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -127,6 +131,7 @@ impl BridgeConf {
         if c.is_default_gateway {
             c.is_gateway = true;
         }
+
         cni::skeleton::validate_ifname(&c.bridge)
             .map_err(|e| CniError::config(format!("invalid bridge name: {}", e.msg)))?;
         if let Some(v) = c.vlan {

@@ -85,7 +85,7 @@ const KNOWN_ARGS: &[&str] = &["MAC"];
 
 impl Plugin for Bridge {
     fn add(&self, args: &Args) -> CniResult<AddResult> {
-        let res = add_attachment(args);
+        let res = as_reference(add_attachment(args));
         // The netfilter socket is closed by a child (see finish.rs); a failure to fork
         // only means this process closes it itself.
         let _ = Finish::default().run();
@@ -96,108 +96,140 @@ impl Plugin for Bridge {
     }
 
     fn del(&self, args: &Args) -> CniResult<()> {
-        let conf = BridgeConf::parse(&args.stdin)?;
-        let backend = if conf.ip_masq {
-            Some(Backend::choose(conf.ip_masq_backend.as_deref())?)
-        } else {
-            None
-        };
-        // The three parts are independent and each mostly waits on the kernel (RCU
-        // grace periods for the link and the nftables commit), so they run at once; the
-        // kernel's waits after the link is unlisted and the rules are gone are left to
-        // a child (see finish.rs).
-        std::thread::scope(|s| {
-            let ipam = ipam_type(args).map(|t| {
-                s.spawn(move || {
-                    let r = invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin);
-                    if r.is_ok() {
-                        failpoint!("bridge.del.after_ipam");
-                    }
-                    r
-                })
-            });
-            let rules = (backend.is_some() || conf.macspoofchk).then(|| {
-                let iptables = backend == Some(Backend::Iptables);
-                s.spawn(move || {
-                    let r = masq::teardown(&args.conf.name, &args.container_id, iptables);
-                    if r.is_ok() {
-                        failpoint!("bridge.del.after_rules");
-                    }
-                    r
-                })
-            });
-            let link = find_link(args);
-            let rules = rules.map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CniError::internal("ipMasq teardown panicked")))
-            });
-            let link = match link {
-                Ok(l) => Finish { link: l }.run(),
-                Err(e) => Finish::default().run().and(Err(e)),
-            };
-            if link.is_ok() {
-                failpoint!("bridge.del.after_link");
-            }
-            let ipam = ipam.map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CniError::internal("IPAM DEL panicked")))
-            });
-            ipam.unwrap_or(Ok(()))?;
-            rules.unwrap_or(Ok(()))?;
-            link
-        })
+        as_reference(del(args))
     }
 
     fn check(&self, args: &Args) -> CniResult<()> {
-        args.known_args_only(KNOWN_ARGS)?;
-        let conf = BridgeConf::parse(&args.stdin)?;
-        let prev = args
-            .conf
-            .prev_result()?
-            .ok_or_else(|| CniError::config("CHECK: required prevResult missing"))?;
-        if let Some(t) = ipam_type(args) {
-            invoke::delegate(t, "CHECK", &ipam_env(args), &args.stdin)?;
-        }
-        let ns = NetNs::open(Path::new(&args.netns))?;
-        block_on(check(args, &conf, &prev, &ns))??;
-        if conf.ip_masq && !prev.ips.is_empty() {
-            let backend = Backend::choose(conf.ip_masq_backend.as_deref())?;
-            if !masq::masq_present(backend, &args.conf.name, &args.container_id)? {
-                return Err(CniError::internal(format!(
-                    "CHECK: masquerade rules of {} on network {} are missing",
-                    args.container_id, args.conf.name
-                )));
-            }
-        }
-        if conf.macspoofchk && !masq::spoof_present(&args.conf.name, &args.container_id)? {
-            return Err(CniError::internal(format!(
-                "CHECK: the MAC spoof check of {} on network {} is missing",
-                args.container_id, args.conf.name
-            )));
-        }
-        Ok(())
+        as_reference(check_attachment(args))
     }
 
     fn status(&self, args: &Args) -> CniResult<()> {
-        match ipam_type(args) {
-            Some(t) => invoke::delegate(t, "STATUS", &ipam_env(args), &args.stdin).map_err(|e| {
-                if e.code == code::PLUGIN_NOT_AVAILABLE
-                    || e.code == code::PLUGIN_NOT_AVAILABLE_LIMITED
-                {
-                    e
-                } else {
-                    CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg)
-                }
-            }),
-            None => Ok(()),
-        }
+        status(args)
     }
 
     fn gc(&self, args: &Args) -> CniResult<()> {
-        match ipam_type(args) {
-            Some(t) => invoke::delegate(t, "GC", &ipam_env(args), &args.stdin),
-            None => Ok(()),
+        gc(args)
+    }
+}
+
+/// The reference bridge reports every failure past its skeleton's own checks (JSON,
+/// name, version, environment) as a plain error, code 999: a bad field, VLAN, MTU or
+/// MAC, hairpin with promiscuous mode, a missing IPAM plugin, a CHECK without
+/// prevResult. Ours says the same, so a runtime sees one code from either plugin; a
+/// missing netns stays 3 (the spec's code for it), and an IPAM plugin's own error
+/// (host-local's 11 for an exhausted range) is passed on as it came.
+fn as_reference<T>(r: CniResult<T>) -> CniResult<T> {
+    r.map_err(|e| match e.code {
+        code::INVALID_ENVIRONMENT
+        | code::IO_FAILURE
+        | code::DECODING_FAILURE
+        | code::INVALID_NETWORK_CONFIG => CniError::new(code::INTERNAL, e.msg),
+        _ => e,
+    })
+}
+
+/// DEL proper: the IPAM release, the rules and the link, at once.
+fn del(args: &Args) -> CniResult<()> {
+    let conf = BridgeConf::parse(&args.stdin)?;
+    let backend = if conf.ip_masq {
+        Some(Backend::choose(conf.ip_masq_backend.as_deref())?)
+    } else {
+        None
+    };
+    // The three parts are independent and each mostly waits on the kernel (RCU
+    // grace periods for the link and the nftables commit), so they run at once; the
+    // kernel's waits after the link is unlisted and the rules are gone are left to
+    // a child (see finish.rs).
+    std::thread::scope(|s| {
+        let ipam = ipam_type(args).map(|t| {
+            s.spawn(move || {
+                let r = invoke::delegate(t, "DEL", &ipam_env(args), &args.stdin);
+                if r.is_ok() {
+                    failpoint!("bridge.del.after_ipam");
+                }
+                r
+            })
+        });
+        let rules = (backend.is_some() || conf.macspoofchk).then(|| {
+            let iptables = backend == Some(Backend::Iptables);
+            s.spawn(move || {
+                let r = masq::teardown(&args.conf.name, &args.container_id, iptables);
+                if r.is_ok() {
+                    failpoint!("bridge.del.after_rules");
+                }
+                r
+            })
+        });
+        let link = find_link(args);
+        let rules = rules.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(CniError::internal("ipMasq teardown panicked")))
+        });
+        let link = match link {
+            Ok(l) => Finish { link: l }.run(),
+            Err(e) => Finish::default().run().and(Err(e)),
+        };
+        if link.is_ok() {
+            failpoint!("bridge.del.after_link");
         }
+        let ipam = ipam.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(CniError::internal("IPAM DEL panicked")))
+        });
+        ipam.unwrap_or(Ok(()))?;
+        rules.unwrap_or(Ok(()))?;
+        link
+    })
+}
+
+fn check_attachment(args: &Args) -> CniResult<()> {
+    args.known_args_only(KNOWN_ARGS)?;
+    let conf = BridgeConf::parse(&args.stdin)?;
+    let prev = args
+        .conf
+        .prev_result()?
+        .ok_or_else(|| CniError::config("CHECK: required prevResult missing"))?;
+    if let Some(t) = ipam_type(args) {
+        invoke::delegate(t, "CHECK", &ipam_env(args), &args.stdin)?;
+    }
+    let ns = NetNs::open(Path::new(&args.netns))?;
+    block_on(check(args, &conf, &prev, &ns))??;
+    if conf.ip_masq && !prev.ips.is_empty() {
+        let backend = Backend::choose(conf.ip_masq_backend.as_deref())?;
+        if !masq::masq_present(backend, &args.conf.name, &args.container_id)? {
+            return Err(CniError::internal(format!(
+                "CHECK: masquerade rules of {} on network {} are missing",
+                args.container_id, args.conf.name
+            )));
+        }
+    }
+    if conf.macspoofchk && !masq::spoof_present(&args.conf.name, &args.container_id)? {
+        return Err(CniError::internal(format!(
+            "CHECK: the MAC spoof check of {} on network {} is missing",
+            args.container_id, args.conf.name
+        )));
+    }
+    Ok(())
+}
+
+fn status(args: &Args) -> CniResult<()> {
+    match ipam_type(args) {
+        Some(t) => invoke::delegate(t, "STATUS", &ipam_env(args), &args.stdin).map_err(|e| {
+            if e.code == code::PLUGIN_NOT_AVAILABLE || e.code == code::PLUGIN_NOT_AVAILABLE_LIMITED
+            {
+                e
+            } else {
+                CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg)
+            }
+        }),
+        None => Ok(()),
+    }
+}
+
+fn gc(args: &Args) -> CniResult<()> {
+    match ipam_type(args) {
+        Some(t) => invoke::delegate(t, "GC", &ipam_env(args), &args.stdin),
+        None => Ok(()),
     }
 }
 
@@ -205,6 +237,12 @@ impl Plugin for Bridge {
 fn add_attachment(args: &Args) -> CniResult<AddResult> {
     args.known_args_only(KNOWN_ARGS)?;
     let conf = BridgeConf::parse(&args.stdin)?;
+    // The reference's refusals at the start of ADD (DEL takes such a config).
+    if conf.hairpin_mode && conf.promisc_mode {
+        return Err(CniError::config(
+            "cannot set hairpin mode and promiscuous mode at the same time",
+        ));
+    }
     if conf.disable_container_interface && ipam_type(args).is_some() {
         // The reference plugin's refusal, before anything is made.
         return Err(CniError::internal(

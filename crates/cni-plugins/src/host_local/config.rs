@@ -37,13 +37,13 @@ struct RawIps {
 struct RawIpam {
     #[serde(default)]
     ranges: Vec<Vec<RawRange>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "some_cidr")]
     subnet: Option<IpNetwork>,
-    #[serde(rename = "rangeStart", default)]
+    #[serde(rename = "rangeStart", default, deserialize_with = "some_ip")]
     range_start: Option<IpAddr>,
-    #[serde(rename = "rangeEnd", default)]
+    #[serde(rename = "rangeEnd", default, deserialize_with = "some_ip")]
     range_end: Option<IpAddr>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "some_ip")]
     gateway: Option<IpAddr>,
     #[serde(default)]
     routes: Vec<RawRoute>,
@@ -55,20 +55,48 @@ struct RawIpam {
 
 #[derive(Debug, Deserialize)]
 struct RawRange {
-    subnet: IpNetwork,
-    #[serde(rename = "rangeStart", default)]
+    #[serde(default, deserialize_with = "some_cidr")]
+    subnet: Option<IpNetwork>,
+    #[serde(rename = "rangeStart", default, deserialize_with = "some_ip")]
     range_start: Option<IpAddr>,
-    #[serde(rename = "rangeEnd", default)]
+    #[serde(rename = "rangeEnd", default, deserialize_with = "some_ip")]
     range_end: Option<IpAddr>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "some_ip")]
     gateway: Option<IpAddr>,
 }
 
 #[derive(Debug, Deserialize)]
 struct RawRoute {
+    #[serde(deserialize_with = "cidr")]
     dst: IpNetwork,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "some_ip")]
     gw: Option<IpAddr>,
+}
+
+/// An address with its prefix length, `10.1.0.0/16` (a bare address is refused, as
+/// the reference's `net.ParseCIDR` does), the error naming the text.
+fn cidr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<IpNetwork, D::Error> {
+    let s = String::deserialize(d)?;
+    match s.split_once('/') {
+        Some((_, len)) if !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit()) => s
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("invalid CIDR address: {s}"))),
+        _ => Err(serde::de::Error::custom(format!(
+            "invalid CIDR address: {s}"
+        ))),
+    }
+}
+
+fn some_cidr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<IpNetwork>, D::Error> {
+    cidr(d).map(Some)
+}
+
+/// An IP address, the error naming the text.
+fn some_ip<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse()
+        .map(Some)
+        .map_err(|_| serde::de::Error::custom(format!("invalid IP address: {s}")))
 }
 
 /// One contiguous range of a subnet, canonical: start and end inside the subnet,
@@ -83,7 +111,18 @@ pub struct Range {
 
 impl Range {
     fn canonical(r: RawRange) -> CniResult<Range> {
-        let subnet = ip::network_of(r.subnet);
+        let given = r
+            .subnet
+            .ok_or_else(|| CniError::config("a range has no subnet"))?;
+        let subnet = ip::network_of(given);
+        if subnet.ip() != given.ip() {
+            // The reference refuses it too: the address was meant for something else.
+            return Err(CniError::config(format!(
+                "network {given} has host bits set: for a prefix of {} the network address is {}",
+                subnet.prefix(),
+                subnet.ip()
+            )));
+        }
         let (ones, bits) = match subnet {
             IpNetwork::V4(n) => (n.prefix() as u32, 32),
             IpNetwork::V6(n) => (n.prefix() as u32, 128),
@@ -187,7 +226,7 @@ impl IpamConfig {
             raw_sets.insert(
                 0,
                 vec![RawRange {
-                    subnet,
+                    subnet: Some(subnet),
                     range_start: ipam.range_start,
                     range_end: ipam.range_end,
                     gateway: ipam.gateway,
