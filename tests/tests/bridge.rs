@@ -1213,7 +1213,13 @@ fn refuses_a_non_bridge_link_as_bridge() {
         ipam_bookkeeping: true,
         ..Allow::default()
     };
-    refused(&node, &pod, (&c, &netns_path(&pod), "eth0"), Some(999), allow);
+    refused(
+        &node,
+        &pod,
+        (&c, &netns_path(&pod), "eth0"),
+        Some(999),
+        allow,
+    );
     assert_eq!(
         link(&node.ns, &node.bridge)["linkinfo"]["info_kind"],
         "veth"

@@ -121,7 +121,7 @@ pub fn parse_cni_args(s: &str) -> CniResult<Vec<(String, String)>> {
                 // The reference plugins parse CNI_ARGS themselves and fail with 999.
                 return Err(CniError::internal(format!(
                     "CNI_ARGS: invalid pair {pair:?}, expected KEY=VALUE"
-                )))
+                )));
             }
         }
     }

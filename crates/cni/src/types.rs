@@ -87,7 +87,10 @@ impl NetConf {
 /// reference plugins' skeleton enforces with code 7: a name is a folder of host-local
 /// and a part of rule comments.
 pub fn validate_network_name(name: &str) -> CniResult<()> {
-    let ok = name.as_bytes().first().is_some_and(|b| b.is_ascii_alphanumeric())
+    let ok = name
+        .as_bytes()
+        .first()
+        .is_some_and(|b| b.is_ascii_alphanumeric())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
