@@ -32,7 +32,6 @@ use common::*;
 use cri_api::*;
 use crust_e2e::crustd::{walk_dirs, Crustd, Options};
 use crust_e2e::{busybox_rootfs, require_root, unique, which, TempDir};
-use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, LayoutImage};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -41,67 +40,9 @@ use tonic::transport::Channel;
 
 type Client = RuntimeServiceClient<Channel>;
 
-const IMAGE: &str = "localhost/crust-bench/busybox:1";
-const APPLETS: &[&str] = &["true", "sh", "sleep"];
 /// How long a `/bin/true` container may take to be seen EXITED.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 const WARM_UP: usize = 3;
-
-// ---------------------------------------------------------------------------------
-// The image
-
-/// Writes the busybox-static image as an OCI layout at `dir`, named [`IMAGE`].
-fn busybox_layout(dir: &Path) {
-    let bb = which("busybox").expect("busybox on PATH (apt-get install -y busybox-static)");
-    let mut l = LayerBuilder::new()
-        .dir("bin", 0o755)
-        .file_from("bin/busybox", &bb, 0o755)
-        .dir("etc", 0o755)
-        .file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
-        .file("etc/group", b"root:x:0:\n", 0o644)
-        .dir("dev", 0o755)
-        .dir("proc", 0o755)
-        .dir("sys", 0o755)
-        .dir("tmp", 0o1777);
-    for a in APPLETS {
-        l = l.symlink(&format!("bin/{a}"), "busybox");
-    }
-    let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
-    img.config.cmd = vec!["/bin/sh".into()];
-    img.config.env = vec!["PATH=/bin".into()];
-    img.config.working_dir = "/".into();
-    write_oci_layout(
-        dir,
-        &[LayoutEntry {
-            ref_name: Some("1".into()),
-            image_name: Some(IMAGE.into()),
-            platforms: vec![img],
-        }],
-    );
-}
-
-/// An OCI archive (the layout's files in a tar) at `out`, for `ctr images import`.
-fn layout_archive(layout: &Path, out: &Path) -> PathBuf {
-    let mut b = tar::Builder::new(std::fs::File::create(out).unwrap());
-    b.mode(tar::HeaderMode::Deterministic);
-    b.append_path_with_name(layout.join("oci-layout"), "oci-layout")
-        .unwrap();
-    b.append_path_with_name(layout.join("index.json"), "index.json")
-        .unwrap();
-    let blobs = layout.join("blobs/sha256");
-    let mut names: Vec<_> = std::fs::read_dir(&blobs)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    names.sort();
-    for n in names {
-        let name = format!("blobs/sha256/{}", n.to_string_lossy());
-        b.append_path_with_name(blobs.join(&n), name).unwrap();
-    }
-    b.into_inner().unwrap();
-    out.to_path_buf()
-}
 
 // ---------------------------------------------------------------------------------
 // The CRI side, the same for both daemons
@@ -360,7 +301,6 @@ async fn cycle(side: &Side, c: &mut Client, pod: &Pod, name: &str) -> Result<Cyc
     })
 }
 
-/// `.info.pid` of a verbose status's `info` JSON, the same for both daemons.
 /// ExecSync of `/bin/true` in a running `sleep` container, `n` times: each round trip.
 async fn exec_syncs(
     side: &Side,
@@ -405,19 +345,6 @@ async fn exec_syncs(
         .remove_container(RemoveContainerRequest { container_id: id })
         .await;
     Ok(times)
-}
-
-fn info_pid(info: &HashMap<String, String>, what: &str) -> Result<i32, String> {
-    let text = info
-        .get("info")
-        .ok_or_else(|| format!("no verbose info for {what}"))?;
-    let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("verbose info of {what}: {e}"))?;
-    v["pid"]
-        .as_i64()
-        .filter(|p| *p > 0)
-        .map(|p| p as i32)
-        .ok_or_else(|| format!("no pid in the verbose info of {what}: {text}"))
 }
 
 /// One process of a pod's overhead, as measured.

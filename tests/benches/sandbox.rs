@@ -37,9 +37,7 @@ use cri_api::*;
 use crust_e2e::crustd::{Crustd, Options};
 use crust_e2e::require_root;
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
@@ -104,50 +102,6 @@ fn pod_config(name: &str, uid: &str, cgroup_parent: &str) -> PodSandboxConfig {
             ..Default::default()
         }),
         ..Default::default()
-    }
-}
-
-/// Runs `f(0..n)` with `par` calls in flight; returns every call's duration and the
-/// phase's wall time.
-async fn phase<F, Fut>(n: usize, par: usize, f: F) -> Result<(Vec<Duration>, Duration), String>
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Duration, String>> + Send + 'static,
-{
-    let f = Arc::new(f);
-    let next = Arc::new(AtomicUsize::new(0));
-    let t = Instant::now();
-    let workers: Vec<_> = (0..par)
-        .map(|_| {
-            let (f, next) = (f.clone(), next.clone());
-            tokio::spawn(async move {
-                let mut out = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= n {
-                        return Ok::<_, String>(out);
-                    }
-                    out.push(f(i).await?);
-                }
-            })
-        })
-        .collect();
-    let mut all = Vec::with_capacity(n);
-    let mut first_err = None;
-    for w in workers {
-        match w.await {
-            Ok(Ok(v)) => all.extend(v),
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(e) => {
-                first_err.get_or_insert(format!("worker panicked: {e}"));
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok((all, t.elapsed())),
     }
 }
 

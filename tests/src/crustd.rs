@@ -24,6 +24,8 @@ pub struct Options {
     /// More environment for the daemon (the crash suite's `CRUST_FAILPOINT`); `spawn`
     /// reads it each time, so a restart can go without.
     pub env: Vec<(String, String)>,
+    /// `--cni-bin-dir`s in order; empty: the workspace's built plugins alone.
+    pub cni_bin_dirs: Vec<PathBuf>,
 }
 
 impl Default for Options {
@@ -34,6 +36,7 @@ impl Default for Options {
             extra_args: vec![],
             state_on_tmpfs: false,
             env: vec![],
+            cni_bin_dirs: vec![],
         }
     }
 }
@@ -143,8 +146,7 @@ impl Crustd {
             .arg(self.state.path())
             .arg("--cni-conf-dir")
             .arg(self.conf_dir.path())
-            .arg("--cni-bin-dir")
-            .arg(bin_dir())
+            .args(self.cni_bin_args())
             .arg("--cgroup-root")
             .arg(&self.cgroup_root)
             .arg("--cgroup-nested")
@@ -193,6 +195,17 @@ impl Crustd {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn cni_bin_args(&self) -> Vec<std::ffi::OsString> {
+        let dirs = if self.opts.cni_bin_dirs.is_empty() {
+            vec![bin_dir()]
+        } else {
+            self.opts.cni_bin_dirs.clone()
+        };
+        dirs.into_iter()
+            .flat_map(|d| ["--cni-bin-dir".into(), d.into_os_string()])
+            .collect()
     }
 
     pub fn log_text(&self) -> String {
