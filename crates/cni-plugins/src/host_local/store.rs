@@ -126,8 +126,10 @@ impl Store for DiskStore {
 
     fn last_reserved(&self, set: usize) -> CniResult<Option<IpAddr>> {
         let path = self.dir.join(format!("{LAST_RESERVED}{set}"));
-        match std::fs::read_to_string(&path) {
-            Ok(s) => Ok(s.trim().parse().ok()),
+        // Bytes, not a string: a file that is not UTF-8 is no address (as the reference
+        // plugin reads it), not an error that stops every allocation in the network.
+        match std::fs::read(&path) {
+            Ok(b) => Ok(String::from_utf8_lossy(&b).trim().parse().ok()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(CniError::io(format!("reading {}: {e}", path.display()))),
         }
@@ -153,8 +155,11 @@ impl Store for DiskStore {
             let Some(ip) = name.to_str().and_then(|n| n.parse::<IpAddr>().ok()) else {
                 continue;
             };
-            let text = match std::fs::read_to_string(entry.path()) {
-                Ok(t) => t,
+            // Read as bytes: one file that is not UTF-8 (written by hand, or by another
+            // tool) must not fail every ADD, DEL and GC of the network; the reference
+            // plugin takes its bytes as they are.
+            let text = match std::fs::read(entry.path()) {
+                Ok(t) => String::from_utf8_lossy(&t).into_owned(),
                 // Released by nobody else (we hold the lock), but tolerate a racing manual cleanup.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
@@ -251,6 +256,27 @@ mod tests {
         }
         assert!(DiskStore::open(&d, "../x").is_err());
         assert!(DiskStore::open_existing(&d, "other").unwrap().is_none());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Found by fuzz/ (host_local_store): a reservation or `last_reserved_ip` file that
+    /// is not UTF-8 made `reservations` and `last_reserved` fail, and with them every
+    /// ADD, DEL and GC of the network.
+    #[test]
+    fn files_that_are_not_utf8_are_read_not_refused() {
+        let d = std::env::temp_dir().join(format!("hl-store-utf8-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let s = DiskStore::open(&d, "net").unwrap();
+        let bytes = b"abc1\xce\xcc\xf2\xf5\x9a\x8b\x97\xc8\r\neth\xff0";
+        std::fs::write(d.join("net/10.1.2.3"), bytes).unwrap();
+        std::fs::write(d.join("net/last_reserved_ip.0"), bytes).unwrap();
+        let r = s.reservations().unwrap();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].id.starts_with("abc1"));
+        assert_eq!(s.last_reserved(0).unwrap(), None);
+        std::fs::write(d.join("net/last_reserved_ip.0"), b"10.1.2.3\n\xff").unwrap();
+        assert_eq!(s.last_reserved(0).unwrap(), None);
+        drop(s);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
