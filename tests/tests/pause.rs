@@ -1,6 +1,7 @@
 //! Root tests of the pod sandbox's pause process and namespace pins
 //! (`container::pause`, `container::ns`), as `crustd`'s RunPodSandbox uses them: a pause
-//! in new net/IPC/UTS/PID namespaces with the pod's hostname, its namespaces pinned by
+//! in new net/IPC/UTS/PID namespaces with the pod's hostname, on an empty read-only root
+//! of its own (nothing of the host's behind `/proc/PID/root`), its namespaces pinned by
 //! bind mounts that outlive it, orphans of the pod reaped by it as PID 1, and stop and
 //! unpin that can be repeated.
 //!
@@ -116,6 +117,41 @@ fn links_in(pin: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The pause's root and cwd: an empty read-only tmpfs that is the only mount of its
+/// own mount namespace, and `..` from either leads back to it; nothing of the host's
+/// for a container process that may open `/proc/1/root` (CAP_SYS_PTRACE).
+fn assert_empty_root(pid: i32) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = |p: &str| std::fs::metadata(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let root = meta(&format!("/proc/{pid}/root"));
+    assert_ne!(
+        root.dev(),
+        meta("/").dev(),
+        "the pause's root is the host's"
+    );
+    for p in ["root", "cwd", "root/..", "root/../..", "cwd/.."] {
+        let p = format!("/proc/{pid}/{p}");
+        let m = meta(&p);
+        assert_eq!((m.dev(), m.ino()), (root.dev(), root.ino()), "{p}");
+        let names: Vec<_> = std::fs::read_dir(&p).unwrap().flatten().collect();
+        assert!(names.is_empty(), "{p} lists {names:?}");
+    }
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let mounts: Vec<&str> = mountinfo.lines().collect();
+    assert_eq!(mounts.len(), 1, "the pause's mounts: {mountinfo}");
+    let w: Vec<&str> = mounts[0].split_whitespace().collect();
+    assert_eq!((w[3], w[4]), ("/", "/"), "{mountinfo}");
+    assert!(w[5].starts_with("ro,"), "{mountinfo}");
+    assert!(mounts[0].contains(" - tmpfs "), "{mountinfo}");
+    let err = std::fs::File::create(format!("/proc/{pid}/root/x")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let mnt = |p: String| std::fs::read_link(p).unwrap();
+    assert_ne!(
+        mnt(format!("/proc/{pid}/ns/mnt")),
+        mnt("/proc/self/ns/mnt".into())
+    );
+}
+
 fn pod_spec(hostname: &str) -> PauseSpec {
     PauseSpec {
         binary: PathBuf::new(),
@@ -126,6 +162,7 @@ fn pod_spec(hostname: &str) -> PauseSpec {
         new_pid: true,
         cgroup_dirs: vec![],
         userns_fd: None,
+        keep_root: false,
     }
 }
 
@@ -161,6 +198,7 @@ fn pod_pause_holds_new_namespaces_and_pins_outlive_it() {
         std::process::id().to_string(),
         "the launcher must have let the pause go"
     );
+    assert_empty_root(p.pid);
     let rss = rss_kib(p.pid);
     println!("pause VmRSS: {rss} KiB");
     eprintln!("pause VmRSS: {rss} KiB");
@@ -283,6 +321,7 @@ fn pause_in_the_host_pid_namespace() {
     assert_eq!(ns_id(&pid, NsKind::Pid), ns_id("self", NsKind::Pid));
     assert_ne!(ns_id(&pid, NsKind::Net), ns_id("self", NsKind::Net));
     assert_eq!(status_field(p.pid, "NSpid"), pid, "one PID namespace, ours");
+    assert_empty_root(p.pid);
     assert_ne!(status_field(p.pid, "PPid"), std::process::id().to_string());
     let seen = output(Command::new("nsenter").args(["--uts", "--target", &pid, "hostname"]));
     assert_eq!(seen.trim(), hostname);
@@ -389,6 +428,8 @@ fn pause_in_a_user_namespace() {
         .arg(pid.to_string())
         .args(["-u", "hostname"]));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "userns-pod");
+    // Its mount namespace, made as the user namespace's root, is on the empty root too.
+    assert_empty_root(pid);
 
     let pin = tmp.path().join("pins/user");
     let _pinned = Pinned(pin.clone());

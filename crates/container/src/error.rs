@@ -57,7 +57,8 @@ pub enum Error {
     },
 
     /// Starting the launcher failed. `step` is what failed in the forked child
-    /// (`unshare`, `sethostname`, `setsid`) or `exec` (a missing binary, say).
+    /// (`unshare`, `sethostname`, `setsid`), `exec` (a missing binary, say), or the
+    /// launcher's step into the pause's empty root (`pivot_root`, say).
     #[error("spawn pause {binary}: {step}: {source}")]
     SpawnPause {
         binary: PathBuf,

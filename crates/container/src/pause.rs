@@ -8,6 +8,14 @@
 //! `crustd` restarts) and, with a new PID namespace, it is that namespace's PID 1 and
 //! reaps the pod's orphans.
 //!
+//! Unless the spec says `keep_root`, the launcher first gives itself a mount namespace
+//! whose only mount, root and cwd is an empty read-only tmpfs, and the pause inherits
+//! it: a container that may ptrace the pause (`CAP_SYS_PTRACE`, PID namespace shared)
+//! finds nothing of the host's behind `/proc/1/root` (see `crates/pause/src/main.rs`).
+//! Nothing here or in crustd uses the pause's mount namespace or root: the pod's
+//! namespaces are pinned and joined through `/proc/PID/ns/`, sysctls, `/dev/shm` and
+//! the pod's files are made from the host's side.
+//!
 //! A pid alone does not name a process for long: [`Pause`] carries the start time the
 //! kernel recorded (field 22 of `/proc/PID/stat`), and [`alive`] and [`stop`] treat a
 //! pid with another start time as gone, so a record reloaded after a restart never
@@ -16,9 +24,10 @@
 //! ```text
 //!   crustd ──fork──▶ child: into the pod's v1 cgroups, [into its cgroup2 one and the
 //!                    pod's user namespace as its root, `userns_fd`], unshare(flags), sethostname,
-//!                    setsid, exec `crust-pause fork [CGROUP2_FD]`
+//!                    setsid, exec `crust-pause fork [CGROUP2_FD]`: unshare(CLONE_NEWNS),
+//!                    pivot_root into an empty read-only tmpfs, the host's mounts detached
 //!                       └─clone──▶ pause (PID 1 of the pod's PID namespace if new, born
-//!                                  in the pod's cgroups)
+//!                                  in the pod's cgroups, on the empty root)
 //!   crustd ◀── "PID\n" ── launcher exits 0
 //! ```
 
@@ -80,6 +89,11 @@ pub struct PauseSpec {
     /// returns) the pause enters, as its root, before it makes the new namespaces
     /// above, which that namespace then owns. `None`: the caller's.
     pub userns_fd: Option<RawFd>,
+    /// The pause keeps the caller's mount namespace, root and cwd; only for callers
+    /// that may not make a mount namespace (tests without privilege). Otherwise it gets
+    /// a mount namespace of its own on an empty read-only tmpfs, so that a process
+    /// reaching it through `/proc/PID/root` or `cwd` finds nothing of the host's.
+    pub keep_root: bool,
 }
 
 impl PauseSpec {
@@ -129,6 +143,13 @@ const STEP_SETHOSTNAME: u8 = 2;
 const STEP_SETSID: u8 = 3;
 const STEP_CGROUP: u8 = 4;
 const STEP_USERNS: u8 = 5;
+// What failed in the launcher on its way into the empty root: its exit status, with
+// `-ERRNO` on its stdout (crates/pause/src/main.rs has the same numbers).
+const STEP_MOUNT_NS: u8 = 6;
+const STEP_PRIVATE: u8 = 7;
+const STEP_TMPFS: u8 = 8;
+const STEP_PIVOT_ROOT: u8 = 9;
+const STEP_DETACH: u8 = 10;
 
 fn step_name(code: Option<u8>) -> &'static str {
     match code {
@@ -137,6 +158,11 @@ fn step_name(code: Option<u8>) -> &'static str {
         Some(STEP_SETSID) => "setsid",
         Some(STEP_CGROUP) => "cgroup",
         Some(STEP_USERNS) => "join user namespace",
+        Some(STEP_MOUNT_NS) => "unshare mount namespace",
+        Some(STEP_PRIVATE) => "make mounts private",
+        Some(STEP_TMPFS) => "mount empty root",
+        Some(STEP_PIVOT_ROOT) => "pivot_root",
+        Some(STEP_DETACH) => "detach host root",
         _ => "exec",
     }
 }
@@ -163,8 +189,9 @@ fn check_hostname(hostname: &str) -> Result<Vec<u8>> {
 /// Starts a pause as [`PauseSpec`] says and returns it once it runs.
 ///
 /// Steps, each named in its error: `unshare`, `sethostname` and `setsid` in the forked
-/// child before exec (`SpawnPause`), the launcher's exit status and pid line
-/// (`PauseLauncher`), the pause's presence in `/proc` (`PauseVanished`).
+/// child before exec and the launcher's steps into the empty root (`SpawnPause`), the
+/// launcher's exit status and pid line (`PauseLauncher`), the pause's presence in
+/// `/proc` (`PauseVanished`).
 ///
 /// Safe to call from a multi-threaded program (a tokio runtime): the code between fork
 /// and exec makes only async-signal-safe syscalls on data prepared before the fork.
@@ -195,7 +222,12 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
     let cgroups = open_cgroups(&spec.cgroup_dirs, &binary)?;
     let setup = ChildSetup::new(spec, hostname, step_w.as_raw_fd(), &cgroups);
     let binary_fd = open_binary_fd(&binary, setup.userns)?;
-    let mut cmd = launcher_command(&binary, binary_fd.as_ref(), setup.launcher_cgroup);
+    let mut cmd = launcher_command(
+        &binary,
+        binary_fd.as_ref(),
+        spec.keep_root,
+        setup.launcher_cgroup,
+    );
     // SAFETY: the closure runs between fork and exec; `ChildSetup::run` says what it
     // may do there.
     unsafe {
@@ -254,11 +286,12 @@ fn open_binary_fd(binary: &Path, userns: Option<RawFd>) -> Result<Option<OwnedFd
     })
 }
 
-/// `crust-pause fork [CGROUP2_FD]`, by `binary_fd` when there is one, with its stdout
-/// piped for the pid line.
+/// `crust-pause fork [--keep-root] [CGROUP2_FD]`, by `binary_fd` when there is one, with
+/// its stdout piped for the pid line.
 fn launcher_command(
     binary: &Path,
     binary_fd: Option<&OwnedFd>,
+    keep_root: bool,
     launcher_cgroup: Option<RawFd>,
 ) -> Command {
     let mut cmd = match binary_fd {
@@ -270,6 +303,9 @@ fn launcher_command(
         None => Command::new(binary),
     };
     cmd.arg("fork");
+    if keep_root {
+        cmd.arg("--keep-root");
+    }
     if let Some(fd) = launcher_cgroup {
         // The launcher clones the pause into this cgroup2 directory.
         cmd.arg(fd.to_string());
@@ -277,7 +313,8 @@ fn launcher_command(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        // The pause must not hold a mount busy through its working directory.
+        // With `keep_root` the pause must not hold a mount busy through its working
+        // directory.
         .current_dir("/");
     cmd
 }
@@ -429,6 +466,9 @@ fn launched_pid(launcher: &mut std::process::Child, binary: &Path) -> Result<i32
     let status = launcher
         .wait()
         .map_err(|e| launcher_err(format!("wait: {e}")))?;
+    if let Some(e) = launcher_step_failure(status.code(), &line, binary) {
+        return Err(e);
+    }
     if !status.success() {
         return Err(launcher_err(format!("exited with {status}")));
     }
@@ -437,6 +477,20 @@ fn launched_pid(launcher: &mut std::process::Child, binary: &Path) -> Result<i32
         .and_then(|s| s.parse::<i32>().ok())
         .filter(|&p| p > 0)
         .ok_or_else(|| launcher_err(format!("printed {line:?} instead of a pid")))
+}
+
+/// A launcher that exited with the number of one of its steps and printed `-ERRNO`:
+/// that step, named as the forked child's are.
+fn launcher_step_failure(code: Option<i32>, line: &str, binary: &Path) -> Option<Error> {
+    let step = u8::try_from(code?)
+        .ok()
+        .filter(|s| (STEP_MOUNT_NS..=STEP_DETACH).contains(s))?;
+    let errno: i32 = line.strip_suffix('\n')?.strip_prefix('-')?.parse().ok()?;
+    Some(Error::SpawnPause {
+        binary: binary.to_path_buf(),
+        step: step_name(Some(step)),
+        source: io::Error::from_raw_os_error(errno),
+    })
 }
 
 pub use crate::proc::alive;
@@ -660,6 +714,7 @@ mod tests {
         let binary = install(&d).unwrap();
         let pause = spawn(&PauseSpec {
             binary,
+            keep_root: true,
             ..Default::default()
         })
         .unwrap();
@@ -710,6 +765,56 @@ mod tests {
         assert_eq!(step_name(Some(STEP_SETSID)), "setsid");
         assert_eq!(step_name(Some(STEP_CGROUP)), "cgroup");
         assert_eq!(step_name(Some(STEP_USERNS)), "join user namespace");
+        assert_eq!(step_name(Some(STEP_PIVOT_ROOT)), "pivot_root");
         assert_eq!(step_name(None), "exec");
+    }
+
+    /// The launcher's failed step into the empty root: its exit status and `-ERRNO`.
+    #[test]
+    fn a_launcher_step_failure_is_named() {
+        let b = Path::new("/b/crust-pause");
+        let e = launcher_step_failure(Some(9), "-22\n", b).unwrap();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "spawn pause /b/crust-pause: pivot_root: {}",
+                io::Error::from_raw_os_error(22)
+            )
+        );
+        let e = launcher_step_failure(Some(6), "-1\n", b)
+            .unwrap()
+            .to_string();
+        assert!(e.contains(": unshare mount namespace: "), "{e}");
+        // Other exits (fork failed, usage, a panic) or lines are not a step's.
+        for (code, line) in [
+            (Some(1), "-22\n"),
+            (Some(2), "-22\n"),
+            (Some(9), ""),
+            (Some(9), "22\n"),
+            (None, "-22\n"),
+        ] {
+            assert!(
+                launcher_step_failure(code, line, b).is_none(),
+                "{code:?} {line:?}"
+            );
+        }
+    }
+
+    /// Without `keep_root` the launcher unshares a mount namespace, which only a
+    /// privileged caller may: as anyone else the step is named.
+    #[test]
+    fn a_refused_empty_root_is_named() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            return;
+        }
+        let d = temp("refusedroot");
+        let spec = PauseSpec {
+            binary: install(&d).unwrap(),
+            ..Default::default()
+        };
+        let msg = spawn(&spec).unwrap_err().to_string();
+        assert!(msg.contains(": unshare mount namespace: "), "{msg}");
+        fs::remove_dir_all(&d).unwrap();
     }
 }

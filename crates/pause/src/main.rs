@@ -13,13 +13,23 @@
 //!   orphans), SIGTERM and SIGINT exit 0, anything else is ignored. Blocked signals that
 //!   are waited for are delivered even to the init of a PID namespace, which the kernel
 //!   otherwise shields from every signal it has no handler for.
-//! - `crust-pause fork [FD]`: forks; the parent prints the child's pid and `\n` on stdout and
-//!   exits 0; with FD (a cgroup2 directory) the child is cloned into that cgroup
-//!   (`CLONE_INTO_CGROUP`: no global cgroup lock, unlike a write of its pid to
-//!   `cgroup.procs`; kernels before 5.7 get the launcher moved there first instead); the child points fds 0, 1 and 2 at `/dev/null` (closing the launcher's
-//!   pipe) and runs the loop above. The pause is thus reparented away from whoever
+//! - `crust-pause fork [--keep-root] [FD]`: unless `--keep-root`, the launcher first
+//!   moves into an empty root (see below); then it forks; the parent prints the
+//!   child's pid and `\n` on stdout and exits 0; with FD (a cgroup2 directory) the
+//!   child is cloned into that cgroup (`CLONE_INTO_CGROUP`: no global cgroup lock,
+//!   unlike a write of its pid to `cgroup.procs`; kernels before 5.7 get the launcher
+//!   moved there first instead); the child points fds 0, 1 and 2 at `/dev/null`
+//!   (opened by the launcher, closing its pipe) and runs the loop above. The pause is thus reparented away from whoever
 //!   started it, and when the launcher was started after `unshare(CLONE_NEWPID)` the
 //!   child is PID 1 of the new PID namespace.
+//! - the empty root: the pause is PID 1 of a pod sharing its PID namespace, so a
+//!   container that may ptrace it (`CAP_SYS_PTRACE`) can open `/proc/1/root` and
+//!   `/proc/1/cwd`. They lead to an empty read-only tmpfs, the only mount of the
+//!   pause's own mount namespace, and `..` from there is that tmpfs again: nothing of
+//!   the host's. The launcher makes it before it forks, so the pause never has the
+//!   host's root, and its pid is only printed after. A step that fails makes the
+//!   launcher print `-ERRNO\n` and exit with the step's number (`STEP_*` here and in
+//!   `crates/container/src/pause.rs`).
 //! - no argument: runs the loop in place. Anything else: usage on stderr, exit 2.
 
 #![no_std]
@@ -28,26 +38,38 @@
 mod sys;
 
 use sys::{
-    c_str_eq, close, exit, syscall, write_all, ANY_CHILD, E2BIG, EINVAL, ENOSYS, O_CLOEXEC, O_RDWR,
-    O_WRONLY, SIGCHLD, SIGINT, SIGKILL, SIGSET_SIZE, SIGTERM, SIG_BLOCK, SYS_CLONE, SYS_CLONE3,
-    SYS_DUP2, SYS_KILL, SYS_OPEN, SYS_OPENAT, SYS_RT_SIGPROCMASK, SYS_RT_SIGTIMEDWAIT, SYS_WAIT4,
-    SYS_WRITE, WNOHANG,
+    c_str_eq, close, exit, syscall, syscall_5, write_all, ANY_CHILD, CLONE_NEWNS, E2BIG, EINVAL,
+    ENOSYS, MNT_DETACH, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_PRIVATE, MS_RDONLY, MS_REC, O_CLOEXEC,
+    O_RDWR, O_WRONLY, SIGCHLD, SIGINT, SIGKILL, SIGSET_SIZE, SIGTERM, SIG_BLOCK, SYS_CHDIR,
+    SYS_CLONE, SYS_CLONE3, SYS_DUP2, SYS_KILL, SYS_MOUNT, SYS_OPEN, SYS_OPENAT, SYS_PIVOT_ROOT,
+    SYS_RT_SIGPROCMASK, SYS_RT_SIGTIMEDWAIT, SYS_UMOUNT2, SYS_UNSHARE, SYS_WAIT4, SYS_WRITE,
+    WNOHANG,
 };
+
+// What failed on the way into the empty root: the launcher's exit status, named by
+// `step_name` in crates/container/src/pause.rs (1 to 5 are the forked child's steps
+// there; 1 and 2 as exit statuses are this file's own fork failure and usage).
+/// `unshare(CLONE_NEWNS)`.
+const STEP_MOUNT_NS: usize = 6;
+/// Every mount made private, so nothing done here propagates to the host.
+const STEP_PRIVATE: usize = 7;
+/// The tmpfs mounted.
+const STEP_TMPFS: usize = 8;
+/// Into it, and `pivot_root`.
+const STEP_PIVOT_ROOT: usize = 9;
+/// The host's root (now stacked on the tmpfs) detached.
+const STEP_DETACH: usize = 10;
+
+/// An existing directory of the host the tmpfs is mounted on, in the launcher's own
+/// mount namespace: `/proc` is there wherever crustd runs.
+const MOUNT_POINT: &core::ffi::CStr = c"/proc";
 
 extern "C" fn start(sp: *const usize) -> ! {
     // SAFETY: `sp` is the initial stack pointer the kernel set up: argc, then argc
     // pointers to NUL-terminated strings.
-    let (argc, arg1, arg2) = unsafe {
-        let argc = *sp;
-        let arg = |i: usize| {
-            if argc > i {
-                *sp.add(1 + i) as *const u8
-            } else {
-                core::ptr::null()
-            }
-        };
-        (argc, arg(1), arg(2))
-    };
+    let argc = unsafe { *sp };
+    // SAFETY: as above; only called for `i` below argc.
+    let arg = |i: usize| unsafe { *sp.add(1 + i) as *const u8 };
 
     // Block first, so neither the parent nor the child can be killed by a signal's
     // default action once we are past this line.
@@ -61,25 +83,44 @@ extern "C" fn start(sp: *const usize) -> ! {
     );
 
     if argc >= 2 {
-        // SAFETY: argv[1] exists and is NUL-terminated.
-        // SAFETY: argv[2], when there, is NUL-terminated too.
-        let cgroup = if arg2.is_null() {
-            Some(None)
-        } else {
-            unsafe { parse_fd(arg2) }.map(Some)
-        };
-        match cgroup {
-            // SAFETY: argv[1] exists and is NUL-terminated.
-            Some(cgroup) if argc <= 3 && unsafe { c_str_eq(arg1, b"fork\0") } => {
-                fork_and_detach(cgroup)
-            }
-            _ => {
-                write_all(2, b"usage: crust-pause [fork [CGROUP2_DIR_FD]]\n");
+        // SAFETY: argv[1] to argv[argc - 1] exist and are NUL-terminated.
+        match unsafe { fork_args(argc, arg) } {
+            Some((keep_root, cgroup)) => fork_and_detach(keep_root, cgroup),
+            None => {
+                write_all(
+                    2,
+                    b"usage: crust-pause [fork [--keep-root] [CGROUP2_DIR_FD]]\n",
+                );
                 exit(2);
             }
         }
     }
     wait_loop(&all)
+}
+
+/// `fork [--keep-root] [FD]` as (keep_root, FD); `None` for anything else.
+///
+/// # Safety
+/// `arg(i)` is a NUL-terminated string for every `i` below `argc`.
+unsafe fn fork_args(
+    argc: usize,
+    arg: impl Fn(usize) -> *const u8,
+) -> Option<(bool, Option<usize>)> {
+    if argc > 4 || !c_str_eq(arg(1), b"fork\0") {
+        return None;
+    }
+    let (mut keep_root, mut cgroup) = (false, None);
+    for i in 2..argc {
+        let a = arg(i);
+        if !keep_root && cgroup.is_none() && c_str_eq(a, b"--keep-root\0") {
+            keep_root = true;
+        } else if cgroup.is_none() {
+            cgroup = Some(parse_fd(a)?);
+        } else {
+            return None;
+        }
+    }
+    Some((keep_root, cgroup))
 }
 
 /// A decimal fd number; `None` for anything else.
@@ -169,9 +210,26 @@ fn fork_into(cgroup: Option<usize>) -> isize {
     syscall(SYS_CLONE, SIGCHLD, 0, 0, 0)
 }
 
-/// Forks; the parent reports the child's pid and exits, the child returns with its
-/// standard fds on /dev/null.
-fn fork_and_detach(cgroup: Option<usize>) {
+/// Into the empty root unless `keep_root`, then forks; the parent reports the child's
+/// pid and exits, the child returns with its standard fds on /dev/null.
+fn fork_and_detach(keep_root: bool, cgroup: Option<usize>) {
+    // Opened while the host's /dev is there; the child's 0, 1 and 2.
+    let null = syscall(
+        SYS_OPEN,
+        c"/dev/null".as_ptr() as usize,
+        O_RDWR | O_CLOEXEC,
+        0,
+        0,
+    );
+    if !keep_root {
+        if let Err((step, errno)) = enter_empty_root() {
+            let mut buf = [0u8; 24];
+            let line = decimal_line(errno, &mut buf);
+            write_all(1, b"-");
+            write_all(1, line);
+            exit(step);
+        }
+    }
     let pid = fork_into(cgroup);
     if let Some(fd) = cgroup {
         close(fd);
@@ -182,7 +240,7 @@ fn fork_and_detach(cgroup: Option<usize>) {
     }
     if pid > 0 {
         let mut buf = [0u8; 24];
-        let line = format_pid(pid as usize, &mut buf);
+        let line = decimal_line(pid as usize, &mut buf);
         if write_all(1, line) {
             exit(0);
         }
@@ -190,13 +248,7 @@ fn fork_and_detach(cgroup: Option<usize>) {
         syscall(SYS_KILL, pid as usize, SIGKILL, 0, 0);
         exit(1);
     }
-    let fd = syscall(
-        SYS_OPEN,
-        c"/dev/null".as_ptr() as usize,
-        O_RDWR | O_CLOEXEC,
-        0,
-        0,
-    );
+    let fd = null;
     if fd >= 0 {
         for target in 0..3 {
             syscall(SYS_DUP2, fd as usize, target, 0, 0);
@@ -212,15 +264,63 @@ fn fork_and_detach(cgroup: Option<usize>) {
     }
 }
 
-/// `pid` in decimal followed by '\n', in the tail of `buf`.
-fn format_pid(mut pid: usize, buf: &mut [u8; 24]) -> &[u8] {
+/// A mount namespace of this process's own whose only mount is an empty read-only
+/// tmpfs, which is also its root and cwd; the pause forked after inherits all three.
+/// Err: the step that failed and its errno.
+///
+/// The namespace starts as a copy of the host's mount table (the kernel has no other
+/// way); every copied mount is made private, so what follows does not propagate back,
+/// the tmpfs goes on [`MOUNT_POINT`], `pivot_root(".", ".")` stacks the old root on top
+/// of it, and one lazy unmount drops the whole copy (and with it the references it held
+/// to other pods' namespace pins). In a pod's user namespace all of this is allowed to
+/// its root, the launcher: the namespace it makes is that user namespace's.
+fn enter_empty_root() -> Result<(), (usize, usize)> {
+    let check = |step: usize, rc: isize| {
+        if rc < 0 {
+            Err((step, -rc as usize))
+        } else {
+            Ok(())
+        }
+    };
+    let dot = c".".as_ptr() as usize;
+    check(STEP_MOUNT_NS, syscall(SYS_UNSHARE, CLONE_NEWNS, 0, 0, 0))?;
+    let root = c"/".as_ptr() as usize;
+    check(
+        STEP_PRIVATE,
+        syscall_5(SYS_MOUNT, 0, root, 0, MS_REC | MS_PRIVATE, 0),
+    )?;
+    // Read-only from the start: pivot_root needs no directory in it.
+    let flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+    check(
+        STEP_TMPFS,
+        syscall_5(
+            SYS_MOUNT,
+            c"tmpfs".as_ptr() as usize,
+            MOUNT_POINT.as_ptr() as usize,
+            c"tmpfs".as_ptr() as usize,
+            flags,
+            c"mode=0555,size=4k,nr_inodes=1".as_ptr() as usize,
+        ),
+    )?;
+    check(
+        STEP_PIVOT_ROOT,
+        syscall(SYS_CHDIR, MOUNT_POINT.as_ptr() as usize, 0, 0, 0),
+    )?;
+    check(STEP_PIVOT_ROOT, syscall(SYS_PIVOT_ROOT, dot, dot, 0, 0))?;
+    // "." now finds the old root on top of the tmpfs.
+    check(STEP_DETACH, syscall(SYS_UMOUNT2, dot, MNT_DETACH, 0, 0))?;
+    check(STEP_DETACH, syscall(SYS_CHDIR, root, 0, 0, 0))
+}
+
+/// `n` in decimal followed by '\n', in the tail of `buf`.
+fn decimal_line(mut n: usize, buf: &mut [u8; 24]) -> &[u8] {
     let mut i = buf.len() - 1;
     buf[i] = b'\n';
     loop {
         i -= 1;
-        buf[i] = b'0' + (pid % 10) as u8;
-        pid /= 10;
-        if pid == 0 {
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
             break;
         }
     }

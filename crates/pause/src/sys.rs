@@ -24,12 +24,17 @@ pub const SYS_WAIT4: usize = 61;
 pub const SYS_KILL: usize = 62;
 pub const SYS_FCNTL: usize = 72;
 pub const SYS_FSYNC: usize = 74;
+pub const SYS_CHDIR: usize = 80;
 pub const SYS_RENAME: usize = 82;
 pub const SYS_UNLINK: usize = 87;
 pub const SYS_SETSID: usize = 112;
 pub const SYS_RT_SIGTIMEDWAIT: usize = 128;
+pub const SYS_PIVOT_ROOT: usize = 155;
+pub const SYS_MOUNT: usize = 165;
+pub const SYS_UMOUNT2: usize = 166;
 pub const SYS_CLOCK_GETTIME: usize = 228;
 pub const SYS_EXIT_GROUP: usize = 231;
+pub const SYS_UNSHARE: usize = 272;
 pub const SYS_SIGNALFD4: usize = 289;
 pub const SYS_RECVFROM: usize = 45;
 pub const SYS_SENDMSG: usize = 46;
@@ -70,6 +75,19 @@ pub const O_NONBLOCK: usize = 0o4000;
 pub const O_DIRECTORY: usize = 0o200000;
 pub const O_NOFOLLOW: usize = 0o400000;
 pub const O_CLOEXEC: usize = 0o2000000;
+
+/// `unshare` flag: a new mount namespace.
+pub const CLONE_NEWNS: usize = 0x2_0000;
+
+/// `mount` flags.
+pub const MS_RDONLY: usize = 0x1;
+pub const MS_NOSUID: usize = 0x2;
+pub const MS_NODEV: usize = 0x4;
+pub const MS_NOEXEC: usize = 0x8;
+pub const MS_REC: usize = 0x4000;
+pub const MS_PRIVATE: usize = 1 << 18;
+/// `umount2` flag: detach now, free when no longer busy.
+pub const MNT_DETACH: usize = 0x2;
 
 pub const F_GETFL: usize = 3;
 pub const F_SETFL: usize = 4;
@@ -138,6 +156,13 @@ pub fn syscall(n: usize, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
     // locals, statics or argv strings, or null); the syscalls used here touch no memory
     // of ours beyond those.
     unsafe { syscall5(n, a1, a2, a3, a4, 0) }
+}
+
+/// [`syscall`] with a fifth argument (`mount`'s data).
+#[inline(always)]
+pub fn syscall_5(n: usize, a1: usize, a2: usize, a3: usize, a4: usize, a5: usize) -> isize {
+    // SAFETY: as for `syscall`.
+    unsafe { syscall5(n, a1, a2, a3, a4, a5) }
 }
 
 pub fn exit(code: usize) -> ! {

@@ -230,6 +230,9 @@ fn start_pause(
         new_pid: !rec.host_pid,
         cgroup_dirs: crust.cgroups.dirs(cgroup),
         userns_fd: userns_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+        // Its own mount namespace on an empty root: a container that may ptrace it
+        // (PID namespace shared) finds nothing of the host's behind /proc/1/root.
+        keep_root: false,
     };
     // The record with the attachment must be on disk before ADD (CNI may allocate
     // even when ADD fails, and DEL must follow, also after a power loss): its fsync
