@@ -170,7 +170,9 @@ pub fn endpoints(dir: Option<&Path>, registry: &str) -> Result<Vec<Endpoint>> {
     parse(&text, registry, &file)
 }
 
-fn parse(text: &str, registry: &str, file: &Path) -> Result<Vec<Endpoint>> {
+/// The endpoints `text` (the `hosts.toml` at `file`) names for `registry`, mirrors first.
+/// Public for fuzzing and for callers that have the file's text already.
+pub fn parse(text: &str, registry: &str, file: &Path) -> Result<Vec<Endpoint>> {
     let base = file.parent().unwrap_or(Path::new("/"));
     let hf: HostsFile = toml::from_str(text).map_err(|e| {
         Error::InvalidArgument(format!("{}: {}", file.display(), e.to_string().trim_end()))

@@ -21,10 +21,12 @@ mod digest;
 mod error;
 mod fetch;
 mod fsutil;
-mod hosts;
+/// `hosts.toml` reading; public for fuzzing (`fuzz/`) and other callers of its parser.
+pub mod hosts;
 mod import;
 pub mod layout;
-mod manifest;
+/// Index, manifest and config parsing; public for fuzzing (`fuzz/`) and other callers.
+pub mod manifest;
 mod pull;
 mod reference;
 mod snapshot;
