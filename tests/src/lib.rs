@@ -467,6 +467,7 @@ impl HttpRequest {
 }
 pub mod bundle;
 pub mod cluster;
+pub mod containerd;
 pub mod cri;
 pub mod crustd;
 pub mod header_proxy;
