@@ -3,11 +3,19 @@
 //! `unshare`) while ordinary commands run, in the container and in `ExecSync`; a
 //! `Localhost` profile file (OCI or Docker format, by `localhost_ref` or the
 //! deprecated `seccomp_profile_path`) is enforced; a missing profile file is
-//! `InvalidArgument` and leaves nothing behind.
+//! `InvalidArgument` and leaves nothing behind. And `RuntimeDefault` against
+//! containerd's default, syscall by syscall: the filter each runtime installed in a
+//! running container, read back with ptrace and evaluated for every call number.
+
+#[path = "seccomp/filters.rs"]
+mod filters;
 
 use cri_api::*;
-use crust_e2e::cri::{container_dirs, sc, setup, Env};
+use crust_e2e::containerd::Containerd;
+use crust_e2e::cri::{busybox_layout, container_dirs, sc, setup, Client, Env, IMAGE};
 use crust_e2e::{require_root, TempDir};
+use filters::{Data, Names, AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64};
+use std::collections::{BTreeMap, BTreeSet};
 use tonic::Code;
 
 fn root() -> bool {
@@ -196,4 +204,338 @@ async fn a_missing_localhost_profile_is_invalid_argument() {
         .unwrap_or(0);
     assert_eq!(snapshots, 0);
     assert_eq!(e.d.leftovers(), before);
+}
+
+/// The capability variants compared: CRI's `add_capabilities` on the default set.
+const VARIANTS: &[&[&str]] = &[
+    &[],
+    &["SYS_PTRACE"],
+    &["SYS_ADMIN"],
+    &["SYS_NICE", "SYS_TIME"],
+];
+
+/// A difference from containerd 1.6's default (the one installed here) kept on purpose,
+/// most of them where crust follows containerd's later defaults: the probes it covers,
+/// what crust answers there and (when it is one answer) what containerd does. Each
+/// entry must still be needed: one no probe uses fails the test.
+struct Known {
+    why: &'static str,
+    covers: fn(&Data, &Names) -> bool,
+    crust: &'static str,
+    containerd: Option<&'static str>,
+}
+
+const KNOWN: &[Known] = &[
+    Known {
+        why: "a foreign arch (unreachable on x86_64): crust kills the process, runc's \
+              libseccomp the thread",
+        covers: |d, _| d.arch == AUDIT_ARCH_AARCH64,
+        crust: "KILL_PROCESS",
+        containerd: Some("KILL_THREAD"),
+    },
+    Known {
+        why:
+            "a number with the top bit: crust kills every number >= 0x40000000, runc answers ENOSYS",
+        covers: |d, _| d.arch == AUDIT_ARCH_X86_64 && d.nr == 0x8000_0000,
+        crust: "KILL_PROCESS",
+        containerd: Some("ERRNO(ENOSYS)"),
+    },
+    Known {
+        why: "io_uring: refused as containerd >= 2.0 does",
+        covers: |d, n| n.of(d).starts_with("io_uring_"),
+        crust: "ERRNO(EPERM)",
+        containerd: Some("ALLOW"),
+    },
+    Known {
+        why: "socket(AF_VSOCK): refused as containerd >= 1.7 does",
+        covers: |d, n| d.nr == n.nr("socket") && d.args[0] == 40,
+        crust: "ERRNO(EPERM)",
+        containerd: Some("ALLOW"),
+    },
+    Known {
+        why: "name_to_handle_at, process_vm_readv/writev: allowed to all as containerd >= 1.7 does",
+        covers: |d, n| {
+            ["name_to_handle_at", "process_vm_readv", "process_vm_writev"]
+                .iter()
+                .any(|c| d.nr == n.nr(c))
+        },
+        crust: "ALLOW",
+        containerd: Some("ERRNO(EPERM)"),
+    },
+    Known {
+        why: "set_mempolicy_home_node is newer than containerd 1.6's list: runc answers ENOSYS \
+              above the highest number its profile names",
+        covers: |d, n| d.nr == n.nr("set_mempolicy_home_node"),
+        crust: "ERRNO(EPERM)",
+        containerd: Some("ERRNO(ENOSYS)"),
+    },
+    Known {
+        why: "set_mempolicy_home_node with CAP_SYS_NICE (see above)",
+        covers: |d, n| d.nr == n.nr("set_mempolicy_home_node"),
+        crust: "ALLOW",
+        containerd: Some("ERRNO(ENOSYS)"),
+    },
+    Known {
+        why: "crust filters the x86_64 ABI only and kills i386 calls; containerd allows \
+              its list by i386 number too",
+        covers: |d, _| d.arch == AUDIT_ARCH_I386,
+        crust: "KILL_PROCESS",
+        containerd: None,
+    },
+    Known {
+        why: "crust kills x32 calls (the x32 bit); containerd allows its list by x32 number",
+        covers: |d, _| d.arch == AUDIT_ARCH_X86_64 && d.nr & filters::X32_SYSCALL_BIT != 0,
+        crust: "KILL_PROCESS",
+        containerd: None,
+    },
+];
+
+/// The calls asked: every number on x86_64, x32 and i386 (and one foreign arch) with
+/// all arguments zero and all ones, and the argument rules of the default profiles:
+/// `clone` flags, `personality` personas, `socket` families.
+fn probes(names: &Names) -> Vec<Data> {
+    let mut v = vec![];
+    for arch in [AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, AUDIT_ARCH_AARCH64] {
+        for nr in (0..1024).chain([0x3fff_ffff, 0x7fff_ffff, 0x8000_0000, u32::MAX]) {
+            v.push(Data::new(arch, nr, [0; 6]));
+            v.push(Data::new(arch, nr, [u64::MAX; 6]));
+        }
+    }
+    for nr in 0..1024 {
+        v.push(Data::new(
+            AUDIT_ARCH_X86_64,
+            nr | filters::X32_SYSCALL_BIT,
+            [0; 6],
+        ));
+    }
+    let arg0 = |name: &str, values: &[u64], v: &mut Vec<Data>| {
+        for a in values {
+            v.push(Data::new(
+                AUDIT_ARCH_X86_64,
+                names.nr(name),
+                [*a, 0, 0, 0, 0, 0],
+            ));
+        }
+    };
+    // clone: each namespace flag alone, a thread's and a fork's flags, the high half.
+    let mut clone = vec![17, 0x003d_0f00, 0x1_0000_0000, 0x1_0000_0011];
+    clone.extend((0..32).map(|b| 1u64 << b));
+    arg0("clone", &clone, &mut v);
+    arg0("clone3", &[0x10, 0x58], &mut v);
+    arg0(
+        "personality",
+        &[
+            0,
+            8,
+            0x2_0000,
+            0x2_0008,
+            0xffff_ffff,
+            1,
+            0x40_0000,
+            0x1_0000_0000,
+            0x1_0000_0008,
+        ],
+        &mut v,
+    );
+    arg0(
+        "socket",
+        &[
+            1,
+            2,
+            10,
+            16,
+            17,
+            38,
+            40,
+            41,
+            44,
+            45,
+            0x1_0000_0028,
+            0x28_0000_0002,
+        ],
+        &mut v,
+    );
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Runs `sleep` with RuntimeDefault and `caps` added in `pod` on a daemon; its pid.
+async fn sleeper(
+    c: &mut Client,
+    pod: &(String, PodSandboxConfig),
+    name: &str,
+    caps: &[&str],
+) -> i32 {
+    let mut cfg = ctr(
+        name,
+        &["sleep", "3600"],
+        profile(security_profile::ProfileType::RuntimeDefault, ""),
+    );
+    sc(&mut cfg).capabilities = Some(Capability {
+        add_capabilities: caps.iter().map(|c| c.to_string()).collect(),
+        ..Default::default()
+    });
+    let id = c
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(cfg),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("CreateContainer {name}: {s:?}"))
+        .into_inner()
+        .container_id;
+    c.start_container(StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("StartContainer {name}: {s:?}"));
+    let st = c
+        .container_status(ContainerStatusRequest {
+            container_id: id,
+            verbose: true,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&st.info["info"]).unwrap();
+    let pid = info["pid"].as_i64().unwrap_or(0) as i32;
+    assert!(pid > 0, "no pid for {name}: {info}");
+    pid
+}
+
+/// A pod on a daemon: the same config for both, containerd's under its cgroup parent.
+async fn pod(
+    c: &mut Client,
+    name: &str,
+    logs: &TempDir,
+    parent: &str,
+) -> (String, PodSandboxConfig) {
+    let cfg = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: logs.path().join(name).display().to_string(),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: parent.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = crust_e2e::cri::run_pod(c, &cfg)
+        .await
+        .unwrap_or_else(|s| panic!("RunPodSandbox {name}: {s:?}"));
+    (id, cfg)
+}
+
+/// The filters of `pid`, which must be exactly one.
+fn the_filter(pid: i32, who: &str) -> Vec<Vec<libc::sock_filter>> {
+    let f = filters::filters_of(pid).unwrap_or_else(|e| panic!("{who}: {e}"));
+    assert_eq!(f.len(), 1, "{who}: {} filters", f.len());
+    f
+}
+
+/// containerd 1.6 + runc and crustd each run `sleep` with RuntimeDefault (the default
+/// capabilities, and variants with more); the filter each installed is read back with
+/// ptrace and both are evaluated for every call number on x86_64, x32 and i386 and for
+/// the argument rules. Every verdict must be the same, but for [`KNOWN`].
+#[tokio::test]
+async fn runtime_default_matches_containerds_syscall_by_syscall() {
+    let tools = ["ip", "nsenter", "nft", "busybox", "tar"];
+    let ctrd_tools = ["containerd", "ctr", "runc", "containerd-shim-runc-v2"];
+    if !require_root(&[&tools[..], &ctrd_tools[..]].concat()) {
+        return;
+    }
+    let names = Names::load();
+    let images = TempDir::new("scimages");
+    let layout = images.path().join("layout");
+    busybox_layout(&layout, IMAGE);
+    let archive = images.path().join("busybox.tar");
+    crust_e2e::sh(&[
+        "tar",
+        "-C",
+        &layout.to_string_lossy(),
+        "-cf",
+        &archive.to_string_lossy(),
+        "oci-layout",
+        "index.json",
+        "blobs",
+    ]);
+    let mut ctrd = Containerd::new(97);
+    ctrd.start(&[(archive, IMAGE.into())])
+        .await
+        .unwrap_or_else(|e| panic!("containerd: {e}"));
+    let mut cc: Client = RuntimeServiceClient::new(
+        cri_api::connect_unix(&ctrd.socket)
+            .await
+            .expect("containerd's socket"),
+    );
+    let ctrd_logs = TempDir::new("sclogs");
+    let parent = ctrd.cgroup_parent.clone();
+    let ctrd_pod = pod(&mut cc, "sccompare", &ctrd_logs, &parent).await;
+    ctrd.pod_ids.lock().unwrap().push(ctrd_pod.0.clone());
+    let mut e = setup().await;
+    let logs = TempDir::new("sclogs");
+    let crust_pod = pod(&mut e.c, "sccompare", &logs, "").await;
+
+    let probes = probes(&names);
+    let mut unexplained = vec![];
+    let mut used: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut same = 0;
+    for (i, caps) in VARIANTS.iter().enumerate() {
+        let name = format!("v{i}");
+        let crust = the_filter(sleeper(&mut e.c, &crust_pod, &name, caps).await, "crust");
+        let theirs = the_filter(sleeper(&mut cc, &ctrd_pod, &name, caps).await, "containerd");
+        let mut seen = BTreeSet::new();
+        for d in &probes {
+            let (a, b) = (
+                filters::show(filters::verdict(&crust, d)),
+                filters::show(filters::verdict(&theirs, d)),
+            );
+            if a == b {
+                same += 1;
+                continue;
+            }
+            let known = KNOWN.iter().find(|k| {
+                (k.covers)(d, &names) && k.crust == a && k.containerd.is_none_or(|c| c == b)
+            });
+            match known {
+                Some(k) => *used.entry(k.why).or_default() += 1,
+                None => {
+                    // One line per call and verdict pair, not per argument pattern.
+                    if seen.insert((d.arch, d.nr, a.clone(), b.clone())) {
+                        unexplained.push(format!(
+                            "caps +{caps:?} arch {:#x} {} args[0] {:#x}: crust {a}, containerd {b}",
+                            d.arch,
+                            names.of(d),
+                            d.args[0]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{} probes x {} variants: {same} the same; known differences: {used:?}",
+        probes.len(),
+        VARIANTS.len()
+    );
+    assert!(
+        unexplained.is_empty(),
+        "{} differences from containerd's default:\n{}",
+        unexplained.len(),
+        unexplained.join("\n")
+    );
+    for k in KNOWN {
+        assert!(
+            used.contains_key(k.why),
+            "a known difference no longer seen: {}",
+            k.why
+        );
+    }
 }

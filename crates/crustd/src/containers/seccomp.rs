@@ -133,7 +133,7 @@ const ALLOWED: &[&str] = &[
     "get_thread_area", "getcpu", "getegid", "geteuid", "getgid", "getgroups", "getpgid",
     "getpgrp", "getpid", "getppid", "getpriority", "getresgid", "getresuid", "getrlimit",
     "getrusage", "getsid", "gettid", "getuid", "ioctl", "kill", "modify_ldt", "pidfd_open",
-    "pidfd_send_signal", "prctl", "prlimit64", "process_mrelease", "ptrace",
+    "pidfd_send_signal", "pipe", "pipe2", "prctl", "prlimit64", "process_mrelease", "ptrace",
     "process_vm_readv", "process_vm_writev", "restart_syscall", "rseq", "seccomp",
     "set_robust_list", "set_thread_area", "set_tid_address", "setfsgid", "setfsuid", "setgid",
     "setgroups", "setpgid", "setpriority", "setregid", "setresgid", "setresuid", "setreuid",
