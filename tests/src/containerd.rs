@@ -64,7 +64,13 @@ pub async fn wait_ready(socket: &Path, timeout: Duration) -> Result<(), String> 
 // The pod network, the same conflist for both
 
 pub fn conflist(bridge: &str, subnet: u8, data_dir: &Path) -> String {
-    serde_json::json!({
+    conflist_chain(bridge, subnet, data_dir, false)
+}
+
+/// [`conflist`], with the reference `portmap` chained after `bridge` when `portmap` (as a
+/// node's conflist has it for `hostPort`; a pod without port mappings passes through).
+pub fn conflist_chain(bridge: &str, subnet: u8, data_dir: &Path, portmap: bool) -> String {
+    let mut v = serde_json::json!({
         "cniVersion": "1.0.0",
         "name": "crust-bench",
         "plugins": [{
@@ -79,8 +85,17 @@ pub fn conflist(bridge: &str, subnet: u8, data_dir: &Path) -> String {
                 "routes": [{"dst": "0.0.0.0/0"}]
             }
         }]
-    })
-    .to_string()
+    });
+    if portmap {
+        v["plugins"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "type": "portmap",
+                "capabilities": {"portMappings": true}
+            }));
+    }
+    v.to_string()
 }
 
 // ---------------------------------------------------------------------------------

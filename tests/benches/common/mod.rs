@@ -1,13 +1,21 @@
-//! What the side-by-side benchmarks (`sandbox`, `container`) share: memory and latency
-//! figures; the CRI call wrapper, the pod network's conflist, OCI archives for containerd
-//! and containerd 1.6 + runc running offline in a node namespace of its own are
+//! What the side-by-side benchmarks (`sandbox`, `container`, `runtime`) share: memory and
+//! latency figures, a phase runner, and the busybox image with an OCI archive of it for
+//! containerd; the CRI call wrapper, the pod network's conflist, the pause image and
+//! containerd 1.6 + runc running offline in a node namespace of its own are
 //! `crust_e2e::containerd`'s (the seccomp suite uses them too), re-exported here.
 //! Each bench includes this with `mod common;` and uses part of it.
 #![allow(dead_code)]
 
 pub use crust_e2e::containerd::*;
+use crust_e2e::which;
+use image::layout::{write_oci_layout, Compression, LayerBuilder, LayoutEntry, LayoutImage};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------
 // Measurements
@@ -94,4 +102,124 @@ pub fn tool_version(cmd: &[&str], word: usize) -> String {
         .and_then(|l| l.split_whitespace().nth(word))
         .unwrap_or("?")
         .to_string()
+}
+
+// ---------------------------------------------------------------------------------
+// The busybox-static image (`container`, `runtime`)
+
+pub const IMAGE: &str = "localhost/crust-bench/busybox:1";
+pub const APPLETS: &[&str] = &["true", "sh", "sleep"];
+
+/// Writes the busybox-static image as an OCI layout at `dir`, named [`IMAGE`].
+pub fn busybox_layout(dir: &Path) {
+    let bb = which("busybox").expect("busybox on PATH (apt-get install -y busybox-static)");
+    let mut l = LayerBuilder::new()
+        .dir("bin", 0o755)
+        .file_from("bin/busybox", &bb, 0o755)
+        .dir("etc", 0o755)
+        .file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
+        .file("etc/group", b"root:x:0:\n", 0o644)
+        .dir("dev", 0o755)
+        .dir("proc", 0o755)
+        .dir("sys", 0o755)
+        .dir("tmp", 0o1777);
+    for a in APPLETS {
+        l = l.symlink(&format!("bin/{a}"), "busybox");
+    }
+    let mut img = LayoutImage::new(vec![(l.finish(), Compression::Gzip)]);
+    img.config.cmd = vec!["/bin/sh".into()];
+    img.config.env = vec!["PATH=/bin".into()];
+    img.config.working_dir = "/".into();
+    write_oci_layout(
+        dir,
+        &[LayoutEntry {
+            ref_name: Some("1".into()),
+            image_name: Some(IMAGE.into()),
+            platforms: vec![img],
+        }],
+    );
+}
+
+/// An OCI archive (the layout's files in a tar) at `out`, for `ctr images import`.
+pub fn layout_archive(layout: &Path, out: &Path) -> PathBuf {
+    let mut b = tar::Builder::new(std::fs::File::create(out).unwrap());
+    b.mode(tar::HeaderMode::Deterministic);
+    b.append_path_with_name(layout.join("oci-layout"), "oci-layout")
+        .unwrap();
+    b.append_path_with_name(layout.join("index.json"), "index.json")
+        .unwrap();
+    let blobs = layout.join("blobs/sha256");
+    let mut names: Vec<_> = std::fs::read_dir(&blobs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    names.sort();
+    for n in names {
+        let name = format!("blobs/sha256/{}", n.to_string_lossy());
+        b.append_path_with_name(blobs.join(&n), name).unwrap();
+    }
+    b.into_inner().unwrap();
+    out.to_path_buf()
+}
+
+// ---------------------------------------------------------------------------------
+// CRI helpers
+
+/// `.info.pid` of a verbose status's `info` JSON, the same for both daemons.
+pub fn info_pid(info: &HashMap<String, String>, what: &str) -> Result<i32, String> {
+    let text = info
+        .get("info")
+        .ok_or_else(|| format!("no verbose info for {what}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("verbose info of {what}: {e}"))?;
+    v["pid"]
+        .as_i64()
+        .filter(|p| *p > 0)
+        .map(|p| p as i32)
+        .ok_or_else(|| format!("no pid in the verbose info of {what}: {text}"))
+}
+
+/// Runs `f(0..n)` with `par` calls in flight; returns every call's duration and the
+/// phase's wall time.
+pub async fn phase<F, Fut>(n: usize, par: usize, f: F) -> Result<(Vec<Duration>, Duration), String>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Duration, String>> + Send + 'static,
+{
+    let f = Arc::new(f);
+    let next = Arc::new(AtomicUsize::new(0));
+    let t = Instant::now();
+    let workers: Vec<_> = (0..par)
+        .map(|_| {
+            let (f, next) = (f.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= n {
+                        return Ok::<_, String>(out);
+                    }
+                    out.push(f(i).await?);
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(n);
+    let mut first_err = None;
+    for w in workers {
+        match w.await {
+            Ok(Ok(v)) => all.extend(v),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(format!("worker panicked: {e}"));
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok((all, t.elapsed())),
+    }
 }
