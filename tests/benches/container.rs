@@ -30,7 +30,7 @@ mod common;
 
 use common::*;
 use cri_api::*;
-use crust_e2e::crustd::{walk_dirs, Crustd, Options};
+use crust_e2e::crustd::{Crustd, Options};
 use crust_e2e::{busybox_rootfs, require_root, unique, which, TempDir};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -109,25 +109,6 @@ fn namespaces() -> NamespaceOption {
 /// A container as the kubelet configures one (BestEffort, no seccomp profile: the
 /// kubelet's default), running `cmd`.
 fn container_config(name: &str, cmd: &[&str], term_log: &Path) -> ContainerConfig {
-    let masked = [
-        "/proc/asound",
-        "/proc/acpi",
-        "/proc/kcore",
-        "/proc/keys",
-        "/proc/latency_stats",
-        "/proc/timer_list",
-        "/proc/timer_stats",
-        "/proc/sched_debug",
-        "/proc/scsi",
-        "/sys/firmware",
-    ];
-    let readonly = [
-        "/proc/bus",
-        "/proc/fs",
-        "/proc/irq",
-        "/proc/sys",
-        "/proc/sysrq-trigger",
-    ];
     ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: name.into(),
@@ -172,8 +153,11 @@ fn container_config(name: &str, cmd: &[&str], term_log: &Path) -> ContainerConfi
             }),
             security_context: Some(LinuxContainerSecurityContext {
                 namespace_options: Some(namespaces()),
-                masked_paths: masked.iter().map(|s| s.to_string()).collect(),
-                readonly_paths: readonly.iter().map(|s| s.to_string()).collect(),
+                masked_paths: KUBELET_MASKED_PATHS.iter().map(|s| s.to_string()).collect(),
+                readonly_paths: KUBELET_READONLY_PATHS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
                 ..Default::default()
             }),
         }),
@@ -578,32 +562,7 @@ fn hide_cgroup2_mount() -> Result<(), String> {
 
 impl Drop for OciRuntimes {
     fn drop(&mut self) {
-        let mut dirs = Vec::new();
-        for (mnt, root) in cgroup_mounts() {
-            let rel = self
-                .cgroup_parent
-                .strip_prefix(root.trim_end_matches('/'))
-                .unwrap_or(&self.cgroup_parent)
-                .trim_start_matches('/')
-                .to_string();
-            walk_dirs(&mnt.join(rel), &mut dirs);
-        }
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        dirs.dedup();
-        for d in &dirs {
-            if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
-                for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                    kill(p, libc::SIGKILL);
-                }
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while dirs.iter().any(|d| d.exists()) && Instant::now() < deadline {
-            for d in &dirs {
-                let _ = std::fs::remove_dir(d);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        kill_cgroup_tree(&self.cgroup_parent);
     }
 }
 

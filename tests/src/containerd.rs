@@ -277,6 +277,37 @@ pub fn kill(pid: i32, sig: i32) {
     unsafe { libc::kill(pid, sig) };
 }
 
+/// Kills every process in the cgroups at and below `cgroup_parent` (relative to each
+/// hierarchy's root, as a CRI `cgroup_parent` is), in every hierarchy, and removes those
+/// cgroups deepest first, for up to 5 s: what a bench or test leaves when it is torn down.
+pub fn kill_cgroup_tree(cgroup_parent: &str) {
+    let mut dirs = Vec::new();
+    for (mnt, root) in cgroup_mounts() {
+        let rel = cgroup_parent
+            .strip_prefix(root.trim_end_matches('/'))
+            .unwrap_or(cgroup_parent)
+            .trim_start_matches('/')
+            .to_string();
+        walk_dirs(&mnt.join(rel), &mut dirs);
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    dirs.dedup();
+    for d in &dirs {
+        if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                kill(p, libc::SIGKILL);
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dirs.iter().any(|d| d.exists()) && Instant::now() < deadline {
+        for d in &dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub struct Containerd {
     node: Netns,
     pub dir: TempDir,
@@ -606,32 +637,7 @@ disabled_plugins = [
             }
         }
         // Pause processes and whatever else is left in our pod cgroups, then the cgroups.
-        let mut dirs = Vec::new();
-        for (mnt, root) in cgroup_mounts() {
-            let rel = self
-                .cgroup_parent
-                .strip_prefix(root.trim_end_matches('/'))
-                .unwrap_or(&self.cgroup_parent)
-                .trim_start_matches('/')
-                .to_string();
-            walk_dirs(&mnt.join(rel), &mut dirs);
-        }
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        dirs.dedup();
-        for d in &dirs {
-            if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
-                for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                    kill(p, libc::SIGKILL);
-                }
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while dirs.iter().any(|d| d.exists()) && Instant::now() < deadline {
-            for d in &dirs {
-                let _ = std::fs::remove_dir(d);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        kill_cgroup_tree(&self.cgroup_parent);
         // Mounts under our dirs (rootfs overlays, pod netns pins, shm), deepest first;
         // the tmpfs of `run` itself goes with its TempDir.
         let mut mounts = mounts_below(self.dir.path());
