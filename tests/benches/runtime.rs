@@ -278,25 +278,6 @@ fn pod_config(row: &Row, name: &str, uid: &str, files: &PodFiles) -> PodSandboxC
 }
 
 fn container_config(node: &Node, name: &str, uid: &str, files: &PodFiles) -> ContainerConfig {
-    let masked = [
-        "/proc/asound",
-        "/proc/acpi",
-        "/proc/kcore",
-        "/proc/keys",
-        "/proc/latency_stats",
-        "/proc/timer_list",
-        "/proc/timer_stats",
-        "/proc/sched_debug",
-        "/proc/scsi",
-        "/sys/firmware",
-    ];
-    let readonly = [
-        "/proc/bus",
-        "/proc/fs",
-        "/proc/irq",
-        "/proc/sys",
-        "/proc/sysrq-trigger",
-    ];
     let mount = |c: &str, h: &Path, ro: bool| Mount {
         container_path: c.into(),
         host_path: h.display().to_string(),
@@ -373,8 +354,11 @@ fn container_config(node: &Node, name: &str, uid: &str, files: &PodFiles) -> Con
             resources: Some(resources),
             security_context: Some(LinuxContainerSecurityContext {
                 namespace_options: Some(namespaces()),
-                masked_paths: masked.iter().map(|s| s.to_string()).collect(),
-                readonly_paths: readonly.iter().map(|s| s.to_string()).collect(),
+                masked_paths: KUBELET_MASKED_PATHS.iter().map(|s| s.to_string()).collect(),
+                readonly_paths: KUBELET_READONLY_PATHS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
                 seccomp: Some(runtime_default()),
                 ..Default::default()
             }),

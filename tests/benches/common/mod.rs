@@ -93,6 +93,28 @@ pub fn pct(v: &[Duration], p: f64) -> f64 {
     s[((s.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// The masked and read-only paths the kubelet v1.28 sends in every container's security
+/// context (its defaults), so both runtimes are asked for the same.
+pub const KUBELET_MASKED_PATHS: [&str; 10] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+pub const KUBELET_READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// Word `word` of the first line a tool prints (its version), or `?`.
 pub fn tool_version(cmd: &[&str], word: usize) -> String {
     let out = crust_e2e::run(Command::new(cmd[0]).args(&cmd[1..]));
