@@ -198,7 +198,7 @@ async fn watch_apiserver(client: kube::Client, node: String, tx: mpsc::Sender<Up
 /// `managedFields` (server-side apply's bookkeeping, often the largest part of a pod
 /// object), held in up to three copies per pod (the update channel, the worker, the
 /// HTTPS server's view).
-pub fn slim(p: &mut Pod) {
+fn slim(p: &mut Pod) {
     p.metadata.managed_fields = None;
 }
 
