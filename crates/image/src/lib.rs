@@ -30,6 +30,7 @@ pub mod manifest;
 mod pull;
 mod reference;
 mod snapshot;
+mod targuard;
 mod token;
 pub mod unpack;
 

@@ -9,6 +9,7 @@
 
 use crate::digest::HashReader;
 use crate::error::{Error, Result};
+use crate::targuard::{Guard, TooLarge};
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -43,9 +44,9 @@ pub fn decompressor<'a, R: Read + 'a>(r: R) -> std::io::Result<Box<dyn Read + 'a
 /// `what` names the layer in errors.
 pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
     let bad = |m: String| Error::InvalidArgument(format!("layer {what}: {m}"));
-    let corrupt = |e: std::io::Error| Error::DataLoss(format!("layer {what}: reading: {e}"));
+    let corrupt = |e: std::io::Error| read_err(what, e);
     let hr = HashReader::new(decompressor(r).map_err(corrupt)?);
-    let mut ar = tar::Archive::new(hr);
+    let mut ar = tar::Archive::new(Guard::new(hr));
     let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
     {
         let entries = ar.entries().map_err(corrupt)?;
@@ -138,11 +139,20 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
     for (d, t) in dirs.iter().rev() {
         set_mtime(d, *t as i64);
     }
-    let (diff_id, uncompressed_size) = ar.into_inner().finish().map_err(corrupt)?;
+    let (diff_id, uncompressed_size) = ar.into_inner().into_inner().finish().map_err(corrupt)?;
     Ok(Unpacked {
         diff_id,
         uncompressed_size,
     })
+}
+
+/// A layer that could not be read: corrupt (DATA_LOSS), or refused by the guard for an
+/// oversized extension entry (INVALID_ARGUMENT: retrying the pull cannot help).
+fn read_err(what: &str, e: std::io::Error) -> Error {
+    match e.get_ref().and_then(|i| i.downcast_ref::<TooLarge>()) {
+        Some(t) => Error::InvalidArgument(format!("layer {what}: refused: {t}")),
+        None => Error::DataLoss(format!("layer {what}: reading: {e}")),
+    }
 }
 
 /// The root itself (`./`): its mode and owner become the container's `/`.

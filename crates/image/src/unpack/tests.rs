@@ -187,3 +187,198 @@ fn clean_paths() {
     );
     assert!(clean(Path::new("a/../../b")).is_err());
 }
+
+/// One tar header block of `kind` for `name` with `size` bytes of data to follow.
+fn header(kind: tar::EntryType, name: &str, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_path(name).unwrap();
+    h.set_size(size);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_cksum();
+    h
+}
+
+/// One pax record, `<length> <key>=<value>\n`, its length counting itself.
+fn pax_record(k: &str, v: &str) -> String {
+    let body = format!(" {k}={v}\n");
+    let mut n = body.len() + 1;
+    while format!("{n}{body}").len() != n {
+        n += 1;
+    }
+    format!("{n}{body}")
+}
+
+fn block_pad(v: &mut Vec<u8>) {
+    v.resize(v.len().div_ceil(512) * 512, 0);
+}
+
+/// A header that, read where data should be, would be refused: the guard must never
+/// take data for a header.
+fn decoy() -> Vec<u8> {
+    header(tar::EntryType::GNULongName, "././@LongLink", 2 << 20)
+        .as_bytes()
+        .to_vec()
+}
+
+#[test]
+fn oversized_long_names_and_pax_headers_are_refused_before_they_are_read() {
+    let d = tmp("huge-special");
+    for (kind, name) in [
+        (tar::EntryType::GNULongName, "GNU long name"),
+        (tar::EntryType::GNULongLink, "GNU long link"),
+        (tar::EntryType::XHeader, "pax header"),
+        (tar::EntryType::XGlobalHeader, "pax global header"),
+    ] {
+        // 600 MiB declared, a few MiB of zeros behind it: read whole, it would take
+        // 600 MiB of memory; the guard stops at its header.
+        let mut tar = header(kind, "././@LongLink", 600 << 20).as_bytes().to_vec();
+        tar.resize(tar.len() + (4 << 20), 0);
+        let gz = compress(&tar, Compression::Gzip);
+        let e = unpack(&gz[..], &d, "huge").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{e}");
+        let m = e.to_string();
+        assert!(m.contains(name) && m.contains("629145600 bytes"), "{m}");
+    }
+    // Just over the limit is refused too; at the limit a long name is read (and its
+    // entry then fails on the name, which no file system takes).
+    let over = header(tar::EntryType::GNULongName, "././@LongLink", (1 << 20) + 1);
+    let mut tar = over.as_bytes().to_vec();
+    tar.resize(tar.len() + (2 << 20), 0);
+    let e = unpack(&tar[..], &d, "over").unwrap_err();
+    assert!(e.to_string().contains("at most 1048576"), "{e}");
+    let at = header(tar::EntryType::GNULongName, "././@LongLink", 1 << 20);
+    let mut tar = at.as_bytes().to_vec();
+    tar.resize(tar.len() + (2 << 20), 0);
+    let e = unpack(&tar[..], &d, "at").unwrap_err();
+    assert!(!e.to_string().contains("at most"), "{e}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn long_names_and_pax_paths_under_the_limit_unpack() {
+    let d = tmp("long-ok");
+    let deep = format!("{}/f", vec!["d".repeat(200); 10].join("/"));
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(5);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_entry_type(tar::EntryType::Regular);
+    b.append_data(&mut h, &deep, &b"hello"[..]).unwrap();
+    let pax = pax_record(
+        "path",
+        &format!("{}/p", vec!["e".repeat(200); 10].join("/")),
+    );
+    let mut raw = b.into_inner().unwrap();
+    raw.truncate(raw.len() - 1024); // the end-of-archive blocks
+    raw.extend_from_slice(header(tar::EntryType::XHeader, "pax", pax.len() as u64).as_bytes());
+    raw.extend_from_slice(pax.as_bytes());
+    block_pad(&mut raw);
+    raw.extend_from_slice(header(tar::EntryType::Regular, "short", 3).as_bytes());
+    raw.extend_from_slice(b"pax");
+    block_pad(&mut raw);
+    raw.resize(raw.len() + 1024, 0);
+    let u = unpack(&raw[..], &d, "long").unwrap();
+    assert_eq!(
+        u.diff_id,
+        crate::layout::digest(&raw),
+        "the guard changed no byte"
+    );
+    assert_eq!(std::fs::read(d.join(&deep)).unwrap(), b"hello");
+    let p = format!("{}/p", vec!["e".repeat(200); 10].join("/"));
+    assert_eq!(std::fs::read(d.join(p)).unwrap(), b"pax");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The guard follows the archive as the tar crate does: a pax `size` overrides the
+/// next entry's header, and it applies past a long name to the file after it.
+#[test]
+fn pax_size_moves_the_next_header() {
+    let d = tmp("pax-size");
+    let mut body = decoy();
+    body.extend_from_slice(&[b'x'; 488]);
+    let pax = pax_record("size", &body.len().to_string());
+    let mut raw = header(tar::EntryType::XHeader, "pax", pax.len() as u64)
+        .as_bytes()
+        .to_vec();
+    raw.extend_from_slice(pax.as_bytes());
+    block_pad(&mut raw);
+    let name = "n".repeat(150);
+    raw.extend_from_slice(
+        header(
+            tar::EntryType::GNULongName,
+            "././@LongLink",
+            name.len() as u64,
+        )
+        .as_bytes(),
+    );
+    raw.extend_from_slice(name.as_bytes());
+    block_pad(&mut raw);
+    // The file's own header says 0 bytes; the pax size says 1000.
+    raw.extend_from_slice(header(tar::EntryType::Regular, "ignored", 0).as_bytes());
+    raw.extend_from_slice(&body);
+    block_pad(&mut raw);
+    raw.extend_from_slice(header(tar::EntryType::Regular, "after", 2).as_bytes());
+    raw.extend_from_slice(b"ok");
+    block_pad(&mut raw);
+    raw.resize(raw.len() + 1024, 0);
+    unpack(&raw[..], &d, "pax-size").unwrap();
+    assert_eq!(std::fs::read(d.join(&name)).unwrap(), body);
+    assert_eq!(std::fs::read(d.join("after")).unwrap(), b"ok");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// An old GNU sparse file's extension blocks come between its header and its data.
+#[test]
+fn gnu_sparse_extension_blocks_are_followed() {
+    let d = tmp("sparse");
+    let num = |v: u64, f: &mut [u8; 12]| {
+        let s = format!("{v:011o}");
+        f[..11].copy_from_slice(s.as_bytes());
+        f[11] = 0;
+    };
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::GNUSparse);
+    h.set_path("holes").unwrap();
+    h.set_size(1024); // the data stored: two blocks
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    {
+        let g = h.as_gnu_mut().unwrap();
+        num(0, &mut g.sparse[0].offset);
+        num(512, &mut g.sparse[0].numbytes);
+        num(4096, &mut g.realsize);
+        g.isextended[0] = 1;
+    }
+    h.set_cksum();
+    let mut ext = tar::GnuExtSparseHeader::new();
+    num(2048, &mut ext.sparse[0].offset);
+    num(512, &mut ext.sparse[0].numbytes);
+    // The last block of holes: the real size ends at 4096.
+    num(4096, &mut ext.sparse[1].offset);
+    num(0, &mut ext.sparse[1].numbytes);
+    let mut raw = h.as_bytes().to_vec();
+    raw.extend_from_slice(ext.as_bytes());
+    raw.extend_from_slice(&[b'A'; 512]);
+    raw.extend_from_slice(&decoy());
+    raw.extend_from_slice(header(tar::EntryType::Regular, "after", 2).as_bytes());
+    raw.extend_from_slice(b"ok");
+    block_pad(&mut raw);
+    raw.resize(raw.len() + 1024, 0);
+    unpack(&raw[..], &d, "sparse").unwrap();
+    let f = std::fs::read(d.join("holes")).unwrap();
+    assert_eq!(f.len(), 4096);
+    assert_eq!(&f[..512], &[b'A'; 512][..]);
+    assert_eq!(&f[2048..2560], &decoy()[..]);
+    assert!(f[512..2048].iter().all(|b| *b == 0));
+    assert_eq!(std::fs::read(d.join("after")).unwrap(), b"ok");
+    std::fs::remove_dir_all(&d).unwrap();
+}
