@@ -178,14 +178,32 @@ impl Container {
         crate::proc::alive(self.pid, self.start_time)
     }
 
+    /// `created` while the init waits at the gate: the gate is there and has a reader
+    /// (the init holds it until `execve`, which closes it). A gate left without a
+    /// reader means the init went through: a [`Container::start`] wrote its byte and
+    /// was cut off (its process killed) before it removed the gate, so the container
+    /// runs. Taking it for `created` left it there for good: every start then finds
+    /// no reader (`ENXIO`) and fails.
     pub fn status(&self) -> Status {
         if !self.alive() {
             Status::Stopped
-        } else if self.state_dir.join(GATE).exists() {
+        } else if self.state_dir.join(GATE).exists() && !self.gate_passed() {
             Status::Created
         } else {
             Status::Running
         }
+    }
+
+    /// True when the gate FIFO has no reader any more (a non-blocking open for
+    /// writing fails with `ENXIO`): the init is past it. Opening and closing a write
+    /// end without writing is unseen by the init, which holds the FIFO read-write and
+    /// so never reads an end of file.
+    fn gate_passed(&self) -> bool {
+        let r = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(self.state_dir.join(GATE));
+        matches!(r, Err(e) if e.raw_os_error() == Some(libc::ENXIO))
     }
 
     /// Opens the gate: the init execs the container's command. Only from `created`.
@@ -337,6 +355,24 @@ mod tests {
         assert_eq!(c.status(), Status::Running);
         fs::write(d.join(GATE), b"").unwrap();
         assert_eq!(c.status(), Status::Created);
+        // A real gate: created while someone holds it to read (the init waiting),
+        // running once nobody does (a start cut off after its write left it there).
+        fs::remove_file(d.join(GATE)).unwrap();
+        nix::unistd::mkfifo(
+            &d.join(GATE),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let held = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(d.join(GATE))
+            .unwrap();
+        assert_eq!(c.status(), Status::Created);
+        drop(held);
+        assert_eq!(c.status(), Status::Running);
+        let msg = c.clone().start().unwrap_err().to_string();
+        assert_eq!(msg, "container c1 is running: cannot start");
         let other = Container {
             start_time: c.start_time + 1,
             ..c.clone()
