@@ -1843,3 +1843,118 @@ async fn sandbox_made_again_reports_only_its_own_addresses() {
     stop(&mut c, &second).await;
     remove(&mut c, &second).await;
 }
+
+/// The kubelet relists every second (ListPodSandbox, then the statuses of the pods that
+/// changed, one after another); a read that waited for an operation in flight on a pod
+/// held the whole relist, and with it every pod's lifecycle on the node, for as long as
+/// that operation took. Here a StopPodSandbox is parked in its CNI DEL (a plugin that
+/// waits for a gate file) while it holds its pod: ListPodSandbox, PodSandboxStatus of
+/// that pod and of another, ListContainers and the stats must all answer meanwhile
+/// (each within 20 s: without the fix they waited for the gate, which never opens
+/// before they answer). Then the gate opens and the stop finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_do_not_wait_for_an_operation_in_flight() {
+    use std::os::unix::fs::PermissionsExt;
+    if !root() {
+        return;
+    }
+    let fake_bin = TempDir::new("gate");
+    let gate = fake_bin.path().join("open");
+    let parked = fake_bin.path().join("parked");
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" = ADD ]; then echo '{{\"cniVersion\": \"1.0.0\"}}'; exit 0; fi\n\
+         if [ \"$CNI_COMMAND\" = DEL ]; then touch {parked}; while [ ! -e {gate} ]; do sleep 0.05; done; fi\nexit 0\n",
+        parked = parked.display(),
+        gate = gate.display()
+    );
+    let p = fake_bin.path().join("gate");
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = Crustd::start_with(Options {
+        extra_args: vec![
+            "--cni-bin-dir".into(),
+            fake_bin.path().display().to_string(),
+        ],
+        ..Default::default()
+    });
+    /// Opens the gate when the test ends, also by a failed assertion: dropped before
+    /// the daemon, whose teardown would otherwise wait for the parked stop forever.
+    struct OpenOnDrop(std::path::PathBuf);
+    impl Drop for OpenOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::write(&self.0, "");
+        }
+    }
+    let _open = OpenOnDrop(gate.clone());
+    let mut c = d.client().await;
+    let empty = d.leftovers();
+    let mut conf = d.cni_conf();
+    conf["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"type": "gate"}));
+    std::fs::write(d.conf_dir.path().join("10-e2e.conflist"), conf.to_string()).unwrap();
+    let held = run(&mut c, pod_config("held", "uid-held")).await;
+    let other = run(&mut c, pod_config("other", "uid-other")).await;
+
+    let mut c2 = d.client().await;
+    let h = held.clone();
+    let stopping = tokio::spawn(async move {
+        c2.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: h })
+            .await
+    });
+    let begun = Instant::now();
+    while !parked.exists() {
+        assert!(
+            begun.elapsed() < Duration::from_secs(60),
+            "the StopPodSandbox never reached its CNI DEL"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let limit = Duration::from_secs(20);
+    let listed = tokio::time::timeout(limit, list(&mut c, None))
+        .await
+        .expect("ListPodSandbox waited for the StopPodSandbox in flight");
+    let ids: Vec<&str> = listed.iter().map(|p| p.id.as_str()).collect();
+    assert!(
+        ids.contains(&held.as_str()) && ids.contains(&other.as_str()),
+        "{ids:?}"
+    );
+    tokio::time::timeout(limit, status(&mut c, &held))
+        .await
+        .expect("PodSandboxStatus of the pod being stopped waited for the stop");
+    let (st, _) = tokio::time::timeout(limit, status(&mut c, &other))
+        .await
+        .expect("PodSandboxStatus of another pod waited");
+    assert_eq!(st.state, PodSandboxState::SandboxReady as i32);
+    tokio::time::timeout(
+        limit,
+        c.list_containers(ListContainersRequest { filter: None }),
+    )
+    .await
+    .expect("ListContainers waited")
+    .expect("ListContainers");
+    tokio::time::timeout(
+        limit,
+        c.list_pod_sandbox_stats(ListPodSandboxStatsRequest { filter: None }),
+    )
+    .await
+    .expect("ListPodSandboxStats waited")
+    .expect("ListPodSandboxStats");
+    assert!(
+        !stopping.is_finished(),
+        "the stop did not wait for its gate"
+    );
+
+    std::fs::write(&gate, "").unwrap();
+    stopping
+        .await
+        .unwrap()
+        .expect("StopPodSandbox after the gate opened");
+    assert_eq!(state(&mut c, &held).await, PodSandboxState::SandboxNotready);
+    for id in [&held, &other] {
+        stop(&mut c, id).await;
+        remove(&mut c, id).await;
+    }
+    assert_nothing_left(&d, &empty, "the pods after the parked stop");
+}

@@ -56,18 +56,19 @@ pub fn descriptors() -> Vec<MetricDescriptor> {
 }
 
 /// ListPodSandboxMetrics: every ready sandbox with its created and running containers.
-/// The records are copied under their locks; the files are read afterwards, on a
-/// blocking thread (a writable layer is walked to measure it).
+/// The records as their last operations left them (no wait on one in flight); the
+/// files are read afterwards, on a blocking thread (a writable layer is walked to
+/// measure it).
 pub async fn list(crust: Arc<Crust>) -> Result<Vec<PodSandboxMetrics>> {
     let mut pods = vec![];
     for sb in crust.store.list() {
-        let rec = sb.rec.lock().await.clone();
+        let rec = (*sb.rec.view()).clone();
         if rec.state != SandboxState::Ready {
             continue;
         }
         let mut containers = vec![];
         for c in crust.containers.of_sandbox(&rec.id) {
-            let r = c.rec.lock().await.clone();
+            let r = (*c.rec.view()).clone();
             if matches!(r.state, ContainerState::Created | ContainerState::Running) {
                 containers.push(r);
             }

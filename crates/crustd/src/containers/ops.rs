@@ -735,7 +735,7 @@ fn target_pid_ns(crust: &Crust, cfg: &ContainerConfig) -> Result<Option<PathBuf>
                 let t = crust.containers.get(&n.target_id).map_err(|_| {
                     Error::NotFound(format!("target container {:?} not found", n.target_id))
                 })?;
-                let t = t.rec.blocking_lock();
+                let t = t.rec.view();
                 (t.pid > 0).then(|| PathBuf::from(format!("/proc/{}/ns/pid", t.pid)))
             }
             _ => None,
@@ -984,7 +984,7 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
 /// Waits (without a thread) for the monitor to exit, reaps it, and refreshes the record.
 pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
     let (pid, st) = {
-        let Ok(rec) = c.rec.try_lock() else {
+        let Some(rec) = c.rec.try_lock() else {
             return;
         };
         (rec.monitor_pid, rec.monitor_start_time)
@@ -1349,10 +1349,34 @@ pub fn cri_status(
     (status, cfg, spec)
 }
 
+/// A container's record for ContainerStatus and ListContainers: refreshed (an exit the
+/// monitor recorded is taken in) when no operation holds it; else as the last one left
+/// it, without waiting for the one in flight (see `daemon::record`).
+fn read_rec(crust: &Crust, c: &Container) -> ContainerRecord {
+    match c.rec.try_lock() {
+        Some(mut rec) => {
+            refresh(crust, &mut rec);
+            rec.clone()
+        }
+        None => (*c.rec.view()).clone(),
+    }
+}
+
+/// [`read_rec`] for ContainerStatus, which waits for a container still being created
+/// (it has no state to show yet; ListContainers leaves it out instead).
+async fn status_rec(crust: &Crust, c: &Container) -> ContainerRecord {
+    let rec = read_rec(crust, c);
+    if rec.state != ContainerState::Creating {
+        return rec;
+    }
+    let mut rec = c.rec.lock().await;
+    refresh(crust, &mut rec);
+    rec.clone()
+}
+
 pub async fn status(crust: Arc<Crust>, id: &str, verbose: bool) -> Result<ContainerStatusResponse> {
     let c = crust.containers.get(id)?;
-    let mut rec = c.rec.lock().await;
-    refresh(&crust, &mut rec);
+    let rec = status_rec(&crust, &c).await;
     let (status, cfg, spec) = cri_status(&crust, &rec);
     let mut info = std::collections::HashMap::new();
     if verbose {
@@ -1415,8 +1439,7 @@ pub async fn list(
                 continue;
             }
         }
-        let mut rec = c.rec.lock().await;
-        refresh(&crust, &mut rec);
+        let rec = read_rec(&crust, &c);
         if rec.state == ContainerState::Creating {
             continue;
         }

@@ -129,7 +129,7 @@ pub fn name_key(name: &str, pod: &str, namespace: &str, uid: &str, attempt: u32)
 pub struct Container {
     pub id: String,
     pub sandbox_id: String,
-    pub rec: tokio::sync::Mutex<ContainerRecord>,
+    pub rec: crate::daemon::record::Record<ContainerRecord>,
 }
 
 /// Writes `rec` to `path` durably (temp file, fsync, rename): [`Containers::save`],
@@ -251,7 +251,7 @@ impl Containers {
         let c = Arc::new(Container {
             id: rec.id.clone(),
             sandbox_id: rec.sandbox_id.clone(),
-            rec: tokio::sync::Mutex::new(rec),
+            rec: crate::daemon::record::Record::new(rec),
         });
         self.map.write().unwrap().insert(c.id.clone(), c.clone());
         c

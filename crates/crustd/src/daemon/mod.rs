@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod failpoint;
+pub mod record;
 pub mod runtime_info;
 pub mod util;
 

@@ -111,7 +111,7 @@ pub fn name_key(name: &str, namespace: &str, uid: &str, attempt: u32) -> String 
 
 pub struct Sandbox {
     pub id: String,
-    pub rec: tokio::sync::Mutex<SandboxRecord>,
+    pub rec: crate::daemon::record::Record<SandboxRecord>,
 }
 
 pub struct Store {
@@ -198,7 +198,7 @@ impl Store {
     pub fn insert(&self, rec: SandboxRecord) -> Arc<Sandbox> {
         let sb = Arc::new(Sandbox {
             id: rec.id.clone(),
-            rec: tokio::sync::Mutex::new(rec),
+            rec: crate::daemon::record::Record::new(rec),
         });
         self.map.write().unwrap().insert(sb.id.clone(), sb.clone());
         sb
