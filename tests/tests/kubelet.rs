@@ -264,7 +264,7 @@ fn logs(c: &Cluster) {
             },
         ),
     );
-    wait_pod(c, "logger", "Succeeded", T, |p| {
+    wait_pod(c, "logger", "Succeeded", 2 * T, |p| {
         p["status"]["phase"] == "Succeeded"
     });
     // stdout and stderr are two pipes: their lines come in order within each, and
@@ -311,11 +311,18 @@ fn logs_follow(c: &Cluster) {
             }
         }
     });
-    // Lines keep coming after what was there when kubectl started.
+    // Lines keep coming after what was there when kubectl started. The first may take
+    // a while on a loaded node (kubectl, the apiserver's proxy, the kubelet's lookups);
+    // after it, a pause of 10 s means the stream stalled.
     let start = Instant::now();
     let mut seen = Vec::new();
-    while seen.len() < 30 && start.elapsed() < T {
-        match rx.recv_timeout(Duration::from_secs(5)) {
+    while seen.len() < 30 && start.elapsed() < 2 * T {
+        let wait = if seen.is_empty() {
+            T
+        } else {
+            Duration::from_secs(10)
+        };
+        match rx.recv_timeout(wait) {
             Ok(l) => seen.push(l),
             Err(_) => break,
         }
@@ -427,7 +434,7 @@ fn attach(c: &Cluster) {
         s(&out.stderr)
     );
     // stdinOnce: the input ended with the one attach, and so did the shell.
-    let p = wait_pod(c, "attach", "Succeeded", T, |p| {
+    let p = wait_pod(c, "attach", "Succeeded", 2 * T, |p| {
         p["status"]["phase"] == "Succeeded"
     });
     assert_eq!(
@@ -730,7 +737,7 @@ fn restart_policy_and_crash_loop(c: &Cluster) {
     let last = &status_of(&p, "main").unwrap()["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 3, "{last}");
     assert_eq!(last["reason"], "Error", "{last}");
-    let p = wait_pod(c, "onfailure", "Succeeded", T, |p| {
+    let p = wait_pod(c, "onfailure", "Succeeded", 2 * T, |p| {
         p["status"]["phase"] == "Succeeded"
     });
     assert_eq!(status_of(&p, "main").unwrap()["restartCount"], 0);

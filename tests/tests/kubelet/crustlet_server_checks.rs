@@ -119,10 +119,17 @@ fn server_logs(c: &Crustlet) {
             }
         }
     });
+    // The first line may take a while on a loaded node; after it, 10 s without one is
+    // a stalled stream (as `logs_follow` in kubelet.rs).
     let start = Instant::now();
     let mut seen = Vec::new();
-    while seen.len() < 30 && start.elapsed() < T {
-        match rx.recv_timeout(Duration::from_secs(5)) {
+    while seen.len() < 30 && start.elapsed() < 2 * T {
+        let wait = if seen.is_empty() {
+            T
+        } else {
+            Duration::from_secs(10)
+        };
+        match rx.recv_timeout(wait) {
             Ok(l) => seen.push(l),
             Err(_) => break,
         }
