@@ -24,8 +24,14 @@ fn closed() -> io::Error {
 }
 
 impl OutQueue {
-    /// Starts the writer on `wr`; `reader_done` turns true when the reader has ended.
-    pub(crate) fn start<W>(mut wr: W, mut reader_done: watch::Receiver<bool>) -> OutQueue
+    /// Starts the writer on `wr`; `reader_done` turns true when the reader has ended,
+    /// `peer_gone` when the peer has closed its side (or [`LINGER`] passed waiting for
+    /// it): only then is our side shut.
+    pub(crate) fn start<W>(
+        mut wr: W,
+        mut reader_done: watch::Receiver<bool>,
+        mut peer_gone: watch::Receiver<bool>,
+    ) -> OutQueue
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
@@ -69,6 +75,14 @@ impl OutQueue {
                 }
             }
             b.close();
+            // Our last frames are out; the peer closes first. Ending our side at once
+            // raced what the peer still sent (flow-control updates, a last keystroke):
+            // a proxy between us (the kubelet's, then the apiserver's) that closes
+            // with such bytes unread resets its other connection, and the side
+            // receiving the reset drops what it had not yet read: the end of the
+            // output and the exit status. A client closes once it has the status.
+            let _ = wr.flush().await;
+            let _ = tokio::time::timeout(LINGER, peer_gone.wait_for(|g| *g)).await;
             let _ = wr.shutdown().await;
         });
         OutQueue { tx, budget }

@@ -350,8 +350,9 @@ impl Session {
         let (mut rd, wr) = tokio::io::split(io);
         let (in_tx, in_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
-            out: OutQueue::start(wr, done_rx.clone()),
+            out: OutQueue::start(wr, done_rx.clone(), gone_rx),
             deflate: Mutex::new(flate2::Compress::new(flate2::Compression::default(), true)),
             inboxes: Mutex::new(HashMap::new()),
         });
@@ -373,6 +374,7 @@ impl Session {
             if stopped {
                 crate::outq::linger(&mut rd).await;
             }
+            let _ = gone_tx.send(true);
         });
         Session {
             incoming: in_rx,
@@ -630,10 +632,11 @@ mod tests {
         writer.await.unwrap();
     }
 
-    /// A session we end is closed the way a proxy in between needs: end of file first,
-    /// and what the peer still sends is read, not answered with a reset (the kubelet's
-    /// proxy tears both sides down when a write to us fails, and the client lost the
-    /// end of an exec's output).
+    /// A session we end is closed the way proxies in between need: what the peer still
+    /// sends is read, not answered with a reset, and our end of file waits until the
+    /// peer has closed its side (a client closes once it has the exit status); else a
+    /// proxy that closes with the peer's last bytes unread resets its other side, and
+    /// the client lost the end of an exec's output and its exit code.
     #[tokio::test]
     async fn ending_closes_without_a_reset() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -642,17 +645,25 @@ mod tests {
             .unwrap();
         let (sock, _) = l.accept().await.unwrap();
         drop(Session::server(sock));
-        let mut buf = [0u8; 64];
-        let n = tokio::time::timeout(std::time::Duration::from_secs(5), client.read(&mut buf))
-            .await
-            .expect("end of file within 5 s")
-            .unwrap();
-        assert_eq!(n, 0);
         // The client goes on writing (its input crossed our end), and is not reset.
         for _ in 0..5 {
             client.write_all(b"late input").await.unwrap();
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        let mut buf = [0u8; 64];
+        let early =
+            tokio::time::timeout(std::time::Duration::from_millis(300), client.read(&mut buf))
+                .await;
+        assert!(
+            early.is_err(),
+            "our side ended before the client's: {early:?}"
+        );
+        client.shutdown().await.unwrap();
+        let n = tokio::time::timeout(std::time::Duration::from_secs(4), client.read(&mut buf))
+            .await
+            .expect("end of file once the client closed")
+            .unwrap();
+        assert_eq!(n, 0);
     }
 
     #[test]

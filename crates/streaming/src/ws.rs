@@ -241,6 +241,7 @@ impl Conn {
     {
         let (mut rd, wr) = tokio::io::split(io);
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
         let mut senders: [Option<mpsc::Sender<Bytes>>; 5] = Default::default();
         let mut inputs = Vec::new();
         for (i, s) in senders.iter_mut().enumerate() {
@@ -254,7 +255,7 @@ impl Conn {
             }
         }
         let shared = Arc::new(Shared {
-            out: OutQueue::start(wr, done_rx.clone()),
+            out: OutQueue::start(wr, done_rx.clone(), gone_rx),
             inputs: Mutex::new(senders),
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -274,6 +275,7 @@ impl Conn {
             if stopped {
                 crate::outq::linger(&mut rd).await;
             }
+            let _ = gone_tx.send(true);
         });
         let conn = Conn {
             shared,
