@@ -248,10 +248,11 @@ pub fn show(r: u32) -> String {
 }
 
 /// Syscall numbers → names from the kernel headers (`linux-libc-dev`): `unistd_64.h`
-/// for x86_64 (and x32, whose own calls are in `unistd_x32.h`), `unistd_32.h` for
+/// for x86_64, `unistd_x32.h` for x32 (numbers with the x32 bit), `unistd_32.h` for
 /// i386.
 pub struct Names {
     pub x86_64: BTreeMap<u32, String>,
+    pub x32: BTreeMap<u32, String>,
     pub i386: BTreeMap<u32, String>,
 }
 
@@ -271,44 +272,62 @@ impl Names {
                     let name = name
                         .strip_prefix("__NR_")
                         .or_else(|| name.strip_prefix("__NR_x32_"))?;
-                    let n: u32 = w.next()?.parse().ok()?;
+                    let n: u32 = match w.next()? {
+                        // unistd_x32.h: `(__X32_SYSCALL_BIT + n)`
+                        "(__X32_SYSCALL_BIT" if w.next()? == "+" => {
+                            X32_SYSCALL_BIT | w.next()?.strip_suffix(')')?.parse::<u32>().ok()?
+                        }
+                        n => n.parse().ok()?,
+                    };
                     Some((n, name.to_string()))
                 })
                 .collect()
         };
         Names {
             x86_64: read("unistd_64.h"),
+            x32: read("unistd_x32.h"),
             i386: read("unistd_32.h"),
+        }
+    }
+
+    /// The table of the ABI a call is on.
+    fn table(&self, d: &Data) -> &BTreeMap<u32, String> {
+        if d.arch == AUDIT_ARCH_I386 {
+            &self.i386
+        } else if d.nr & X32_SYSCALL_BIT != 0 {
+            &self.x32
+        } else {
+            &self.x86_64
         }
     }
 
     /// `name(nr)` of a call on `arch`, or the number alone.
     pub fn of(&self, d: &Data) -> String {
-        let table = if d.arch == AUDIT_ARCH_I386 {
-            &self.i386
-        } else {
-            &self.x86_64
-        };
-        let nr = d.nr & !X32_SYSCALL_BIT;
         let x32 = if d.arch == AUDIT_ARCH_X86_64 && d.nr & X32_SYSCALL_BIT != 0 {
             "x32:"
         } else {
             ""
         };
-        match table.get(&nr) {
+        match self.table(d).get(&d.nr) {
             Some(n) => format!("{x32}{n}({:#x})", d.nr),
             None => format!("{x32}{:#x}", d.nr),
         }
     }
 
-    /// The x86_64 number of `name`.
-    pub fn nr(&self, name: &str) -> u32 {
-        *self
-            .x86_64
-            .iter()
-            .find(|(_, n)| *n == name)
-            .unwrap_or_else(|| panic!("no x86_64 syscall {name}"))
-            .0
+    /// Whether `d` is a call to `name` (on its own ABI).
+    pub fn is(&self, d: &Data, name: &str) -> bool {
+        self.table(d).get(&d.nr).is_some_and(|n| n == name)
+    }
+
+    /// The number of `name` on an ABI: `x86_64`, `x32` or `i386`; `None` if it has none.
+    pub fn nr_on(&self, abi: &str, name: &str) -> Option<u32> {
+        let t = match abi {
+            "x86_64" => &self.x86_64,
+            "x32" => &self.x32,
+            "i386" => &self.i386,
+            _ => panic!("no ABI {abi}"),
+        };
+        t.iter().find(|(_, n)| *n == name).map(|(nr, _)| *nr)
     }
 }
 

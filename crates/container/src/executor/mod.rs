@@ -51,8 +51,8 @@
 //!   cgroup directories (no cgroup namespace); on a unified host, `cgroup2` or a bind
 //!   of its own directory. See `cgroupfs.rs`.
 //!
-//! - `linux.seccomp` is compiled into a BPF program by crust itself (x86_64 only;
-//!   other ABIs are killed) and installed last, right before `execve` with
+//! - `linux.seccomp` is compiled into a BPF program by crust itself (x86_64, and
+//!   i386/x32 when `architectures` lists them; other ABIs are killed) and installed last, right before `execve` with
 //!   `noNewPrivileges`, or before the capability drop without it: see `seccomp.rs`.
 //!
 //! ## User namespaces
@@ -104,11 +104,20 @@ use std::time::{Instant, SystemTime};
 use oci_spec::runtime::Spec;
 
 pub use channel::Step;
+
 pub use exec::{exec, ExecOpts};
 /// The spec types (and builders) `create` takes, at the version this crate uses.
 pub use oci_spec;
 pub use rootfs::{idmapped_mounts_supported, recursive_mount_options};
 pub use state::{Container, Status};
+
+/// The length in BPF instructions of the program `linux.seccomp` compiles to, or the
+/// compiler's error (the kernel takes at most 4096): for checking a built-in profile.
+pub fn seccomp_program_len(
+    s: &oci_spec::runtime::LinuxSeccomp,
+) -> std::result::Result<usize, String> {
+    seccomp::compile(s).map(|f| f.program.len())
+}
 
 use crate::error::{Error, Result};
 

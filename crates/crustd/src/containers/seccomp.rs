@@ -19,8 +19,11 @@
 //! granted that capability. The capability set is the one `container_spec` gives
 //! (the default set, CRI's `add_capabilities`/`drop_capabilities`); the kernel still
 //! checks the capability itself, the profile only stops refusing the call.
-//! It names x86_64 calls only: crust's executor filters the x86_64 ABI and kills
-//! the others (see `container::executor`'s `seccomp.rs`).
+//! It lists the three x86 ABIs (`SCMP_ARCH_X86_64`, `SCMP_ARCH_X86`,
+//! `SCMP_ARCH_X32`), as containerd's default does on amd64: the executor compiles the
+//! rules for each with that ABI's numbers (a name an ABI lacks is skipped there), so
+//! 32-bit binaries run; the i386-only names (`mmap2`, `fstat64`, `socketcall`, ...)
+//! are in the list for them (see `container::executor`'s `seccomp.rs`).
 //!
 //! ## Localhost files
 //! The OCI `linux.seccomp` format, or Docker's profile format (which containerd also
@@ -159,6 +162,21 @@ const ALLOWED: &[&str] = &[
     "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend", "mq_unlink",
     "msgctl", "msgget", "msgrcv", "msgsnd", "semctl", "semget", "semop", "semtimedop", "shmat",
     "shmctl", "shmdt", "shmget",
+    // The same calls under their i386 names (`int 0x80`: 16-bit-uid and 32-bit-offset
+    // era variants, time64 variants, the socketcall and ipc multiplexers); x86_64 and
+    // x32 have none of these, so they only count in the i386 section.
+    "_llseek", "_newselect", "chown32", "clock_adjtime64", "clock_getres_time64",
+    "clock_gettime64", "clock_nanosleep_time64", "fadvise64_64", "fchown32", "fcntl64",
+    "fstat64", "fstatat64", "fstatfs64", "ftruncate64", "futex_time64", "getegid32",
+    "geteuid32", "getgid32", "getgroups32", "getresgid32", "getresuid32", "getuid32",
+    "io_pgetevents_time64", "ipc", "lchown32", "lstat64", "mmap2", "mq_timedreceive_time64",
+    "mq_timedsend_time64", "ppoll_time64", "pselect6_time64", "recvmmsg_time64",
+    "rt_sigtimedwait_time64", "sched_rr_get_interval_time64", "semtimedop_time64",
+    "sendfile64", "setfsgid32", "setfsuid32", "setgid32", "setgroups32", "setregid32",
+    "setresgid32", "setresuid32", "setreuid32", "setuid32", "sigprocmask", "sigreturn",
+    "socketcall", "stat64", "statfs64", "timer_gettime64", "timer_settime64",
+    "timerfd_gettime64", "timerfd_settime64", "truncate64", "ugetrlimit", "utimensat_time64",
+    "waitpid",
 ];
 
 /// Calls allowed only with a capability, by the capability.
@@ -167,8 +185,8 @@ const BY_CAPABILITY: &[(&str, &[&str])] = &[
     ("CAP_SYS_ADMIN", &[
         "bpf", "clone3", "fanotify_init", "fsconfig", "fsmount", "fsopen", "fspick",
         "lookup_dcookie", "mount", "mount_setattr", "move_mount", "open_tree", "perf_event_open",
-        "quotactl", "quotactl_fd", "setdomainname", "sethostname", "setns", "syslog", "umount2",
-        "unshare",
+        "quotactl", "quotactl_fd", "setdomainname", "sethostname", "setns", "syslog", "umount",
+        "umount2", "unshare",
     ]),
     ("CAP_SYS_BOOT", &["reboot"]),
     ("CAP_SYS_CHROOT", &["chroot"]),
@@ -176,7 +194,7 @@ const BY_CAPABILITY: &[(&str, &[&str])] = &[
     ("CAP_SYS_PACCT", &["acct"]),
     ("CAP_SYS_PTRACE", &["kcmp", "pidfd_getfd", "process_madvise"]),
     ("CAP_SYS_RAWIO", &["ioperm", "iopl"]),
-    ("CAP_SYS_TIME", &["clock_settime", "settimeofday"]),
+    ("CAP_SYS_TIME", &["clock_settime", "clock_settime64", "settimeofday", "stime"]),
     ("CAP_SYS_TTY_CONFIG", &["vhangup"]),
     ("CAP_SYS_NICE", &["get_mempolicy", "mbind", "set_mempolicy", "set_mempolicy_home_node"]),
     ("CAP_SYSLOG", &["syslog"]),
@@ -240,7 +258,9 @@ pub fn runtime_default(caps: &BTreeSet<String>) -> Value {
     json!({
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": libc::EPERM,
-        "architectures": ["SCMP_ARCH_X86_64"],
+        // As containerd's default on amd64: 32-bit (i386) and x32 binaries get the same
+        // rules by their own numbers.
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
         "syscalls": syscalls,
     })
 }
@@ -456,6 +476,32 @@ mod tests {
         let n = names(&a);
         assert!(n.contains("unshare") && n.contains("clone") && n.contains("clone3"));
         assert!(!n.contains("chroot"), "dropped with ALL");
+    }
+
+    /// The default compiles for the three ABIs within the kernel's 4096 instructions,
+    /// with the default capabilities and with every capability (the longest).
+    #[test]
+    fn the_default_fits_in_a_bpf_program() {
+        let mut all = sc(None, "");
+        all.capabilities = Some(Capability {
+            add_capabilities: vec!["ALL".into()],
+            ..Default::default()
+        });
+        for ctx in [sc(None, ""), all] {
+            let v = runtime_default(&granted_caps(&ctx));
+            assert_eq!(
+                v["architectures"],
+                json!(["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"])
+            );
+            let s: oci_spec::runtime::LinuxSeccomp = serde_json::from_value(v.clone()).unwrap();
+            let n = container::executor::seccomp_program_len(&s).unwrap();
+            let mut only64 = v;
+            only64["architectures"] = json!(["SCMP_ARCH_X86_64"]);
+            let s: oci_spec::runtime::LinuxSeccomp = serde_json::from_value(only64).unwrap();
+            let n64 = container::executor::seccomp_program_len(&s).unwrap();
+            eprintln!("RuntimeDefault: {n} BPF instructions ({n64} for x86_64 alone)");
+            assert!(n < 3000 && n64 < n, "{n} {n64}");
+        }
     }
 
     #[test]
