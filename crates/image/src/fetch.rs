@@ -13,10 +13,15 @@
 //! ```
 //! The `Authorization` that worked is kept for the rest of the pull, as oci-client keeps
 //! its token; a token that expires mid-pull meets a new 401 and is fetched again.
-//! Blobs are checked against their digest as they stream, as oci-client checks them.
+//! Blobs are checked against their digest as they stream, as oci-client checks them, and
+//! against their descriptor's size (a `Content-Length` or a body of another length is
+//! refused; nothing past the size is passed on). Manifests are read by crust's fetcher
+//! for every host, oci-client's too: oci-client would read a body of any length whole,
+//! crust stops at the size an index gives or at 4 MiB. Every read waits at most the
+//! store's stall timeout for the host's next bytes.
 
 use crate::digest;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::hosts::Endpoint;
 use crate::manifest::ACCEPTED;
 use crate::token;
@@ -46,82 +51,129 @@ pub(crate) type LayerStream = BoxStream<'static, Result<Bytes>>;
 
 /// How one pull talks to one host.
 pub(crate) enum Fetcher {
-    Oci { client: Client, auth: RegistryAuth },
+    Oci {
+        client: Client,
+        auth: RegistryAuth,
+        stall: Duration,
+        /// Manifests are read by crust's fetcher for every host (see `manifest`).
+        manifests: OwnClient,
+    },
     Own(OwnClient),
 }
 
 impl Fetcher {
-    pub(crate) fn new(ep: &Endpoint, auth: &RegistryAuth) -> Result<Fetcher> {
+    /// `stall`: how long a read may wait for the host's next bytes (headers or body)
+    /// before the fetch fails; a big layer may take long, a stalled one not.
+    pub(crate) fn new(ep: &Endpoint, auth: &RegistryAuth, stall: Duration) -> Result<Fetcher> {
         if ep.headers.is_empty() {
             Ok(Fetcher::Oci {
-                client: oci_client_for(ep)?,
+                client: oci_client_for(ep, stall)?,
                 auth: auth.clone(),
+                stall,
+                manifests: OwnClient::new(ep, auth.clone(), stall)?,
             })
         } else {
-            Ok(Fetcher::Own(OwnClient::new(ep, auth.clone())?))
+            Ok(Fetcher::Own(OwnClient::new(ep, auth.clone(), stall)?))
         }
     }
 
     /// The manifest or index `r` names (by digest if it has one, else by tag), as sent.
-    pub(crate) async fn manifest(&self, r: &Reference, what: &str) -> Result<Bytes> {
-        match self {
-            Fetcher::Oci { client, auth } => client
-                .pull_manifest_raw(r, auth, ACCEPTED)
-                .await
-                .map(|(data, _)| data)
-                .map_err(|e| map_err(e, what)),
-            Fetcher::Own(c) => {
-                let res = c
-                    .get(
-                        &manifest_url(&c.scheme, r),
-                        Some(&ACCEPTED.join(", ")),
-                        r,
-                        what,
-                    )
-                    .await?;
-                read_limited(res, MAX_MANIFEST, what).await.map(Bytes::from)
-            }
+    /// `size`, when a descriptor gave one (an index's child): the length it must have;
+    /// without one, at most containerd's 4 MiB.
+    pub(crate) async fn manifest(
+        &self,
+        r: &Reference,
+        size: Option<u64>,
+        what: &str,
+    ) -> Result<Bytes> {
+        // Read here for both: oci-client would read a body of any length whole.
+        let c = match self {
+            Fetcher::Oci { manifests, .. } => manifests,
+            Fetcher::Own(c) => c,
+        };
+        let res = c
+            .get(
+                &manifest_url(&c.scheme, r),
+                Some(&ACCEPTED.join(", ")),
+                r,
+                what,
+            )
+            .await?;
+        if let Some(size) = size {
+            check_length(res.content_length(), size, what)?;
         }
-    }
-
-    /// A small blob (the config), whole.
-    pub(crate) async fn blob(&self, r: &Reference, digest: &str, what: &str) -> Result<Vec<u8>> {
-        match self {
-            Fetcher::Oci { client, .. } => {
-                let mut out = Vec::new();
-                client
-                    .pull_blob(r, digest, &mut out)
+        let data = match size {
+            // Nothing past the descriptor's size is read.
+            Some(size) if size <= MAX_MANIFEST as u64 => {
+                read_limited(res, size as usize, c.stall, what)
                     .await
-                    .map_err(|e| map_err(e, what))?;
-                Ok(out)
+                    .map_err(|e| match e.kind() {
+                        ErrorKind::InvalidArgument => {
+                            size_mismatch(what, size, &format!("got more than {size}"))
+                        }
+                        _ => e,
+                    })?
             }
-            Fetcher::Own(c) => {
-                let res = c
-                    .get(&blob_url(&c.scheme, r, digest), None, r, what)
-                    .await?;
-                let data = read_limited(res, MAX_CONFIG, what).await?;
-                digest::verify(&data, digest, what)?;
-                Ok(data)
+            _ => read_limited(res, MAX_MANIFEST, c.stall, what).await?,
+        };
+        if let Some(size) = size {
+            if data.len() as u64 != size {
+                return Err(size_mismatch(what, size, &format!("got {}", data.len())));
             }
         }
+        Ok(Bytes::from(data))
     }
 
-    /// A layer blob, streamed.
+    /// A small blob (the config), whole, of exactly `size` bytes (its descriptor's).
+    pub(crate) async fn blob(
+        &self,
+        r: &Reference,
+        digest: &str,
+        size: u64,
+        what: &str,
+    ) -> Result<Vec<u8>> {
+        if size > MAX_CONFIG as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {size} bytes, more than the {MAX_CONFIG} a config may have"
+            )));
+        }
+        let mut s = self.layer(r, digest, size, what).await?;
+        let mut out = Vec::with_capacity(size as usize);
+        while let Some(chunk) = s.next().await {
+            out.extend_from_slice(&chunk.map_err(|e| e.context(what))?);
+        }
+        Ok(out)
+    }
+
+    /// A blob streamed, checked against its descriptor's digest and `size`: refused at
+    /// once when the host announces another length, ended with DataLoss once more than
+    /// `size` bytes arrive or when it ends short (nothing past `size` is passed on).
     pub(crate) async fn layer(
         &self,
         r: &Reference,
         digest: &str,
+        size: u64,
         what: &str,
     ) -> Result<LayerStream> {
-        match self {
-            Fetcher::Oci { client, .. } => {
+        let (stream, len) = match self {
+            Fetcher::Oci {
+                client,
+                auth,
+                stall,
+                ..
+            } => {
+                let stall = *stall;
+                // pull_manifest_raw would have stored it: the blob requests need it.
+                client
+                    .store_auth_if_needed(r.resolve_registry(), auth)
+                    .await;
                 let sized = client
                     .pull_blob_stream(r, digest)
                     .await
                     .map_err(|e| map_err(e, what))?;
-                Ok(sized
+                let stream = sized
                     .stream
-                    .map(|chunk| {
+                    .map(move |chunk| {
                         chunk.map_err(|e| {
                             // oci-client checks the digest and reports a mismatch as an
                             // io error wrapping its DigestError.
@@ -132,20 +184,96 @@ impl Fetcher {
                             if mismatch {
                                 Error::DataLoss(e.to_string())
                             } else {
-                                Error::Unavailable(e.to_string())
+                                net_error(&e, stall)
                             }
                         })
                     })
-                    .boxed())
+                    .boxed();
+                (stream, sized.content_length)
             }
             Fetcher::Own(c) => {
                 let res = c
                     .get(&blob_url(&c.scheme, r, digest), None, r, what)
                     .await?;
-                Ok(verified(res, digest.to_string()))
+                let len = res.content_length();
+                (verified(res, digest.to_string(), c.stall), len)
             }
-        }
+        };
+        check_length(len, size, what)?;
+        Ok(sized(stream, size))
     }
+}
+
+/// The error of content whose length is not its descriptor's: DataLoss, as a digest
+/// mismatch is.
+fn size_mismatch(what: &str, size: u64, got: &str) -> Error {
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!("{what}: ")
+    };
+    Error::DataLoss(format!(
+        "{what}size mismatch: the descriptor says {size} bytes, {got}"
+    ))
+}
+
+/// A `Content-Length` other than the descriptor's size is refused before a byte is read.
+fn check_length(len: Option<u64>, size: u64, what: &str) -> Result<()> {
+    match len {
+        Some(n) if n != size => Err(size_mismatch(
+            what,
+            size,
+            &format!("the registry announces {n} (Content-Length)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `inner`, ended with DataLoss once more than `size` bytes arrive (the chunk that
+/// passes it is not passed on) or when it ends before `size`. A digest mismatch of a
+/// body of the wrong length is reported as the size mismatch it is.
+fn sized(inner: LayerStream, size: u64) -> LayerStream {
+    struct St {
+        inner: LayerStream,
+        n: u64,
+        done: bool,
+    }
+    let st = St {
+        inner,
+        n: 0,
+        done: false,
+    };
+    futures::stream::unfold(st, move |mut st| async move {
+        if st.done {
+            return None;
+        }
+        match st.inner.next().await {
+            Some(Ok(b)) => {
+                st.n += b.len() as u64;
+                if st.n > size {
+                    st.done = true;
+                    let e = size_mismatch("", size, &format!("got more than {size}"));
+                    return Some((Err(e), st));
+                }
+                Some((Ok(b), st))
+            }
+            Some(Err(e)) => {
+                st.done = true;
+                let e = if e.kind() == ErrorKind::DataLoss && st.n != size {
+                    size_mismatch("", size, &format!("got {}", st.n))
+                } else {
+                    e
+                };
+                Some((Err(e), st))
+            }
+            None if st.n != size => {
+                st.done = true;
+                Some((Err(size_mismatch("", size, &format!("got {}", st.n))), st))
+            }
+            None => None,
+        }
+    })
+    .boxed()
 }
 
 /// The fetcher for hosts with hosts.toml `header`.
@@ -159,6 +287,8 @@ pub(crate) struct OwnClient {
     /// What the host took last (or the caller's bearer token): later requests of the
     /// pull send it at once instead of meeting the challenge again.
     authz: std::sync::Mutex<Option<Authz>>,
+    /// The read timeout, for the message of a stalled download.
+    stall: Duration,
 }
 
 #[derive(Clone)]
@@ -250,10 +380,10 @@ fn ns(r: &Reference) -> String {
 }
 
 impl OwnClient {
-    fn new(ep: &Endpoint, auth: RegistryAuth) -> Result<OwnClient> {
+    fn new(ep: &Endpoint, auth: RegistryAuth, stall: Duration) -> Result<OwnClient> {
         let http = token::client_builder(ep)?
             // Per read, not per request: a big layer may take long, a stalled one not.
-            .read_timeout(Duration::from_secs(60))
+            .read_timeout(stall)
             .build()
             .map_err(|e| Error::Internal(format!("registry host {}: http client: {e}", ep.host)))?;
         let authz = match &auth {
@@ -266,6 +396,7 @@ impl OwnClient {
             headers: header_map(ep)?,
             auth,
             authz: std::sync::Mutex::new(authz),
+            stall,
         })
     }
 
@@ -320,7 +451,9 @@ impl OwnClient {
                 }
             }
             let status = res.status();
-            let body = read_limited(res, 64 << 10, what).await.unwrap_or_default();
+            let body = read_limited(res, 64 << 10, self.stall, what)
+                .await
+                .unwrap_or_default();
             return Err(status_error(status, &body, &format!("{what}: GET {url}")));
         }
     }
@@ -353,7 +486,7 @@ impl OwnClient {
             .await
             .map_err(|e| Error::Unavailable(format!("{ctx}: {}", chain(&e))))?;
         let status = res.status();
-        let body = read_limited(res, 1 << 20, &ctx).await?;
+        let body = read_limited(res, 1 << 20, self.stall, &ctx).await?;
         if !status.is_success() {
             return Err(status_error(status, &body, &ctx));
         }
@@ -394,13 +527,40 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// A download that broke off: Unavailable, saying so when the host sent nothing for
+/// the read timeout (a stalled host, rather than one that closed the connection).
+fn net_error(e: &(dyn std::error::Error + 'static), stall: Duration) -> Error {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        let timed_out = c
+            .downcast_ref::<reqwest::Error>()
+            .is_some_and(|r| r.is_timeout())
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(|i| i.kind() == std::io::ErrorKind::TimedOut);
+        if timed_out {
+            return Error::Unavailable(format!(
+                "the registry sent nothing for {:?}: stalled ({})",
+                stall,
+                chain(e)
+            ));
+        }
+        cur = c.source();
+    }
+    Error::Unavailable(chain(e))
+}
+
 /// A whole body, refused once it passes `max`.
-async fn read_limited(mut res: reqwest::Response, max: usize, what: &str) -> Result<Vec<u8>> {
+async fn read_limited(
+    mut res: reqwest::Response,
+    max: usize,
+    stall: Duration,
+    what: &str,
+) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     while let Some(b) = res
         .chunk()
         .await
-        .map_err(|e| Error::Unavailable(format!("{what}: {}", chain(&e))))?
+        .map_err(|e| net_error(&e, stall).context(what))?
     {
         if out.len() + b.len() > max {
             return Err(Error::InvalidArgument(format!(
@@ -414,7 +574,7 @@ async fn read_limited(mut res: reqwest::Response, max: usize, what: &str) -> Res
 
 /// The body of `res`, hashed as it passes; a digest other than `want` ends it with
 /// DataLoss instead of its end.
-fn verified(res: reqwest::Response, want: String) -> LayerStream {
+fn verified(res: reqwest::Response, want: String, stall: Duration) -> LayerStream {
     struct St {
         res: reqwest::Response,
         hasher: Sha256,
@@ -427,7 +587,7 @@ fn verified(res: reqwest::Response, want: String) -> LayerStream {
         want,
         done: false,
     };
-    futures::stream::unfold(st, |mut st| async move {
+    futures::stream::unfold(st, move |mut st| async move {
         if st.done {
             return None;
         }
@@ -451,7 +611,7 @@ fn verified(res: reqwest::Response, want: String) -> LayerStream {
             }
             Err(e) => {
                 st.done = true;
-                Some((Err(Error::Unavailable(chain(&e))), st))
+                Some((Err(net_error(&e, stall)), st))
             }
         }
     })
@@ -526,7 +686,7 @@ fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
     }
 }
 
-fn oci_client_for(ep: &Endpoint) -> Result<Client> {
+fn oci_client_for(ep: &Endpoint, stall: Duration) -> Result<Client> {
     let extra = ep
         .ca_pems()?
         .into_iter()
@@ -544,7 +704,7 @@ fn oci_client_for(ep: &Endpoint) -> Result<Client> {
         accept_invalid_certificates: ep.skip_verify,
         extra_root_certificates: extra,
         connect_timeout: Some(Duration::from_secs(10)),
-        read_timeout: Some(Duration::from_secs(60)),
+        read_timeout: Some(stall),
         ..Default::default()
     }))
 }
@@ -712,6 +872,9 @@ mod tests {
         );
     }
 
+    /// What the scripted registry serves for the blob that does not match its digest.
+    const BAD: &[u8] = b"not what the digest says";
+
     /// What the scripted registry saw of one request.
     #[derive(Debug, Clone)]
     struct Seen {
@@ -788,7 +951,7 @@ mod tests {
                         } else if s.target == format!("/v2/a/b/blobs/{}", good.0) {
                             (200, String::new(), good.1.to_vec())
                         } else if s.target == format!("/v2/a/b/blobs/{bad}") {
-                            (200, String::new(), b"not what the digest says".to_vec())
+                            (200, String::new(), BAD.to_vec())
                         } else {
                             (404, String::new(), vec![])
                         };
@@ -815,20 +978,42 @@ mod tests {
         let (addr, log) = scripted_registry(b"{\"m\":1}", (good_d.clone(), good), bad_d.clone());
         let e = ep(&addr, &[("X-Key", &["k1", "k2"])]);
         let r: Reference = format!("{addr}/a/b:v1").parse().unwrap();
-        let f = Fetcher::new(&e, &RegistryAuth::Basic("u".into(), "p".into())).unwrap();
+        let f = Fetcher::new(
+            &e,
+            &RegistryAuth::Basic("u".into(), "p".into()),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         assert!(matches!(f, Fetcher::Own(_)));
-        assert_eq!(&f.manifest(&r, "manifest").await.unwrap()[..], b"{\"m\":1}");
-        assert_eq!(f.blob(&r, &good_d, "config").await.unwrap(), good);
-        let mut s = f.layer(&r, &good_d, "layer").await.unwrap();
+        assert_eq!(
+            &f.manifest(&r, None, "manifest").await.unwrap()[..],
+            b"{\"m\":1}"
+        );
+        assert_eq!(
+            f.blob(&r, &good_d, good.len() as u64, "config")
+                .await
+                .unwrap(),
+            good
+        );
+        let mut s = f
+            .layer(&r, &good_d, good.len() as u64, "layer")
+            .await
+            .unwrap();
         let mut got = vec![];
         while let Some(c) = s.next().await {
             got.extend_from_slice(&c.unwrap());
         }
         assert_eq!(got, good);
         // Content that is not what its digest says: DataLoss, as a blob and as a stream.
-        let err = f.blob(&r, &bad_d, "config x").await.unwrap_err();
+        let err = f
+            .blob(&r, &bad_d, BAD.len() as u64, "config x")
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::DataLoss, "{err}");
-        let mut s = f.layer(&r, &bad_d, "layer").await.unwrap();
+        let mut s = f
+            .layer(&r, &bad_d, BAD.len() as u64, "layer")
+            .await
+            .unwrap();
         let mut last = None;
         while let Some(c) = s.next().await {
             last = Some(c);
@@ -836,7 +1021,11 @@ mod tests {
         let err = last.unwrap().unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::DataLoss, "{err}");
         let err = f
-            .manifest(&format!("{addr}/a/b:nope").parse().unwrap(), "manifest")
+            .manifest(
+                &format!("{addr}/a/b:nope").parse().unwrap(),
+                None,
+                "manifest",
+            )
             .await
             .unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
@@ -859,16 +1048,26 @@ mod tests {
         assert_eq!(seen[0].all("accept")[0], ACCEPTED.join(", "));
 
         // Without credentials the token service refuses: Unauthenticated, naming it.
-        let f = Fetcher::new(&e, &RegistryAuth::Anonymous).unwrap();
-        let err = f.manifest(&r, "manifest").await.unwrap_err();
+        let f = Fetcher::new(&e, &RegistryAuth::Anonymous, Duration::from_secs(60)).unwrap();
+        let err = f.manifest(&r, None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
         assert!(err.to_string().contains("token service"), "{err}");
         // A caller's token is sent as it is; refused, it is not traded for another.
-        let f = Fetcher::new(&e, &RegistryAuth::Bearer("tok".into())).unwrap();
-        f.manifest(&r, "manifest").await.unwrap();
-        let f = Fetcher::new(&e, &RegistryAuth::Bearer("old".into())).unwrap();
+        let f = Fetcher::new(
+            &e,
+            &RegistryAuth::Bearer("tok".into()),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        f.manifest(&r, None, "manifest").await.unwrap();
+        let f = Fetcher::new(
+            &e,
+            &RegistryAuth::Bearer("old".into()),
+            Duration::from_secs(60),
+        )
+        .unwrap();
         let before = log.lock().unwrap().len();
-        let err = f.manifest(&r, "manifest").await.unwrap_err();
+        let err = f.manifest(&r, None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
         assert_eq!(log.lock().unwrap().len(), before + 1);
     }
@@ -876,7 +1075,12 @@ mod tests {
     #[test]
     fn without_headers_oci_client() {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let f = Fetcher::new(&ep("h", &[]), &RegistryAuth::Anonymous).unwrap();
+        let f = Fetcher::new(
+            &ep("h", &[]),
+            &RegistryAuth::Anonymous,
+            Duration::from_secs(60),
+        )
+        .unwrap();
         assert!(matches!(f, Fetcher::Oci { .. }));
     }
 }

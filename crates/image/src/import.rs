@@ -104,8 +104,8 @@ impl ImageStore {
         what: &str,
         blobs: &mut Vec<String>,
     ) -> Result<Manifest> {
-        let data = read(&layout_blob(dir, &desc.digest)?, what)?;
         let w = format!("import {what}: manifest {}", desc.digest);
+        let data = read_sized(&layout_blob(dir, &desc.digest)?, desc, &w, what)?;
         self.put_blob(&desc.digest, &data, &w)?;
         blobs.push(desc.digest.clone());
         Manifest::parse(&data, &w)
@@ -123,8 +123,8 @@ impl ImageStore {
         what: &str,
     ) -> Result<Image> {
         let cdesc = m.config.as_ref().unwrap();
-        let cdata = read(&layout_blob(dir, &cdesc.digest)?, what)?;
         let w = format!("import {what}: config {}", cdesc.digest);
+        let cdata = read_sized(&layout_blob(dir, &cdesc.digest)?, cdesc, &w, what)?;
         self.put_blob(&cdesc.digest, &cdata, &w)?;
         blobs.push(cdesc.digest.clone());
         let config = ConfigBlob::parse(&cdata, &w)?;
@@ -141,8 +141,13 @@ impl ImageStore {
             let f = std::fs::File::open(layout_blob(dir, &l.digest)?).map_err(|e| {
                 Error::InvalidArgument(format!("import {what}: layer {}: {e}", l.digest))
             })?;
+            let len = f.metadata().map(|m| m.len()).map_err(|e| {
+                Error::InvalidArgument(format!("import {what}: layer {}: {e}", l.digest))
+            })?;
+            check_size(len, l.size, &format!("import {what}: layer {}", l.digest))?;
             self.unpack_layer(
-                f,
+                // Never past the descriptor's size, should the file grow meanwhile.
+                std::io::Read::take(f, l.size),
                 Some(&l.digest),
                 diff_id,
                 &format!("{} of {what}", l.digest),
@@ -247,6 +252,26 @@ fn inside(dir: &Path, rel: &str, what: &str) -> Result<PathBuf> {
             "import {what}: bad path {rel:?} in manifest.json"
         ))),
     }
+}
+
+/// A layout's blob of exactly `d.size` bytes: another length is refused (DataLoss, as
+/// a digest mismatch) before the blob is read.
+fn read_sized(p: &Path, d: &Descriptor, w: &str, what: &str) -> Result<Vec<u8>> {
+    let meta = std::fs::metadata(p)
+        .map_err(|e| Error::InvalidArgument(format!("import {what}: {}: {e}", p.display())))?;
+    check_size(meta.len(), d.size, w)?;
+    let data = read(p, what)?;
+    check_size(data.len() as u64, d.size, w)?;
+    Ok(data)
+}
+
+fn check_size(len: u64, size: u64, w: &str) -> Result<()> {
+    if len == size {
+        return Ok(());
+    }
+    Err(Error::DataLoss(format!(
+        "{w}: size mismatch: the descriptor says {size} bytes, the blob has {len}"
+    )))
 }
 
 fn read(p: &Path, what: &str) -> Result<Vec<u8>> {

@@ -139,6 +139,8 @@ pub struct ImageStore {
     /// Called after each step of a pull that makes something, with the step's name
     /// (crustd's failpoints, in its debug builds).
     failpoint_hook: Option<fn(&str)>,
+    /// How long a pull waits for a registry's next bytes before it fails.
+    stall: std::time::Duration,
 }
 
 impl ImageStore {
@@ -160,9 +162,16 @@ impl ImageStore {
             layer_locks: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
             failpoint_hook: None,
+            stall: std::time::Duration::from_secs(60),
         };
         store.records()?;
         Ok(store)
+    }
+
+    /// Sets how long a pull waits for a registry's next bytes (response headers or
+    /// body) before it fails with Unavailable; 60 s unless set.
+    pub fn set_stall_timeout(&mut self, d: std::time::Duration) {
+        self.stall = d;
     }
 
     /// Sets the hook a pull calls after each step that makes something (crustd's

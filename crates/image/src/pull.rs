@@ -106,14 +106,15 @@ impl ImageStore {
     }
 
     async fn pull_from(&self, ep: &Endpoint, named: &Named, auth: &RegistryAuth) -> Result<Image> {
-        let fetcher = Fetcher::new(ep, auth)?;
+        let fetcher = Fetcher::new(ep, auth, self.stall)?;
         let mut r: Reference = named.inner.clone();
         if ep.host != named.registry()
             && !(named.registry() == "docker.io" && ep.host == "registry-1.docker.io")
         {
             r.set_mirror_registry(ep.host.clone());
         }
-        let data = fetcher.manifest(&r, "manifest").await?;
+        // Its size is not known (a tag, or a digest alone): at most 4 MiB.
+        let data = fetcher.manifest(&r, None, "manifest").await?;
         let top = digest::of(&data);
         if let Some(want) = named.digest() {
             if want != top {
@@ -131,7 +132,7 @@ impl ImageStore {
             let d = m.pick_platform("index")?.clone();
             let r2 = r.clone_with_digest(d.digest.clone());
             let data = fetcher
-                .manifest(&r2, &format!("manifest {}", d.digest))
+                .manifest(&r2, Some(d.size), &format!("manifest {}", d.digest))
                 .await?;
             hold.add(&d.digest);
             self.put_blob(&d.digest, &data, &format!("manifest {}", d.digest))?;
@@ -148,7 +149,12 @@ impl ImageStore {
         let cdesc = m.config.clone().unwrap();
         digest::hex_of(&cdesc.digest)?;
         let cdata = fetcher
-            .blob(&r, &cdesc.digest, &format!("config {}", cdesc.digest))
+            .blob(
+                &r,
+                &cdesc.digest,
+                cdesc.size,
+                &format!("config {}", cdesc.digest),
+            )
             .await?;
         hold.add(&cdesc.digest);
         self.put_blob(&cdesc.digest, &cdata, &format!("config {}", cdesc.digest))?;
@@ -220,7 +226,7 @@ impl ImageStore {
         }
         let started = std::time::Instant::now();
         let mut stream = fetcher
-            .layer(r, &l.digest, &format!("layer {}", l.digest))
+            .layer(r, &l.digest, l.size, &format!("layer {}", l.digest))
             .await?;
         let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
         let root = self.root.clone();

@@ -320,3 +320,413 @@ fn overlay_of_a_snapshot_applies_whiteouts() {
     store.remove_snapshot("ctr").unwrap();
     assert!(!snap.upperdir.exists());
 }
+
+/// A registry on 127.0.0.1 for pull tests: no auth, blobs and manifests from a table,
+/// with ways to misbehave.
+mod registry {
+    use std::collections::{HashMap, HashSet};
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    pub struct Serve {
+        /// Request path (`/v2/...`) → body.
+        pub bodies: HashMap<String, Vec<u8>>,
+        /// Bodies sent without Content-Length, ended by closing the connection.
+        pub no_length: bool,
+        /// Paths whose body stops halfway, the connection left open.
+        pub stall: HashSet<String>,
+        /// Paths whose body never ends.
+        pub endless: HashSet<String>,
+    }
+
+    pub fn start(serve: Arc<Mutex<Serve>>) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                let serve = serve.clone();
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    let mut r = BufReader::new(conn);
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                        loop {
+                            let mut h = String::new();
+                            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if h.trim_end().is_empty() {
+                                break;
+                            }
+                        }
+                        let (body, no_length, stall, endless) = {
+                            let s = serve.lock().unwrap();
+                            (
+                                s.bodies.get(&path).cloned(),
+                                s.no_length,
+                                s.stall.contains(&path),
+                                s.endless.contains(&path),
+                            )
+                        };
+                        let Some(body) = body else {
+                            let _ =
+                                w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                            continue;
+                        };
+                        if endless {
+                            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+                            let chunk = vec![b' '; 64 << 10];
+                            while w.write_all(&chunk).is_ok() {}
+                            return;
+                        }
+                        if stall {
+                            let head = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                                body.len()
+                            );
+                            let _ = w.write_all(head.as_bytes());
+                            let _ = w.write_all(&body[..body.len() / 2]);
+                            let _ = w.flush();
+                            std::thread::sleep(std::time::Duration::from_secs(30));
+                            return;
+                        }
+                        if no_length {
+                            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+                            let _ = w.write_all(&body);
+                            return;
+                        }
+                        let head =
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                        if w.write_all(head.as_bytes()).is_err() || w.write_all(&body).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+}
+
+/// What one test image's descriptors get wrong: each delta is added to the size a
+/// descriptor gives (0: the truth).
+#[derive(Default, Clone, Copy)]
+struct Lies {
+    index: bool,
+    child: i64,
+    config: i64,
+    layer: i64,
+}
+
+/// Puts an image (one layer with a file naming `tag`) into `serve` under repository
+/// `t/img` and `tag`: the paths and bodies to serve, and its layer's digest.
+fn serve_image(tag: &str, lies: Lies) -> (Vec<(String, Vec<u8>)>, String) {
+    let layer = LayerBuilder::new()
+        .file("hello", format!("{tag}\n").as_bytes(), 0o644)
+        .finish();
+    let ld = digest::of(&layer);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": crate::manifest::ARCH, "os": crate::manifest::OS,
+        "rootfs": {"type": "layers", "diff_ids": [ld]},
+        "config": {"Cmd": ["/hello"]},
+    }))
+    .unwrap();
+    let cd = digest::of(&config);
+    let sz = |n: usize, d: i64| (n as i64 + d) as u64;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd,
+                   "size": sz(config.len(), lies.config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld,
+                    "size": sz(layer.len(), lies.layer)}],
+    }))
+    .unwrap();
+    let md = digest::of(&manifest);
+    let mut out = vec![
+        (format!("/v2/t/img/blobs/{ld}"), layer),
+        (format!("/v2/t/img/blobs/{cd}"), config),
+        (format!("/v2/t/img/manifests/{md}"), manifest.clone()),
+    ];
+    if lies.index {
+        let index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "digest": md, "size": sz(manifest.len(), lies.child),
+                           "platform": {"os": crate::manifest::OS,
+                                        "architecture": crate::manifest::ARCH}}],
+        }))
+        .unwrap();
+        out.push((format!("/v2/t/img/manifests/{tag}"), index));
+    } else {
+        out.push((format!("/v2/t/img/manifests/{tag}"), manifest));
+    }
+    (out, ld)
+}
+
+/// Nothing of a refused pull is taken as whole: no image, no layer, nothing in tmp/.
+fn nothing_recorded(store: &ImageStore, root: &Path) {
+    assert!(store.list().is_empty(), "{:?}", store.list());
+    assert_eq!(std::fs::read_dir(root.join("layers")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+}
+
+/// A store whose pulls from `addr` go through crust's own fetcher (a hosts.toml with a
+/// `header`) when `own`, else through oci-client.
+fn pull_store(t: &Tmp, addr: &str, own: bool) -> (ImageStore, PathBuf) {
+    let root = t.0.join(if own { "store-own" } else { "store-oci" });
+    let hosts = if own {
+        let d = t.0.join("certs.d").join(addr);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("hosts.toml"),
+            format!("server = \"http://{addr}\"\n[header]\n  x-test = \"1\"\n"),
+        )
+        .unwrap();
+        Some(t.0.join("certs.d"))
+    } else {
+        None
+    };
+    (ImageStore::open(root.clone(), hosts).unwrap(), root)
+}
+
+/// Every descriptor's size is checked as well as its digest: a layer, config or index
+/// child whose length is not its descriptor's is refused (DataLoss, as a digest mismatch
+/// is), naming the blob and both sizes, whether the registry announces the length or
+/// not, through oci-client and through crust's own fetcher; nothing is recorded, and a
+/// true image pulls afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_refuses_a_blob_of_another_size() {
+    if !root() {
+        return;
+    }
+    let t = Tmp::new("sizes");
+    let serve = Arc::new(Mutex::new(registry::Serve::default()));
+    let addr = registry::start(serve.clone());
+    let cases: Vec<(&str, Lies, &str)> = vec![
+        (
+            "layer-less",
+            Lies {
+                layer: -1,
+                ..Default::default()
+            },
+            "layer",
+        ),
+        (
+            "layer-more",
+            Lies {
+                layer: 1,
+                ..Default::default()
+            },
+            "layer",
+        ),
+        (
+            "config-less",
+            Lies {
+                config: -3,
+                ..Default::default()
+            },
+            "config",
+        ),
+        (
+            "config-more",
+            Lies {
+                config: 5,
+                ..Default::default()
+            },
+            "config",
+        ),
+        (
+            "child-less",
+            Lies {
+                index: true,
+                child: -1,
+                ..Default::default()
+            },
+            "manifest",
+        ),
+        (
+            "child-more",
+            Lies {
+                index: true,
+                child: 2,
+                ..Default::default()
+            },
+            "manifest",
+        ),
+    ];
+    let mut layers = HashMap::new();
+    for (tag, lies, _) in &cases {
+        let mut s = serve.lock().unwrap();
+        let (bodies, ld) = serve_image(tag, *lies);
+        s.bodies.extend(bodies);
+        layers.insert(tag.to_string(), ld);
+    }
+    for (tag, lies) in [
+        ("good", Lies::default()),
+        (
+            "good-index",
+            Lies {
+                index: true,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let mut s = serve.lock().unwrap();
+        let (bodies, _) = serve_image(tag, lies);
+        s.bodies.extend(bodies);
+    }
+    for own in [false, true] {
+        for no_length in [false, true] {
+            serve.lock().unwrap().no_length = no_length;
+            let (store, root) = pull_store(&t, &addr, own);
+            for (tag, _, blob) in &cases {
+                let e = store
+                    .pull(&format!("{addr}/t/img:{tag}"), None)
+                    .await
+                    .unwrap_err();
+                let ctx = format!("{tag} own={own} no_length={no_length}: {e}");
+                assert_eq!(e.kind(), ErrorKind::DataLoss, "{ctx}");
+                let m = e.to_string();
+                assert!(m.contains("size mismatch: the descriptor says"), "{ctx}");
+                assert!(m.contains(&format!("{blob} sha256:")), "{ctx}");
+                if *blob == "layer" {
+                    assert!(m.contains(&layers[*tag]), "{ctx}");
+                }
+                nothing_recorded(&store, &root);
+            }
+            for tag in ["good", "good-index"] {
+                let img = store
+                    .pull(&format!("{addr}/t/img:{tag}"), None)
+                    .await
+                    .unwrap();
+                let dirs = store.layer_dirs(&img.id).unwrap();
+                assert_eq!(
+                    std::fs::read(dirs[0].join("hello")).unwrap(),
+                    format!("{tag}\n").as_bytes()
+                );
+            }
+            assert_eq!(std::fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+            for tag in ["good", "good-index"] {
+                store.remove(&format!("{addr}/t/img:{tag}")).unwrap();
+            }
+            drop(store);
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
+}
+
+/// A registry that stops sending halfway through a layer: after the stall timeout the
+/// pull fails (Unavailable, naming the layer and the stall) instead of hanging, and
+/// nothing is recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_of_a_stalled_layer_fails() {
+    if !root() {
+        return;
+    }
+    let t = Tmp::new("stall");
+    let serve = Arc::new(Mutex::new(registry::Serve::default()));
+    let addr = registry::start(serve.clone());
+    let ld = {
+        let mut s = serve.lock().unwrap();
+        let (bodies, ld) = serve_image("v1", Lies::default());
+        s.bodies.extend(bodies);
+        s.stall.insert(format!("/v2/t/img/blobs/{ld}"));
+        ld
+    };
+    for own in [false, true] {
+        let (mut store, root) = pull_store(&t, &addr, own);
+        store.set_stall_timeout(std::time::Duration::from_millis(500));
+        let started = std::time::Instant::now();
+        let e = store
+            .pull(&format!("{addr}/t/img:v1"), None)
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{e}"
+        );
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "own={own}: {e}");
+        let m = e.to_string();
+        assert!(m.contains(&format!("layer {ld}")), "own={own}: {m}");
+        assert!(m.contains("stalled"), "own={own}: {m}");
+        nothing_recorded(&store, &root);
+    }
+}
+
+/// A manifest that never ends is cut at 4 MiB (containerd's limit), not held whole,
+/// through oci-client's hosts as through crust's own fetcher.
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_of_an_endless_manifest_fails() {
+    if !root() {
+        return;
+    }
+    let t = Tmp::new("endless");
+    let serve = Arc::new(Mutex::new(registry::Serve::default()));
+    let addr = registry::start(serve.clone());
+    {
+        let mut s = serve.lock().unwrap();
+        let (bodies, _) = serve_image("v1", Lies::default());
+        s.bodies.extend(bodies);
+        s.endless.insert("/v2/t/img/manifests/v1".into());
+    }
+    for own in [false, true] {
+        let (store, root) = pull_store(&t, &addr, own);
+        let e = store
+            .pull(&format!("{addr}/t/img:v1"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "own={own}: {e}");
+        assert!(e.to_string().contains("larger than 4194304 bytes"), "{e}");
+        nothing_recorded(&store, &root);
+    }
+}
+
+/// An OCI layout's blobs are checked against their descriptors' sizes too.
+#[test]
+fn import_refuses_a_blob_of_another_size() {
+    if !root() {
+        return;
+    }
+    for what in ["config", "layer"] {
+        let t = Tmp::new(&format!("import-size-{what}"));
+        let layout = t.0.join("layout");
+        two_layer_layout(&layout, "example.com/app:v1");
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+        let blob = |d: &str| {
+            layout
+                .join("blobs/sha256")
+                .join(d.strip_prefix("sha256:").unwrap())
+        };
+        let md = index["manifests"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(blob(&md)).unwrap()).unwrap();
+        let d = match what {
+            "config" => m["config"]["digest"].as_str().unwrap().to_string(),
+            _ => m["layers"][1]["digest"].as_str().unwrap().to_string(),
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(blob(&d))
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"x").unwrap();
+        let store = ImageStore::open(t.0.join("store"), None).unwrap();
+        let e = store.import(&layout).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss, "{e}");
+        let m = e.to_string();
+        assert!(m.contains("size mismatch: the descriptor says"), "{m}");
+        assert!(m.contains(&d), "{m}");
+        assert!(store.list().is_empty());
+        assert_eq!(std::fs::read_dir(t.0.join("store/tmp")).unwrap().count(), 0);
+    }
+}
