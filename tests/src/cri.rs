@@ -33,6 +33,157 @@ pub async fn run_pod(c: &mut Client, cfg: &PodSandboxConfig) -> Result<String, t
     .map(|r| r.into_inner().pod_sandbox_id)
 }
 
+/// A pod's config as the kubelet sends it: `name` in `namespace`, uid `uid-NAME`, its
+/// container logs under `logs/NAME`.
+pub fn pod_config(name: &str, namespace: &str, logs: &Path) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: namespace.into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: logs.join(name).display().to_string(),
+        linux: Some(LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    }
+}
+
+/// CreateContainer of `cfg` in pod `pod` (made from `sandbox`); the error is the
+/// caller's, as for the other RPC wrappers below.
+pub async fn create_container(
+    c: &mut Client,
+    pod: &str,
+    sandbox: &PodSandboxConfig,
+    cfg: ContainerConfig,
+) -> Result<String, tonic::Status> {
+    c.create_container(CreateContainerRequest {
+        pod_sandbox_id: pod.into(),
+        config: Some(cfg),
+        sandbox_config: Some(sandbox.clone()),
+    })
+    .await
+    .map(|r| r.into_inner().container_id)
+}
+
+pub async fn start_container(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
+    c.start_container(StartContainerRequest {
+        container_id: id.into(),
+    })
+    .await
+    .map(drop)
+}
+
+pub async fn stop_container(c: &mut Client, id: &str, timeout: i64) -> Result<(), tonic::Status> {
+    c.stop_container(StopContainerRequest {
+        container_id: id.into(),
+        timeout,
+    })
+    .await
+    .map(drop)
+}
+
+pub async fn remove_container(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
+    c.remove_container(RemoveContainerRequest {
+        container_id: id.into(),
+    })
+    .await
+    .map(drop)
+}
+
+pub async fn stop_pod(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
+    c.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .map(drop)
+}
+
+pub async fn remove_pod(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
+    c.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .map(drop)
+}
+
+/// Every pod ListPodSandbox lists, unfiltered.
+pub async fn list_pods(c: &mut Client) -> Vec<PodSandbox> {
+    c.list_pod_sandbox(ListPodSandboxRequest::default())
+        .await
+        .expect("ListPodSandbox")
+        .into_inner()
+        .items
+}
+
+/// Every container ListContainers lists, unfiltered.
+pub async fn list_containers(c: &mut Client) -> Vec<Container> {
+    c.list_containers(ListContainersRequest::default())
+        .await
+        .expect("ListContainers")
+        .into_inner()
+        .containers
+}
+
+/// A verbose ContainerStatus: the status and the parsed `info` (pid, monitorPid, ...).
+pub async fn container_status(
+    c: &mut Client,
+    id: &str,
+) -> Result<(ContainerStatus, serde_json::Value), tonic::Status> {
+    let r = c
+        .container_status(ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: true,
+        })
+        .await?
+        .into_inner();
+    Ok((r.status.unwrap(), verbose_info(&r.info)))
+}
+
+/// The `info` entry of a verbose status parsed (the runtime's own JSON), or null.
+pub fn verbose_info(info: &std::collections::HashMap<String, String>) -> serde_json::Value {
+    info.get("info")
+        .map(|s| serde_json::from_str(s).expect("verbose info is JSON"))
+        .unwrap_or_default()
+}
+
+/// A pod's PodSandboxStatus, not verbose.
+pub async fn pod_status(c: &mut Client, id: &str) -> Result<PodSandboxStatus, tonic::Status> {
+    Ok(c.pod_sandbox_status(PodSandboxStatusRequest {
+        pod_sandbox_id: id.into(),
+        verbose: false,
+    })
+    .await?
+    .into_inner()
+    .status
+    .unwrap())
+}
+
+pub async fn exec_sync(
+    c: &mut Client,
+    id: &str,
+    cmd: &[&str],
+    timeout: i64,
+) -> Result<ExecSyncResponse, tonic::Status> {
+    c.exec_sync(ExecSyncRequest {
+        container_id: id.into(),
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        timeout,
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// Runs `true` in a running container (ExecSync, `timeout` seconds): it is whole and
+/// usable, not only listed.
+pub async fn exec_true(c: &mut Client, id: &str, timeout: i64, what: &str) {
+    let r = exec_sync(c, id, &["true"], timeout)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: ExecSync in {id}: {e:?}"));
+    assert_eq!(r.exit_code, 0, "{what}: `true` in {id}: {r:?}");
+}
+
 /// Imports the busybox image into the daemon's store (the store is shared on disk).
 pub fn import_busybox(d: &Crustd) {
     let t = TempDir::new("layout");
@@ -145,18 +296,7 @@ impl Env {
         handler: &str,
         change: impl FnOnce(&mut PodSandboxConfig),
     ) -> (String, PodSandboxConfig) {
-        let mut cfg = PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata {
-                name: name.into(),
-                uid: format!("uid-{name}"),
-                namespace: "default".into(),
-                attempt: 0,
-            }),
-            hostname: name.into(),
-            log_directory: self.logs.path().join(name).display().to_string(),
-            linux: Some(LinuxPodSandboxConfig::default()),
-            ..Default::default()
-        };
+        let mut cfg = pod_config(name, "default", self.logs.path());
         change(&mut cfg);
         let id = self
             .c
@@ -176,14 +316,7 @@ impl Env {
         pod: &(String, PodSandboxConfig),
         cfg: ContainerConfig,
     ) -> Result<String, tonic::Status> {
-        self.c
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.0.clone(),
-                config: Some(cfg),
-                sandbox_config: Some(pod.1.clone()),
-            })
-            .await
-            .map(|r| r.into_inner().container_id)
+        create_container(&mut self.c, &pod.0, &pod.1, cfg).await
     }
 
     pub async fn create(
@@ -195,12 +328,16 @@ impl Env {
     }
 
     pub async fn start(&mut self, id: &str) {
-        self.c
-            .start_container(StartContainerRequest {
-                container_id: id.into(),
-            })
+        start_container(&mut self.c, id)
             .await
             .expect("StartContainer");
+    }
+
+    /// StopContainer with a grace period of `timeout` seconds.
+    pub async fn stop(&mut self, id: &str, timeout: i64) {
+        stop_container(&mut self.c, id, timeout)
+            .await
+            .expect("StopContainer");
     }
 
     /// The runtime's Status (features, handlers, conditions).
@@ -223,21 +360,19 @@ impl Env {
     }
 
     pub async fn status(&mut self, id: &str) -> (ContainerStatus, serde_json::Value) {
-        let r = self
-            .c
-            .container_status(ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: true,
-            })
+        container_status(&mut self.c, id)
             .await
             .expect("ContainerStatus")
-            .into_inner();
-        let info = r
-            .info
-            .get("info")
-            .map(|s| serde_json::from_str(s).unwrap())
-            .unwrap_or_default();
-        (r.status.unwrap(), info)
+    }
+
+    /// The pid of a started container's init and of its monitor, from its verbose
+    /// status.
+    pub async fn pids(&mut self, id: &str) -> (i64, i64) {
+        let (_, info) = self.status(id).await;
+        (
+            info["pid"].as_i64().unwrap(),
+            info["monitorPid"].as_i64().unwrap(),
+        )
     }
 
     pub async fn wait_exited(&mut self, id: &str) -> ContainerStatus {
@@ -258,23 +393,23 @@ impl Env {
         cmd: &[&str],
         timeout: i64,
     ) -> Result<ExecSyncResponse, tonic::Status> {
-        self.c
-            .exec_sync(ExecSyncRequest {
-                container_id: id.into(),
-                cmd: cmd.iter().map(|s| s.to_string()).collect(),
-                timeout,
-            })
-            .await
-            .map(|r| r.into_inner())
+        exec_sync(&mut self.c, id, cmd, timeout).await
     }
 
     pub async fn remove(&mut self, id: &str) {
-        self.c
-            .remove_container(RemoveContainerRequest {
-                container_id: id.into(),
-            })
+        remove_container(&mut self.c, id)
             .await
             .expect("RemoveContainer");
+    }
+
+    pub async fn stop_pod(&mut self, id: &str) {
+        stop_pod(&mut self.c, id).await.expect("StopPodSandbox");
+    }
+
+    /// StopPodSandbox, then RemovePodSandbox (which takes the pod's containers along).
+    pub async fn remove_pod(&mut self, id: &str) {
+        self.stop_pod(id).await;
+        remove_pod(&mut self.c, id).await.expect("RemovePodSandbox");
     }
 }
 

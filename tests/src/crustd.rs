@@ -553,6 +553,26 @@ impl Crustd {
         );
     }
 
+    /// Asserts that READY pod `id` is whole after a crash: it has an address (`ips`,
+    /// the primary first), each reserved in host-local's store as `left` counted it,
+    /// and its network namespace pinned. `what` names the test in the failure.
+    pub fn assert_ready_pod_whole(&self, left: &Leftovers, id: &str, ips: &[&str], what: &str) {
+        assert!(
+            ips.first().is_some_and(|ip| !ip.is_empty()),
+            "{what}: READY pod {id} without an IP"
+        );
+        for ip in ips {
+            assert!(
+                left.ip_files.iter().any(|f| f == ip),
+                "{what}: READY pod {id}'s address {ip} is not reserved"
+            );
+        }
+        assert!(
+            self.pin(id, "net").exists(),
+            "{what}: READY pod {id} without its netns pin"
+        );
+    }
+
     /// Everything that could leak, counted now.
     pub fn leftovers(&self) -> Leftovers {
         let mut pod_cgroups: Vec<PathBuf> = self

@@ -413,6 +413,20 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
 }
 pub mod attach;
 
+/// The parent pid of process `pid`, from `/proc/PID/stat`; panics when it is gone.
+pub fn parent_of(pid: i64) -> i64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap()
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// One HTTP/1.1 request, as the tests' small servers read it (token_server.rs,
 /// header_proxy.rs): the request line as sent, the headers with their names as sent,
 /// and the body (by Content-Length).

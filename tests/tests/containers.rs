@@ -6,7 +6,7 @@ use cri_api::*;
 use crust_e2e::cri::*;
 use crust_e2e::crustd::Crustd;
 use crust_e2e::registry::Registry;
-use crust_e2e::{require_root, which, TempDir};
+use crust_e2e::{parent_of, require_root, which, TempDir};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -268,23 +268,15 @@ async fn process_environment_and_exec_sync() {
     assert!(t.elapsed() < Duration::from_secs(10));
 
     // Stop: SIGTERM reaches the init, which traps it and exits 5.
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 5,
-    })
-    .await
-    .unwrap();
+    e.stop(&id, 5).await;
     let s = e.wait_exited(&id).await;
     assert_eq!(s.exit_code, 5, "{s:?}");
     // The kubelet reads the termination message file itself and puts it after the
     // runtime's message: a runtime that copied it there would show it twice.
     assert_eq!(s.message, "", "no message of the runtime's own");
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 5,
-    })
-    .await
-    .expect("stop is idempotent");
+    stop_container(&mut e.c, &id, 5)
+        .await
+        .expect("stop is idempotent");
     assert_code(
         e.exec(&id, &["true"], 1).await,
         Code::FailedPrecondition,
@@ -818,16 +810,7 @@ async fn containers_survive_crustd_restart_and_logs_reopen() {
         "reopen of an exited container",
     );
     // RemovePodSandbox takes its containers along.
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
+    e.remove_pod(&pod.0).await;
     assert!(container_dirs(&e.d).is_empty());
 }
 
@@ -1203,51 +1186,34 @@ async fn missing_objects_stop_and_remove_quietly() {
     }
     let mut e = setup().await;
     let unknown = "5b1c0a2e-8f3d-4c55-9a7e-0d6f2b9c1e44".to_string();
-    e.c.stop_container(StopContainerRequest {
-        container_id: unknown.clone(),
-        timeout: 0,
-    })
-    .await
-    .expect("StopContainer of an unknown container");
-    e.c.remove_container(RemoveContainerRequest {
-        container_id: unknown.clone(),
-    })
-    .await
-    .expect("RemoveContainer of an unknown container");
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: unknown.clone(),
-    })
-    .await
-    .expect("StopPodSandbox of an unknown sandbox");
-    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: unknown.clone(),
-    })
-    .await
-    .expect("RemovePodSandbox of an unknown sandbox");
+    stop_container(&mut e.c, &unknown, 0)
+        .await
+        .expect("StopContainer of an unknown container");
+    remove_container(&mut e.c, &unknown)
+        .await
+        .expect("RemoveContainer of an unknown container");
+    stop_pod(&mut e.c, &unknown)
+        .await
+        .expect("StopPodSandbox of an unknown sandbox");
+    remove_pod(&mut e.c, &unknown)
+        .await
+        .expect("RemovePodSandbox of an unknown sandbox");
     let pod = e.pod("idem").await;
     let id = e.create(&pod, ctr("c", &["sleep", "100"])).await;
     e.start(&id).await;
     for _ in 0..2 {
-        e.c.stop_container(StopContainerRequest {
-            container_id: id.clone(),
-            timeout: 0,
-        })
-        .await
-        .expect("StopContainer, again");
+        stop_container(&mut e.c, &id, 0)
+            .await
+            .expect("StopContainer, again");
     }
     for _ in 0..2 {
-        e.c.remove_container(RemoveContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .expect("RemoveContainer, again");
+        remove_container(&mut e.c, &id)
+            .await
+            .expect("RemoveContainer, again");
     }
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 0,
-    })
-    .await
-    .expect("StopContainer of a removed container");
+    stop_container(&mut e.c, &id, 0)
+        .await
+        .expect("StopContainer of a removed container");
     let mut images = e.d.images().await;
     for _ in 0..2 {
         images
@@ -1296,11 +1262,7 @@ async fn pod_shares_dev_shm() {
     let lines = log_lines(Path::new(&s.log_path));
     assert_eq!(s.exit_code, 0, "{lines:?} {}", e.d.log_text());
     assert!(lines.iter().any(|l| l.3 == "shared"), "{lines:?}");
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
+    e.stop_pod(&pod.0).await;
     assert!(e.d.mounts().is_empty(), "{:?}", e.d.mounts());
 }
 
@@ -1382,21 +1344,10 @@ async fn runc_runtime_handler() {
         )
         .await;
     e.start(&id).await;
-    let (_, info) = e.status(&id).await;
-    let pid = info["pid"].as_i64().unwrap();
-    let monitor = info["monitorPid"].as_i64().unwrap();
-    let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap()
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<i64>()
-        .unwrap();
+    let (pid, monitor) = e.pids(&id).await;
     assert_eq!(
-        ppid, monitor,
+        parent_of(pid),
+        monitor,
         "the monitor is the parent of runc's container"
     );
     let r = e
@@ -1412,12 +1363,7 @@ async fn runc_runtime_handler() {
         Code::DeadlineExceeded,
         "runc exec timeout",
     );
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 5,
-    })
-    .await
-    .unwrap();
+    e.stop(&id, 5).await;
     assert_eq!(e.wait_exited(&id).await.exit_code, 6);
     e.remove(&id).await;
     assert!(container_dirs(&e.d).is_empty());
@@ -2490,11 +2436,7 @@ async fn metrics_of_a_busy_container_and_its_pod() {
         );
     }
 
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
+    e.stop_pod(&pod.0).await;
     assert!(
         pod_metrics(&mut e, &pod.0).await.is_none(),
         "a stopped pod has no metrics"
@@ -2794,12 +2736,7 @@ async fn a_call_past_the_clients_deadline_is_deadline_exceeded() {
         .await
         .expect("ExecSync");
     assert_eq!(String::from_utf8_lossy(&r.stdout), "still here\n");
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 0,
-    })
-    .await
-    .expect("StopContainer");
+    e.stop(&id, 0).await;
     e.remove(&id).await;
 }
 
@@ -2848,10 +2785,6 @@ async fn an_exec_sync_whose_call_went_away_is_killed_and_reaped() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let t = Instant::now();
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .expect("StopPodSandbox");
+    e.stop_pod(&pod.0).await;
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }

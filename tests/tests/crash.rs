@@ -10,7 +10,11 @@
 //! container folder, snapshot, or (after RemoveImage) layer or blob.
 
 use cri_api::*;
-use crust_e2e::cri::{busybox_layout, ctr, import_busybox, run_pod, Client, IMAGE};
+use crust_e2e::cri::{
+    self, busybox_layout, create_container, ctr, import_busybox, list_containers, list_pods,
+    pod_status, remove_container, remove_pod, run_pod, start_container, stop_container, stop_pod,
+    Client, IMAGE,
+};
 use crust_e2e::crustd::{dir_names, Crustd, Options};
 use crust_e2e::registry::Registry;
 use crust_e2e::{require_root, TempDir};
@@ -45,19 +49,9 @@ struct Made {
     image: String,
 }
 
+/// A pod of this suite, in namespace `crash`.
 fn pod_config(name: &str, logs: &Path) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "crash".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: logs.join(name).display().to_string(),
-        linux: Some(LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    }
+    cri::pod_config(name, "crash", logs)
 }
 
 /// A container that runs until killed, from `image`: it ignores the stop signal, so a
@@ -76,84 +70,12 @@ async fn create(
     pod: &(String, PodSandboxConfig),
     cfg: ContainerConfig,
 ) -> Result<String, tonic::Status> {
-    c.create_container(CreateContainerRequest {
-        pod_sandbox_id: pod.0.clone(),
-        config: Some(cfg),
-        sandbox_config: Some(pod.1.clone()),
-    })
-    .await
-    .map(|r| r.into_inner().container_id)
-}
-
-async fn start(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
-    c.start_container(StartContainerRequest {
-        container_id: id.into(),
-    })
-    .await
-    .map(drop)
-}
-
-async fn stop(c: &mut Client, id: &str, timeout: i64) -> Result<(), tonic::Status> {
-    c.stop_container(StopContainerRequest {
-        container_id: id.into(),
-        timeout,
-    })
-    .await
-    .map(drop)
-}
-
-async fn remove(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
-    c.remove_container(RemoveContainerRequest {
-        container_id: id.into(),
-    })
-    .await
-    .map(drop)
-}
-
-async fn stop_pod(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
-    c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .map(drop)
-}
-
-async fn remove_pod(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
-    c.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .map(drop)
-}
-
-async fn pods(c: &mut Client) -> Vec<PodSandbox> {
-    c.list_pod_sandbox(ListPodSandboxRequest::default())
-        .await
-        .expect("ListPodSandbox")
-        .into_inner()
-        .items
-}
-
-async fn containers(c: &mut Client) -> Vec<Container> {
-    c.list_containers(ListContainersRequest::default())
-        .await
-        .expect("ListContainers")
-        .into_inner()
-        .containers
+    create_container(c, &pod.0, &pod.1, cfg).await
 }
 
 /// Runs `true` in a running container: it is whole and usable.
 async fn exec_true(c: &mut Client, id: &str, what: &str) {
-    let r = c
-        .exec_sync(ExecSyncRequest {
-            container_id: id.into(),
-            cmd: vec!["true".into()],
-            timeout: 10,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{what}: ExecSync in {id}: {e:?}"))
-        .into_inner();
-    assert_eq!(r.exit_code, 0, "{what}: `true` in {id}: {r:?}");
+    cri::exec_true(c, id, 10, what).await
 }
 
 /// Everything the step's RPC needs made first, through a daemon that has the failpoint
@@ -184,10 +106,10 @@ async fn prepare(
             .await
             .expect("CreateContainer");
         if rpc != "start_container" {
-            start(c, &ctr).await.expect("StartContainer");
+            start_container(c, &ctr).await.expect("StartContainer");
         }
         if matches!(rpc, "remove_container" | "remove_sandbox") {
-            stop(c, &ctr, 0).await.expect("StopContainer");
+            stop_container(c, &ctr, 0).await.expect("StopContainer");
         }
         if rpc == "remove_sandbox" {
             stop_pod(c, &pod.0).await.expect("StopPodSandbox");
@@ -213,10 +135,10 @@ async fn call(
         "create_container" => create(c, pod.unwrap(), sleeper("cut", &m.image))
             .await
             .map(drop),
-        "start_container" => start(c, ctr).await,
+        "start_container" => start_container(c, ctr).await,
         // A grace period, so the stop signal goes first.
-        "stop_container" => stop(c, ctr, 1).await,
-        "remove_container" => remove(c, ctr).await,
+        "stop_container" => stop_container(c, ctr, 1).await,
+        "remove_container" => remove_container(c, ctr).await,
         "stop_sandbox" => stop_pod(c, &pod.unwrap().0).await,
         "remove_sandbox" => remove_pod(c, &pod.unwrap().0).await,
         "pull_image" => d
@@ -238,8 +160,8 @@ async fn call(
 /// After the restart: what was acknowledged is whole and usable; what the cut RPC
 /// touched is whole and usable, rolled back, or cleanly NOTREADY / exited.
 async fn check(rpc: &str, step: &str, d: &Crustd, c: &mut Client, m: &Made, logs: &Path) {
-    let listed = pods(c).await;
-    let ctrs = containers(c).await;
+    let listed = list_pods(c).await;
+    let ctrs = list_containers(c).await;
     // What came back, for the reader of a failure (and of --nocapture).
     let mut seen = vec![];
     for p in &listed {
@@ -368,38 +290,19 @@ async fn check(rpc: &str, step: &str, d: &Crustd, c: &mut Client, m: &Made, logs
         if p.state != PodSandboxState::SandboxReady as i32 {
             continue;
         }
-        let st = c
-            .pod_sandbox_status(PodSandboxStatusRequest {
-                pod_sandbox_id: p.id.clone(),
-                verbose: false,
-            })
-            .await
-            .expect("PodSandboxStatus")
-            .into_inner()
-            .status
-            .unwrap();
+        let st = pod_status(c, &p.id).await.expect("PodSandboxStatus");
         let ip = st
             .network
             .as_ref()
             .map(|n| n.ip.clone())
             .unwrap_or_default();
-        assert!(!ip.is_empty(), "{step}: ready pod {} without an IP", p.id);
-        assert!(
-            d.leftovers().ip_files.contains(&ip),
-            "{step}: ready pod {}'s IP {ip} is not reserved",
-            p.id
-        );
-        assert!(
-            d.pin(&p.id, "net").exists(),
-            "{step}: ready pod {} without its netns pin",
-            p.id
-        );
+        d.assert_ready_pod_whole(&d.leftovers(), &p.id, &[&ip], step);
         let name = p.metadata.as_ref().unwrap().name.clone();
         let pod = (p.id.clone(), pod_config(&name, logs));
         let probe = create(c, &pod, sleeper("probe", &m.image))
             .await
             .unwrap_or_else(|e| panic!("{step}: CreateContainer in ready pod {}: {e:?}", p.id));
-        start(c, &probe)
+        start_container(c, &probe)
             .await
             .unwrap_or_else(|e| panic!("{step}: StartContainer in ready pod {}: {e:?}", p.id));
         exec_true(c, &probe, step).await;
@@ -408,7 +311,7 @@ async fn check(rpc: &str, step: &str, d: &Crustd, c: &mut Client, m: &Made, logs
     for x in &ctrs {
         match ContainerState::try_from(x.state).unwrap() {
             ContainerState::ContainerCreated => {
-                start(c, &x.id).await.unwrap_or_else(|e| {
+                start_container(c, &x.id).await.unwrap_or_else(|e| {
                     panic!("{step}: a created container does not start: {e:?}")
                 });
                 exec_true(c, &x.id, step).await;
@@ -440,7 +343,7 @@ async fn check(rpc: &str, step: &str, d: &Crustd, c: &mut Client, m: &Made, logs
             let x = create(c, &(id, cfg), sleeper("pulled", &m.image))
                 .await
                 .unwrap_or_else(|e| panic!("{step}: a container from the pulled image: {e:?}"));
-            start(c, &x).await.expect("StartContainer");
+            start_container(c, &x).await.expect("StartContainer");
             exec_true(c, &x, step).await;
         }
     }
@@ -449,15 +352,15 @@ async fn check(rpc: &str, step: &str, d: &Crustd, c: &mut Client, m: &Made, logs
 /// Everything removed through the CRI, as the kubelet would: containers stopped and
 /// removed, pods stopped and removed, images removed.
 async fn clean_up(step: &str, d: &Crustd, c: &mut Client) {
-    for x in containers(c).await {
-        stop(c, &x.id, 0)
+    for x in list_containers(c).await {
+        stop_container(c, &x.id, 0)
             .await
             .unwrap_or_else(|e| panic!("{step}: StopContainer {}: {e:?}", x.id));
-        remove(c, &x.id)
+        remove_container(c, &x.id)
             .await
             .unwrap_or_else(|e| panic!("{step}: RemoveContainer {}: {e:?}", x.id));
     }
-    for p in pods(c).await {
+    for p in list_pods(c).await {
         stop_pod(c, &p.id)
             .await
             .unwrap_or_else(|e| panic!("{step}: StopPodSandbox {}: {e:?}", p.id));

@@ -2,6 +2,7 @@
 //! starts in a node namespace it made, with crust's bridge as the pod network.
 
 use cri_api::*;
+use crust_e2e::cri::verbose_info;
 use crust_e2e::crustd::{Crustd, Leftovers, Options};
 use crust_e2e::{require_root, TempDir};
 use std::collections::HashMap;
@@ -84,12 +85,7 @@ async fn try_status(
         })
         .await?
         .into_inner();
-    let info = r
-        .info
-        .get("info")
-        .map(|s| serde_json::from_str(s).expect("verbose info is JSON"))
-        .unwrap_or(serde_json::Value::Null);
-    Ok((r.status.expect("status"), info))
+    Ok((r.status.expect("status"), verbose_info(&r.info)))
 }
 
 /// The status and the verbose info of a sandbox.
@@ -1426,21 +1422,42 @@ async fn bad_input_is_refused_and_leaves_nothing() {
 /// A plugin script for a temp CNI bin dir: ADD fails with a CNI error when
 /// `fail_add`, every other command succeeds silently (DEL must, to tear down).
 fn fake_plugin(dir: &Path, name: &str, fail_add: bool) {
-    use std::os::unix::fs::PermissionsExt;
     let add = if fail_add {
         "echo '{\"cniVersion\": \"1.0.0\", \"code\": 11, \"msg\": \"injected ADD failure\"}'; exit 1"
     } else {
         "cat >/dev/null; echo '{\"cniVersion\": \"1.0.0\"}'; exit 0"
     };
-    let p = dir.join(name);
-    std::fs::write(
-        &p,
-        format!(
+    write_plugin(
+        dir,
+        name,
+        &format!(
             "#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ]; then {add}; fi\ncat >/dev/null\nexit 0\n"
         ),
-    )
-    .unwrap();
+    );
+}
+
+/// Writes `script` as the executable plugin `name` of a temp CNI bin dir.
+fn write_plugin(dir: &Path, name: &str, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, script).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A crustd that finds CNI plugins in `bin_dir` too (the test's fake ones), besides
+/// the workspace's built plugins.
+fn crustd_with_cni_bin(bin_dir: &Path) -> Crustd {
+    Crustd::start_with(Options {
+        extra_args: vec!["--cni-bin-dir".into(), bin_dir.display().to_string()],
+        ..Default::default()
+    })
+}
+
+/// Writes the daemon's conflist with `plugin` chained after its own plugins.
+fn chain_plugin(d: &Crustd, plugin: serde_json::Value) {
+    let mut conf = d.cni_conf();
+    conf["plugins"].as_array_mut().unwrap().push(plugin);
+    std::fs::write(d.conf_dir.path().join("10-e2e.conflist"), conf.to_string()).unwrap();
 }
 
 /// A CNI failure during RunPodSandbox is an error and rolls everything back, also what
@@ -1454,13 +1471,7 @@ async fn cni_failure_rolls_back() {
     }
     let fake_bin = TempDir::new("cf");
     fake_plugin(fake_bin.path(), "failpoint", true);
-    let d = Crustd::start_with(Options {
-        extra_args: vec![
-            "--cni-bin-dir".into(),
-            fake_bin.path().display().to_string(),
-        ],
-        ..Default::default()
-    });
+    let d = crustd_with_cni_bin(fake_bin.path());
     let mut c = d.client().await;
     let empty = d.leftovers();
     let conf_path = d.conf_dir.path().join("10-e2e.conflist");
@@ -1481,12 +1492,7 @@ async fn cni_failure_rolls_back() {
     assert_eq!(list(&mut c, None).await.len(), 1);
 
     // The bridge sets the pod up, then the next plugin fails its ADD.
-    let mut conf = d.cni_conf();
-    conf["plugins"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"type": "failpoint"}));
-    std::fs::write(&conf_path, conf.to_string()).unwrap();
+    chain_plugin(&d, serde_json::json!({"type": "failpoint"}));
     let r = try_run(&mut c, Some(pod_config("second", "uid-second")), "").await;
     let err = r.expect_err("RunPodSandbox with a failing plugin succeeded");
     assert!(err.message().contains("injected ADD failure"), "{err:?}");
@@ -1516,21 +1522,10 @@ async fn missing_plugin_keeps_the_sandbox_until_remove_succeeds() {
         return;
     }
     let fake_bin = TempDir::new("cm");
-    let d = Crustd::start_with(Options {
-        extra_args: vec![
-            "--cni-bin-dir".into(),
-            fake_bin.path().display().to_string(),
-        ],
-        ..Default::default()
-    });
+    let d = crustd_with_cni_bin(fake_bin.path());
     let mut c = d.client().await;
     let empty = d.leftovers();
-    let mut conf = d.cni_conf();
-    conf["plugins"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"type": "late-plugin"}));
-    std::fs::write(d.conf_dir.path().join("10-e2e.conflist"), conf.to_string()).unwrap();
+    chain_plugin(&d, serde_json::json!({"type": "late-plugin"}));
 
     let r = try_run(&mut c, Some(pod_config("late", "uid-late")), "").await;
     let err = r.expect_err("RunPodSandbox with a missing plugin succeeded");
@@ -1854,7 +1849,6 @@ async fn sandbox_made_again_reports_only_its_own_addresses() {
 /// before they answer). Then the gate opens and the stop finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_do_not_wait_for_an_operation_in_flight() {
-    use std::os::unix::fs::PermissionsExt;
     if !root() {
         return;
     }
@@ -1867,16 +1861,8 @@ async fn reads_do_not_wait_for_an_operation_in_flight() {
         parked = parked.display(),
         gate = gate.display()
     );
-    let p = fake_bin.path().join("gate");
-    std::fs::write(&p, script).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let d = Crustd::start_with(Options {
-        extra_args: vec![
-            "--cni-bin-dir".into(),
-            fake_bin.path().display().to_string(),
-        ],
-        ..Default::default()
-    });
+    write_plugin(fake_bin.path(), "gate", &script);
+    let d = crustd_with_cni_bin(fake_bin.path());
     /// Opens the gate when the test ends, also by a failed assertion: dropped before
     /// the daemon, whose teardown would otherwise wait for the parked stop forever.
     struct OpenOnDrop(std::path::PathBuf);
@@ -1888,12 +1874,7 @@ async fn reads_do_not_wait_for_an_operation_in_flight() {
     let _open = OpenOnDrop(gate.clone());
     let mut c = d.client().await;
     let empty = d.leftovers();
-    let mut conf = d.cni_conf();
-    conf["plugins"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"type": "gate"}));
-    std::fs::write(d.conf_dir.path().join("10-e2e.conflist"), conf.to_string()).unwrap();
+    chain_plugin(&d, serde_json::json!({"type": "gate"}));
     let held = run(&mut c, pod_config("held", "uid-held")).await;
     let other = run(&mut c, pod_config("other", "uid-other")).await;
 
@@ -1911,35 +1892,45 @@ async fn reads_do_not_wait_for_an_operation_in_flight() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let limit = Duration::from_secs(20);
-    let listed = tokio::time::timeout(limit, list(&mut c, None))
-        .await
-        .expect("ListPodSandbox waited for the StopPodSandbox in flight");
+    /// The answer of `read`, which must come within 20 s: `waited` says which read
+    /// waited when it does not.
+    async fn within<T>(read: impl std::future::Future<Output = T>, waited: &str) -> T {
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .unwrap_or_else(|e| panic!("{waited}: {e:?}"))
+    }
+    let listed = within(
+        list(&mut c, None),
+        "ListPodSandbox waited for the StopPodSandbox in flight",
+    )
+    .await;
     let ids: Vec<&str> = listed.iter().map(|p| p.id.as_str()).collect();
     assert!(
         ids.contains(&held.as_str()) && ids.contains(&other.as_str()),
         "{ids:?}"
     );
-    tokio::time::timeout(limit, status(&mut c, &held))
-        .await
-        .expect("PodSandboxStatus of the pod being stopped waited for the stop");
-    let (st, _) = tokio::time::timeout(limit, status(&mut c, &other))
-        .await
-        .expect("PodSandboxStatus of another pod waited");
+    within(
+        status(&mut c, &held),
+        "PodSandboxStatus of the pod being stopped waited for the stop",
+    )
+    .await;
+    let (st, _) = within(
+        status(&mut c, &other),
+        "PodSandboxStatus of another pod waited",
+    )
+    .await;
     assert_eq!(st.state, PodSandboxState::SandboxReady as i32);
-    tokio::time::timeout(
-        limit,
+    within(
         c.list_containers(ListContainersRequest { filter: None }),
+        "ListContainers waited",
     )
     .await
-    .expect("ListContainers waited")
     .expect("ListContainers");
-    tokio::time::timeout(
-        limit,
+    within(
         c.list_pod_sandbox_stats(ListPodSandboxStatsRequest { filter: None }),
+        "ListPodSandboxStats waited",
     )
     .await
-    .expect("ListPodSandboxStats waited")
     .expect("ListPodSandboxStats");
     assert!(
         !stopping.is_finished(),

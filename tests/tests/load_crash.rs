@@ -12,9 +12,13 @@
 //! as containerd reports a task whose shim died).
 
 use cri_api::*;
-use crust_e2e::cri::{ctr, import_busybox, log_lines, run_pod, Client, Env};
-use crust_e2e::crustd::Crustd;
-use crust_e2e::{require_root, TempDir};
+use crust_e2e::cri::{
+    self, container_status, create_container, ctr, import_busybox, list_containers, list_pods,
+    log_lines, pod_status, remove_container, remove_pod, run_pod, start_container, stop_container,
+    stop_pod, Client, Env,
+};
+use crust_e2e::crustd::{Crustd, Leftovers};
+use crust_e2e::{parent_of, require_root, TempDir};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -46,19 +50,9 @@ fn now_ns() -> i64 {
         .as_nanos() as i64
 }
 
+/// A pod of this suite, in namespace `load`.
 fn pod_config(name: &str, logs: &Path) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "load".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: logs.join(name).display().to_string(),
-        linux: Some(LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    }
+    cri::pod_config(name, "load", logs)
 }
 
 /// A container that runs until stopped.
@@ -66,74 +60,9 @@ fn sleeper(name: &str) -> ContainerConfig {
     ctr(name, &["sleep", "3600"])
 }
 
-async fn create(
-    c: &mut Client,
-    pod: &str,
-    cfg: &PodSandboxConfig,
-    ctr: ContainerConfig,
-) -> Result<String, tonic::Status> {
-    c.create_container(CreateContainerRequest {
-        pod_sandbox_id: pod.into(),
-        config: Some(ctr),
-        sandbox_config: Some(cfg.clone()),
-    })
-    .await
-    .map(|r| r.into_inner().container_id)
-}
-
-async fn start(c: &mut Client, id: &str) -> Result<(), tonic::Status> {
-    c.start_container(StartContainerRequest {
-        container_id: id.into(),
-    })
-    .await
-    .map(drop)
-}
-
-async fn pods(c: &mut Client) -> Vec<PodSandbox> {
-    c.list_pod_sandbox(ListPodSandboxRequest::default())
-        .await
-        .expect("ListPodSandbox")
-        .into_inner()
-        .items
-}
-
-async fn containers(c: &mut Client) -> Vec<Container> {
-    c.list_containers(ListContainersRequest::default())
-        .await
-        .expect("ListContainers")
-        .into_inner()
-        .containers
-}
-
-async fn container_status(c: &mut Client, id: &str) -> (ContainerStatus, serde_json::Value) {
-    let r = c
-        .container_status(ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: true,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e:?}"))
-        .into_inner();
-    let info = r
-        .info
-        .get("info")
-        .map(|s| serde_json::from_str(s).unwrap())
-        .unwrap_or_default();
-    (r.status.unwrap(), info)
-}
-
 /// Runs `true` in a running container: it is whole and usable, not only listed.
 async fn exec_true(c: &mut Client, id: &str, what: &str) {
-    let r = c
-        .exec_sync(ExecSyncRequest {
-            container_id: id.into(),
-            cmd: vec!["true".into()],
-            timeout: 30,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{what}: ExecSync in {id}: {e:?}"))
-        .into_inner();
-    assert_eq!(r.exit_code, 0, "{what}: `true` in {id}: {r:?}");
+    cri::exec_true(c, id, 30, what).await
 }
 
 /// Runs `job(i)` for every `i` in `0..n`, at most `width` at a time, and returns the
@@ -192,7 +121,7 @@ struct Burst {
 async fn remove_everything(c: &Client, what: &'static str) {
     let mut c1 = c.clone();
     let ctrs: Arc<Vec<String>> = Arc::new(
-        containers(&mut c1)
+        list_containers(&mut c1)
             .await
             .into_iter()
             .map(|x| x.id)
@@ -203,42 +132,34 @@ async fn remove_everything(c: &Client, what: &'static str) {
     bounded(n, WIDTH, move |i| {
         let (mut c, id) = (c2.clone(), ctrs[i].clone());
         async move {
-            c.stop_container(StopContainerRequest {
-                container_id: id.clone(),
-                timeout: 0,
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{what}: StopContainer {id}: {e:?}"));
-            c.remove_container(RemoveContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{what}: RemoveContainer {id}: {e:?}"));
+            stop_container(&mut c, &id, 0)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: StopContainer {id}: {e:?}"));
+            remove_container(&mut c, &id)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: RemoveContainer {id}: {e:?}"));
         }
     })
     .await;
-    let ids: Arc<Vec<String>> = Arc::new(pods(&mut c1).await.into_iter().map(|p| p.id).collect());
+    let ids: Arc<Vec<String>> =
+        Arc::new(list_pods(&mut c1).await.into_iter().map(|p| p.id).collect());
     let n = ids.len();
     let c2 = c.clone();
     bounded(n, WIDTH, move |i| {
         let (mut c, id) = (c2.clone(), ids[i].clone());
         async move {
-            c.stop_pod_sandbox(StopPodSandboxRequest {
-                pod_sandbox_id: id.clone(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{what}: StopPodSandbox {id}: {e:?}"));
-            c.remove_pod_sandbox(RemovePodSandboxRequest {
-                pod_sandbox_id: id.clone(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{what}: RemovePodSandbox {id}: {e:?}"));
+            stop_pod(&mut c, &id)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: StopPodSandbox {id}: {e:?}"));
+            remove_pod(&mut c, &id)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: RemovePodSandbox {id}: {e:?}"));
         }
     })
     .await;
-    assert!(pods(&mut c1).await.is_empty(), "{what}: pods left");
+    assert!(list_pods(&mut c1).await.is_empty(), "{what}: pods left");
     assert!(
-        containers(&mut c1).await.is_empty(),
+        list_containers(&mut c1).await.is_empty(),
         "{what}: containers left"
     );
 }
@@ -277,10 +198,10 @@ async fn kill_during_a_burst() {
                 let pod = run_pod(&mut c, &cfg)
                     .await
                     .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e:?}"));
-                let id = create(&mut c, &pod, &cfg, sleeper(&name))
+                let id = create_container(&mut c, &pod, &cfg, sleeper(&name))
                     .await
                     .unwrap_or_else(|e| panic!("CreateContainer in {name}: {e:?}"));
-                start(&mut c, &id)
+                start_container(&mut c, &id)
                     .await
                     .unwrap_or_else(|e| panic!("StartContainer in {name}: {e:?}"));
                 (pod, id)
@@ -312,11 +233,11 @@ async fn kill_during_a_burst() {
                         .await
                         .map_err(|e| ("RunPodSandbox", e))?;
                     b.pod = Some(pod.clone());
-                    let id = create(&mut c, &pod, &cfg, sleeper(&b.name))
+                    let id = create_container(&mut c, &pod, &cfg, sleeper(&b.name))
                         .await
                         .map_err(|e| ("CreateContainer", e))?;
                     b.ctr = Some(id.clone());
-                    start(&mut c, &id)
+                    start_container(&mut c, &id)
                         .await
                         .map_err(|e| ("StartContainer", e))?;
                     b.started = true;
@@ -381,8 +302,8 @@ async fn kill_during_a_burst() {
     let t_restart = Instant::now();
     d.spawn();
     let mut c = d.client().await;
-    let listed = pods(&mut c).await;
-    let ctrs = containers(&mut c).await;
+    let listed = list_pods(&mut c).await;
+    let ctrs = list_containers(&mut c).await;
     eprintln!(
         "{what}: restarted and listing in {:.1} s: {} pods, {} containers",
         t_restart.elapsed().as_secs_f64(),
@@ -456,16 +377,9 @@ async fn kill_during_a_burst() {
     let mut pod_ips = BTreeSet::new();
     let mut ready_count = 0;
     for p in &listed {
-        let st = c
-            .pod_sandbox_status(PodSandboxStatusRequest {
-                pod_sandbox_id: p.id.clone(),
-                verbose: false,
-            })
+        let st = pod_status(&mut c, &p.id)
             .await
-            .unwrap_or_else(|e| panic!("{what}: PodSandboxStatus {}: {e:?}", p.id))
-            .into_inner()
-            .status
-            .unwrap();
+            .unwrap_or_else(|e| panic!("{what}: PodSandboxStatus {}: {e:?}", p.id));
         let net = st.network.clone().unwrap_or_default();
         pod_ips.insert(net.ip.clone());
         pod_ips.extend(net.additional_ips.iter().map(|i| i.ip.clone()));
@@ -473,23 +387,11 @@ async fn kill_during_a_burst() {
             continue;
         }
         ready_count += 1;
-        assert!(
-            !net.ip.is_empty(),
-            "{what}: READY pod {} without an IP",
-            p.id
-        );
-        for ip in std::iter::once(&net.ip).chain(net.additional_ips.iter().map(|i| &i.ip)) {
-            assert!(
-                left.ip_files.contains(ip),
-                "{what}: READY pod {}'s address {ip} is not reserved",
-                p.id
-            );
-        }
-        assert!(
-            d.pin(&p.id, "net").exists(),
-            "{what}: READY pod {} without its netns pin",
-            p.id
-        );
+        let ips: Vec<&str> = std::iter::once(&net.ip)
+            .chain(net.additional_ips.iter().map(|i| &i.ip))
+            .map(|ip| ip.as_str())
+            .collect();
+        d.assert_ready_pod_whole(&left, &p.id, &ips, what);
     }
     let stray: Vec<_> = left
         .ip_files
@@ -600,16 +502,18 @@ async fn kill_during_a_burst() {
                 if b.pod.is_some() {
                     *outcome.entry("cut create rolled back").or_default() += 1;
                 }
-                create(&mut c, &pod, &cfg, sleeper(&b.name))
+                create_container(&mut c, &pod, &cfg, sleeper(&b.name))
                     .await
                     .unwrap_or_else(|e| {
                         panic!("{what}: a container named {} in its pod: {e:?}", b.name)
                     })
             }
         };
-        let (st, _) = container_status(&mut c, &id).await;
+        let (st, _) = container_status(&mut c, &id)
+            .await
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e:?}"));
         if st.state == ContainerState::ContainerCreated as i32 {
-            start(&mut c, &id)
+            start_container(&mut c, &id)
                 .await
                 .unwrap_or_else(|e| panic!("{what}: {}'s created container: {e:?}", b.name));
         }
@@ -620,6 +524,53 @@ async fn kill_during_a_burst() {
     remove_everything(&c, what).await;
     d.assert_clean(&empty, what);
     eprintln!("{what}: done in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// A crustd with the busybox image, what it leaves when empty, and one pod `name`.
+async fn one_pod(name: &str) -> (Env, Leftovers, (String, PodSandboxConfig)) {
+    let mut e = Env::with(Crustd::start()).await;
+    let empty = e.d.leftovers();
+    let pod = e.pod(name).await;
+    (e, empty, pod)
+}
+
+/// Creates and starts `cfg` in `pod`: its id, its init's pid and its monitor's.
+async fn run_in(
+    e: &mut Env,
+    pod: &(String, PodSandboxConfig),
+    cfg: ContainerConfig,
+) -> (String, i64, i64) {
+    let id = e.create(pod, cfg).await;
+    e.start(&id).await;
+    let (pid, monitor) = e.pids(&id).await;
+    (id, pid, monitor)
+}
+
+/// crustd started again on the same dirs (after `kill9`), and a client of it.
+async fn restart(e: &mut Env) {
+    e.d.spawn();
+    e.c = e.d.client().await;
+}
+
+/// Removes the pod through the CRI; then nothing may be left of it.
+async fn remove_pod_and_check(e: &mut Env, pod: &str, empty: &Leftovers, what: &str) {
+    e.remove_pod(pod).await;
+    e.d.assert_clean(empty, what);
+}
+
+/// How a container ended: state, exit code, reason.
+fn exit_of(s: &ContainerStatus) -> (ContainerState, i32, &str) {
+    (
+        ContainerState::try_from(s.state).unwrap(),
+        s.exit_code,
+        &s.reason,
+    )
+}
+
+/// SIGKILL to `pid`, which must exist.
+fn kill9(pid: i64) {
+    // SAFETY: kill has no memory effects; the callers name a process of their test.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
 }
 
 /// What `kill_during_a_burst` hits now and then, made certain: StartContainer cut
@@ -637,9 +588,7 @@ async fn start_cut_after_the_gate_opened_is_running() {
         return;
     }
     let what = "start_cut_after_the_gate_opened_is_running";
-    let mut e = Env::with(Crustd::start()).await;
-    let empty = e.d.leftovers();
-    let pod = e.pod("gate").await;
+    let (mut e, empty, pod) = one_pod("gate").await;
     let id = e.create(&pod, sleeper("gate")).await;
     e.d.kill9();
     let gate =
@@ -667,8 +616,7 @@ async fn start_cut_after_the_gate_opened_is_running() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(gate.exists());
-    e.d.spawn();
-    e.c = e.d.client().await;
+    restart(&mut e).await;
     let (s, _) = e.status(&id).await;
     assert_eq!(
         s.state,
@@ -678,24 +626,9 @@ async fn start_cut_after_the_gate_opened_is_running() {
     assert!(s.started_at > 0, "{what}: no started_at: {s:?}");
     exec_true(&mut e.c, &id, what).await;
 
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 0,
-    })
-    .await
-    .unwrap();
+    e.stop(&id, 0).await;
     e.remove(&id).await;
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.d.assert_clean(&empty, what);
+    remove_pod_and_check(&mut e, &pod.0, &empty, what).await;
 }
 
 /// How a process is now: `None` when gone or a zombie (reaped or only waiting for
@@ -710,19 +643,6 @@ fn proc_state(pid: i64) -> Option<char> {
         .chars()
         .next()?;
     (!matches!(state, 'Z' | 'X' | 'x')).then_some(state)
-}
-
-fn parent_of(pid: i64) -> i64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap()
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 /// Waits until process `pid` is gone (or a zombie); false after `timeout`.
@@ -749,24 +669,16 @@ async fn exit_while_down_is_reported() {
         return;
     }
     let what = "exit_while_down_is_reported";
-    let mut e = Env::with(Crustd::start()).await;
-    let empty = e.d.leftovers();
-    let pod = e.pod("down").await;
-    let id = e
-        .create(
-            &pod,
-            ctr(
-                "seven",
-                &["sh", "-c", "echo before; sleep 2; echo after; exit 7"],
-            ),
-        )
-        .await;
-    e.start(&id).await;
-    let (_, info) = e.status(&id).await;
-    let (pid, monitor) = (
-        info["pid"].as_i64().unwrap(),
-        info["monitorPid"].as_i64().unwrap(),
-    );
+    let (mut e, empty, pod) = one_pod("down").await;
+    let (id, pid, monitor) = run_in(
+        &mut e,
+        &pod,
+        ctr(
+            "seven",
+            &["sh", "-c", "echo before; sleep 2; echo after; exit 7"],
+        ),
+    )
+    .await;
     let down_from = now_ns();
     e.d.kill9();
     assert!(
@@ -783,17 +695,12 @@ async fn exit_while_down_is_reported() {
         "{what}: the monitor did not exit after its container"
     );
     let down_to = now_ns();
-    e.d.spawn();
-    e.c = e.d.client().await;
+    restart(&mut e).await;
 
     // The first answer after the restart already knows.
     let (s, _) = e.status(&id).await;
     assert_eq!(
-        (
-            ContainerState::try_from(s.state).unwrap(),
-            s.exit_code,
-            &s.reason[..]
-        ),
+        exit_of(&s),
         (ContainerState::ContainerExited, 7, "Error"),
         "{what}: {s:?}"
     );
@@ -832,17 +739,7 @@ async fn exit_while_down_is_reported() {
     );
 
     e.remove(&id).await;
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.d.assert_clean(&empty, what);
+    remove_pod_and_check(&mut e, &pod.0, &empty, what).await;
 }
 
 /// The monitor of a running container, killed with SIGKILL, leaves no exit record, and
@@ -858,18 +755,10 @@ async fn killed_monitor_reports_exit_with_a_reason() {
         return;
     }
     let what = "killed_monitor_reports_exit_with_a_reason";
-    let mut e = Env::with(Crustd::start()).await;
-    let empty = e.d.leftovers();
-    let pod = e.pod("orphans").await;
+    let (mut e, empty, pod) = one_pod("orphans").await;
     let mut procs = HashMap::new();
     for name in ["up", "down"] {
-        let id = e.create(&pod, sleeper(name)).await;
-        e.start(&id).await;
-        let (_, info) = e.status(&id).await;
-        let (pid, monitor) = (
-            info["pid"].as_i64().unwrap(),
-            info["monitorPid"].as_i64().unwrap(),
-        );
+        let (id, pid, monitor) = run_in(&mut e, &pod, sleeper(name)).await;
         // The harness finds monitors by their executable: this is one of this daemon's,
         // and the parent of the container's init.
         assert!(
@@ -887,11 +776,7 @@ async fn killed_monitor_reports_exit_with_a_reason() {
 
     let check = |s: &ContainerStatus, killed: i64, name: &str| {
         assert_eq!(
-            (
-                ContainerState::try_from(s.state).unwrap(),
-                s.exit_code,
-                &s.reason[..]
-            ),
+            exit_of(s),
             (ContainerState::ContainerExited, 255, "Unknown"),
             "{what}: {name}: {s:?}"
         );
@@ -906,8 +791,8 @@ async fn killed_monitor_reports_exit_with_a_reason() {
     // While crustd runs.
     let (id, pid, monitor) = procs["up"].clone();
     let killed = now_ns();
-    // SAFETY: SIGKILL to the monitor this test's crustd started (checked above).
-    assert_eq!(unsafe { libc::kill(monitor as i32, libc::SIGKILL) }, 0);
+    // The monitor this test's crustd started (checked above).
+    kill9(monitor);
     let s = e.wait_exited(&id).await;
     check(&s, killed, "monitor killed under a running crustd");
     assert!(
@@ -919,15 +804,13 @@ async fn killed_monitor_reports_exit_with_a_reason() {
     let (id, pid, monitor) = procs["down"].clone();
     e.d.kill9();
     let killed = now_ns();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(monitor as i32, libc::SIGKILL) }, 0);
+    kill9(monitor);
     assert!(wait_dead(monitor, Duration::from_secs(10)));
     assert!(
         proc_state(pid).is_some(),
         "{what}: the init died with its monitor: nothing left to find"
     );
-    e.d.spawn();
-    e.c = e.d.client().await;
+    restart(&mut e).await;
     let (s, _) = e.status(&id).await;
     check(&s, killed, "monitor killed while crustd was down");
     assert!(
@@ -939,15 +822,5 @@ async fn killed_monitor_reports_exit_with_a_reason() {
     for (id, _, _) in procs.values() {
         e.remove(id).await;
     }
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.d.assert_clean(&empty, what);
+    remove_pod_and_check(&mut e, &pod.0, &empty, what).await;
 }

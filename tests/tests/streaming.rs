@@ -247,12 +247,7 @@ async fn kubectl_exec() {
     );
     let url = e.c.exec(base.clone()).await.unwrap().into_inner().url;
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 0,
-    })
-    .await
-    .unwrap();
+    e.stop(&id, 0).await;
     assert_eq!(bad(base).await, tonic::Code::FailedPrecondition);
 }
 
@@ -450,27 +445,9 @@ async fn container_events() {
     e.remove(&quick).await;
     let id = e.create(&pod, ctr("ev", &["sleep", "1000"])).await;
     e.start(&id).await;
-    e.c.stop_container(StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 0,
-    })
-    .await
-    .unwrap();
-    e.c.remove_container(RemoveContainerRequest {
-        container_id: id.clone(),
-    })
-    .await
-    .unwrap();
-    e.c.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
-    e.c.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod.0.clone(),
-    })
-    .await
-    .unwrap();
+    e.stop(&id, 0).await;
+    e.remove(&id).await;
+    e.remove_pod(&pod.0).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while seen.iter().filter(|ev| ev.container_id == pod.0).count() < 4 {
         let ev = tokio::time::timeout_at(deadline, events.message())
