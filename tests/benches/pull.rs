@@ -11,7 +11,11 @@
 //! per-file work both count), pushed with `skopeo`. A round, for each daemon in turn:
 //! `sync` (so neither pays for the other's writeback), reset the daemon's peak RSS (`/proc/PID/clear_refs`), PullImage, read the peak
 //! (`VmHWM`), RemoveImage, and wait until the layers are really gone from the disk
-//! (containerd deletes snapshot directories in the background). Reported:
+//! (containerd deletes snapshot directories in the background). The daemons' order
+//! alternates from round to round, so neither always pulls right after the other's
+//! removal. Both image stores (crustd's `--root`, containerd's root) are temp dirs on the
+//! same filesystem (`$TMPDIR`, see `hack/bench-pull`); both volatile states (crustd's
+//! `--state`, containerd's `state`) on a tmpfs each, as `/run` is on a node. Reported:
 //! the median wall time of PullImage as the client sees it, and the median peak RSS of
 //! the daemon during the pull (and its RSS before), with crust/containerd ratios.
 
@@ -110,6 +114,8 @@ fn reset_hwm(pid: u32) {
 
 struct Containerd {
     dir: TempDir,
+    /// containerd's state, on a tmpfs as crustd's `--state` is (kept until the drop).
+    _run: TempDir,
     socket: PathBuf,
     child: Child,
 }
@@ -122,6 +128,7 @@ impl Containerd {
             }
         }
         let dir = TempDir::new("bpc");
+        let run = TempDir::tmpfs("bpr");
         let d = dir.path().display();
         let certs = dir.path().join("certs.d").join(registry);
         std::fs::create_dir_all(&certs).unwrap();
@@ -134,7 +141,7 @@ impl Containerd {
         let config = format!(
             r#"version = 2
 root = "{d}/root"
-state = "{d}/state"
+state = "{run}/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
 [grpc]
@@ -152,7 +159,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "{d}/certs.d"
 "#,
-            sock = socket.display()
+            sock = socket.display(),
+            run = run.path().display()
         );
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
@@ -171,7 +179,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             .unwrap()
         })
         .map_err(|e| format!("spawning containerd: {e}"))?;
-        let c = Containerd { dir, socket, child };
+        let c = Containerd {
+            dir,
+            _run: run,
+            socket,
+            child,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::os::unix::net::UnixStream::connect(&c.socket).is_err() {
             if Instant::now() > deadline {
@@ -368,7 +381,10 @@ fn main() {
     }
     for r in 0..rounds {
         println!("round {}", r + 1);
-        for s in sides.iter_mut() {
+        // Order alternated: crust first in odd rounds, containerd first in even ones.
+        let n = sides.len();
+        for k in 0..n {
+            let s = &mut sides[if r % 2 == 0 { k } else { n - 1 - k }];
             if let Err(e) = rt.block_on(round(s, &reference)) {
                 panic!("{e}\n{}", crust.log_text());
             }

@@ -41,6 +41,16 @@
 //! phases" line: the CNI ADD's time (the same plugins and conflist containerd runs) is
 //! taken off both daemons' RunPodSandbox for the "own share" target.
 //!
+//! Server side: each call's time inside the daemon, from its log over the phase, beside
+//! the client's. crustd (at debug, as the harness runs it) logs each RPC's duration
+//! (`ok rpc="RunPodSandbox" id=.. ms=..`); containerd 1.6 (here at `level = "debug"`, as
+//! its ExecSync lines are debug) logs only a start and an end line per call ("StartContainer
+//! for \"id\"" ... "returns successfully"), with nanosecond timestamps: they are paired
+//! by the call's key (the sandbox's metadata for RunPodSandbox, the sandbox id for
+//! CreateContainer, else the id the call names). containerd's start line comes after the
+//! gRPC decode and its end line before the encode; crustd's timer covers the same span,
+//! so the two are alike to within a log write.
+//!
 //! Prints markdown tables (also appended to `$BENCH_MD` when set, for `hack/bench`).
 //! Run as root through `hack/bench` (`BENCH_ONLY=runtime`), or `cargo bench -p crust-e2e
 //! --bench runtime` after a release build. Everything is cleaned up on drop, so also on
@@ -142,7 +152,8 @@ struct Row {
     /// The kubelet's `/var/lib/kubelet/pods` and `/var/log/pods` for this row.
     kubelet: PathBuf,
     logs: PathBuf,
-    /// crustd's log, for its "run phases" lines.
+    /// The daemon's log: crustd's "run phases" and per-RPC lines, containerd's CRI
+    /// start and end lines (the server-side times).
     log: Option<PathBuf>,
 }
 
@@ -421,7 +432,19 @@ struct Times {
     remove: Vec<Duration>,
     wall: Duration,
     pods: usize,
+    /// Server side, from the daemon's log over the phase: the calls of `SERVER_RPCS`.
+    server: HashMap<&'static str, Vec<Duration>>,
 }
+
+/// The calls timed server side too, in the table's order.
+const SERVER_RPCS: [&str; 6] = [
+    "RunPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "ExecSync",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+];
 
 struct Up {
     id: String,
@@ -714,6 +737,102 @@ fn cni_add_ms(log: &Path, ids: &BTreeSet<String>) -> Option<f64> {
 }
 
 // ---------------------------------------------------------------------------------
+// Server-side times from the daemons' logs
+
+/// The log's length now: where a phase's lines start.
+fn log_len(log: Option<&Path>) -> u64 {
+    log.and_then(|l| std::fs::metadata(l).ok())
+        .map_or(0, |m| m.len())
+}
+
+/// The log's text from byte `from` on.
+fn log_since(log: Option<&Path>, from: u64) -> String {
+    let bytes = log.and_then(|l| std::fs::read(l).ok()).unwrap_or_default();
+    strip_ansi(&String::from_utf8_lossy(
+        bytes.get(from as usize..).unwrap_or_default(),
+    ))
+}
+
+/// crustd's `ok rpc="X" id=.. ms=..` lines: each call's duration as the service timed it.
+fn crustd_server_times(text: &str) -> HashMap<&'static str, Vec<Duration>> {
+    let mut out: HashMap<&'static str, Vec<Duration>> = HashMap::new();
+    for l in text.lines().filter(|l| l.contains(" ok ")) {
+        let field = |k: &str| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .map(|v| v.trim_matches('"').to_string())
+        };
+        let (Some(rpc), Some(ms)) = (field("rpc"), field("ms")) else {
+            continue;
+        };
+        let (Some(rpc), Ok(ms)) = (SERVER_RPCS.iter().find(|r| **r == rpc), ms.parse::<f64>())
+        else {
+            continue;
+        };
+        out.entry(*rpc)
+            .or_default()
+            .push(Duration::from_secs_f64(ms / 1000.0));
+    }
+    out
+}
+
+/// A logrus `time="2026-11-26T16:00:17.123456789Z"` as ms since the epoch (the zone is
+/// ignored: every line of one log has the same).
+fn logrus_ms(line: &str) -> Option<f64> {
+    let t = line.split("time=\"").nth(1)?;
+    let num = |a: usize, b: usize| t.get(a..b)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (h, mi) = (num(11, 13)?, num(14, 16)?);
+    let end = t[17..].find(|c: char| !(c.is_ascii_digit() || c == '.'))? + 17;
+    let sec: f64 = t[17..end].parse().ok()?;
+    // Days from the civil date (Howard Hinnant's days_from_civil).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((mo + 9) % 12) + 2) / 5 + d - 1;
+    let days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+    Some(((days * 24 + h) * 60 + mi) as f64 * 60_000.0 + sec * 1000.0)
+}
+
+/// containerd's CRI start and end lines, paired by the call's key: the RPC name and
+/// the sandbox metadata (RunPodSandbox), else the first quoted id of the message.
+fn containerd_server_times(text: &str) -> HashMap<&'static str, Vec<Duration>> {
+    let mut open: HashMap<(&'static str, String), f64> = HashMap::new();
+    let mut out: HashMap<&'static str, Vec<Duration>> = HashMap::new();
+    for l in text.lines() {
+        let Some(msg) = l.split(" msg=\"").nth(1) else {
+            continue;
+        };
+        let msg = msg.replace("\\\"", "\"");
+        let Some(rpc) = SERVER_RPCS
+            .iter()
+            .find(|r| msg.starts_with(&format!("{r} ")))
+        else {
+            continue;
+        };
+        let key = if *rpc == "RunPodSandbox" {
+            msg.split("Name:").nth(1).and_then(|m| m.split(',').next())
+        } else {
+            msg.split('"').nth(1)
+        };
+        let (Some(key), Some(t)) = (key, logrus_ms(l)) else {
+            continue;
+        };
+        let key = (*rpc, key.to_string());
+        if msg.contains(" returns ") {
+            if let Some(t0) = open.remove(&key) {
+                out.entry(*rpc)
+                    .or_default()
+                    .push(Duration::from_secs_f64((t - t0).max(0.0) / 1000.0));
+            }
+        } else if !msg.contains(" failed") {
+            open.insert(key, t);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------
 // Output
 
 struct Report {
@@ -788,6 +907,48 @@ fn latency_table(r: &mut Report, mode: &str, res: &[(&'static str, Times)]) {
             q(|t| &t.stop),
             q(|t| &t.remove),
             (c.pods as f64 / c.wall.as_secs_f64()) / (d.pods as f64 / d.wall.as_secs_f64()),
+        ));
+    }
+    server_table(r, mode, res);
+}
+
+/// The same calls server side, from each daemon's log (see the top of the file).
+fn server_table(r: &mut Report, mode: &str, res: &[(&'static str, Times)]) {
+    let none = Vec::new();
+    let of =
+        |t: &'_ Times, rpc: &str| -> Vec<Duration> { t.server.get(rpc).unwrap_or(&none).clone() };
+    r.line("");
+    r.line(format!(
+        "Latency, {mode}, ms p50 / p95 server side (crustd: its per-RPC debug lines; containerd: its CRI start and end lines paired), calls found in the log:"
+    ));
+    r.line("");
+    r.line(format!("| | {} |", SERVER_RPCS.join(" | ")));
+    r.line(format!("| --- |{}", " --- |".repeat(SERVER_RPCS.len())));
+    for (name, t) in res {
+        let cells: Vec<String> = SERVER_RPCS
+            .iter()
+            .map(|rpc| {
+                let v = of(t, rpc);
+                if v.is_empty() {
+                    "-".to_string()
+                } else {
+                    format!("{} ({})", cell(&v), v.len())
+                }
+            })
+            .collect();
+        r.line(format!("| {} | {} |", label(name), cells.join(" | ")));
+    }
+    let get = |n: &str| res.iter().find(|x| x.0 == n).map(|x| &x.1);
+    let Some(d) = get("containerd") else { return };
+    for name in ["crust", "crust-own"] {
+        let Some(c) = get(name) else { continue };
+        let cells: Vec<String> = SERVER_RPCS
+            .iter()
+            .map(|rpc| format!("{:.2}", p50(&of(c, rpc)) / p50(&of(d, rpc))))
+            .collect();
+        r.line(format!(
+            "| ratio {name}/containerd (p50) | {} |",
+            cells.join(" | ")
         ));
     }
 }
@@ -901,6 +1062,8 @@ fn main() {
         crust_own: start_crustd(97, vec![bin_dir(), REF_CNI.into()], &layout),
         ctrd: Containerd::new(96),
     };
+    // Its CRI calls' start and end lines, for the server-side times (ExecSync's are debug).
+    s.ctrd.log_level = "debug";
     std::fs::write(
         s.ctrd.dir.path().join("net.d/10-bench.conflist"),
         conflist_chain("cni0", 96, &s.ctrd.dir.path().join("ipam"), true),
@@ -931,7 +1094,7 @@ fn main() {
                 pod_ids: Some(s.ctrd.pod_ids.clone()),
                 kubelet: dirs.path().join("containerd/pods"),
                 logs: dirs.path().join("containerd/logs"),
-                log: None,
+                log: Some(s.ctrd.log_path().to_path_buf()),
             }),
             Arc::new(crust_row(
                 "crust",
@@ -986,6 +1149,7 @@ fn main() {
     let mut seq_ids: Vec<BTreeSet<String>> = vec![BTreeSet::new(); rows.len()];
     for (m, (mode, par)) in [("seq", 1), ("x10", PAR)].into_iter().enumerate() {
         let times: Vec<Arc<Mutex<Times>>> = rows.iter().map(|_| Arc::default()).collect();
+        let log_from: Vec<u64> = rows.iter().map(|r| log_len(r.log.as_deref())).collect();
         let mut pods: Vec<Vec<Vec<Up>>> = rows.iter().map(|_| Vec::new()).collect();
         for round in 0..rounds {
             let count = CHUNK.min(n - round * CHUNK);
@@ -1029,6 +1193,14 @@ fn main() {
                 rt.block_on(down_all(&rows[i], chunk, par, &times[i]))
                     .unwrap_or_else(|e| fail(&rows[i], mode, e));
             }
+        }
+        for ((r, t), from) in rows.iter().zip(&times).zip(&log_from) {
+            let text = log_since(r.log.as_deref(), *from);
+            t.lock().unwrap().server = if r.name == "containerd" {
+                containerd_server_times(&text)
+            } else {
+                crustd_server_times(&text)
+            };
         }
         latency.push((
             mode,

@@ -315,6 +315,9 @@ pub struct Containerd {
     run: TempDir,
     pub socket: PathBuf,
     log: PathBuf,
+    /// `[debug] level`: "info"; the runtime bench sets "debug" before `start`, for the
+    /// CRI calls' start and end lines (ExecSync's are debug) it times the calls with.
+    pub log_level: &'static str,
     /// Absolute cgroup path the pods go under (runc's cgroupfs driver, every hierarchy).
     pub cgroup_parent: String,
     child: Option<Child>,
@@ -340,6 +343,7 @@ impl Containerd {
             node: Netns::new("bcn"),
             socket: dir.path().join("containerd.sock"),
             log: dir.path().join("containerd.log"),
+            log_level: "info",
             cgroup_parent: format!("{}/{}", own_cgroup_base(), unique("crust-bench-ctrd-")),
             dir,
             run: TempDir::tmpfs("ctrdrun"),
@@ -386,7 +390,7 @@ disabled_plugins = [
 
 [debug]
   address = ""
-  level = "info"
+  level = "{level}"
 
 [metrics]
   address = ""
@@ -419,6 +423,7 @@ disabled_plugins = [
         SystemdCgroup = false
 "#,
             sock = self.socket.display(),
+            level = self.log_level,
             runc = which("runc").unwrap_or_default().display(),
         )
     }
@@ -558,6 +563,11 @@ disabled_plugins = [
             "{what}\n  containerd log tail:\n    {}",
             tail.join("\n    ")
         )
+    }
+
+    /// containerd's stdout and stderr.
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     pub fn pid(&self) -> i32 {
