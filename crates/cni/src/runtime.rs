@@ -153,9 +153,17 @@ pub fn conf_files(dir: &Path) -> CniResult<Vec<PathBuf>> {
 
 /// The first valid configuration in lexical order, or `None` if the folder holds none.
 /// Invalid files are skipped, as containerd does, so one bad file cannot take the node down.
+/// A file that cannot be read now (EMFILE at the fd limit, EIO) is an error, not an
+/// invalid file: skipping it reported "no network config" on a node at its limits.
 pub fn load_first(dir: &Path) -> CniResult<Option<NetworkList>> {
     for f in conf_files(dir)? {
-        if let Ok(l) = NetworkList::load(&f) {
+        let bytes = match std::fs::read(&f) {
+            Ok(b) => b,
+            // Removed since it was listed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(CniError::io(format!("reading {}: {e}", f.display()))),
+        };
+        if let Ok(l) = NetworkList::parse(&bytes, &f) {
             return Ok(Some(l));
         }
     }

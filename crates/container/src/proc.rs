@@ -46,8 +46,19 @@ pub fn start_time(pid: i32) -> Option<u64> {
 
 /// True when process `pid` exists, started at `start_time`, and is not a zombie.
 /// A pid of 0 or below is never alive (so it can never reach `kill`).
+///
+/// Only a missing `/proc/PID` says a process is gone: a read that fails otherwise
+/// (EMFILE or ENFILE at the fd limit, ENOMEM) tells nothing, and the process is taken
+/// as alive. Taking it for gone marked a running container exited and killed what was
+/// left in its cgroup (issue 14).
 pub fn alive(pid: i32, start_time: u64) -> bool {
-    read_stat(pid).is_some_and(|s| s.start_time == start_time && !s.is_dead())
+    if pid <= 0 {
+        return false;
+    }
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => parse_stat(&s).is_some_and(|s| s.start_time == start_time && !s.is_dead()),
+        Err(e) => !gone(&e),
+    }
 }
 
 /// A pidfd of process `pid`: a handle that names this process for good, however soon

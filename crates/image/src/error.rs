@@ -12,6 +12,8 @@ pub enum ErrorKind {
     FailedPrecondition,
     /// Content did not match its digest, or a layer could not be read.
     DataLoss,
+    /// The store's filesystem is full (ENOSPC, EDQUOT).
+    ResourceExhausted,
     Internal,
 }
 
@@ -37,6 +39,9 @@ pub enum Error {
     /// A digest mismatch or a truncated or corrupt blob.
     #[error("{0}")]
     DataLoss(String),
+    /// No space left on the store's filesystem (ENOSPC) or over a quota (EDQUOT).
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// Anything on the node: files, permissions, a full disk.
     #[error("{0}")]
     Internal(String),
@@ -54,6 +59,7 @@ impl Error {
             Error::Unavailable(_) => ErrorKind::Unavailable,
             Error::FailedPrecondition(_) => ErrorKind::FailedPrecondition,
             Error::DataLoss(_) => ErrorKind::DataLoss,
+            Error::ResourceExhausted(_) => ErrorKind::ResourceExhausted,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -69,13 +75,24 @@ impl Error {
             Error::Unavailable(m) => Error::Unavailable(f(m)),
             Error::FailedPrecondition(m) => Error::FailedPrecondition(f(m)),
             Error::DataLoss(m) => Error::DataLoss(f(m)),
+            Error::ResourceExhausted(m) => Error::ResourceExhausted(f(m)),
             Error::Internal(m) => Error::Internal(f(m)),
         }
     }
 
     pub(crate) fn io(what: impl std::fmt::Display, e: std::io::Error) -> Error {
-        Error::Internal(format!("{what}: {e}"))
+        let m = format!("{what}: {e}");
+        if is_no_space(&e) {
+            Error::ResourceExhausted(m)
+        } else {
+            Error::Internal(m)
+        }
     }
+}
+
+/// ENOSPC or EDQUOT: the filesystem (or the quota) is full.
+pub(crate) fn is_no_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 /// Adds "what was being done" to io results.

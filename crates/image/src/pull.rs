@@ -28,7 +28,17 @@ impl ImageStore {
     /// Pulls `reference` (normalised: `busybox` is `docker.io/library/busybox:latest`)
     /// for linux/amd64 and returns the image, recorded under that name.
     pub async fn pull(&self, reference: &str, auth: Option<Auth>) -> Result<Image> {
-        let res = self.pull_named(reference, auth).await;
+        let res = self.pull_named(reference, auth).await.map_err(|e| {
+            // Name the store a node operator has to free.
+            if e.kind() == ErrorKind::ResourceExhausted {
+                e.context(format!(
+                    "no space left in the image store {}",
+                    self.root.display()
+                ))
+            } else {
+                e
+            }
+        });
         // Give the download and unpack buffers back to the system: a daemon pulls
         // rarely and should not keep a pull's peak resident.
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -363,6 +373,7 @@ fn with_kind(k: ErrorKind, m: String) -> Error {
         ErrorKind::Unavailable => Error::Unavailable(m),
         ErrorKind::FailedPrecondition => Error::FailedPrecondition(m),
         ErrorKind::DataLoss => Error::DataLoss(m),
+        ErrorKind::ResourceExhausted => Error::ResourceExhausted(m),
         ErrorKind::Internal => Error::Internal(m),
     }
 }

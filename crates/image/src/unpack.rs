@@ -48,6 +48,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
     let hr = HashReader::new(decompressor(r).map_err(corrupt)?);
     let mut ar = tar::Archive::new(Guard::new(hr));
     let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    let mut buf = vec![0u8; 128 << 10];
     {
         let entries = ar.entries().map_err(corrupt)?;
         for entry in entries {
@@ -96,7 +97,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
                         .mode(0o600)
                         .open(&path)
                         .map_err(|e| io_err(what, &path, e))?;
-                    std::io::copy(&mut entry, &mut f).map_err(corrupt)?;
+                    copy_entry(&mut entry, &mut f, &mut buf, what, &path)?;
                 }
                 T::Symlink => {
                     let target = entry
@@ -146,6 +147,27 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
     })
 }
 
+/// Copies a file's content out of the layer: a read error is the layer's (see
+/// [`read_err`]), a write error the node's (ENOSPC: RESOURCE_EXHAUSTED, not DATA_LOSS).
+fn copy_entry(
+    r: &mut impl Read,
+    f: &mut std::fs::File,
+    buf: &mut [u8],
+    what: &str,
+    path: &Path,
+) -> Result<()> {
+    use std::io::Write;
+    loop {
+        let n = match r.read(buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(read_err(what, e)),
+        };
+        f.write_all(&buf[..n]).map_err(|e| io_err(what, path, e))?;
+    }
+}
+
 /// A layer that could not be read: corrupt (DATA_LOSS), or refused by the guard for an
 /// oversized extension entry (INVALID_ARGUMENT: retrying the pull cannot help).
 fn read_err(what: &str, e: std::io::Error) -> Error {
@@ -177,7 +199,7 @@ fn root_entry<R: Read>(entry: &tar::Entry<'_, R>, root: &Path, what: &str) -> Re
 fn whiteout(pdir: &Path, name_s: &str, what: &str) -> Result<bool> {
     if name_s == OPAQUE {
         set_xattr(pdir, "trusted.overlay.opaque", b"y").map_err(|e| {
-            Error::Internal(format!("layer {what}: opaque {}: {e}", pdir.display()))
+            Error::io(format!("layer {what}: opaque {}", pdir.display()), e)
         })?;
         return Ok(true);
     }
@@ -277,7 +299,7 @@ fn set_metadata<R: Read>(
 }
 
 fn io_err(what: &str, p: &Path, e: std::io::Error) -> Error {
-    Error::Internal(format!("layer {what}: {}: {e}", p.display()))
+    Error::io(format!("layer {what}: {}", p.display()), e)
 }
 
 /// Makes an entry's name relative to the root: drops `/` and `.`, resolves `..`

@@ -4,7 +4,8 @@
 //! repository), InvalidArgument (bad reference, hostile or malformed content),
 //! Unauthenticated (credentials refused or missing), Unavailable (registry down),
 //! FailedPrecondition (no manifest for this platform), DataLoss (digest mismatch,
-//! truncated layer), Internal (the node).
+//! truncated layer), ResourceExhausted (the image store's filesystem is full),
+//! Internal (the node).
 
 use crate::cri::service::Service;
 use cri_api::*;
@@ -22,6 +23,7 @@ fn status(e: image::Error) -> Status {
         K::Unavailable => Code::Unavailable,
         K::FailedPrecondition => Code::FailedPrecondition,
         K::DataLoss => Code::DataLoss,
+        K::ResourceExhausted => Code::ResourceExhausted,
         K::Internal => Code::Internal,
     };
     Status::new(code, e.to_string())
