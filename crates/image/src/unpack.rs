@@ -198,9 +198,8 @@ fn root_entry<R: Read>(entry: &tar::Entry<'_, R>, root: &Path, what: &str) -> Re
 /// layers below) and `.wh.<name>` (a whiteout device). Whether `name` was one.
 fn whiteout(pdir: &Path, name_s: &str, what: &str) -> Result<bool> {
     if name_s == OPAQUE {
-        set_xattr(pdir, "trusted.overlay.opaque", b"y").map_err(|e| {
-            Error::io(format!("layer {what}: opaque {}", pdir.display()), e)
-        })?;
+        set_xattr(pdir, "trusted.overlay.opaque", b"y")
+            .map_err(|e| Error::io(format!("layer {what}: opaque {}", pdir.display()), e))?;
         return Ok(true);
     }
     if let Some(hidden) = name_s.strip_prefix(WHITEOUT) {
