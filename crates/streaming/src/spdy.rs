@@ -645,9 +645,13 @@ mod tests {
             .unwrap();
         let (sock, _) = l.accept().await.unwrap();
         drop(Session::server(sock));
-        // The client goes on writing (its input crossed our end), and is not reset.
+        // The client goes on writing (its input crossed our end: a DATA frame of a
+        // stream, as a client sends), and is not reset.
+        let mut late = 1u32.to_be_bytes().to_vec();
+        late.extend_from_slice(&[0, 0, 0, 4]);
+        late.extend_from_slice(b"late");
         for _ in 0..5 {
-            client.write_all(b"late input").await.unwrap();
+            client.write_all(&late).await.unwrap();
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         let mut buf = [0u8; 64];
