@@ -19,9 +19,11 @@ use std::time::Duration;
 use tonic::codegen::http::{HeaderMap, Request, Response};
 
 /// How much earlier than tonic's own timeout this one fires: far more than the time
-/// between the two layers' calls (microseconds), so its timer is due first on tokio's
-/// millisecond wheel.
-pub const MARGIN: Duration = Duration::from_millis(1);
+/// between the two layers' calls (microseconds; more in an emulated VM), so its timer
+/// is due first on tokio's millisecond wheel. The deadline is taken in `call`, when
+/// tonic's timer has just been set, not when the future is first polled: that can come
+/// later than tonic's own deadline on a slow machine (the VM suite saw CANCELLED).
+pub const MARGIN: Duration = Duration::from_millis(5);
 
 /// The `grpc-timeout` header's duration: 1 to 8 ASCII digits and a unit (`H`, `M`,
 /// `S`, `m`, `u`, `n`), as the gRPC HTTP/2 protocol defines it; `None` when the
@@ -81,13 +83,14 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let timeout = grpc_timeout(req.headers());
+        let due = timeout.map(|t| tokio::time::Instant::now() + t.saturating_sub(MARGIN));
         let path = req.uri().path().to_string();
         let call = self.inner.call(req);
         Box::pin(async move {
-            let Some(timeout) = timeout else {
+            let (Some(timeout), Some(due)) = (timeout, due) else {
                 return call.await;
             };
-            match tokio::time::timeout(timeout.saturating_sub(MARGIN), call).await {
+            match tokio::time::timeout_at(due, call).await {
                 Ok(res) => res,
                 Err(_) => {
                     tracing::debug!(rpc = %path, ?timeout, "the client's deadline passed");
@@ -150,6 +153,30 @@ mod tests {
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         assert!(start.elapsed() < Duration::from_secs(5));
         let status = tonic::Status::from_header_map(res.headers()).expect("a grpc-status");
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    }
+
+    /// The deadline runs from the call, not from the first poll of its future: polled
+    /// late (a loaded or emulated machine), the call is already past it, and answers at
+    /// once, before tonic's own timer (set at the call) can answer CANCELLED.
+    #[tokio::test]
+    async fn the_deadline_runs_from_the_call_not_the_first_poll() {
+        let slow = tower::service_fn(|_req: Request<String>| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok::<_, std::convert::Infallible>(Response::new(String::from("late")))
+        });
+        let mut svc = DeadlineLayer.layer(slow);
+        let mut req = Request::new(String::new());
+        req.headers_mut()
+            .insert("grpc-timeout", "50m".parse().unwrap());
+        let fut = svc.ready().await.unwrap().call(req);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let mut fut = std::pin::pin!(fut);
+        let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+        let Poll::Ready(res) = first else {
+            panic!("the call was not over at its first poll, 100 ms past its deadline");
+        };
+        let status = tonic::Status::from_header_map(res.unwrap().headers()).expect("a grpc-status");
         assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
     }
 
