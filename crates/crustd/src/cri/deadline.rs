@@ -137,6 +137,14 @@ mod tests {
         }
     }
 
+    /// A request carrying the client's `grpc-timeout`.
+    fn with_timeout(timeout: &str) -> Request<String> {
+        let mut req = Request::new(String::new());
+        req.headers_mut()
+            .insert("grpc-timeout", timeout.parse().unwrap());
+        req
+    }
+
     /// A handler slower than the deadline: the call ends with DEADLINE_EXCEEDED in the
     /// response's headers (a trailers-only gRPC response), soon after the deadline.
     #[tokio::test]
@@ -146,9 +154,7 @@ mod tests {
             Ok::<_, std::convert::Infallible>(Response::new(String::from("late")))
         });
         let mut svc = DeadlineLayer.layer(slow);
-        let mut req = Request::new(String::new());
-        req.headers_mut()
-            .insert("grpc-timeout", "20m".parse().unwrap());
+        let req = with_timeout("20m");
         let start = std::time::Instant::now();
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         assert!(start.elapsed() < Duration::from_secs(5));
@@ -166,9 +172,7 @@ mod tests {
             Ok::<_, std::convert::Infallible>(Response::new(String::from("late")))
         });
         let mut svc = DeadlineLayer.layer(slow);
-        let mut req = Request::new(String::new());
-        req.headers_mut()
-            .insert("grpc-timeout", "50m".parse().unwrap());
+        let req = with_timeout("50m");
         let fut = svc.ready().await.unwrap().call(req);
         tokio::time::sleep(Duration::from_millis(150)).await;
         let mut fut = std::pin::pin!(fut);
