@@ -1183,71 +1183,16 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
     /// CNI plugins on its own conflist, the registry's pause image as the sandbox image
     /// and the registry over plain HTTP.
     fn containerd_config(&self) -> String {
-        let p = |r: &str| self.path(r).display().to_string();
-        format!(
-            r#"version = 2
-root = "{root}"
-state = "{state}"
-oom_score = 0
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.internal.v1.opt",
-]
-
-[grpc]
-  address = "{sock}"
-
-[ttrpc]
-  address = "{sock}.ttrpc"
-
-[debug]
-  level = "info"
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  disable_tcp_service = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  # The bounding set here lacks CAP_SYS_RESOURCE: the sandbox's -998 must be clamped.
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{cni}"
-    max_conf_num = 1
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{runc}"
-        Root = "{runc_root}"
-        SystemdCgroup = false
-
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "{certs}"
-"#,
-            root = p("ctrd-root"),
-            state = p("ctrd-state"),
-            sock = self.containerd_socket.display(),
-            pause = self.pause_image,
-            cni = p("ctrd-cni"),
-            runc = which("runc").unwrap_or_default().display(),
-            runc_root = p("ctrd-runc"),
-            certs = p("ctrd-certs.d"),
-        )
+        crate::containerd::config_toml(&crate::containerd::Config {
+            root: &self.path("ctrd-root"),
+            state: &self.path("ctrd-state"),
+            socket: &self.containerd_socket,
+            log_level: "info",
+            pause_image: &self.pause_image,
+            cni_conf_dir: &self.path("ctrd-cni"),
+            runc_root: &self.path("ctrd-runc"),
+            certs: Some(&self.path("ctrd-certs.d")),
+        })
     }
 
     /// Starts containerd in the node's namespaces and waits for its socket.

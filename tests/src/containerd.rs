@@ -367,65 +367,18 @@ impl Containerd {
     }
 
     fn config(&self) -> String {
-        let d = self.dir.path().display();
-        let run = self.run.path().display();
-        format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{run}/state"
-oom_score = 0
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.internal.v1.opt",
-]
-
-[grpc]
-  address = "{sock}"
-
-[ttrpc]
-  address = "{sock}.ttrpc"
-
-[debug]
-  address = ""
-  level = "{level}"
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  disable_tcp_service = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  # The bounding set here lacks CAP_SYS_RESOURCE: the sandbox's -998 must be clamped.
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{d}/net.d"
-    max_conf_num = 1
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{runc}"
-        Root = "{run}/runc"
-        SystemdCgroup = false
-"#,
-            sock = self.socket.display(),
-            level = self.log_level,
-            runc = which("runc").unwrap_or_default().display(),
-        )
+        let d = self.dir.path();
+        let run = self.run.path();
+        config_toml(&Config {
+            root: &d.join("root"),
+            state: &run.join("state"),
+            socket: &self.socket,
+            log_level: self.log_level,
+            pause_image: PAUSE_IMAGE,
+            cni_conf_dir: &d.join("net.d"),
+            runc_root: &run.join("runc"),
+            certs: None,
+        })
     }
 
     /// Starts containerd in the node namespace, imports the pause image and the OCI
@@ -696,4 +649,94 @@ impl Drop for Containerd {
         self.cleanup_through_cri();
         self.cleanup_by_force();
     }
+}
+
+/// Where one containerd keeps what, for [`config_toml`].
+pub struct Config<'a> {
+    pub root: &'a Path,
+    pub state: &'a Path,
+    pub socket: &'a Path,
+    pub log_level: &'a str,
+    pub pause_image: &'a str,
+    pub cni_conf_dir: &'a Path,
+    pub runc_root: &'a Path,
+    /// `certs.d` of registry hosts (`hosts.toml`), if any.
+    pub certs: Option<&'a Path>,
+}
+
+/// containerd 1.6's configuration as the suites and benches run it: its own root, state
+/// and socket; the CRI plugin with runc (cgroupfs: the pods' cgroup parents come from
+/// the client), the reference CNI plugins on one conflist, and the pause image given.
+pub fn config_toml(c: &Config<'_>) -> String {
+    let registry = c
+        .certs
+        .map(|p| {
+            format!(
+                "\n  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = \"{}\"\n",
+                p.display()
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        r#"version = 2
+root = "{root}"
+state = "{state}"
+oom_score = 0
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.internal.v1.opt",
+]
+
+[grpc]
+  address = "{sock}"
+
+[ttrpc]
+  address = "{sock}.ttrpc"
+
+[debug]
+  address = ""
+  level = "{level}"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  # The bounding set here lacks CAP_SYS_RESOURCE: the sandbox's -998 must be clamped.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni}"
+    max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{runc}"
+        Root = "{runc_root}"
+        SystemdCgroup = false
+{registry}"#,
+        root = c.root.display(),
+        state = c.state.display(),
+        sock = c.socket.display(),
+        level = c.log_level,
+        pause = c.pause_image,
+        cni = c.cni_conf_dir.display(),
+        runc = which("runc").unwrap_or_default().display(),
+        runc_root = c.runc_root.display(),
+    )
 }
