@@ -73,6 +73,24 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// A pidfd of `pid`, an unreaped child of ours that must be waited on through it.
+/// Without one (EMFILE at the fd limit) the child is killed and reaped here: left
+/// running, its zombie would stay in its PID namespace, and when that is a pod's, the
+/// pod's pause (the namespace's init) would never finish dying on StopPodSandbox
+/// ("still alive after SIGKILL": an init's exit waits for every process of its
+/// namespace to be reaped).
+pub fn pidfd_or_reap(pid: i32) -> io::Result<OwnedFd> {
+    let fd = pidfd_open(pid);
+    if fd.is_err() && pid > 0 {
+        // SAFETY: our own unreaped child: its pid cannot name another process yet.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+    fd
+}
+
 /// Whether an error of pidfd_open, pidfd_send_signal or kill says the process is gone:
 /// ESRCH, or ENOENT, which a 6.18 kernel gave for a pause already reaped.
 pub fn gone(e: &io::Error) -> bool {

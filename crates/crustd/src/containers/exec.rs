@@ -186,7 +186,7 @@ impl Prepared {
                     controlling_tty,
                 },
             )?;
-            Ok((pid, pidfd_or_reap(pid)))
+            Ok((pid, container::proc::pidfd_or_reap(pid)))
         })
         .await
         .map_err(Error::internal)?
@@ -210,23 +210,6 @@ impl Prepared {
         let (pid, pidfd) = started;
         pidfd.map_err(|e| Error::Internal(format!("exec in {id}: pidfd_open {pid}: {e}")))
     }
-}
-
-/// The pidfd the exec'd process is waited and reaped through. Without one (EMFILE at
-/// crustd's fd limit) the process is killed and reaped here: left running, its zombie
-/// (crustd is the subreaper) would stay in the pod's PID namespace, and the pod's pause,
-/// that namespace's init, would never finish dying on StopPodSandbox ("still alive after
-/// SIGKILL": an init's exit waits for every process of its namespace to be reaped).
-fn pidfd_or_reap(pid: i32) -> std::io::Result<OwnedFd> {
-    let fd = container::proc::pidfd_open(pid);
-    if fd.is_err() {
-        // SAFETY: our own unreaped child: its pid cannot name another process yet.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
-    }
-    fd
 }
 
 /// The init is alive and still in its namespaces (an exiting one leaves them first).
