@@ -11,6 +11,7 @@ pub enum Op {
     Write,
     Mkdir,
     Rmdir,
+    Spawn,
 }
 
 impl fmt::Display for Op {
@@ -20,6 +21,7 @@ impl fmt::Display for Op {
             Op::Write => "write",
             Op::Mkdir => "mkdir",
             Op::Rmdir => "rmdir",
+            Op::Spawn => "spawn",
         })
     }
 }
@@ -92,6 +94,9 @@ pub enum Error {
     /// v2: a `unified` key on v1, ...).
     #[error("cgroup {cgroup}: {reason}")]
     Unsupported { cgroup: String, reason: String },
+    /// systemd (the systemd driver) could not be reached or refused a unit.
+    #[error("systemd: {op}: {reason}")]
+    Systemd { op: String, reason: String },
     /// A freeze did not complete in time (the cgroup was thawed again).
     #[error("freeze {}: not frozen after {waited:?} (state {state:?})", path.display())]
     FreezeTimeout {

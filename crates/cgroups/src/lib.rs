@@ -30,6 +30,7 @@ mod path;
 mod proc_cgroup;
 mod resources;
 mod stats;
+pub mod systemd;
 pub mod v1;
 pub mod v2;
 
@@ -78,6 +79,11 @@ pub trait CgroupManager {
     fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
         fs::union_procs(&self.dirs(path))
     }
+
+    /// The first process the caller started into the cgroup made by `create` is in it:
+    /// whatever held the cgroup until then can go (the systemd driver's placeholder in
+    /// a new scope; nothing for cgroupfs).
+    fn joined(&self, _path: &CgroupPath) {}
 
     /// Whether the cgroup's directory exists in any hierarchy.
     fn exists(&self, path: &CgroupPath) -> bool;
@@ -139,6 +145,27 @@ pub trait CgroupManager {
 pub enum Hierarchy {
     V1(v1::Manager),
     V2(v2::Manager),
+}
+
+/// The driver a daemon runs with: cgroupfs (crust makes the directories itself) or
+/// systemd (units over D-Bus, see [`systemd`]).
+#[derive(Debug)]
+pub enum Driver {
+    Cgroupfs(Hierarchy),
+    Systemd(Box<systemd::Manager>),
+}
+
+impl Driver {
+    fn inner(&self) -> &dyn CgroupManager {
+        match self {
+            Driver::Cgroupfs(h) => h,
+            Driver::Systemd(m) => m.as_ref(),
+        }
+    }
+
+    pub fn is_systemd(&self) -> bool {
+        matches!(self, Driver::Systemd(_))
+    }
 }
 
 /// Hierarchy roots for [`Hierarchy::with_roots`] (fake trees in tests, or a layout known
@@ -256,6 +283,60 @@ impl CgroupManager for Hierarchy {
     }
     fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
         self.inner().procs(path)
+    }
+    fn exists(&self, path: &CgroupPath) -> bool {
+        self.inner().exists(path)
+    }
+    fn kill_all(&self, path: &CgroupPath) -> Result<()> {
+        self.inner().kill_all(path)
+    }
+    fn remove(&self, path: &CgroupPath) -> Result<()> {
+        self.inner().remove(path)
+    }
+    fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()> {
+        self.inner().apply(path, resources)
+    }
+    fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool {
+        self.inner().has_controller(controller, path)
+    }
+    fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String> {
+        self.inner().hugetlb_unavailable(below)
+    }
+    fn stats(&self, path: &CgroupPath) -> Result<Stats> {
+        self.inner().stats(path)
+    }
+    fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
+        self.inner().oom_kills(path)
+    }
+    fn freeze(&self, path: &CgroupPath) -> Result<()> {
+        self.inner().freeze(path)
+    }
+    fn thaw(&self, path: &CgroupPath) -> Result<()> {
+        self.inner().thaw(path)
+    }
+}
+
+impl CgroupManager for Driver {
+    fn version(&self) -> Version {
+        self.inner().version()
+    }
+    fn dirs(&self, path: &CgroupPath) -> Vec<PathBuf> {
+        self.inner().dirs(path)
+    }
+    fn dir(&self, controller: &str, path: &CgroupPath) -> Option<PathBuf> {
+        self.inner().dir(controller, path)
+    }
+    fn create(&self, path: &CgroupPath) -> Result<()> {
+        self.inner().create(path)
+    }
+    fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()> {
+        self.inner().add_process(path, pid)
+    }
+    fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
+        self.inner().procs(path)
+    }
+    fn joined(&self, path: &CgroupPath) {
+        self.inner().joined(path)
     }
     fn exists(&self, path: &CgroupPath) -> bool {
         self.inner().exists(path)
