@@ -106,14 +106,14 @@ use monitor_core::{
     Exit, StdinMode, EXIT_MAX, HEADER_MAX, MAX_LINE, USAGE,
 };
 use sys::{
-    close, exit, syscall, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR, F_GETFL,
-    F_SETFL, MSG_CMSG_CLOEXEC, MSG_DONTWAIT, MSG_NOSIGNAL, O_APPEND, O_CLOEXEC, O_CREAT,
-    O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY, POLLERR, POLLHUP, POLLIN, POLLNVAL,
-    POLLOUT, SCM_RIGHTS, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE, SIGSET_SIZE, SIGUSR1,
-    SIG_BLOCK, SIG_DFL, SOL_SOCKET, SYS_ACCEPT4, SYS_CLOCK_GETTIME, SYS_FCNTL, SYS_FSYNC, SYS_OPEN,
-    SYS_POLL, SYS_READ, SYS_RECVFROM, SYS_RECVMSG, SYS_RENAME, SYS_RT_SIGACTION,
-    SYS_RT_SIGPROCMASK, SYS_SENDMSG, SYS_SETSID, SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4, SYS_WRITE,
-    SYS_WRITEV, WNOHANG,
+    close, exit, syscall, syscall_5, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR,
+    F_GETFL, F_SETFL, MSG_CMSG_CLOEXEC, MSG_DONTWAIT, MSG_NOSIGNAL, O_APPEND, O_CLOEXEC, O_CREAT,
+    O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY, POLLERR, POLLHUP, POLLIN,
+    POLLNVAL, POLLOUT, POLLPRI, SCM_RIGHTS, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE,
+    SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SOL_SOCKET, SYS_ACCEPT4, SYS_CLOCK_GETTIME,
+    SYS_FCNTL, SYS_FSYNC, SYS_OPEN, SYS_POLL, SYS_PREAD64, SYS_READ, SYS_RECVFROM, SYS_RECVMSG,
+    SYS_RENAME, SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK, SYS_SENDMSG, SYS_SETSID, SYS_SIGNALFD4,
+    SYS_UNLINK, SYS_WAIT4, SYS_WRITE, SYS_WRITEV, WNOHANG,
 };
 
 /// A stream's line buffer: one more byte than the longest record, so that a full buffer
@@ -232,7 +232,7 @@ extern "C" fn start(sp: *const usize) -> ! {
     } = bufs;
     let mut streams = Stream::all(&args, lines);
     let mut attach = Attach::new(&args, input);
-    let oom_before = args.oom_file.and_then(|p| read_oom(p, file));
+    let mut oom = Oom::open(args.oom_file, file);
     let init = args.init_pid.or_else(|| {
         let n = read_file(c"/proc/thread-self/children", file);
         only_pid(&file[..n])
@@ -257,13 +257,13 @@ extern "C" fn start(sp: *const usize) -> ! {
                     &mut streams,
                     &log,
                     &mut attach,
-                    oom_before,
+                    &mut oom,
                     file,
                     path,
                 );
             }
         }
-        let mut fds = poll_fds(sfd, &streams, &attach, tty_socket);
+        let mut fds = poll_fds(sfd, &streams, &attach, tty_socket, oom.fd);
         let n = syscall(
             SYS_POLL,
             fds.as_mut_ptr() as usize,
@@ -276,6 +276,9 @@ extern "C" fn start(sp: *const usize) -> ! {
         }
         if tty_socket >= 0 && fds[4].revents != 0 {
             tty_socket = adopt_tty(tty_socket, &mut streams[2]);
+        }
+        if fds[11].revents != 0 {
+            oom.refresh(file);
         }
         serve_io(&fds, &mut streams, &log, &mut attach);
         if fds[0].revents != 0 && read_signals(sfd, &mut log) {
@@ -360,7 +363,13 @@ fn signalfd_or_exit() -> isize {
 /// What one turn of the loop waits for, by index: 0 the signalfd, 1-3 the streams
 /// (stdout, stderr, pty), 4 the socket the pty master comes by, 5 the attach socket,
 /// 6 room in the container's stdin, 7.. the attach clients.
-fn poll_fds(sfd: isize, streams: &[Stream; 3], attach: &Attach, tty_socket: i32) -> [PollFd; 11] {
+fn poll_fds(
+    sfd: isize,
+    streams: &[Stream; 3],
+    attach: &Attach,
+    tty_socket: i32,
+    oom_fd: i32,
+) -> [PollFd; 12] {
     let target = attach.target(&streams[2]);
     let pending = attach.start < attach.end;
     [
@@ -392,6 +401,12 @@ fn poll_fds(sfd: isize, streams: &[Stream; 3], attach: &Attach, tty_socket: i32)
         attach.poll_fd(1, pending),
         attach.poll_fd(2, pending),
         attach.poll_fd(3, pending),
+        // cgroup v2 `memory.events` changed (an OOM kill, among others).
+        PollFd {
+            fd: oom_fd,
+            events: POLLPRI,
+            revents: 0,
+        },
     ]
 }
 
@@ -408,7 +423,7 @@ fn adopt_tty(tty_socket: i32, tty: &mut Stream) -> i32 {
 
 /// The streams, the attach socket, the container's stdin and the attach clients, in
 /// that order, as `poll` found them ready (`fds` from [`poll_fds`]).
-fn serve_io(fds: &[PollFd; 11], streams: &mut [Stream; 3], log: &Log, attach: &mut Attach) {
+fn serve_io(fds: &[PollFd; 12], streams: &mut [Stream; 3], log: &Log, attach: &mut Attach) {
     for (s, p) in streams.iter_mut().zip(&fds[1..4]) {
         if p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
             s.pump(log, 1, attach);
@@ -420,7 +435,7 @@ fn serve_io(fds: &[PollFd; 11], streams: &mut [Stream; 3], log: &Log, attach: &m
     if fds[6].revents != 0 {
         attach.feed(&streams[2]);
     }
-    for (i, p) in fds[7..].iter().enumerate() {
+    for (i, p) in fds[7..11].iter().enumerate() {
         if p.revents != 0 {
             attach.receive(i, p.revents, &streams[2]);
         }
@@ -498,7 +513,7 @@ fn finish(
     streams: &mut [Stream; 3],
     log: &Log,
     attach: &mut Attach,
-    oom_before: Option<u64>,
+    oom: &mut Oom,
     file: &mut [u8; FILE_BUF],
     path: &mut [u8; PATH_BUF],
 ) -> ! {
@@ -511,10 +526,8 @@ fn finish(
         s.pump(log, DRAIN_READS, attach);
         s.flush(log);
     }
-    let oom_killed = match args.oom_file.and_then(|p| read_oom(p, file)) {
-        Some(after) => after > oom_before.unwrap_or(0),
-        None => false,
-    };
+    oom.refresh(file);
+    let oom_killed = oom.killed();
     let (pid, exit_code, signal) = match child {
         Some((pid, status)) => {
             let (code, sig) = exit_from_status(status);
@@ -936,13 +949,73 @@ fn now() -> (i64, u32) {
     (ts[0], ts[1] as u32)
 }
 
-/// The `oom_kill` counter of the `-m` file, if it can be read.
-fn read_oom(path: &CStr, buf: &mut [u8; FILE_BUF]) -> Option<u64> {
-    let len = read_file(path, buf);
-    if len == 0 {
-        return None;
+/// The `oom_kill` counter of the `-m` file, kept open and read again whenever the
+/// kernel says it changed (cgroup v2 `memory.events` wakes `poll` with POLLPRI; v1's
+/// file never does and is read at the end only). Read while the container runs, not
+/// only after it exited: with the systemd driver the container's scope, and with it
+/// the file, may be gone by the time the monitor has reaped the init.
+struct Oom {
+    fd: i32,
+    before: Option<u64>,
+    seen: Option<u64>,
+}
+
+impl Oom {
+    fn open(path: Option<&CStr>, buf: &mut [u8; FILE_BUF]) -> Oom {
+        let fd = path.map_or(-1, |p| {
+            syscall(SYS_OPEN, p.as_ptr() as usize, O_RDONLY | O_CLOEXEC, 0, 0) as i32
+        });
+        let mut oom = Oom {
+            fd: fd.max(-1),
+            before: None,
+            seen: None,
+        };
+        oom.refresh(buf);
+        oom.before = oom.seen;
+        oom
     }
-    parse_oom_kill(&buf[..len])
+
+    /// Reads the counter again (which also re-arms the kernel's change notice). A file
+    /// that no longer reads (its cgroup removed) is closed and not polled any more.
+    fn refresh(&mut self, buf: &mut [u8; FILE_BUF]) {
+        if self.fd < 0 {
+            return;
+        }
+        let mut len = 0;
+        while len < buf.len() {
+            let n = syscall_5(
+                SYS_PREAD64,
+                self.fd as usize,
+                buf[len..].as_mut_ptr() as usize,
+                buf.len() - len,
+                len,
+                0,
+            );
+            if n == -EINTR {
+                continue;
+            }
+            if n < 0 {
+                close(self.fd as usize);
+                self.fd = -1;
+                return;
+            }
+            if n == 0 {
+                break;
+            }
+            len += n as usize;
+        }
+        if let Some(n) = parse_oom_kill(&buf[..len]) {
+            self.seen = Some(self.seen.map_or(n, |s| s.max(n)));
+        }
+    }
+
+    /// The counter grew while the container ran.
+    fn killed(&self) -> bool {
+        match self.seen {
+            Some(n) => n > self.before.unwrap_or(0),
+            None => false,
+        }
+    }
 }
 
 /// Reads the start of a file into `buf`; returns the length (0 when it cannot be read).

@@ -15,6 +15,7 @@ pub const SYS_WRITE: usize = 1;
 pub const SYS_OPEN: usize = 2;
 pub const SYS_CLOSE: usize = 3;
 pub const SYS_POLL: usize = 7;
+pub const SYS_PREAD64: usize = 17;
 pub const SYS_RT_SIGACTION: usize = 13;
 pub const SYS_RT_SIGPROCMASK: usize = 14;
 pub const SYS_WRITEV: usize = 20;
@@ -99,6 +100,7 @@ pub const SOL_SOCKET: i32 = 1;
 pub const SCM_RIGHTS: i32 = 1;
 
 pub const POLLIN: i16 = 0x1;
+pub const POLLPRI: i16 = 0x2;
 pub const POLLOUT: i16 = 0x4;
 pub const POLLERR: i16 = 0x8;
 pub const POLLHUP: i16 = 0x10;
