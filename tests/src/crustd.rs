@@ -26,6 +26,10 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     /// `--cni-bin-dir`s in order; empty: the workspace's built plugins alone.
     pub cni_bin_dirs: Vec<PathBuf>,
+    /// `cgroup.driver = "systemd"`: pods and containers as systemd units, named from
+    /// the top of the tree (no `--cgroup-root`, not nested in the test's cgroup).
+    /// Needs systemd as PID 1 (hack/vm-test's systemd boot).
+    pub systemd_cgroups: bool,
 }
 
 impl Default for Options {
@@ -37,6 +41,7 @@ impl Default for Options {
             state_on_tmpfs: false,
             env: vec![],
             cni_bin_dirs: vec![],
+            systemd_cgroups: false,
         }
     }
 }
@@ -146,16 +151,22 @@ impl Crustd {
             .arg(self.state.path())
             .arg("--cni-conf-dir")
             .arg(self.conf_dir.path())
-            .args(self.cni_bin_args())
-            .arg("--cgroup-root")
-            .arg(&self.cgroup_root)
-            .arg("--cgroup-nested")
-            .arg("--log-level")
+            .args(self.cni_bin_args());
+        if !self.opts.systemd_cgroups {
+            cmd.arg("--cgroup-root")
+                .arg(&self.cgroup_root)
+                .arg("--cgroup-nested");
+        }
+        cmd.arg("--log-level")
             .arg("debug")
             .args(&self.opts.extra_args)
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         // An explicit --config must exist: give it an empty one unless asked otherwise.
-        std::fs::write(self.root.path().join("no-config.toml"), &self.config_toml).unwrap();
+        let mut config = self.config_toml.clone();
+        if self.opts.systemd_cgroups {
+            config = format!("[cgroup]\ndriver = \"systemd\"\n{config}");
+        }
+        std::fs::write(self.root.path().join("no-config.toml"), config).unwrap();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

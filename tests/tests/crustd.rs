@@ -1661,12 +1661,31 @@ async fn config_defaults_and_unknown_keys() {
     assert_eq!(state(&mut c, &id).await, PodSandboxState::SandboxReady);
 
     let dir = TempDir::new("cf");
-    for (toml, key) in [
+    let mut bad = vec![
         ("bogus_key = true\n", "bogus_key"),
         ("[cni]\nconfdir = \"/x\"\n", "confdir"),
         ("stop_timeout_seconds = \"ten\"\n", "stop_timeout_seconds"),
-        ("[cgroup]\ndriver = \"systemd\"\n", "cgroup.driver"),
-    ] {
+        ("[cgroup]\ndriver = \"cgroupv3\"\n", "cgroup.driver"),
+        // systemd names cgroups from the top: no nesting, no other root.
+        (
+            "[cgroup]\ndriver = \"systemd\"\nnested = true\n",
+            "cgroup.nested",
+        ),
+        (
+            "[cgroup]\ndriver = \"systemd\"\nroot = \"/x\"\n",
+            "cgroup.root",
+        ),
+    ];
+    // The systemd driver on a node without systemd (these machines, and the cgroup v2
+    // VM) fails start-up, saying so.
+    let systemd_runs = std::fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "systemd");
+    if !systemd_runs {
+        bad.push((
+            "[cgroup]\ndriver = \"systemd\"\n",
+            "systemd cannot be reached",
+        ));
+    }
+    for (toml, key) in bad {
         let cfg = dir.path().join("config.toml");
         std::fs::write(&cfg, toml).unwrap();
         let out = crustd_exits(&[

@@ -423,7 +423,7 @@ fn make(
     let bundle = make_bundle(crust, &id)?;
     // Cumulative times of the steps, logged at debug: where a slow create spends it.
     let t0 = Instant::now();
-    let cg = container_cgroup(sb, rec)?;
+    let cg = container_cgroup(crust, sb, rec)?;
     crust.containers.save_unsynced(rec)?;
     failpoint!("create_container.after_record");
     let t_saved = t0.elapsed();
@@ -465,8 +465,17 @@ fn make(
     failpoint!("create_container.after_spec");
 
     let monitor = monitor_opts(crust, &id, rec, cfg, oom_events)?;
+    // Whatever held a new cgroup (the systemd driver's placeholder) goes once the
+    // init is in it, or the create failed.
+    let joined = || {
+        if let Some(cg) = &cg {
+            crust.cgroups.joined(cg);
+        }
+    };
     if let Some(rt) = external {
-        return create_external(crust, sb, &rt, rec, &bundle, &snap, &monitor, cfg.tty);
+        let r = create_external(crust, sb, &rt, rec, &bundle, &snap, &monitor, cfg.tty);
+        joined();
+        return r;
     }
     let mut opts = CreateOpts::new(&id, &bundle, spec, crust.containers.exec_state(&id));
     opts.rootfs_mount = Some(rootfs_mount(&snap, userns.is_some()));
@@ -474,7 +483,9 @@ fn make(
     opts.monitor = Some(monitor);
     opts.on_init = Some(created_record_hook(crust, rec));
     let t_spec = t0.elapsed();
-    let c = executor::create(opts).map_err(create_err)?;
+    let c = executor::create(opts).map_err(create_err);
+    joined();
+    let c = c?;
     failpoint!("create_container.after_init");
     let t_exec = t0.elapsed();
     tracing::debug!(container = %id, ?t_saved, ?t_snap, ?t_cgroup, ?t_spec, ?t_exec, "create phases");
@@ -618,6 +629,7 @@ fn created_record_hook(crust: &Crust, rec: &ContainerRecord) -> executor::OnInit
 /// The container's cgroup: beside the pause's, under the pod-level cgroup (noted in
 /// the record); none for a sandbox without one.
 fn container_cgroup(
+    crust: &Crust,
     sb: &SandboxRecord,
     rec: &mut ContainerRecord,
 ) -> Result<Option<cgroups::CgroupPath>> {
@@ -629,7 +641,11 @@ fn container_cgroup(
             .and_then(crate::daemon::Crust::pod_level_cgroup)
         {
             Some(pod_cg) => {
-                let cg_s = format!("{}/{}", pod_cg.to_string().trim_end_matches('/'), id);
+                let cg_s = format!(
+                    "{}/{}",
+                    pod_cg.to_string().trim_end_matches('/'),
+                    crust.cgroup_leaf(&id)
+                );
                 let cg = cgroups::CgroupPath::new(&cg_s)
                     .map_err(|e| Error::Internal(format!("container cgroup {cg_s}: {e}")))?;
                 rec.cgroup = Some(cg_s);

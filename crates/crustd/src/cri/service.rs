@@ -417,6 +417,6 @@ impl RuntimeService for Service {
         &self,
         _r: Request<RuntimeConfigRequest>,
     ) -> std::result::Result<Response<RuntimeConfigResponse>, Status> {
-        Ok(Response::new(runtime_info::runtime_config()))
+        Ok(Response::new(runtime_info::runtime_config(&self.crust)))
     }
 }

@@ -43,7 +43,10 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CgroupConfig {
-    /// Only `cgroupfs` for now; reported to the kubelet by the RuntimeConfig RPC.
+    /// `cgroupfs` (crust makes the cgroup directories) or `systemd` (pods and containers
+    /// as systemd units over D-Bus, as containerd's `SystemdCgroup = true`; the kubelet
+    /// then sends `cgroup_parent` as a slice). Must match the kubelet's
+    /// `--cgroup-driver`; reported to it by the RuntimeConfig RPC.
     pub driver: String,
     /// Prefix for every pod cgroup (`<root>/<cgroup_parent>/<sandbox id>`).
     pub root: String,
@@ -219,11 +222,20 @@ impl Config {
         for d in &self.cni.bin_dirs {
             abs("cni.bin_dirs", d, false)?;
         }
-        if self.cgroup.driver != "cgroupfs" {
-            anyhow::bail!(
-                "cgroup.driver: {:?} is not supported (only \"cgroupfs\")",
-                self.cgroup.driver
-            );
+        match self.cgroup.driver.as_str() {
+            "cgroupfs" => {}
+            "systemd" => {
+                // systemd names every cgroup from the top of the tree, and a slice's
+                // place follows from its name alone.
+                if !self.cgroup.root.trim_end_matches('/').is_empty() || self.cgroup.nested {
+                    anyhow::bail!(
+                        "cgroup.driver = \"systemd\" takes pods where their slice names put them: cgroup.root must be \"/\" and cgroup.nested false"
+                    );
+                }
+            }
+            other => anyhow::bail!(
+                "cgroup.driver: {other:?} is not supported (\"cgroupfs\" or \"systemd\")"
+            ),
         }
         if !self.cgroup.root.starts_with('/') {
             anyhow::bail!(
@@ -302,10 +314,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("stop_timeout_seconds"), "{e}");
-        let e = Config::parse("[cgroup]\ndriver = \"systemd\"")
+        let e = Config::parse("[cgroup]\ndriver = \"cgroupv3\"")
             .unwrap_err()
             .to_string();
         assert!(e.contains("cgroup.driver"), "{e}");
+        let e = Config::parse("[cgroup]\ndriver = \"systemd\"\nnested = true")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cgroup.nested"), "{e}");
+        let c = Config::parse("[cgroup]\ndriver = \"systemd\"").unwrap();
+        assert_eq!(c.cgroup.driver, "systemd");
     }
 
     #[test]

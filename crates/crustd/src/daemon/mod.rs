@@ -23,7 +23,7 @@ pub struct Crust {
     /// The installed `crust-monitor` binary.
     pub monitor_bin: PathBuf,
     pub network: Network,
-    pub cgroups: cgroups::Hierarchy,
+    pub cgroups: cgroups::Driver,
     /// Why the pods' cgroups will have no hugetlb controller (`None`: they will), found
     /// once at start: logged then and reported by Status, not once per container.
     pub hugetlb_missing: Option<String>,
@@ -75,6 +75,19 @@ impl Crust {
                 .nested_in_own_cgroup()
                 .map_err(|e| anyhow::anyhow!("finding crustd's own cgroup: {e}"))?;
         }
+        let cgroups = if cfg.cgroup.driver == "systemd" {
+            let systemd = cgroups::systemd::Systemd::connect().map_err(|e| {
+                anyhow::anyhow!("cgroup.driver = \"systemd\", but systemd cannot be reached: {e}")
+            })?;
+            tracing::info!(version = %systemd.version().unwrap_or_default(), "systemd cgroup driver");
+            cgroups::Driver::Systemd(Box::new(cgroups::systemd::Manager::new(
+                cgroups,
+                systemd,
+                pause_bin.clone(),
+            )))
+        } else {
+            cgroups::Driver::Cgroupfs(cgroups)
+        };
         let hugetlb_missing = hugetlb_missing(&cgroups, &cfg.cgroup.root);
         match (&hugetlb_missing, cfg.cgroup.require_hugetlb) {
             (None, _) => {
@@ -187,10 +200,46 @@ impl Crust {
         parent: &str,
         id: &str,
     ) -> crate::cri::error::Result<cgroups::CgroupPath> {
-        let s = self.pod_cgroup_str(parent, id);
-        cgroups::CgroupPath::new(&s).map_err(|e| {
+        let invalid = |e: cgroups::Error| {
             crate::cri::error::Error::InvalidArgument(format!("cgroup_parent {parent:?}: {e}"))
-        })
+        };
+        if self.cgroups.is_systemd() {
+            // The kubelet's `--cgroup-driver=systemd` sends the pod's slice by name;
+            // without one the pod gets a slice of crust's own, as the pod-level cgroup.
+            let parent = parent.trim_matches('/');
+            let slice = if parent.is_empty() {
+                cgroups::systemd::expand_slice(&Self::own_pod_slice(id))
+            } else {
+                cgroups::systemd::expand_slice(parent)
+            };
+            return slice
+                .and_then(|s| s.join(&self.cgroup_leaf(id)))
+                .map_err(invalid);
+        }
+        let s = self.pod_cgroup_str(parent, id);
+        cgroups::CgroupPath::new(&s).map_err(invalid)
+    }
+
+    /// The last name of the cgroup of the sandbox or container `id`: the id itself
+    /// (cgroupfs), or its systemd scope `crust-<id>.scope`.
+    pub fn cgroup_leaf(&self, id: &str) -> String {
+        if self.cgroups.is_systemd() {
+            format!("crust-{id}.scope")
+        } else {
+            id.to_string()
+        }
+    }
+
+    /// The slice crust makes (systemd driver) for a pod without a `cgroup_parent`.
+    fn own_pod_slice(id: &str) -> String {
+        format!("crust-pod{id}.slice")
+    }
+
+    /// Whether `pod_level` is the pod-level cgroup crust made for the sandbox `id`
+    /// (no `cgroup_parent`), which goes with the sandbox.
+    pub fn is_own_pod_level(&self, pod_level: &cgroups::CgroupPath, id: &str) -> bool {
+        let name = pod_level.name();
+        name == Some(id) || name == Some(Self::own_pod_slice(id).as_str())
     }
 
     /// The sandbox's (the pause's) cgroup: `<root>/<cgroup_parent>/<id>`, beside the
@@ -215,7 +264,7 @@ impl Crust {
 }
 
 /// [`cgroups::CgroupManager::hugetlb_unavailable`] below the configured cgroup root.
-fn hugetlb_missing(h: &cgroups::Hierarchy, root: &str) -> Option<String> {
+fn hugetlb_missing(h: &cgroups::Driver, root: &str) -> Option<String> {
     use cgroups::CgroupManager;
     match cgroups::CgroupPath::new(root) {
         Ok(root) => h.hugetlb_unavailable(&root),

@@ -92,10 +92,15 @@ pub fn status(crust: &Crust, verbose: bool) -> StatusResponse {
     }
 }
 
-pub fn runtime_config() -> RuntimeConfigResponse {
+pub fn runtime_config(crust: &Crust) -> RuntimeConfigResponse {
+    let driver = if crust.cgroups.is_systemd() {
+        CgroupDriver::Systemd
+    } else {
+        CgroupDriver::Cgroupfs
+    };
     RuntimeConfigResponse {
         linux: Some(LinuxRuntimeConfiguration {
-            cgroup_driver: CgroupDriver::Cgroupfs as i32,
+            cgroup_driver: driver as i32,
         }),
     }
 }

@@ -245,7 +245,9 @@ fn start_pause(
             .create(cgroup)
             .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))
             .and_then(|()| {
-                container::pause::spawn(&spec).map_err(|e| match e {
+                let spawned = container::pause::spawn(&spec);
+                crust.cgroups.joined(cgroup);
+                spawned.map_err(|e| match e {
                     // The kubelet's input, not our failure.
                     container::Error::InvalidHostname { .. } => {
                         Error::InvalidArgument(e.to_string())
@@ -362,7 +364,7 @@ pub fn teardown(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
             .map_err(|e| Error::Internal(format!("removing cgroup {cg}: {e}")))?;
         // The pod-level cgroup crust made for a pod without a cgroup_parent goes too
         // (the pod's containers, its other children, are removed before).
-        if let Some(parent) = cg.parent().filter(|p| p.name() == Some(rec.id.as_str())) {
+        if let Some(parent) = cg.parent().filter(|p| crust.is_own_pod_level(p, &rec.id)) {
             crust
                 .cgroups
                 .kill_all(&parent)
