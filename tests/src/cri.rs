@@ -413,6 +413,20 @@ impl Env {
     }
 }
 
+/// A container that grows past its 16 MiB memory limit at once: the OOM killer's.
+pub fn memory_hog(name: &str) -> ContainerConfig {
+    let mut cfg = ctr(
+        name,
+        &[
+            "sh",
+            "-c",
+            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo done",
+        ],
+    );
+    res(&mut cfg).memory_limit_in_bytes = 16 << 20;
+    cfg
+}
+
 pub fn ctr(name: &str, cmd: &[&str]) -> ContainerConfig {
     ContainerConfig {
         metadata: Some(ContainerMetadata {

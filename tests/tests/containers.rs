@@ -294,15 +294,7 @@ async fn resources_oom_and_update() {
     }
     let mut e = setup().await;
     let pod = e.pod("respod").await;
-    let mut cfg = ctr(
-        "hog",
-        &[
-            "sh",
-            "-c",
-            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo done",
-        ],
-    );
-    res(&mut cfg).memory_limit_in_bytes = 16 << 20;
+    let mut cfg = memory_hog("hog");
     res(&mut cfg).memory_swap_limit_in_bytes = 16 << 20;
     let id = e.create(&pod, cfg).await;
     e.start(&id).await;

@@ -265,110 +265,66 @@ impl Hierarchy {
     }
 }
 
-impl CgroupManager for Hierarchy {
-    fn version(&self) -> Version {
-        self.inner().version()
-    }
-    fn dirs(&self, path: &CgroupPath) -> Vec<PathBuf> {
-        self.inner().dirs(path)
-    }
-    fn dir(&self, controller: &str, path: &CgroupPath) -> Option<PathBuf> {
-        self.inner().dir(controller, path)
-    }
-    fn create(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().create(path)
-    }
-    fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()> {
-        self.inner().add_process(path, pid)
-    }
-    fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
-        self.inner().procs(path)
-    }
-    fn exists(&self, path: &CgroupPath) -> bool {
-        self.inner().exists(path)
-    }
-    fn kill_all(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().kill_all(path)
-    }
-    fn remove(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().remove(path)
-    }
-    fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()> {
-        self.inner().apply(path, resources)
-    }
-    fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool {
-        self.inner().has_controller(controller, path)
-    }
-    fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String> {
-        self.inner().hugetlb_unavailable(below)
-    }
-    fn stats(&self, path: &CgroupPath) -> Result<Stats> {
-        self.inner().stats(path)
-    }
-    fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
-        self.inner().oom_kills(path)
-    }
-    fn freeze(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().freeze(path)
-    }
-    fn thaw(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().thaw(path)
-    }
+/// `CgroupManager` for a type whose `inner()` picks the manager that does the work.
+macro_rules! dispatch_to_inner {
+    ($t:ty) => {
+        impl CgroupManager for $t {
+            fn version(&self) -> Version {
+                self.inner().version()
+            }
+            fn dirs(&self, path: &CgroupPath) -> Vec<PathBuf> {
+                self.inner().dirs(path)
+            }
+            fn dir(&self, controller: &str, path: &CgroupPath) -> Option<PathBuf> {
+                self.inner().dir(controller, path)
+            }
+            fn create(&self, path: &CgroupPath) -> Result<()> {
+                self.inner().create(path)
+            }
+            fn joined(&self, path: &CgroupPath) {
+                self.inner().joined(path)
+            }
+            fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()> {
+                self.inner().add_process(path, pid)
+            }
+            fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
+                self.inner().procs(path)
+            }
+            fn exists(&self, path: &CgroupPath) -> bool {
+                self.inner().exists(path)
+            }
+            fn kill_all(&self, path: &CgroupPath) -> Result<()> {
+                self.inner().kill_all(path)
+            }
+            fn remove(&self, path: &CgroupPath) -> Result<()> {
+                self.inner().remove(path)
+            }
+            fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()> {
+                self.inner().apply(path, resources)
+            }
+            fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool {
+                self.inner().has_controller(controller, path)
+            }
+            fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String> {
+                self.inner().hugetlb_unavailable(below)
+            }
+            fn stats(&self, path: &CgroupPath) -> Result<Stats> {
+                self.inner().stats(path)
+            }
+            fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
+                self.inner().oom_kills(path)
+            }
+            fn freeze(&self, path: &CgroupPath) -> Result<()> {
+                self.inner().freeze(path)
+            }
+            fn thaw(&self, path: &CgroupPath) -> Result<()> {
+                self.inner().thaw(path)
+            }
+        }
+    };
 }
-
-impl CgroupManager for Driver {
-    fn version(&self) -> Version {
-        self.inner().version()
-    }
-    fn dirs(&self, path: &CgroupPath) -> Vec<PathBuf> {
-        self.inner().dirs(path)
-    }
-    fn dir(&self, controller: &str, path: &CgroupPath) -> Option<PathBuf> {
-        self.inner().dir(controller, path)
-    }
-    fn create(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().create(path)
-    }
-    fn add_process(&self, path: &CgroupPath, pid: i32) -> Result<()> {
-        self.inner().add_process(path, pid)
-    }
-    fn procs(&self, path: &CgroupPath) -> Result<Vec<i32>> {
-        self.inner().procs(path)
-    }
-    fn joined(&self, path: &CgroupPath) {
-        self.inner().joined(path)
-    }
-    fn exists(&self, path: &CgroupPath) -> bool {
-        self.inner().exists(path)
-    }
-    fn kill_all(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().kill_all(path)
-    }
-    fn remove(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().remove(path)
-    }
-    fn apply(&self, path: &CgroupPath, resources: &Resources) -> Result<()> {
-        self.inner().apply(path, resources)
-    }
-    fn has_controller(&self, controller: &str, path: &CgroupPath) -> bool {
-        self.inner().has_controller(controller, path)
-    }
-    fn hugetlb_unavailable(&self, below: &CgroupPath) -> Option<String> {
-        self.inner().hugetlb_unavailable(below)
-    }
-    fn stats(&self, path: &CgroupPath) -> Result<Stats> {
-        self.inner().stats(path)
-    }
-    fn oom_kills(&self, path: &CgroupPath) -> Result<u64> {
-        self.inner().oom_kills(path)
-    }
-    fn freeze(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().freeze(path)
-    }
-    fn thaw(&self, path: &CgroupPath) -> Result<()> {
-        self.inner().thaw(path)
-    }
-}
+dispatch_to_inner!(Hierarchy);
+dispatch_to_inner!(Driver);
 
 #[cfg(test)]
 mod tests {
