@@ -595,6 +595,109 @@ fn compressions_whiteouts_and_overlay() {
     assert_eq!(entries(&t.path().join("store/layers")), 0);
 }
 
+/// A usrmerge base (`bin -> usr/bin`, the programs in `/usr/bin`) under a layer whose
+/// tar writes `bin/hello` without a `bin/` entry (as image builders that do not
+/// resolve the base's symlinks write it): as with containerd, `hello` lands in
+/// `/usr/bin`, and `/bin` stays the base's symlink, so the base's programs are still
+/// there. Unpacked alone the layer would have a real `bin/` hiding the symlink, and
+/// `/bin/sh` would be gone. A layer with its own `bin -> usr/bin` and `bin/x` is
+/// followed inside the layer.
+#[test]
+fn a_layer_over_a_usrmerge_base() {
+    if !require_root(TOOLS) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let reg = Registry::start();
+    let bb = which("busybox").expect("busybox");
+    let mut base = LayerBuilder::new()
+        .dir("usr", 0o755)
+        .dir("usr/bin", 0o755)
+        .file_from("usr/bin/busybox", &bb, 0o755)
+        .symlink("bin", "usr/bin");
+    for a in ["sh", "ls", "cat", "readlink"] {
+        base = base.symlink(&format!("usr/bin/{a}"), "busybox");
+    }
+    let app = LayerBuilder::new()
+        .file("bin/hello", b"#!/bin/sh\necho hello from usr/bin\n", 0o755)
+        .finish();
+    let own = LayerBuilder::new()
+        .symlink("sbin", "usr/sbin")
+        .file("sbin/tool", b"#!/bin/sh\necho tool\n", 0o755)
+        .finish();
+    push(
+        &reg,
+        t.path(),
+        "merged/app:v1",
+        vec![image(
+            vec![
+                (base.finish(), Compression::Gzip),
+                (app, Compression::Gzip),
+                (own, Compression::None),
+            ],
+            "hello",
+        )],
+    );
+    let s = store(&t);
+    let img = rt()
+        .block_on(s.pull(&reg.name("merged/app:v1"), None))
+        .unwrap();
+    let snap = s.prepare_snapshot("ctr1", &img.id).unwrap();
+    let mnt = t.path().join("rootfs");
+    std::fs::create_dir(&mnt).unwrap();
+    let opts = snap.overlay_options().join(",");
+    crust_e2e::sh(&[
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        &opts,
+        mnt.to_str().unwrap(),
+    ]);
+    let check = std::panic::catch_unwind(|| {
+        let bin = std::fs::symlink_metadata(mnt.join("bin")).unwrap();
+        assert!(
+            bin.file_type().is_symlink(),
+            "/bin is no longer the base's symlink"
+        );
+        assert!(mnt.join("usr/bin/hello").is_file());
+        assert!(mnt.join("usr/sbin/tool").is_file());
+        let out = crust_e2e::sh(&[
+            "chroot",
+            mnt.to_str().unwrap(),
+            "/bin/sh",
+            "-c",
+            "/bin/hello; /usr/bin/hello; /sbin/tool; readlink /bin; ls /bin/busybox",
+        ]);
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            [
+                "hello from usr/bin",
+                "hello from usr/bin",
+                "tool",
+                "usr/bin",
+                "/bin/busybox"
+            ],
+            "{out}"
+        );
+    });
+    crust_e2e::sh(&["umount", mnt.to_str().unwrap()]);
+    check.unwrap();
+    s.remove_snapshot("ctr1").unwrap();
+    s.remove(&img.id).unwrap();
+    assert_eq!(
+        entries(&t.path().join("store/layers")),
+        0,
+        "a layer copy was left"
+    );
+    assert_eq!(
+        entries(&t.path().join("store/implied")),
+        0,
+        "a layer's note was left"
+    );
+}
+
 #[test]
 fn malicious_layers_are_refused() {
     if !require_root(TOOLS) {

@@ -166,6 +166,7 @@ impl ImageStore {
             manifest: manifest_digest.to_string(),
             blobs,
             layers: config.rootfs.diff_ids.clone(),
+            layer_keys: vec![],
         };
         let img = self.commit(rec)?;
         tracing::info!(image = %img.id, tags = ?img.repo_tags, "image imported from {what}");
@@ -221,6 +222,7 @@ impl ImageStore {
                 manifest: String::new(),
                 blobs: vec![cdigest.clone()],
                 layers: config.rootfs.diff_ids.clone(),
+                layer_keys: vec![],
             };
             let img = self.commit(rec)?;
             tracing::info!(image = %img.id, tags = ?img.repo_tags, "image imported from {what}");

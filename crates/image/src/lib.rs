@@ -8,6 +8,9 @@
 //!   images.json            the image records (id, names, layers, config), atomically rewritten
 //!   blobs/sha256/<hex>     indexes, manifests and configs, verified against their digest
 //!   layers/<diff id hex>/  one unpacked layer in overlayfs form (whiteouts as 0/0 devices)
+//!   layers/<chain id hex>/ a layer applied over its parents' symlinks, where that
+//!                          moves folders it implies (see `chain`)
+//!   implied/<diff id hex>  the folders a layer implies without naming them (JSON)
 //!   snapshots/<key>/       snapshot.json (its layers), upper/, work/ for one container
 //!   tmp/                   unpacks and downloads in progress (<pid>-..., removed if the pid died)
 //! ```
@@ -17,6 +20,7 @@
 //! layer or blob is removed (garbage-collected) when no image record and no snapshot
 //! refers to it.
 
+mod chain;
 mod digest;
 mod error;
 mod fetch;
@@ -108,6 +112,22 @@ pub(crate) struct Record {
     pub blobs: Vec<String>,
     /// Layer diff ids, bottom first.
     pub layers: Vec<String>,
+    /// The folders (`layers/<hex>`) the image mounts, bottom first, where one differs
+    /// from its diff id: a layer applied over its parents' symlinks (see `chain`).
+    /// Empty: the diff ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_keys: Vec<String>,
+}
+
+impl Record {
+    /// The keys of the layer folders the image mounts, bottom first.
+    pub(crate) fn keys(&self) -> &[String] {
+        if self.layer_keys.len() == self.layers.len() {
+            &self.layer_keys
+        } else {
+            &self.layers
+        }
+    }
 }
 
 #[derive(Default, Serialize, Deserialize)]
@@ -214,7 +234,7 @@ impl ImageStore {
         let recs = self.records().ok()?;
         let i = find(&recs, reference)?;
         recs[i]
-            .layers
+            .keys()
             .iter()
             .map(|d| self.layer_dir(d).ok())
             .collect()
@@ -319,12 +339,16 @@ impl ImageStore {
     }
 
     /// Records a pulled or imported image. Its names move to it from any other image.
-    pub(crate) fn commit(&self, rec: Record) -> Result<Image> {
+    pub(crate) fn commit(&self, mut rec: Record) -> Result<Image> {
+        // Under the lock: a layer copy made for this image is not garbage until the
+        // record names it.
+        let _l = self.lock()?;
+        let keys = self.layer_keys(&rec.layers)?;
+        rec.layer_keys = if keys == rec.layers { vec![] } else { keys };
         // Layers and blobs reach the disk before the record naming them: one syncfs
         // for the whole pull, cheaper than an fsync per unpacked file.
         syncfs(&self.root).ctx(format!("syncing {}", self.root.display()))?;
-        let _l = self.lock()?;
-        for d in &rec.layers {
+        for d in rec.keys() {
             let p = self.layer_dir(d)?;
             if !p.is_dir() {
                 return Err(Error::Unavailable(format!(
@@ -429,6 +453,7 @@ impl ImageStore {
             keep.extend(
                 r.layers
                     .iter()
+                    .chain(&r.layer_keys)
                     .filter_map(|d| digest::hex_of(d).ok().map(str::to_string)),
             );
             keep.extend(
@@ -447,6 +472,14 @@ impl ImageStore {
         for k in self.active.lock().unwrap().keys() {
             if let Ok(h) = digest::hex_of(k) {
                 keep.insert(h.to_string());
+            }
+        }
+        // The notes of implied folders go with their layers.
+        if let Ok(rd) = std::fs::read_dir(self.root.join("implied")) {
+            for e in rd.flatten() {
+                if !keep.contains(&*e.file_name().to_string_lossy()) {
+                    let _ = std::fs::remove_file(e.path());
+                }
             }
         }
         for dir in ["layers", "blobs/sha256"] {
@@ -552,6 +585,8 @@ pub(crate) fn unpack_layer_at(
                 u.diff_id
             )));
         }
+        // Noted before the layer appears, so a layer never lacks its note.
+        chain::write_implied(&chain::implied_file(root, diff_id)?, &u.implied)?;
         // Made durable by the syncfs of the commit that records an image using it.
         match std::fs::rename(&tmp, &dest) {
             Ok(()) => {}

@@ -214,6 +214,7 @@ impl ImageStore {
             manifest: mdigest,
             blobs,
             layers: config.rootfs.diff_ids.clone(),
+            layer_keys: vec![],
         };
         let image = self.commit(rec)?;
         self.failpoint("pull_image.after_record");

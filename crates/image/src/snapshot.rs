@@ -99,7 +99,7 @@ impl ImageStore {
                 old.image_id
             )));
         }
-        for d in &img.layers {
+        for d in img.keys() {
             if !self.layer_dir(d)?.is_dir() {
                 return Err(Error::Internal(format!(
                     "image {}: layer {d} is missing from the store; remove and pull the image again",
@@ -111,7 +111,7 @@ impl ImageStore {
             version: 1,
             key: key.to_string(),
             image_id: img.image.id.clone(),
-            layers: img.layers.clone(),
+            layers: img.keys().to_vec(),
         };
         let tmp = self.tmp_path("snapshot");
         let res = (|| {

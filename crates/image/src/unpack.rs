@@ -3,9 +3,17 @@
 //! `.wh..wh..opq` becomes the `trusted.overlay.opaque=y` xattr on its directory. Modes,
 //! owners, mtimes, xattrs, hard links, symlinks and device nodes are kept.
 //!
-//! No entry lands outside the root: `..` that would climb above it is refused,
-//! absolute names are taken relative to the root, a parent that is a symlink is
-//! refused (nothing is ever created through a symlink), hard links must point inside.
+//! No entry lands outside the root: `..` that would climb above it is refused and
+//! absolute names are taken relative to the root. A parent that is a symlink of the
+//! layer is followed as if the layer's root were `/` (an absolute target starts at
+//! the root, `..` stops there), one component at a time and never by the kernel, as
+//! containerd applies a layer onto its parents: `bin -> usr/bin` then `bin/x` puts `x`
+//! in `usr/bin`. The entry itself is never followed; hard links must point inside.
+//!
+//! Parents a layer needs but never names are made (0755, root) and reported as
+//! *implied*: where a lower layer has a symlink in their place (a later layer's
+//! `bin/x` over a base's `bin -> usr/bin`), what they hold belongs where the symlink
+//! leads, which only the image's layers below can tell (see `crate::chain`).
 
 use crate::digest::HashReader;
 use crate::error::{Error, Result};
@@ -25,7 +33,13 @@ pub struct Unpacked {
     /// sha256 of the uncompressed tar: the layer's diff id.
     pub diff_id: String,
     pub uncompressed_size: u64,
+    /// Folders made because an entry needed them, never named by the layer itself,
+    /// relative to the root, sorted.
+    pub implied: Vec<PathBuf>,
 }
+
+/// How many symlinks one path may go through (the kernel's limit too).
+const MAX_LINKS: usize = 40;
 
 /// Compression of a layer stream, told by its first bytes.
 pub fn decompressor<'a, R: Read + 'a>(r: R) -> std::io::Result<Box<dyn Read + 'a>> {
@@ -48,6 +62,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
     let hr = HashReader::new(decompressor(r).map_err(corrupt)?);
     let mut ar = tar::Archive::new(Guard::new(hr));
     let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    let mut implied = std::collections::BTreeSet::new();
     let mut buf = vec![0u8; 128 << 10];
     {
         let entries = ar.entries().map_err(corrupt)?;
@@ -63,9 +78,15 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
                 Some(p) => (p.to_path_buf(), rel.file_name().unwrap().to_owned()),
                 None => (PathBuf::new(), rel.as_os_str().to_owned()),
             };
-            let pdir =
-                ensure_parent(root, &parent).map_err(|m| bad(format!("{}: {m}", raw.display())))?;
-            if whiteout(&pdir, &name.to_string_lossy(), what)? {
+            let prel = resolve(root, &parent, Some(&mut implied))
+                .map_err(|m| bad(format!("{}: {m}", raw.display())))?;
+            let pdir = root.join(&prel);
+            let name_s = name.to_string_lossy();
+            if name_s == OPAQUE {
+                // An opaque folder is the layer's own statement, not a by-product.
+                implied.remove(&prel);
+            }
+            if whiteout(&pdir, &name_s, what)? {
                 continue;
             }
             let path = pdir.join(&name);
@@ -86,6 +107,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
                         }
                         Err(_) => std::fs::create_dir(&path).map_err(|e| io_err(what, &path, e))?,
                     }
+                    implied.remove(&prel.join(&name));
                     dirs.push((path.clone(), mtime as u64));
                 }
                 T::Regular | T::Continuous | T::GNUSparse => {
@@ -144,6 +166,7 @@ pub fn unpack(r: impl Read, root: &Path, what: &str) -> Result<Unpacked> {
     Ok(Unpacked {
         diff_id,
         uncompressed_size,
+        implied: implied.into_iter().collect(),
     })
 }
 
@@ -239,16 +262,16 @@ fn hard_link<R: Read>(
             ))
         })?
         .ok_or_else(|| bad(format!("{}: hard link to the root", raw.display())))?;
-    if let Some(tp) = trel.parent() {
-        check_no_symlink(root, tp).map_err(|m| {
-            bad(format!(
-                "{}: link to {}: {m}",
-                raw.display(),
-                target.display()
-            ))
-        })?;
-    }
-    let src = root.join(&trel);
+    let tparent = resolve(root, trel.parent().unwrap_or(Path::new("")), None).map_err(|m| {
+        bad(format!(
+            "{}: link to {}: {m}",
+            raw.display(),
+            target.display()
+        ))
+    })?;
+    let src = root
+        .join(tparent)
+        .join(trel.file_name().unwrap_or_default());
     match std::fs::symlink_metadata(&src) {
         Ok(m) if !m.is_dir() => {}
         _ => {
@@ -323,55 +346,61 @@ pub fn clean(p: &Path) -> std::result::Result<Option<PathBuf>, String> {
     })
 }
 
-/// Checks no component of `rel` under `root` is a symlink (missing ones are fine).
-fn check_no_symlink(root: &Path, rel: &Path) -> std::result::Result<(), String> {
-    let mut cur = root.to_path_buf();
-    for c in rel.components() {
-        cur.push(c);
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!(
-                    "parent {} is a symlink",
-                    cur.strip_prefix(root).unwrap().display()
-                ))
+/// Resolves the folder `rel` under `root` as the layer sees it, one component at a
+/// time: a symlink is followed with `root` as `/` (an absolute target starts over at
+/// the root, `..` stops at it), so nothing outside `root` is ever reached. A missing
+/// folder is made (0755, root-owned, as tar does for implied folders) and added to
+/// `implied` when that is given; without it a missing folder is an error. Returns the
+/// folder's resolved path relative to `root`.
+pub(crate) fn resolve(
+    root: &Path,
+    rel: &Path,
+    mut implied: Option<&mut std::collections::BTreeSet<PathBuf>>,
+) -> std::result::Result<PathBuf, String> {
+    let mut cur = PathBuf::new();
+    let mut todo: std::collections::VecDeque<std::ffi::OsString> =
+        rel.components().map(|c| c.as_os_str().to_owned()).collect();
+    let mut links = 0;
+    while let Some(c) = todo.pop_front() {
+        match Path::new(&c).components().next() {
+            None | Some(Component::CurDir) | Some(Component::RootDir) => continue,
+            Some(Component::ParentDir) => {
+                cur.pop();
+                continue;
             }
-            Ok(m) if !m.is_dir() => {
-                return Err(format!(
-                    "parent {} is not a directory",
-                    cur.strip_prefix(root).unwrap().display()
-                ))
-            }
-            Ok(_) => {}
-            Err(_) => return Ok(()),
+            _ => {}
         }
-    }
-    Ok(())
-}
-
-/// Creates the parents of an entry (mode 0755, root-owned, as tar does for implied
-/// directories), refusing to go through a symlink or a file. Returns the parent path.
-fn ensure_parent(root: &Path, rel: &Path) -> std::result::Result<PathBuf, String> {
-    let mut cur = root.to_path_buf();
-    for c in rel.components() {
-        cur.push(c);
-        match std::fs::symlink_metadata(&cur) {
+        let next = cur.join(&c);
+        let abs = root.join(&next);
+        match std::fs::symlink_metadata(&abs) {
             Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!(
-                    "parent {} is a symlink",
-                    cur.strip_prefix(root).unwrap().display()
-                ))
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(format!(
+                        "parent {}: too many levels of symlinks",
+                        next.display()
+                    ));
+                }
+                let target = std::fs::read_link(&abs)
+                    .map_err(|e| format!("reading symlink {}: {e}", next.display()))?;
+                if target.is_absolute() {
+                    cur = PathBuf::new();
+                }
+                for t in target.components().rev() {
+                    todo.push_front(t.as_os_str().to_owned());
+                }
             }
-            Ok(m) if !m.is_dir() => {
-                return Err(format!(
-                    "parent {} is not a directory",
-                    cur.strip_prefix(root).unwrap().display()
-                ))
-            }
-            Ok(_) => {}
+            Ok(m) if m.is_dir() => cur = next,
+            Ok(_) => return Err(format!("parent {} is not a directory", next.display())),
             Err(_) => {
-                std::fs::create_dir(&cur)
-                    .map_err(|e| format!("creating {}: {e}", cur.display()))?;
-                let _ = std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(0o755));
+                let Some(implied) = implied.as_deref_mut() else {
+                    return Err(format!("{} does not exist in this layer", next.display()));
+                };
+                std::fs::create_dir(&abs)
+                    .map_err(|e| format!("creating {}: {e}", abs.display()))?;
+                let _ = std::fs::set_permissions(&abs, std::fs::Permissions::from_mode(0o755));
+                implied.insert(next.clone());
+                cur = next;
             }
         }
     }
