@@ -443,3 +443,148 @@ fn fd_limit() {
     });
     drop(d);
 }
+
+/// crustd at a pid limit (moved into a pids cgroup allowing a few tasks more than it
+/// has) under a burst of ExecSync and a RunPodSandbox: each call ends (no hang) with
+/// success or an error that names the cause (EAGAIN, "Resource temporarily
+/// unavailable"), the daemon does not die (crust's own helper threads are refused
+/// too: the work runs in turn, no panic skips a rollback), the running container
+/// stays running, a pod that could not be made is rolled back or NOTREADY and leaves
+/// nothing once removed, and once the limit is lifted the same calls succeed.
+#[test]
+fn pid_limit() {
+    use cgroups::CgroupManager;
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    let d = bounded(240, async {
+        let mut e = Env::with(Crustd::start()).await;
+        let empty = e.d.leftovers();
+        let pod = e.pod("pids").await;
+        let id = e.create(&pod, cri::ctr("app", &["sleep", "600"])).await;
+        e.start(&id).await;
+        cri::exec_true(&mut e.c, &id, 10, "before the limit").await;
+        let before_pod = e.d.leftovers();
+
+        let h = cgroups::Hierarchy::detect()
+            .unwrap()
+            .nested_in_own_cgroup()
+            .unwrap();
+        let cg = cgroups::CgroupPath::new(&format!("/{}", crust_e2e::unique("pids-"))).unwrap();
+        h.create(&cg).unwrap();
+        let pid = e.d.pid().unwrap() as i32;
+        let own = h.dir("pids", &cgroups::CgroupPath::root()).unwrap();
+        let limited = h.dir("pids", &cg).unwrap();
+        // Only the pids hierarchy (v1): crustd's other cgroups stay as they are.
+        std::fs::write(limited.join("cgroup.procs"), pid.to_string()).unwrap();
+        let tasks = std::fs::read_to_string(limited.join("pids.current"))
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap();
+        std::fs::write(limited.join("pids.max"), (tasks + 3).to_string()).unwrap();
+
+        let mut execs = Vec::new();
+        for _ in 0..40 {
+            let (mut c, id) = (e.c.clone(), id.clone());
+            execs.push(tokio::spawn(async move {
+                let r = tokio::time::timeout(
+                    Duration::from_secs(60),
+                    cri::exec_sync(&mut c, &id, &["true"], 30),
+                )
+                .await;
+                r.expect("ExecSync hung at the pid limit")
+            }));
+        }
+        let mut failed = Vec::new();
+        for t in execs {
+            match t.await.unwrap() {
+                Ok(r) if r.exit_code == 0 => {}
+                Ok(r) => panic!("exec of `true` at the pid limit: {r:?}"),
+                Err(s) => failed.push(s),
+            }
+        }
+        let run = tokio::time::timeout(
+            Duration::from_secs(60),
+            cri::run_pod(
+                &mut e.c,
+                &cri::pod_config("refused", "default", e.logs.path()),
+            ),
+        )
+        .await
+        .expect("RunPodSandbox hung at the pid limit");
+        assert!(
+            e.d.running(),
+            "crustd died at the pid limit:\n{}",
+            e.d.log_text()
+        );
+        assert!(
+            !failed.is_empty(),
+            "nothing failed: the limit was not reached"
+        );
+        let clear = |s: &tonic::Status| {
+            let m = s.message().to_lowercase();
+            // A panic's message may name the cause too; a panic skips rollbacks.
+            (m.contains("resource temporarily unavailable") || m.contains("eagain"))
+                && !m.contains("panicked")
+        };
+        for s in &failed {
+            assert!(clear(s), "unclear error at the pid limit: {s:?}");
+        }
+        eprintln!(
+            "{} of 40 ExecSync refused, e.g. {:?}",
+            failed.len(),
+            failed[0]
+        );
+        match &run {
+            Ok(id) => eprintln!("RunPodSandbox succeeded at the limit: {id}"),
+            Err(s) => {
+                eprintln!("RunPodSandbox at the limit: {s:?}");
+                assert!(
+                    clear(s),
+                    "unclear RunPodSandbox error at the pid limit: {s:?}"
+                )
+            }
+        }
+        let (st, _) = e.status(&id).await;
+        assert_eq!(
+            st.state,
+            ContainerState::ContainerRunning as i32,
+            "the container did not survive its daemon's pid limit: {st:?}"
+        );
+
+        // The limit lifted: back where it was, and the same calls succeed.
+        std::fs::write(own.join("cgroup.procs"), pid.to_string()).unwrap();
+        h.remove(&cg).unwrap();
+        assert_serving(&e.d, "after the limit").await;
+        if run.is_err() {
+            // Refused: rolled back, or (its rollback refused a process too: the CNI
+            // DEL) kept as NOTREADY for the kubelet to remove, as containerd keeps it.
+            for p in cri::list_pods(&mut e.c).await {
+                if p.id != pod.0 {
+                    assert_eq!(
+                        p.state,
+                        PodSandboxState::SandboxNotready as i32,
+                        "a refused pod is listed as ready: {p:?}"
+                    );
+                    e.remove_pod(&p.id).await;
+                }
+            }
+            assert_eq!(
+                e.d.leftovers(),
+                before_pod,
+                "the refused pod left something"
+            );
+        }
+        cri::exec_true(&mut e.c, &id, 10, "after the limit").await;
+        let again = e.pod("again").await;
+        e.remove_pod(&again.0).await;
+        if let Ok(other) = run {
+            e.remove_pod(&other).await;
+        }
+        e.remove_pod(&pod.0).await;
+        e.d.assert_clean(&empty, "pid_limit");
+        e.d
+    });
+    drop(d);
+}

@@ -212,20 +212,48 @@ impl Drop for Systemd {
 
 /// Runs `f` on `rt` and waits for it. A thread that drives another runtime's tasks
 /// must not block in it (tokio refuses a nested `block_on`): from there the wait
-/// happens on a thread of its own.
+/// happens on a thread of its own, and where none can be had (a pid limit) the call
+/// fails instead of panicking.
 fn run_on<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
 where
     F: std::future::Future + Send,
-    F::Output: Send,
+    F::Output: Send + Unspawned,
 {
     if tokio::runtime::Handle::try_current().is_err() {
         return rt.block_on(f);
     }
     std::thread::scope(|s| {
-        s.spawn(|| rt.block_on(f))
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        match std::thread::Builder::new().spawn_scoped(s, || rt.block_on(f)) {
+            Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            Err(e) => F::Output::unspawned(e),
+        }
     })
+}
+
+/// A result that can say no thread could be spawned for the call.
+trait Unspawned {
+    fn unspawned(e: std::io::Error) -> Self;
+}
+
+impl<T> Unspawned for zbus::Result<T> {
+    fn unspawned(e: std::io::Error) -> Self {
+        Err(zbus::Error::InputOutput(std::sync::Arc::new(e)))
+    }
+}
+
+impl<T> Unspawned for Result<T> {
+    fn unspawned(e: std::io::Error) -> Self {
+        Err(Error::Systemd {
+            op: "starting a thread for the D-Bus call".into(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl<T> Unspawned for std::result::Result<T, String> {
+    fn unspawned(e: std::io::Error) -> Self {
+        Err(format!("starting a thread for the D-Bus call: {e}"))
+    }
 }
 
 fn dbus_err(op: impl Into<String>) -> impl FnOnce(zbus::Error) -> Error {
@@ -249,7 +277,7 @@ impl Systemd {
     fn block_on<F>(&self, f: F) -> F::Output
     where
         F: std::future::Future + Send,
-        F::Output: Send,
+        F::Output: Send + Unspawned,
     {
         run_on(self.rt(), f)
     }
@@ -639,6 +667,16 @@ impl CgroupManager for Manager {
         if let Some(mut c) = child {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        // Delegate=yes has systemd enable only the controllers it knows (not hugetlb)
+        // down to the scope, so the kubelet's hugepage limits would find no files
+        // there. As runc does after starting a unit: the cgroupfs half enables in each
+        // ancestor what is missing (the scope exists: nothing else changes). Not
+        // fatal: a limit that then cannot be applied says so itself.
+        if started.is_ok() && self.fs.version() == Version::V2 {
+            if let Err(e) = self.fs.create(path) {
+                tracing::warn!(error = %e, scope = name, "enabling controllers above the scope");
+            }
         }
         started
     }

@@ -79,16 +79,32 @@ pub fn exec(plugin: &Path, command: &str, env: &InvokeEnv, stdin: &[u8]) -> CniR
     // Write on a thread so a plugin that prints before reading all of stdin cannot deadlock us.
     let mut pipe = child.stdin.take().expect("stdin is piped");
     let input = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
+    let write = move || {
         let _ = pipe.write_all(&input);
-    });
+    };
+    // Where no thread can be had (a pid limit), written in turn: a config is far
+    // smaller than a pipe holds, so only a plugin that answers megabytes unasked
+    // could block on it.
+    let writer = match std::thread::Builder::new().spawn(write) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CniError::io(format!(
+                "failed to start a thread to feed plugin {}: {e}",
+                plugin.display()
+            )));
+        }
+    };
     let out = child.wait_with_output().map_err(|e| {
         CniError::io(format!(
             "failed to wait for plugin {}: {e}",
             plugin.display()
         ))
     })?;
-    let _ = writer.join();
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
     if out.status.success() {
         return Ok(out.stdout);
     }

@@ -76,16 +76,19 @@ pub fn run_in<T: Send>(pin: &Path, kind: NsKind, f: impl FnOnce() -> T + Send) -
     };
     let file = fs::File::open(pin).map_err(err)?;
     std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::setns(
-                std::os::fd::AsFd::as_fd(&file),
-                nix::sched::CloneFlags::from_bits_truncate(kind.clone_flag()),
-            )
-            .map_err(|e| err(e.into()))?;
-            Ok(f())
-        })
-        .join()
-        .unwrap_or_else(|_| Err(err(io::Error::other("the namespace's thread panicked"))))
+        // A thread that cannot be had (a pid limit) is an error, not a panic.
+        std::thread::Builder::new()
+            .spawn_scoped(s, || {
+                nix::sched::setns(
+                    std::os::fd::AsFd::as_fd(&file),
+                    nix::sched::CloneFlags::from_bits_truncate(kind.clone_flag()),
+                )
+                .map_err(|e| err(e.into()))?;
+                Ok(f())
+            })
+            .map_err(err)?
+            .join()
+            .unwrap_or_else(|_| Err(err(io::Error::other("the namespace's thread panicked"))))
     })
 }
 

@@ -63,7 +63,25 @@ impl Drop for KillOnDrop {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => drop(rt.spawn_blocking(reap)),
-            Err(_) => drop(std::thread::spawn(reap)),
+            // A thread of its own; where none can be had (a pid limit), reaped here
+            // (the process was just killed: a moment's wait).
+            Err(_) => {
+                let cell = std::sync::Arc::new(std::sync::Mutex::new(Some(reap)));
+                let take = |c: &std::sync::Mutex<Option<_>>| {
+                    c.lock().unwrap_or_else(|e| e.into_inner()).take()
+                };
+                let theirs = cell.clone();
+                let spawned = std::thread::Builder::new().spawn(move || {
+                    if let Some(f) = take(&theirs) {
+                        f()
+                    }
+                });
+                if spawned.is_err() {
+                    if let Some(f) = take(&cell) {
+                        f()
+                    }
+                }
+            }
         }
     }
 }

@@ -669,31 +669,21 @@ fn cgroup_and_rootfs(
     // The cgroup (a dozen mkdirs and limit writes on v1) is made while the snapshot
     // and the log path are prepared.
     let resources_wanted = rec.resources();
-    let (made_cgroup, prepared) = std::thread::scope(|s| {
-        let cgroup_job = cg.map(|cg| {
-            let id = &id;
-            let resources_wanted = &resources_wanted;
-            s.spawn(move || -> Result<()> {
-                crust
-                    .cgroups
-                    .create(cg)
-                    .map_err(cgroup_err(format!("creating cgroup {cg}")))?;
-                if let Some(r) = resources_wanted {
-                    let what = format!("container resources of {id}");
-                    let res = cgroup_resources(crust, &what, cg, r)?;
-                    crust.cgroups.apply(cg, &res).map_err(cgroup_err(what))?;
-                }
-                Ok(())
-            })
-        });
-        let prepared = prepare_rootfs_and_log(crust, sb_cfg, cfg, rec);
-        let made = cgroup_job
-            .map(|j| {
-                j.join()
-                    .unwrap_or_else(|_| Err(Error::Internal("creating the cgroup panicked".into())))
-            })
-            .unwrap_or(Ok(()));
-        (made, prepared)
+    let make_cgroup = || -> Result<()> {
+        let Some(cg) = cg else { return Ok(()) };
+        crust
+            .cgroups
+            .create(cg)
+            .map_err(cgroup_err(format!("creating cgroup {cg}")))?;
+        if let Some(r) = &resources_wanted {
+            let what = format!("container resources of {id}");
+            let res = cgroup_resources(crust, &what, cg, r)?;
+            crust.cgroups.apply(cg, &res).map_err(cgroup_err(what))?;
+        }
+        Ok(())
+    };
+    let (made_cgroup, prepared) = util::beside(make_cgroup, || {
+        prepare_rootfs_and_log(crust, sb_cfg, cfg, rec)
     });
     let snap = prepared?;
     made_cgroup?;

@@ -123,6 +123,34 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Runs `side` on a thread of its own while `main` runs here, and returns both
+/// results. Where no thread can be had (the node's or crustd's pid limit reached),
+/// `side` runs here first: the work is the same, only slower, and a failed spawn
+/// never leaves an operation half done (a panic would skip its rollback).
+pub fn beside<A: Send, B>(side: impl FnOnce() -> A + Send, main: impl FnOnce() -> B) -> (A, B) {
+    // The thread takes `side` out of the cell; a thread that never started leaves it.
+    let cell = std::sync::Mutex::new(Some(side));
+    std::thread::scope(|s| {
+        let run = || {
+            let f = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            f.map(|f| f())
+        };
+        match std::thread::Builder::new().spawn_scoped(s, run) {
+            Ok(h) => {
+                let b = main();
+                let a = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                (a.expect("the thread ran `side`"), b)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no thread to work beside: working in turn");
+                let f = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let a = f.expect("`side` not taken")();
+                (a, main())
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +175,11 @@ mod tests {
             rfc3339(951_782_400_000_000_000),
             "2000-02-29T00:00:00.000000000Z"
         );
+    }
+
+    #[test]
+    fn beside_runs_both_and_returns_both() {
+        let (a, b) = super::beside(|| 1 + 1, || "main");
+        assert_eq!((a, b), (2, "main"));
     }
 }

@@ -238,28 +238,26 @@ fn start_pause(
     // even when ADD fails, and DEL must follow, also after a power loss): its fsync
     // runs while the cgroup is made and the pause starts.
     let durable = rec.clone();
-    let (made, saved) = std::thread::scope(|s| {
-        let saver = s.spawn(|| crust.store.save(&durable));
-        let made = crust
-            .cgroups
-            .create(cgroup)
-            .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))
-            .and_then(|()| {
-                let spawned = container::pause::spawn(&spec);
-                crust.cgroups.joined(cgroup);
-                spawned.map_err(|e| match e {
-                    // The kubelet's input, not our failure.
-                    container::Error::InvalidHostname { .. } => {
-                        Error::InvalidArgument(e.to_string())
-                    }
-                    e => Error::Internal(format!("starting the pause process: {e}")),
+    let (saved, made) = crate::daemon::util::beside(
+        || crust.store.save(&durable),
+        || {
+            crust
+                .cgroups
+                .create(cgroup)
+                .map_err(|e| Error::Internal(format!("creating the pod cgroup {cgroup}: {e}")))
+                .and_then(|()| {
+                    let spawned = container::pause::spawn(&spec);
+                    crust.cgroups.joined(cgroup);
+                    spawned.map_err(|e| match e {
+                        // The kubelet's input, not our failure.
+                        container::Error::InvalidHostname { .. } => {
+                            Error::InvalidArgument(e.to_string())
+                        }
+                        e => Error::Internal(format!("starting the pause process: {e}")),
+                    })
                 })
-            });
-        let saved = saver
-            .join()
-            .unwrap_or_else(|_| Err(Error::Internal("saving the sandbox record panicked".into())));
-        (made, saved)
-    });
+        },
+    );
     let pause = made?;
     // A pause that started is recorded even when the save failed, so rollback stops it.
     if let Err(e) = saved {
