@@ -7,7 +7,8 @@
 //! are a transient scope `crust-<id>.scope` in it, with their limits as unit
 //! properties and in the cgroup files; the units go with the pod and containers; a
 //! crustd killed and started again finds them all; an OOM kill is reported although
-//! systemd removes an emptied scope at once.
+//! systemd removes an emptied scope at once. And then the real thing: the real kubelet
+//! v1.28 with `--cgroup-driver=systemd`, standalone, runs a static pod on crustd.
 
 use cgroups::systemd::{expand_slice, Systemd};
 use cgroups::{CgroupManager, CgroupPath, Hierarchy};
@@ -28,6 +29,13 @@ async fn setup() -> Env {
     }))
     .await
 }
+
+/// Held by every test that makes `kubepods-*-pod<uid>.slice` slices, the real
+/// kubelet's test among them: a kubelet takes any pod slice below its QoS slices that
+/// its runtime does not know for an orphan, kills what is in it and stops it (its
+/// housekeeping, every 2 s). The other tests' pods are in crustds of their own, so
+/// while the kubelet runs they would be killed under them.
+static KUBEPODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A pod slice as the kubelet names and makes it (`kubepods-burstable-pod<uid>.slice`,
 /// the uid's dashes as underscores), made here over D-Bus as the kubelet does.
@@ -100,6 +108,7 @@ async fn pause_pid(e: &mut Env, pod: &str) -> i64 {
 #[tokio::test]
 #[ignore = "needs systemd as PID 1: runs in hack/vm-test's systemd boot"]
 async fn pods_and_containers_are_scopes_in_the_kubelets_slice() {
+    let _kubepods = KUBEPODS.lock().await;
     let mut e = setup().await;
     let rc =
         e.c.runtime_config(RuntimeConfigRequest {})
@@ -234,7 +243,12 @@ async fn a_pod_without_parent_gets_its_own_slice() {
 async fn a_cgroupfs_parent_is_invalid() {
     let mut e = setup().await;
     let before = e.d.leftovers();
-    for parent in ["/kubepods/burstable/pod1", "kubepods--x.slice"] {
+    for parent in [
+        "/kubepods/burstable/pod1",
+        "kubepods--x.slice",
+        // A path to a slice must be where that slice lives.
+        "/other.slice/kubepods-x.slice",
+    ] {
         let mut cfg = pod_config("bad", "default", e.logs.path());
         cfg.linux.as_mut().unwrap().cgroup_parent = parent.into();
         let r = run_pod(&mut e.c, &cfg).await;
@@ -249,11 +263,14 @@ async fn a_cgroupfs_parent_is_invalid() {
 #[tokio::test]
 #[ignore = "needs systemd as PID 1: runs in hack/vm-test's systemd boot"]
 async fn a_restarted_crustd_keeps_its_units() {
+    let _kubepods = KUBEPODS.lock().await;
     let mut e = setup().await;
     let slice = kubelet_slice("rst");
+    // The slice as the real kubelet sends it: the cgroup path it expands to.
+    let parent = expand_slice(&slice).unwrap().to_string();
     let pod = e
         .pod_with("rst", |c| {
-            c.linux.as_mut().unwrap().cgroup_parent = slice.clone();
+            c.linux.as_mut().unwrap().cgroup_parent = parent;
         })
         .await;
     let id = e.create(&pod, ctr("c", &["sleep", "1000"])).await;
@@ -321,4 +338,435 @@ fn systemd_answers_over_dbus() {
     assert!(!v.is_empty(), "systemd's version");
     assert!(active("-.slice"), "the root slice is active");
     assert!(!active("crust-no-such-unit.scope"));
+}
+
+/// The real kubelet v1.28 (`kubelet` of `$CRUST_KUBE_BIN`, which hack/test sets and
+/// hack/vm-test hands to the VM), standalone, in crustd's node network namespace; its
+/// output in a log file. Dropped, it is stopped, and after a failed check the tails of
+/// its log and of crustd's are printed: a kubelet says why it did not do something
+/// only there.
+struct Kubelet {
+    child: Option<std::process::Child>,
+    dir: crust_e2e::TempDir,
+    crustd_log: std::path::PathBuf,
+}
+
+/// The tail of `text`, `n` lines.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Kubelet {
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kubelet.log")).unwrap_or_default()
+    }
+
+    /// Panics (with the log's tail) when the kubelet has exited: waiting on a dead one
+    /// would only end in a timeout that hides why.
+    fn assert_running(&mut self, waiting_for: &str) {
+        let Some(c) = self.child.as_mut() else {
+            panic!("the kubelet is not running (waiting for {waiting_for})");
+        };
+        if let Ok(Some(st)) = c.try_wait() {
+            self.child = None;
+            panic!("the kubelet exited ({st}) while waiting for {waiting_for}");
+        }
+    }
+
+    /// SIGTERM, as systemd stops a kubelet, then SIGKILL if it is still there after
+    /// 30 s; how it ended (`None`: not running).
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("the kubelet ignored SIGTERM for 30 s: killed");
+        let _ = c.kill();
+        c.wait().ok()
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- the kubelet's log, last 60 lines:\n{}",
+                tail(&self.log(), 60)
+            );
+            let crustd = std::fs::read_to_string(&self.crustd_log).unwrap_or_default();
+            eprintln!("--- crustd's log, last 30 lines:\n{}", tail(&crustd, 30));
+        }
+    }
+}
+
+/// Stops `kubepods.slice` (and so whatever is left below it) when dropped: the QoS
+/// slices are the kubelet's, and with the kubelet gone nothing else keeps them.
+struct KubepodsSlices;
+
+impl Drop for KubepodsSlices {
+    fn drop(&mut self) {
+        if let Ok(s) = Systemd::connect() {
+            let _ = s.stop("kubepods.slice");
+        }
+    }
+}
+
+/// Panics when `deadline` passed (saying what was last seen) or the kubelet exited.
+fn still_waiting(k: &mut Kubelet, deadline: Instant, what: &str, last: &str) {
+    k.assert_running(what);
+    assert!(
+        Instant::now() < deadline,
+        "timed out waiting for {what}; last seen: {last}"
+    );
+}
+
+/// Under emulation (qemu's TCG) the kubelet takes a while to start (cAdvisor, its
+/// managers), and a pod's first sync goes through a dozen CRI calls: generous limits.
+const KUBELET_POD_UP: Duration = Duration::from_secs(180);
+/// Termination, then the kubelet's container GC (a pass a minute) removes the sandbox.
+const KUBELET_POD_GONE: Duration = Duration::from_secs(180);
+
+/// The real kubelet v1.28 with `--cgroup-driver=systemd`, standalone (no apiserver: a
+/// static pod from a manifest folder), runs a Burstable pod on crustd: the sandbox is
+/// Ready with the kubelet's pod slice as its `cgroup_parent` (the kubelet sends the
+/// slice's cgroup path, not its name); the pause and the
+/// container live in `crust-<id>.scope` units in that slice
+/// (`/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`), the
+/// container's with its memory limit as `MemoryMax` and in `memory.max`. The kubelet
+/// learns the driver from crustd's RuntimeConfig (its `KubeletCgroupDriverFromCRI`
+/// gate). With the manifest gone the kubelet stops and removes the pod and stops its
+/// slice, and every unit is gone.
+#[tokio::test]
+#[ignore = "needs systemd as PID 1: runs in hack/vm-test's systemd boot"]
+async fn a_real_kubelet_with_the_systemd_driver_runs_a_static_pod() {
+    // A missing kubelet is a failure, not a skip: this test runs only in the VM, where
+    // CI hands the binaries in.
+    let kubelet_bin = crust_e2e::cluster::kube_bin("kubelet").unwrap_or_else(|| {
+        panic!(
+            "no kubelet: set CRUST_KUBE_BIN to the folder `bash hack/deps` unpacks the \
+             Kubernetes v1.28.7 binaries to (target/kube-bin; CRUST_KUBE_BIN={:?})",
+            std::env::var_os("CRUST_KUBE_BIN")
+        )
+    });
+    let t0 = Instant::now();
+    let _kubepods = KUBEPODS.lock().await;
+    // Dropped after crustd (declared before it): by then no pod of the test is left
+    // in the kubelet's slices.
+    let _slices = KubepodsSlices;
+    let mut e = setup().await;
+
+    let rc =
+        e.c.runtime_config(RuntimeConfigRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+    assert_eq!(
+        rc.linux.unwrap().cgroup_driver,
+        CgroupDriver::Systemd as i32,
+        "RuntimeConfig must say SYSTEMD"
+    );
+
+    let dir = crust_e2e::TempDir::new("kubelet");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    std::fs::write(dir.path().join("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
+    // The kubelet passes the pod's labels on to the sandbox: this one finds it.
+    let run = crust_e2e::unique("sd");
+    let manifest = manifests.join("sysd.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: sysd
+  namespace: default
+  labels:
+    crust.test/run: {run}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: [sleep, \"1000\"]
+    resources:
+      requests: {{cpu: 100m, memory: 32Mi}}
+      limits: {{cpu: 500m, memory: 64Mi}}
+"
+        ),
+    )
+    .unwrap();
+
+    let log = std::fs::File::create(dir.path().join("kubelet.log")).unwrap();
+    let p = |rel: &str| dir.path().join(rel).display().to_string();
+    let mut cmd = std::process::Command::new("nsenter");
+    // nsenter execs the kubelet in place (no fork for a network namespace): the child's
+    // pid is the kubelet's, for the SIGTERM.
+    cmd.arg(format!("--net={}", e.d.node.path().display()))
+        .arg("--")
+        .arg(&kubelet_bin)
+        .arg(format!("--pod-manifest-path={}", manifests.display()))
+        .arg(format!(
+            "--container-runtime-endpoint=unix://{}",
+            e.d.socket.display()
+        ))
+        .arg(format!("--root-dir={}", p("root")))
+        .arg(format!("--cert-dir={}", p("pki")))
+        .arg(format!("--resolv-conf={}", p("resolv.conf")))
+        // Its default is under /usr, read-only in the VM.
+        .arg(format!("--volume-plugin-dir={}", p("volume-plugins")))
+        .args([
+            "--cgroup-driver=systemd",
+            "--cgroups-per-qos=true",
+            // The kubelet then asks crustd (RuntimeConfig) and takes its answer.
+            "--feature-gates=KubeletCgroupDriverFromCRI=true",
+            "--fail-swap-on=false",
+            "--read-only-port=0",
+            // A disk full of build output (or the VM's small tmpfs) must not put the
+            // node under pressure, nor image GC take the test's image.
+            "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%",
+            "--eviction-minimum-reclaim=",
+            "--image-gc-high-threshold=100",
+            "--image-gc-low-threshold=99",
+            // The manifest's removal is seen through inotify; the poll is a fallback.
+            "--file-check-frequency=5s",
+            "--v=2",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    let child = cmd.spawn().expect("spawning the kubelet");
+    let mut k = Kubelet {
+        child: Some(child),
+        dir,
+        crustd_log: e.d.log.clone(),
+    };
+
+    // The sandbox, Ready.
+    let by_label = || ListPodSandboxRequest {
+        filter: Some(PodSandboxFilter {
+            label_selector: [("crust.test/run".to_string(), run.clone())].into(),
+            ..Default::default()
+        }),
+    };
+    let deadline = Instant::now() + KUBELET_POD_UP;
+    let mut last = String::from("no sandbox");
+    let sandbox = loop {
+        still_waiting(
+            &mut k,
+            deadline,
+            "the static pod's sandbox to be Ready",
+            &last,
+        );
+        let items =
+            e.c.list_pod_sandbox(by_label())
+                .await
+                .expect("ListPodSandbox")
+                .into_inner()
+                .items;
+        if let Some(sb) = items
+            .iter()
+            .find(|s| s.state == PodSandboxState::SandboxReady as i32)
+        {
+            break sb.clone();
+        }
+        if !items.is_empty() {
+            last = format!("{items:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let sandbox_up = t0.elapsed();
+    let uid = sandbox.metadata.as_ref().unwrap().uid.clone();
+    assert!(!uid.is_empty(), "the sandbox has no pod uid: {sandbox:?}");
+    // The kubelet's pod slice name: the uid's dashes (a static pod's uid is a hash,
+    // without any) as underscores, for a dash is a level in a slice name.
+    let uid_ = uid.replace('-', "_");
+    let slice = format!("kubepods-burstable-pod{uid_}.slice");
+    let slice_path =
+        format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice");
+
+    let st =
+        e.c.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox.id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info = verbose_info(&st.info);
+    // Not the slice's name: v1.28 sends the cgroup path the slice expands to
+    // (containerd takes the last name of it).
+    assert_eq!(
+        info["config"]["linux"]["cgroup_parent"], slice_path,
+        "the cgroup_parent the kubelet sent: {info}"
+    );
+    assert!(
+        active(&slice),
+        "the kubelet's pod slice {slice} is not active"
+    );
+    let pause_scope = format!("crust-{}.scope", sandbox.id);
+    let pause = info["pid"].as_i64().expect("the pause's pid");
+    assert_eq!(
+        cgroup_of(pause),
+        format!("{slice_path}/{pause_scope}"),
+        "the pause's cgroup"
+    );
+    assert!(active(&pause_scope), "{pause_scope} is not active");
+    assert_eq!(unit_prop(&pause_scope, "Slice"), slice);
+
+    // The container, running.
+    let mut last = String::from("no container");
+    let ctr = loop {
+        still_waiting(&mut k, deadline, "the static pod's container to run", &last);
+        let list =
+            e.c.list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    pod_sandbox_id: sandbox.id.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("ListContainers")
+            .into_inner()
+            .containers;
+        if let Some(c) = list
+            .iter()
+            .find(|c| c.state == ContainerState::ContainerRunning as i32)
+        {
+            break c.clone();
+        }
+        if !list.is_empty() {
+            last = format!("{list:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let running = t0.elapsed();
+    assert_eq!(ctr.metadata.as_ref().unwrap().name, "app");
+    let (_, cinfo) = container_status(&mut e.c, &ctr.id).await.unwrap();
+    let pid = cinfo["pid"].as_i64().expect("the container's pid");
+    let scope = format!("crust-{}.scope", ctr.id);
+    assert_eq!(
+        cgroup_of(pid),
+        format!("{slice_path}/{scope}"),
+        "the container's cgroup"
+    );
+    assert!(active(&scope), "{scope} is not active");
+    assert_eq!(unit_prop(&scope, "Slice"), slice);
+    assert_eq!(unit_prop(&scope, "Delegate"), "yes");
+    let limit = (64u64 << 20).to_string();
+    assert_eq!(unit_prop(&scope, "MemoryMax"), limit, "{scope}'s MemoryMax");
+    let cdir = fs()
+        .dir(
+            "",
+            &CgroupPath::new(&format!("{slice_path}/{scope}")).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(read(&cdir, "memory.max"), limit);
+    // 500m: 50 ms of every 100 ms.
+    assert_eq!(read(&cdir, "cpu.max"), "50000 100000");
+    assert_eq!(unit_prop(&scope, "CPUQuotaPerSecUSec"), "500ms");
+    // The kubelet sends a hugepage limit for every page size the kernel has (0 here):
+    // systemd has no property for them, and enables no hugetlb controller for a
+    // delegated scope, so crustd must have enabled it above the scope to write them.
+    if read(std::path::Path::new("/sys/fs/cgroup"), "cgroup.controllers")
+        .split_whitespace()
+        .any(|c| c == "hugetlb")
+    {
+        let maxes: Vec<String> = std::fs::read_dir(&cdir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("hugetlb.") && n.ends_with(".max"))
+            .collect();
+        assert!(
+            !maxes.is_empty(),
+            "no hugetlb controller in {scope} (cgroup.controllers: {})",
+            read(&cdir, "cgroup.controllers")
+        );
+        for f in &maxes {
+            assert_eq!(read(&cdir, f), "0", "{scope}'s {f}");
+        }
+    }
+    // The pod-level limit is the kubelet's, on its slice: the sum of the limits.
+    assert_eq!(unit_prop(&slice, "MemoryMax"), limit, "{slice}'s MemoryMax");
+    let klog = k.log();
+    assert!(
+        klog.contains("Using cgroup driver setting received from the CRI runtime")
+            && klog.contains("cgroupDriver=\"systemd\""),
+        "the kubelet did not take the systemd driver from crustd's RuntimeConfig"
+    );
+
+    // The manifest gone: the kubelet stops the pod, stops its slice, and its container
+    // GC removes the container and the sandbox.
+    std::fs::remove_file(&manifest).unwrap();
+    let removed_at = Instant::now();
+    let deadline = removed_at + KUBELET_POD_GONE;
+    let pause_dir = fs()
+        .dir(
+            "",
+            &CgroupPath::new(&format!("{slice_path}/{pause_scope}")).unwrap(),
+        )
+        .unwrap();
+    let slice_dir = fs()
+        .dir("", &CgroupPath::new(&slice_path).unwrap())
+        .unwrap();
+    let mut stopped = None;
+    loop {
+        let pods =
+            e.c.list_pod_sandbox(by_label())
+                .await
+                .expect("ListPodSandbox")
+                .into_inner()
+                .items;
+        let ctrs = list_containers(&mut e.c).await;
+        let units_gone = !active(&scope)
+            && !active(&pause_scope)
+            && !active(&slice)
+            && !cdir.exists()
+            && !pause_dir.exists()
+            && !slice_dir.exists();
+        if stopped.is_none()
+            && pods
+                .iter()
+                .all(|p| p.state == PodSandboxState::SandboxNotready as i32)
+        {
+            stopped = Some(removed_at.elapsed());
+        }
+        if pods.is_empty() && ctrs.is_empty() && units_gone {
+            break;
+        }
+        let last = format!(
+            "sandboxes {pods:?}, containers {ctrs:?}, units: {scope} {}, {pause_scope} {}, \
+             {slice} {}",
+            active(&scope),
+            active(&pause_scope),
+            active(&slice)
+        );
+        still_waiting(
+            &mut k,
+            deadline,
+            "the kubelet to stop and remove the pod",
+            &last,
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let gone = removed_at.elapsed();
+    let st = k.stop();
+    assert!(st.is_some(), "the kubelet was not running at the end");
+    eprintln!(
+        "kubelet: sandbox Ready after {sandbox_up:?}, container running after {running:?}; \
+         manifest removed: pod stopped after {stopped:?}, removed with its units after \
+         {gone:?}; the kubelet ended {st:?}; {:?} in all",
+        t0.elapsed()
+    );
 }

@@ -204,13 +204,26 @@ impl Crust {
             crate::cri::error::Error::InvalidArgument(format!("cgroup_parent {parent:?}: {e}"))
         };
         if self.cgroups.is_systemd() {
-            // The kubelet's `--cgroup-driver=systemd` sends the pod's slice by name;
-            // without one the pod gets a slice of crust's own, as the pod-level cgroup.
+            // The kubelet's `--cgroup-driver=systemd` sends the pod's slice as the cgroup
+            // path it expands to (`/kubepods.slice/kubepods-burstable.slice/
+            // kubepods-burstable-pod<uid>.slice`); a bare slice name is taken too. A
+            // path must be where its last name, a slice, lives. Without a parent the
+            // pod gets a slice of crust's own, as the pod-level cgroup.
             let parent = parent.trim_matches('/');
             let slice = if parent.is_empty() {
                 cgroups::systemd::expand_slice(&Self::own_pod_slice(id))
             } else {
-                cgroups::systemd::expand_slice(parent)
+                let name = parent.rsplit('/').next().unwrap_or(parent);
+                cgroups::systemd::expand_slice(name).and_then(|p| {
+                    if parent.contains('/') && p.to_string() != format!("/{parent}") {
+                        return Err(cgroups::Error::InvalidPath {
+                            path: format!("/{parent}"),
+                            reason: "not where the systemd slice it ends in lives \
+                                     (a-b.slice is /a.slice/a-b.slice)",
+                        });
+                    }
+                    Ok(p)
+                })
             };
             return slice
                 .and_then(|s| s.join(&self.cgroup_leaf(id)))
