@@ -260,10 +260,10 @@ fn fill(dir: &Path) -> PathBuf {
     fill
 }
 
-/// An error that says what is full and where: "no space left" and a path in `dir`.
-/// (crustd answers INTERNAL for its own files; only the image store's ENOSPC is
-/// RESOURCE_EXHAUSTED.)
+/// An error that says what is full and where: RESOURCE_EXHAUSTED, "no space left" and
+/// a path in `dir`.
 fn assert_clear(err: &tonic::Status, dir: &Path, what: &str) {
+    assert_eq!(err.code(), Code::ResourceExhausted, "{what}: {err:?}");
     let m = err.message();
     assert!(
         m.to_lowercase().contains("no space left") && m.contains(&dir.display().to_string()),
@@ -425,6 +425,7 @@ fn fd_limit() {
                 m.contains("too many open files") || m.contains("emfile"),
                 "unclear error at the fd limit: {s:?}"
             );
+            assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
         }
 
         let (st, _) = e.status(&id).await;
@@ -527,6 +528,7 @@ fn pid_limit() {
             // A panic's message may name the cause too; a panic skips rollbacks.
             (m.contains("resource temporarily unavailable") || m.contains("eagain"))
                 && !m.contains("panicked")
+                && s.code() == Code::ResourceExhausted
         };
         for s in &failed {
             assert!(clear(s), "unclear error at the pid limit: {s:?}");

@@ -302,16 +302,7 @@ async fn a_restarted_crustd_keeps_its_units() {
 async fn oom_kill_is_reported() {
     let mut e = setup().await;
     let pod = e.pod("oom").await;
-    let mut cfg = ctr(
-        "hog",
-        &[
-            "sh",
-            "-c",
-            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo done",
-        ],
-    );
-    res(&mut cfg).memory_limit_in_bytes = 16 << 20;
-    let id = e.create(&pod, cfg).await;
+    let id = e.create(&pod, memory_hog("hog")).await;
     e.start(&id).await;
     let deadline = Instant::now() + Duration::from_secs(120);
     let s = loop {

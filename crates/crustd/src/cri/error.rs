@@ -56,8 +56,34 @@ impl Error {
 
 impl From<Error> for Status {
     fn from(e: Error) -> Status {
-        Status::new(e.code(), e.to_string())
+        let code = match &e {
+            Error::Internal(m) if exhausted(m) => Code::ResourceExhausted,
+            e => e.code(),
+        };
+        Status::new(code, e.to_string())
     }
+}
+
+/// Whether an internal error's message ends in the node running out of something: a
+/// full filesystem or quota (ENOSPC, EDQUOT), no file descriptor to be had (EMFILE,
+/// ENFILE), no process or thread (EAGAIN from fork and clone at a pid limit). Such a
+/// failure is RESOURCE_EXHAUSTED, not a fault of crust's: the caller may retry once
+/// the node has room. Every I/O error crust reports ends in the kernel's text and
+/// `(os error N)` (nix's in `ENAME: text`), whatever the path that led to it.
+fn exhausted(message: &str) -> bool {
+    [
+        libc::ENOSPC,
+        libc::EDQUOT,
+        libc::EMFILE,
+        libc::ENFILE,
+        libc::EAGAIN,
+    ]
+    .iter()
+    .any(|n| message.contains(&format!("(os error {n})")))
+        // nix's errors say their name instead.
+        || ["ENOSPC: ", "EDQUOT: ", "EMFILE: ", "ENFILE: ", "EAGAIN: "]
+            .iter()
+            .any(|n| message.contains(n))
 }
 
 impl From<cni::CniError> for Error {
@@ -69,5 +95,28 @@ impl From<cni::CniError> for Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Internal(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exhaustion_is_resource_exhausted() {
+        let full = Error::Internal(
+            "saving sandbox record x: No space left on device (os error 28)".into(),
+        );
+        assert_eq!(Status::from(full).code(), Code::ResourceExhausted);
+        let fork = Error::Internal(
+            "fork intermediate process: Resource temporarily unavailable (os error 11)".into(),
+        );
+        assert_eq!(Status::from(fork).code(), Code::ResourceExhausted);
+        let pipe = Error::Internal("pipe: EMFILE: Too many open files".into());
+        assert_eq!(Status::from(pipe).code(), Code::ResourceExhausted);
+        let other = Error::Internal("mount: Invalid argument (os error 22)".into());
+        assert_eq!(Status::from(other).code(), Code::Internal);
+        let input = Error::InvalidArgument("(os error 28)".into());
+        assert_eq!(Status::from(input).code(), Code::InvalidArgument);
     }
 }
