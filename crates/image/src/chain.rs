@@ -204,23 +204,29 @@ fn comps(p: &Path) -> VecDeque<OsString> {
         .collect()
 }
 
-/// The moves (implied folder → where it resolves) `layer` needs over `lowers`.
+/// The moves (implied folder → where it resolves) `layer` needs over `lowers`, to be
+/// made in order: each names its folder where the moves before it put it.
 pub(crate) fn moves(
     layer: &Path,
     implied: &BTreeSet<PathBuf>,
     lowers: &[PathBuf],
 ) -> Vec<(PathBuf, PathBuf)> {
     let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
-    // Shallow first: a folder under one that moves goes along with it.
+    // Shallow first: a folder under one that moved went along with it, and moves again
+    // when a lower symlink there leads elsewhere (`bin -> usr/bin`, `usr/bin/sub -> ..`).
     let mut dirs: Vec<&PathBuf> = implied.iter().collect();
     dirs.sort_by_key(|d| d.components().count());
     for d in dirs {
-        if out.iter().any(|(from, _)| d.starts_with(from)) {
-            continue;
+        let mut now = d.clone();
+        for (from, to) in &out {
+            if let Ok(rest) = now.strip_prefix(from) {
+                now = to.join(rest);
+            }
         }
+        // Where it is already, or into itself (only through a loop): left alone.
         if let Some(to) = resolve_over(layer, implied, lowers, d) {
-            if &to != d && !to.starts_with(d) && !d.starts_with(&to) {
-                out.push((d.clone(), to));
+            if !to.starts_with(&now) {
+                out.push((now, to));
             }
         }
     }
@@ -318,7 +324,19 @@ fn apply_moves(copy: &Path, moves: &[(PathBuf, PathBuf)], lowers: &[PathBuf]) ->
             tracing::debug!(from = %from.display(), to = %to.display(), "implied folder left in place");
             continue;
         }
-        let (src, dst) = (copy.join(from), copy.join(to));
+        let (mut src, dst) = (copy.join(from), copy.join(to));
+        if std::fs::symlink_metadata(&src).is_err() {
+            continue; // under a folder whose move was blocked
+        }
+        if from.starts_with(to) {
+            // Up to a folder that holds it (`up -> ..`): out of there first.
+            let staged = (0..)
+                .map(|n| copy.join(format!(".crust-move-{n}")))
+                .find(|p| std::fs::symlink_metadata(p).is_err())
+                .unwrap();
+            std::fs::rename(&src, &staged).ctx(ctx())?;
+            src = staged;
+        }
         let fresh = std::fs::symlink_metadata(&dst).is_err();
         merge_into(&src, &dst).ctx(ctx())?;
         if fresh {
