@@ -1,9 +1,16 @@
 //! A layer on its parents: where a lower layer has a symlink in place of a folder a
 //! layer only implies (a base with `bin -> usr/bin`, then a layer whose tar holds
 //! `bin/x` but no `bin/` entry), the layer's content belongs where the symlink leads,
-//! as containerd applies each layer onto the ones below it. Unpacked alone, the layer
-//! has a real `bin/` that would hide the base's symlink in the overlay (and with it
-//! every program in `/usr/bin` reached as `/bin/...`).
+//! as a layer applied onto the root the layers below make (the image spec's changeset
+//! applied to a root filesystem; containerd's native snapshotter, tar itself). Unpacked
+//! alone, the layer has a real `bin/` that would hide the base's symlink in the
+//! overlay (and with it every program in `/usr/bin` reached as `/bin/...`).
+//!
+//! containerd's overlayfs snapshotter, its default, does not do this: it applies each
+//! layer into that layer's own folder, following only the layer's own symlinks, so the
+//! implied `bin/` hides the base's symlink there. crust keeps the image working
+//! instead; `usrmerge_layers_against_containerd` (tests/tests/images.rs) compares both
+//! snapshotters on the same layers and lists where overlayfs differs.
 //!
 //! Layers are unpacked alone and in parallel, keyed by their diff id, and shared by
 //! every image that has them; the unpacker notes the folders it had to imply
