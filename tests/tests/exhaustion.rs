@@ -116,6 +116,32 @@ async fn image_tags(d: &Crustd) -> Vec<String> {
         .collect()
 }
 
+/// 40 ExecSync of `true` at once in container `id`: each must end within a minute,
+/// in success or an error; the errors.
+async fn exec_burst(c: &cri::Client, id: &str, limit: &str) -> Vec<tonic::Status> {
+    let mut execs = Vec::new();
+    for _ in 0..40 {
+        let (mut c, id) = (c.clone(), id.to_string());
+        execs.push(tokio::spawn(async move {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                cri::exec_sync(&mut c, &id, &["true"], 30),
+            )
+            .await
+        }));
+    }
+    let mut failed = Vec::new();
+    for t in execs {
+        match t.await.unwrap() {
+            Err(_) => panic!("ExecSync hung at the {limit} limit"),
+            Ok(Ok(r)) if r.exit_code == 0 => {}
+            Ok(Ok(r)) => panic!("exec of `true` at the {limit} limit: {r:?}"),
+            Ok(Err(s)) => failed.push(s),
+        }
+    }
+    failed
+}
+
 /// The daemon still answers: Version and ListPodSandbox.
 async fn assert_serving(d: &Crustd, what: &str) {
     let mut c = d.client().await;
@@ -390,26 +416,7 @@ fn fd_limit() {
         let base = open_fds(pid);
         let old = set_nofile(pid, base + 32);
 
-        let mut execs = Vec::new();
-        for _ in 0..40 {
-            let (mut c, id) = (e.c.clone(), id.clone());
-            execs.push(tokio::spawn(async move {
-                let r = tokio::time::timeout(
-                    Duration::from_secs(60),
-                    cri::exec_sync(&mut c, &id, &["true"], 30),
-                )
-                .await;
-                r.expect("ExecSync hung at the fd limit")
-            }));
-        }
-        let mut failed = Vec::new();
-        for t in execs {
-            match t.await.unwrap() {
-                Ok(r) if r.exit_code == 0 => {}
-                Ok(r) => panic!("exec of `true` at the fd limit: {r:?}"),
-                Err(s) => failed.push(s),
-            }
-        }
+        let failed = exec_burst(&e.c, &id, "fd").await;
         assert!(
             e.d.running(),
             "crustd died at the fd limit:\n{}",
@@ -485,26 +492,7 @@ fn pid_limit() {
             .unwrap();
         std::fs::write(limited.join("pids.max"), (tasks + 3).to_string()).unwrap();
 
-        let mut execs = Vec::new();
-        for _ in 0..40 {
-            let (mut c, id) = (e.c.clone(), id.clone());
-            execs.push(tokio::spawn(async move {
-                let r = tokio::time::timeout(
-                    Duration::from_secs(60),
-                    cri::exec_sync(&mut c, &id, &["true"], 30),
-                )
-                .await;
-                r.expect("ExecSync hung at the pid limit")
-            }));
-        }
-        let mut failed = Vec::new();
-        for t in execs {
-            match t.await.unwrap() {
-                Ok(r) if r.exit_code == 0 => {}
-                Ok(r) => panic!("exec of `true` at the pid limit: {r:?}"),
-                Err(s) => failed.push(s),
-            }
-        }
+        let failed = exec_burst(&e.c, &id, "pid").await;
         let run = tokio::time::timeout(
             Duration::from_secs(60),
             cri::run_pod(

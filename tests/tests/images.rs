@@ -59,6 +59,21 @@ fn store(t: &TempDir) -> ImageStore {
     ImageStore::open(t.path().join("store"), None).unwrap()
 }
 
+/// Mounts `snap` at the new folder `mnt` as a container's root: its overlay.
+fn mount_snapshot(snap: &image::Snapshot, mnt: &Path) {
+    std::fs::create_dir(mnt).unwrap();
+    let opts = snap.overlay_options().join(",");
+    crust_e2e::sh(&[
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        &opts,
+        mnt.to_str().unwrap(),
+    ]);
+}
+
 fn entries(p: &Path) -> usize {
     std::fs::read_dir(p).map(|r| r.count()).unwrap_or(0)
 }
@@ -553,17 +568,7 @@ fn compressions_whiteouts_and_overlay() {
     let snap = s.prepare_snapshot("ctr1", &img.id).unwrap();
     assert_eq!(snap.lowerdirs.len(), 3);
     let mnt = t.path().join("rootfs");
-    std::fs::create_dir(&mnt).unwrap();
-    let opts = snap.overlay_options().join(",");
-    crust_e2e::sh(&[
-        "mount",
-        "-t",
-        "overlay",
-        "overlay",
-        "-o",
-        &opts,
-        mnt.to_str().unwrap(),
-    ]);
+    mount_snapshot(&snap, &mnt);
     let check = std::panic::catch_unwind(|| {
         assert_eq!(std::fs::read(mnt.join("data/keep")).unwrap(), b"keep\n");
         assert!(!mnt.join("data/remove-me").exists(), "whiteout ignored");
@@ -644,17 +649,7 @@ fn a_layer_over_a_usrmerge_base() {
         .unwrap();
     let snap = s.prepare_snapshot("ctr1", &img.id).unwrap();
     let mnt = t.path().join("rootfs");
-    std::fs::create_dir(&mnt).unwrap();
-    let opts = snap.overlay_options().join(",");
-    crust_e2e::sh(&[
-        "mount",
-        "-t",
-        "overlay",
-        "overlay",
-        "-o",
-        &opts,
-        mnt.to_str().unwrap(),
-    ]);
+    mount_snapshot(&snap, &mnt);
     let check = std::panic::catch_unwind(|| {
         let bin = std::fs::symlink_metadata(mnt.join("bin")).unwrap();
         assert!(
@@ -1538,16 +1533,7 @@ fn usrmerge_layers_against_containerd() {
             .unwrap_or_else(|e| panic!("crust pulling {}: {e}", c.name));
         let snap = s.prepare_snapshot(c.name, &img.id).unwrap();
         let mnt = t.path().join(format!("crust-{}", c.name));
-        std::fs::create_dir(&mnt).unwrap();
-        crust_e2e::sh(&[
-            "mount",
-            "-t",
-            "overlay",
-            "overlay",
-            "-o",
-            &snap.overlay_options().join(","),
-            mnt.to_str().unwrap(),
-        ]);
+        mount_snapshot(&snap, &mnt);
         let got = tree(&mnt);
         crust_e2e::sh(&["umount", mnt.to_str().unwrap()]);
         s.remove_snapshot(c.name).unwrap();
