@@ -222,12 +222,12 @@ where
     if tokio::runtime::Handle::try_current().is_err() {
         return rt.block_on(f);
     }
-    std::thread::scope(|s| {
-        match std::thread::Builder::new().spawn_scoped(s, || rt.block_on(f)) {
+    std::thread::scope(
+        |s| match std::thread::Builder::new().spawn_scoped(s, || rt.block_on(f)) {
             Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
             Err(e) => F::Output::unspawned(e),
-        }
-    })
+        },
+    )
 }
 
 /// A result that can say no thread could be spawned for the call.
