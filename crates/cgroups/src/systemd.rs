@@ -438,6 +438,21 @@ impl Systemd {
         })
     }
 
+    /// Starts the transient unit `name` with `props` and waits for its job; an error
+    /// named in `ok_errors` is fine.
+    fn start_transient(&self, name: &str, props: Vec<Property>, ok_errors: &[&str]) -> Result<()> {
+        let aux: Vec<(&str, Vec<Property>)> = vec![];
+        let what = format!("starting {}", name.rsplit('.').next().unwrap_or("unit"));
+        self.job(
+            &what,
+            name,
+            "StartTransientUnit",
+            &(name, "replace", props, aux),
+            ok_errors,
+        )
+        .map(drop)
+    }
+
     /// Makes the transient slice `name` (its parent slices too, as systemd does for
     /// any slice). One that exists already is fine.
     pub fn start_slice(&self, name: &str, description: &str) -> Result<()> {
@@ -445,28 +460,14 @@ impl Systemd {
             ("Description", Value::from(description.to_string())),
             ("DefaultDependencies", Value::Bool(false)),
         ];
-        let aux: Vec<(&str, Vec<Property>)> = vec![];
-        self.job(
-            "starting slice",
-            name,
-            "StartTransientUnit",
-            &(name, "replace", props, aux),
-            &["org.freedesktop.systemd1.UnitExists"],
-        )
-        .map(drop)
+        self.start_transient(name, props, &["org.freedesktop.systemd1.UnitExists"])
     }
 
-    /// Makes the transient scope `name` in `slice` holding `pid`, delegated, with
-    /// `extra` properties (limits). When this returns, `pid` is in the scope's cgroup.
-    pub fn start_scope(
-        &self,
-        name: &str,
-        slice: &str,
-        pid: u32,
-        description: &str,
-        extra: Vec<Property>,
-    ) -> Result<()> {
-        let mut props: Vec<Property> = vec![
+    /// Makes the transient scope `name` in `slice` holding `pid`, delegated. When this
+    /// returns, `pid` is in the scope's cgroup; limits come after ([`Manager`]'s
+    /// `apply`), as for cgroupfs.
+    pub fn start_scope(&self, name: &str, slice: &str, pid: u32, description: &str) -> Result<()> {
+        let props: Vec<Property> = vec![
             ("Description", Value::from(description.to_string())),
             ("Slice", Value::from(slice.to_string())),
             ("PIDs", Value::from(vec![pid])),
@@ -476,16 +477,7 @@ impl Systemd {
             // so that the name can be used again and nothing piles up.
             ("CollectMode", Value::from("inactive-or-failed".to_string())),
         ];
-        props.extend(extra);
-        let aux: Vec<(&str, Vec<Property>)> = vec![];
-        self.job(
-            "starting scope",
-            name,
-            "StartTransientUnit",
-            &(name, "replace", props, aux),
-            &[],
-        )
-        .map(drop)
+        self.start_transient(name, props, &[])
     }
 
     /// Stops the unit `name` and forgets a failed state; gone already is fine.
@@ -652,7 +644,7 @@ impl CgroupManager for Manager {
         let mut child = Some(child);
         let started = self
             .systemd
-            .start_scope(name, slice, pid, &format!("crust {name}"), vec![]);
+            .start_scope(name, slice, pid, &format!("crust {name}"));
         if started.is_ok() {
             let old = self
                 .holders

@@ -25,14 +25,12 @@
 //! mounts (`Record::layer_keys`).
 
 use crate::error::{Error, IoContext, Result};
+use crate::unpack::{cpath, set_mtime, set_xattr, MAX_LINKS};
 use crate::{digest, fsutil, ImageStore};
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-
-/// How many symlinks one path may go through.
-const MAX_LINKS: usize = 40;
 
 /// The OCI chain id of a layer whose parent's chain id is `parent` (`None` for the
 /// bottom layer, whose chain id is its diff id).
@@ -258,7 +256,8 @@ fn copy_dir_meta(src: &Path, dst: &Path) -> std::io::Result<()> {
             let _ = set_xattr(dst, &name, &v);
         }
     }
-    set_times(dst, m.atime(), m.mtime())
+    set_mtime(dst, m.mtime());
+    Ok(())
 }
 
 /// A copy of the layer folder `src` at `dst` (which must not exist): folders made anew
@@ -405,13 +404,8 @@ impl ImageStore {
     }
 }
 
-fn cpath(p: &Path) -> Option<std::ffi::CString> {
-    use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(p.as_os_str().as_bytes()).ok()
-}
-
 fn list_xattrs(p: &Path) -> Vec<String> {
-    let Some(c) = cpath(p) else { return vec![] };
+    let Ok(c) = cpath(p) else { return vec![] };
     let mut buf = vec![0u8; 4096];
     // SAFETY: a valid path and a buffer of the given length.
     let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -426,7 +420,7 @@ fn list_xattrs(p: &Path) -> Vec<String> {
 }
 
 fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
-    let c = cpath(p)?;
+    let c = cpath(p).ok()?;
     let n = std::ffi::CString::new(name).ok()?;
     let mut buf = vec![0u8; 4096];
     // SAFETY: valid C strings and a buffer of the given length.
@@ -436,44 +430,6 @@ fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
     }
     buf.truncate(r as usize);
     Some(buf)
-}
-
-fn set_xattr(p: &Path, name: &str, v: &[u8]) -> std::io::Result<()> {
-    let (Some(c), Ok(n)) = (cpath(p), std::ffi::CString::new(name)) else {
-        return Err(std::io::ErrorKind::InvalidInput.into());
-    };
-    // SAFETY: valid C strings and a buffer of the given length.
-    if unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn set_times(p: &Path, atime: i64, mtime: i64) -> std::io::Result<()> {
-    let c = cpath(p).ok_or(std::io::ErrorKind::InvalidInput)?;
-    let ts = [
-        libc::timespec {
-            tv_sec: atime,
-            tv_nsec: 0,
-        },
-        libc::timespec {
-            tv_sec: mtime,
-            tv_nsec: 0,
-        },
-    ];
-    // SAFETY: a valid path and two timespecs.
-    if unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    } != 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ pub struct Unpacked {
 }
 
 /// How many symlinks one path may go through (the kernel's limit too).
-const MAX_LINKS: usize = 40;
+pub(crate) const MAX_LINKS: usize = 40;
 
 /// Compression of a layer stream, told by its first bytes.
 pub fn decompressor<'a, R: Read + 'a>(r: R) -> std::io::Result<Box<dyn Read + 'a>> {
@@ -412,7 +412,7 @@ fn remove_existing(p: &Path) -> std::io::Result<()> {
     crate::fsutil::remove_all(p)
 }
 
-fn cpath(p: &Path) -> std::io::Result<CString> {
+pub(crate) fn cpath(p: &Path) -> std::io::Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
@@ -426,7 +426,7 @@ fn mknod(p: &Path, mode: libc::mode_t, dev: libc::dev_t) -> std::io::Result<()> 
     Ok(())
 }
 
-fn set_xattr(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+pub(crate) fn set_xattr(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     let c = cpath(p)?;
     let n =
         CString::new(name).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -446,7 +446,7 @@ fn set_xattr(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn set_mtime(p: &Path, secs: i64) {
+pub(crate) fn set_mtime(p: &Path, secs: i64) {
     let Ok(c) = cpath(p) else { return };
     let ts = [
         libc::timespec {
