@@ -22,6 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
+/// Each pod's worker by uid: where the pod came from (`api` or `file`) and the channel
+/// that hands it the pod as it changes (`None`: stop it). One shared copy of each pod.
+type Workers = HashMap<String, (&'static str, watch::Sender<Option<Arc<Pod>>>)>;
+
 /// What a source says about one pod.
 pub enum Update {
     /// The pod as it is now (new or changed).
@@ -48,7 +52,7 @@ pub async fn run(ctx: Arc<Ctx>) {
     if let Some(dir) = ctx.cfg.pod_manifest_path.clone() {
         tokio::spawn(watch_folder(ctx.clone(), dir, tx.clone()));
     }
-    let mut workers: HashMap<String, (&'static str, watch::Sender<Option<Pod>>)> = HashMap::new();
+    let mut workers: Workers = HashMap::new();
     let mut known: HashMap<&'static str, HashSet<String>> = HashMap::new();
     let expected =
         usize::from(ctx.client.is_some()) + usize::from(ctx.cfg.pod_manifest_path.is_some());
@@ -57,7 +61,7 @@ pub async fn run(ctx: Arc<Ctx>) {
     while let Some(u) = rx.recv().await {
         match u {
             Update::Pod(pod) => {
-                let pod = *pod;
+                let pod = Arc::new(*pod);
                 let uid = spec::uid(&pod).to_string();
                 let source = ctx.source(&pod);
                 match workers.get(&uid) {
@@ -110,11 +114,7 @@ struct BurstableShare {
 }
 
 impl BurstableShare {
-    fn update(
-        &mut self,
-        ctx: &Ctx,
-        workers: &HashMap<String, (&'static str, watch::Sender<Option<Pod>>)>,
-    ) {
+    fn update(&mut self, ctx: &Ctx, workers: &Workers) {
         let milli = burstable_request(workers.values().filter_map(|(_, tx)| tx.borrow().clone()));
         if self.written == Some(milli) {
             return;
@@ -128,7 +128,7 @@ impl BurstableShare {
 
 /// The CPU the node's active Burstable pods request in all, millicores, as the kubelet
 /// adds it up: pods that have ended or are being deleted no longer count.
-fn burstable_request(pods: impl Iterator<Item = Pod>) -> i64 {
+fn burstable_request(pods: impl Iterator<Item = Arc<Pod>>) -> i64 {
     pods.filter(|p| {
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         p.metadata.deletion_timestamp.is_none()

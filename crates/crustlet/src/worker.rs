@@ -98,7 +98,9 @@ pub struct Worker {
     waiting: HashMap<String, (String, String)>,
     /// Probe state by container id.
     probes: HashMap<String, Probes>,
-    last_status: Option<serde_json::Value>,
+    /// A digest of the status last sent (transition times left out): only a different
+    /// one is sent again. A digest rather than the status itself, held by every pod.
+    last_status: Option<u64>,
     start_time: Option<Time>,
     sandbox_backoff: Option<Backoff>,
     /// The phase once the pod can no longer change (Succeeded, Failed).
@@ -106,11 +108,11 @@ pub struct Worker {
     /// The status of the finished pod (read when its sandbox was stopped).
     final_status: Option<PodStatus>,
     runtime_name: String,
-    last_pod: Option<Pod>,
+    last_pod: Option<Arc<Pod>>,
 }
 
 /// Runs the pod until it is deleted (or removed from this node).
-pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
+pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
     let mut w = Worker {
         ctx,
         sandbox: None,
@@ -127,6 +129,8 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
         runtime_name: String::new(),
         last_pod: None,
     };
+    // The worker waits most of its life: sync and terminate are boxed so that their
+    // (large) state exists only while they run, not in every idle pod's task.
     loop {
         let pod = rx.borrow_and_update().clone();
         match pod {
@@ -134,7 +138,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
                 // Gone from the apiserver (force-deleted, or bound elsewhere): stop it.
                 let last = w.last_pod.take();
                 if let Some(p) = last {
-                    w.terminate(&p, Some(2), false).await;
+                    Box::pin(w.terminate(&p, Some(2), false)).await;
                 }
                 return;
             }
@@ -143,13 +147,13 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
                     .metadata
                     .deletion_grace_period_seconds
                     .or(spec::spec(&pod).termination_grace_period_seconds);
-                w.terminate(&pod, grace, true).await;
+                Box::pin(w.terminate(&pod, grace, true)).await;
                 return;
             }
             Some(pod) => {
                 w.last_pod = Some(pod.clone());
                 let started = Instant::now();
-                if let Err(e) = w.sync(&pod).await {
+                if let Err(e) = Box::pin(w.sync(&pod)).await {
                     tracing::warn!(pod = %spec::key(&pod), "sync: {e:#}");
                 }
                 w.ctx.seen.metrics.sync(started.elapsed());
@@ -159,7 +163,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Pod>>) {
             r = rx.changed() => if r.is_err() {
                 // The manager dropped the pod.
                 let last = w.last_pod.take();
-                if let Some(p) = last { w.terminate(&p, Some(2), false).await; }
+                if let Some(p) = last { Box::pin(w.terminate(&p, Some(2), false)).await; }
                 return;
             },
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -468,7 +472,7 @@ impl Worker {
         Ok(out)
     }
 
-    async fn sync(&mut self, pod: &Pod) -> anyhow::Result<()> {
+    async fn sync(&mut self, pod: &Arc<Pod>) -> anyhow::Result<()> {
         self.note_start_and_runtime(pod).await;
         let spec = spec::spec(pod);
         let policy = spec
@@ -558,7 +562,7 @@ impl Worker {
     /// Nothing restarts any more: the kubelet stops the sandbox of a finished pod. Its
     /// final status is read once, from the containers the stopped sandbox still lists,
     /// and sent until the apiserver has it (it may be away when the pod ends).
-    async fn finish(&mut self, pod: &Pod) {
+    async fn finish(&mut self, pod: &Arc<Pod>) {
         if let Some(sb) = self.sandbox.take() {
             let _ = self
                 .cri()
@@ -1728,7 +1732,7 @@ impl Worker {
     }
 
     /// Sends the status when it differs from what was sent last.
-    async fn report(&mut self, pod: &Pod, st: PodStatus) {
+    async fn report(&mut self, pod: &Arc<Pod>, st: PodStatus) {
         self.ctx.seen.pod(pod, &st);
         let mut value = serde_json::json!({ "status": st });
         // A strategic merge patch merges conditions by type: a reason or message the
@@ -1763,16 +1767,19 @@ impl Worker {
                 c.as_object_mut().map(|o| o.remove("lastTransitionTime"));
             }
         }
+        let cmp = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            cmp.to_string().hash(&mut h);
+            h.finish()
+        };
         // Someone else changed what this node reports (the node lifecycle controller
         // marks the pods of a node it lost touch with NotReady): sent again, as the
         // kubelet's status manager puts it right.
-        if self.last_status.as_ref() == Some(&cmp)
-            && self.ctx.source(pod) == "api"
-            && !agrees(pod, &st)
-        {
+        if self.last_status == Some(cmp) && self.ctx.source(pod) == "api" && !agrees(pod, &st) {
             self.last_status = None;
         }
-        if self.last_status.as_ref() == Some(&cmp) {
+        if self.last_status == Some(cmp) {
             return;
         }
         let Some(client) = self.ctx.client.clone() else {
@@ -1795,7 +1802,7 @@ impl Worker {
 
     /// Stops every container with the grace period, then the sandbox, removes both, and
     /// (for a pod deleted through the apiserver) deletes the pod object.
-    async fn terminate(&mut self, pod: &Pod, grace: Option<i64>, delete: bool) {
+    async fn terminate(&mut self, pod: &Arc<Pod>, grace: Option<i64>, delete: bool) {
         let grace = grace.unwrap_or(30).max(0);
         let uid = spec::uid(pod).to_string();
         let sandboxes = self.sandboxes(&uid).await.unwrap_or_default();

@@ -38,18 +38,24 @@ type Body = BoxBody<Bytes, std::io::Error>;
 /// computed), and counters for `/metrics`.
 #[derive(Default)]
 pub struct Seen {
-    pods: Mutex<BTreeMap<String, Pod>>,
+    /// The worker's own pod (shared, not copied) and its status, put together only
+    /// when `/pods` is asked for: workers report every second, `/pods` is read seldom.
+    pods: Mutex<BTreeMap<String, (Arc<Pod>, k8s_openapi::api::core::v1::PodStatus)>>,
     pub metrics: metrics::Own,
 }
 
 impl Seen {
     /// The pod with the status its worker computed.
-    pub fn pod(&self, pod: &Pod, status: &k8s_openapi::api::core::v1::PodStatus) {
-        let mut p = pod.clone();
-        p.status = Some(status.clone());
-        p.metadata.managed_fields = None;
-        let uid = crate::spec::uid(pod).to_string();
-        self.pods.lock().unwrap().insert(uid, p);
+    pub fn pod(&self, pod: &Arc<Pod>, status: &k8s_openapi::api::core::v1::PodStatus) {
+        let uid = crate::spec::uid(pod);
+        let mut pods = self.pods.lock().unwrap();
+        match pods.get_mut(uid) {
+            Some((p, st)) if Arc::ptr_eq(p, pod) && st == status => {}
+            Some(e) => *e = (pod.clone(), status.clone()),
+            None => {
+                pods.insert(uid.to_string(), (pod.clone(), status.clone()));
+            }
+        }
     }
 
     /// The pod's worker is done with it.
@@ -59,7 +65,15 @@ impl Seen {
     }
 
     fn list(&self) -> Vec<Pod> {
-        self.pods.lock().unwrap().values().cloned().collect()
+        let pods = self.pods.lock().unwrap();
+        pods.values()
+            .map(|(pod, status)| {
+                let mut p = Pod::clone(pod);
+                p.status = Some(status.clone());
+                p.metadata.managed_fields = None;
+                p
+            })
+            .collect()
     }
 }
 
