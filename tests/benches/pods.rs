@@ -432,6 +432,15 @@ fn main() {
         .map(mem)
         .collect();
     let mon_sum = monitors.iter().fold((0, 0), |a, m| (a.0 + m.0, a.1 + m.1));
+    // Where each agent's memory is, mapping by mapping, for a closer look.
+    if std::env::var_os("BENCH_KEEP_LOGS").is_some() {
+        for (name, pid) in [("kubelet", kubelet_pid), ("crustlet", crustlet_pid)] {
+            let _ = std::fs::copy(
+                format!("/proc/{pid}/smaps"),
+                c.path("logs").join(format!("{name}.smaps")),
+            );
+        }
+    }
     let kubelet_where = breakdown(kubelet_pid);
     let crustlet_where = breakdown(crustlet_pid);
     let shared = [("kubelet", kubelet_pid), ("crustlet", crustlet_pid)]
