@@ -929,6 +929,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn seen_pods_are_listed_with_the_status_their_worker_computed() {
+        use k8s_openapi::api::core::v1::PodStatus;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("u1".into());
+        pod.metadata.name = Some("p".into());
+        pod.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        let pod = Arc::new(pod);
+        let seen = Seen::default();
+        let st = |phase: &str| PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        };
+        seen.pod(&pod, &st("Pending"));
+        seen.pod(&pod, &st("Running"));
+        let l = seen.list();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].metadata.name.as_deref(), Some("p"));
+        assert_eq!(
+            l[0].status.as_ref().unwrap().phase.as_deref(),
+            Some("Running")
+        );
+        assert!(l[0].metadata.managed_fields.is_none());
+        // The worker's copy is shared, not changed.
+        assert!(pod.status.is_none() && pod.metadata.managed_fields.is_some());
+        // A new version of the pod takes the old one's place.
+        let mut newer = Pod::clone(&pod);
+        newer.metadata.name = Some("p2".into());
+        seen.pod(&Arc::new(newer), &st("Running"));
+        let l = seen.list();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].metadata.name.as_deref(), Some("p2"));
+        seen.gone("u1");
+        assert!(seen.list().is_empty());
+    }
+
+    #[test]
     fn node_logs_stay_inside_their_folder() {
         let d = tempfile_dir();
         std::fs::write(d.join("syslog"), "hello\n").unwrap();
