@@ -49,12 +49,11 @@ impl Seen {
     pub fn pod(&self, pod: &Arc<Pod>, status: &k8s_openapi::api::core::v1::PodStatus) {
         let uid = crate::spec::uid(pod);
         let mut pods = self.pods.lock().unwrap();
-        match pods.get_mut(uid) {
-            Some((p, st)) if Arc::ptr_eq(p, pod) && st == status => {}
-            Some(e) => *e = (pod.clone(), status.clone()),
-            None => {
-                pods.insert(uid.to_string(), (pod.clone(), status.clone()));
-            }
+        let same = pods
+            .get(uid)
+            .is_some_and(|(p, st)| Arc::ptr_eq(p, pod) && st == status);
+        if !same {
+            pods.insert(uid.to_string(), (pod.clone(), status.clone()));
         }
     }
 
