@@ -417,14 +417,19 @@ async fn exec_external(
     })
 }
 
-/// The terminal size a tty client sends first thing, waited for briefly, so the process
-/// can start with it (a shell asks at once). `buf` keeps what was read of the next one.
+/// The terminal size a tty client sends first thing, waited for so the process can start
+/// with it: a shell, `stty size` or a full-screen program asks at once, and a pty that
+/// was never sized answers 0x0 (`stty: standard input`). kubectl's size crosses the
+/// apiserver and the kubelet's proxy; on a loaded node that took more than half a second
+/// (the wait this had before), so it is given seconds. Only a client that opens a resize
+/// stream and never writes to it waits them all; one without the stream, or that closes
+/// it, does not wait. `buf` keeps what was read of the next size.
 pub(crate) async fn first_size(
     resize: Option<&mut streaming::remotecommand::Input>,
     buf: &mut Vec<u8>,
 ) -> Option<streaming::remotecommand::Size> {
     let first = streaming::remotecommand::next_size(resize?, buf);
-    tokio::time::timeout(Duration::from_millis(500), first)
+    tokio::time::timeout(Duration::from_secs(5), first)
         .await
         .ok()
         .flatten()
