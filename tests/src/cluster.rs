@@ -214,6 +214,8 @@ pub struct Cluster {
     pub containerd_cgroup_root: String,
     containerd: Mutex<Option<Child>>,
     containerd_crustlet: Mutex<Option<Child>>,
+    /// Every pod, for [`Cluster::wait_pod`]: started by the first wait.
+    pod_watch: std::sync::OnceLock<std::sync::Arc<crate::pod_watch::PodWatch>>,
 }
 
 fn log_file(dir: &Path, name: &str) -> std::fs::File {
@@ -419,6 +421,7 @@ impl Cluster {
             containerd_cgroup_root: pick_cgroup_root(&unique("crust-ctrd-")),
             containerd: Mutex::new(None),
             containerd_crustlet: Mutex::new(None),
+            pod_watch: std::sync::OnceLock::new(),
         };
         c.containerd_socket = c.path("ctrd-state/containerd.sock");
         if opts.containerd == Some(ContainerdFor::Kubelet) {
@@ -1361,6 +1364,41 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
         c
     }
 
+    /// Waits until the pod `ns/name` satisfies `pred`, for at most `limit`, through one
+    /// watch of every pod that all waits share (see [`crate::pod_watch`]): the pod, or
+    /// the last state of it seen when time ran out.
+    pub fn wait_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        limit: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value, Option<serde_json::Value>> {
+        let watch = self.pod_watch.get_or_init(|| {
+            let (netns, kubectl) = (self.node.path().to_path_buf(), self.bins.kubectl.clone());
+            let kubeconfig = format!("--kubeconfig={}", self.path("admin.kubeconfig").display());
+            crate::pod_watch::PodWatch::start(move |args| {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", netns.display()))
+                    .arg("--")
+                    .arg(&kubectl)
+                    .arg(&kubeconfig)
+                    .args(args);
+                c
+            })
+        });
+        watch.wait(ns, name, limit, pred, || {
+            let out = run_timeout(
+                &mut self.kubectl(&["-n", ns, "get", "pod", name, "-o", "json"]),
+                Duration::from_secs(60),
+            );
+            out.status
+                .success()
+                .then(|| serde_json::from_slice(&out.stdout).ok())
+                .flatten()
+        })
+    }
+
     /// `crictl` against crustd's socket, in the node's namespaces.
     pub fn crictl(&self, args: &[&str]) -> Command {
         let mut c = self.node_cmd(&self.bins.crictl);
@@ -1457,6 +1495,9 @@ impl Cluster {
             return;
         }
         *done = true;
+        if let Some(w) = self.pod_watch.get() {
+            w.stop();
+        }
         self.stop_kubelet();
         self.stop_crustlet();
         if let Some(mut c) = self.containerd_crustlet.lock().unwrap().take() {

@@ -486,6 +486,7 @@ pub mod cri;
 pub mod crustd;
 pub mod header_proxy;
 pub mod kube_shim;
+pub mod pod_watch;
 pub mod prometheus;
 pub mod registry;
 pub mod terminal;

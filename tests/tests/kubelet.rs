@@ -161,11 +161,72 @@ fn wait_pod(
     limit: Duration,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    wait_for(&format!("pod {name}: {what}"), limit, |last| {
-        let p = get(c, "pod", name)?;
-        *last = p["status"].to_string();
-        pred(&p).then_some(p)
+    wait_pod_in(c, "default", name, what, limit, pred)
+}
+
+/// Waits for a pod of namespace `ns` to satisfy `pred`; on timeout panics with its last
+/// status and its events (CI keeps only this output: the events say what the kubelet
+/// tried).
+fn wait_pod_in(
+    c: &Cluster,
+    ns: &str,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    c.wait_pod(ns, name, limit, pred).unwrap_or_else(|last| {
+        panic!(
+            "timed out after {limit:?} waiting for pod {ns}/{name}: {what}; last seen: {}\n\
+             its events:\n{}",
+            last.map(|p| p["status"].to_string()).unwrap_or_default(),
+            pod_events(c, ns, name)
+        )
     })
+}
+
+/// The events of one pod, oldest first, one per line with their count, reason, source
+/// and message.
+fn pod_events(c: &Cluster, ns: &str, name: &str) -> String {
+    let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
+    let out = run_timeout(
+        &mut c.kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "events",
+            "--field-selector",
+            &sel,
+            "-o",
+            "json",
+        ]),
+        T,
+    );
+    let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else {
+        return format!("(kubectl get events failed: {})", s(&out.stderr));
+    };
+    let mut lines: Vec<(String, String)> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let at = e["lastTimestamp"]
+                .as_str()
+                .or(e["eventTime"].as_str())
+                .unwrap_or("")
+                .to_string();
+            let line = format!(
+                "  {at} x{} {} ({}): {}",
+                e["count"].as_u64().unwrap_or(1),
+                e["reason"].as_str().unwrap_or(""),
+                e["source"]["component"].as_str().unwrap_or(""),
+                e["message"].as_str().unwrap_or("")
+            );
+            (at, line)
+        })
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, l)| l + "\n").collect()
 }
 
 fn running(p: &Value) -> bool {
@@ -212,6 +273,18 @@ fn http_get(c: &Cluster, addr: &str, path: &str) -> Result<String, String> {
     })
     .join()
     .unwrap()
+}
+
+/// Waits until a GET through `addr` returns a body with `want`: a pod is Running once its
+/// shell runs, a moment before the server it execs listens, and a forwarded connection to
+/// a port nothing listens on yet just closes. Only the first answer may be missing;
+/// callers then check the ones after it strictly.
+fn wait_served(c: &Cluster, addr: &str, want: &str) {
+    wait_for(&format!("{want:?} served through {addr}"), T, |last| {
+        let r = http_get(c, addr, "/");
+        *last = format!("{r:?}");
+        r.is_ok_and(|b| b.contains(want)).then_some(())
+    })
 }
 
 // ---- a. the node, pods, logs and streaming --------------------------------------------
@@ -475,6 +548,7 @@ fn port_forward(c: &Cluster) {
         line.contains("Forwarding from 127.0.0.1:18080"),
         "port-forward said {line:?}"
     );
+    wait_served(c, "127.0.0.1:18080", "hello from crust");
     // Each connection ends when the server closes it (read to the end, HTTP/1.0).
     for _ in 0..3 {
         let body = http_get(c, "127.0.0.1:18080", "/").unwrap();
@@ -1610,7 +1684,10 @@ fn main() {
                 hold(&cluster);
             }
             let failed = !results.lock().unwrap().failed.is_empty();
-            logs_dir = failed.then(|| keep_logs(&cluster));
+            // A developer who names a place keeps the logs of a passing run too (to read
+            // how long each pod took, say).
+            let keep = failed || std::env::var_os("CRUST_SUITE_LOGS").is_some();
+            logs_dir = keep.then(|| keep_logs(&cluster));
             // (Waits for a teardown a signal started.)
             cluster.teardown();
             drop(cluster);
@@ -1659,8 +1736,9 @@ fn hold(c: &Cluster) {
     }
 }
 
-/// Copies the cluster's logs where they outlive it: `target/tmp/kubelet-suite-logs`, or
-/// `$CRUST_SUITE_LOGS` (two suites run side by side keep theirs apart).
+/// Copies the cluster's logs where they outlive it: `target/tmp/kubelet-suite-logs` when
+/// a check failed, or `$CRUST_SUITE_LOGS` always (two suites run side by side keep theirs
+/// apart).
 fn keep_logs(c: &Cluster) -> std::path::PathBuf {
     let dest = std::env::var_os("CRUST_SUITE_LOGS")
         .map(std::path::PathBuf::from)

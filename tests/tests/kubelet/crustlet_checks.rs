@@ -205,11 +205,7 @@ pub(crate) fn wait_pod(
     limit: Duration,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    wait_for(&format!("pod {}/{name}: {what}", c.ns), limit, |last| {
-        let p = get(c, "pod", name)?;
-        *last = p["status"].to_string();
-        pred(&p).then_some(p)
-    })
+    super::wait_pod_in(c, c.ns, name, what, limit, pred)
 }
 
 fn running(p: &Value) -> bool {

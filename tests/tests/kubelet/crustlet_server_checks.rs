@@ -5,7 +5,7 @@
 //! (crustd's and containerd's), as the kubelet checks do on the kubelet's.
 
 use super::*;
-use crate::{http_get, shell_words, with_input, Killed, Terminal};
+use crate::{http_get, shell_words, wait_served, with_input, Killed, Terminal};
 use std::io::{BufRead, Read};
 use std::process::Stdio;
 
@@ -267,6 +267,7 @@ fn server_port_forward(c: &Crustlet) {
         line.contains(&format!("Forwarding from 127.0.0.1:{local}")),
         "port-forward said {line:?}"
     );
+    wait_served(c, &format!("127.0.0.1:{local}"), "hello from the crustlet");
     for _ in 0..3 {
         let body = http_get(c, &format!("127.0.0.1:{local}"), "/").unwrap();
         assert!(body.contains("hello from the crustlet"), "{body}");
