@@ -24,6 +24,7 @@
 //! idle: `BENCH_SETTLE` seconds (default 30) after the last pod ran, the agents' figures
 //! the median of 5 samples 2 s apart, taken at the same instants for both; and where
 //! each agent's RSS is (its executable, other files, anonymous memory; threads).
+//! `BENCH_DELETE=1` deletes the pods at the end (for a profile of a node's whole round).
 
 use crust_e2e::cluster::{kube_bins, run_timeout, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
@@ -504,6 +505,22 @@ fn main() {
             let _ = std::fs::copy(e.path(), dest.join(e.file_name()));
         }
         println!("logs in {}", dest.display());
+    }
+    // A node's whole round for a profile of the agents (hack/crustlet-order): the pods
+    // deleted as `kubectl delete` does, after everything was measured.
+    if std::env::var_os("BENCH_DELETE").is_some() {
+        let out = run_timeout(
+            &mut c.kubectl(&["-n", NS, "delete", "pods", "--all", "--timeout=300s"]),
+            Duration::from_secs(330),
+        );
+        println!(
+            "pods deleted: {}",
+            if out.status.success() {
+                "yes"
+            } else {
+                "no (timed out)"
+            }
+        );
     }
     c.teardown();
 }
