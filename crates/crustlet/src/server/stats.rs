@@ -316,7 +316,16 @@ fn reading(s: cri::PodSandboxStats) -> Option<PodReading> {
     })
 }
 
+/// One stats listing at a time goes to the runtime: containerd 1.6 keeps the last CPU
+/// reading of each container in a map it updates without a lock, and two
+/// ListPodSandboxStats at once (two `/stats/summary` requests, or one beside
+/// `/metrics/resource`) crash it (`fatal error: concurrent map read and map write`).
+/// (The kubelet 1.28 lists container stats instead, unless its PodAndContainerStatsFromCRI
+/// gate is on.) The crash was seen in the kubelet suite with containerd 1.6.20.
+static RUNTIME_STATS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn pod_readings(ctx: &Ctx) -> anyhow::Result<Vec<PodReading>> {
+    let _one = RUNTIME_STATS.lock().await;
     let mut rt = ctx.cri.runtime.clone();
     match rt
         .list_pod_sandbox_stats(cri::ListPodSandboxStatsRequest { filter: None })
