@@ -185,48 +185,42 @@ fn wait_pod_in(
     })
 }
 
+/// The events of namespace `ns` that `selector` (a field selector) picks, oldest first
+/// (the items of `kubectl get events -o json`), or what kubectl said.
+fn events(c: &Cluster, ns: &str, selector: &str) -> Result<Vec<Value>, String> {
+    let args = ["-n", ns, "get", "events", "--field-selector", selector];
+    let mut cmd = c.kubectl(&args);
+    cmd.args(["--sort-by=.lastTimestamp", "-o", "json"]);
+    let out = run_timeout(&mut cmd, T);
+    match serde_json::from_slice::<Value>(&out.stdout) {
+        Ok(v) if out.status.success() => Ok(v["items"].as_array().cloned().unwrap_or_default()),
+        _ => Err(format!("kubectl get events failed: {}", s(&out.stderr))),
+    }
+}
+
 /// The events of one pod, oldest first, one per line with their count, reason, source
 /// and message.
 fn pod_events(c: &Cluster, ns: &str, name: &str) -> String {
     let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
-    let out = run_timeout(
-        &mut c.kubectl(&[
-            "-n",
-            ns,
-            "get",
-            "events",
-            "--field-selector",
-            &sel,
-            "-o",
-            "json",
-        ]),
-        T,
-    );
-    let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else {
-        return format!("(kubectl get events failed: {})", s(&out.stderr));
-    };
-    let mut lines: Vec<(String, String)> = v["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let at = e["lastTimestamp"]
-                .as_str()
-                .or(e["eventTime"].as_str())
-                .unwrap_or("")
-                .to_string();
-            let line = format!(
-                "  {at} x{} {} ({}): {}",
-                e["count"].as_u64().unwrap_or(1),
-                e["reason"].as_str().unwrap_or(""),
-                e["source"]["component"].as_str().unwrap_or(""),
-                e["message"].as_str().unwrap_or("")
-            );
-            (at, line)
-        })
-        .collect();
-    lines.sort();
-    lines.into_iter().map(|(_, l)| l + "\n").collect()
+    match events(c, ns, &sel) {
+        Ok(items) => items
+            .iter()
+            .map(|e| {
+                format!(
+                    "  {} x{} {} ({}): {}\n",
+                    e["lastTimestamp"]
+                        .as_str()
+                        .or(e["eventTime"].as_str())
+                        .unwrap_or(""),
+                    e["count"].as_u64().unwrap_or(1),
+                    e["reason"].as_str().unwrap_or(""),
+                    e["source"]["component"].as_str().unwrap_or(""),
+                    e["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect(),
+        Err(e) => format!("({e})"),
+    }
 }
 
 fn running(p: &Value) -> bool {

@@ -142,21 +142,8 @@ fn bind_in_node(c: &Cluster) -> std::net::TcpListener {
 /// The messages of the `reason` events of pod `name` in `ns`, oldest first.
 fn event_messages(c: &Cluster, ns: &str, name: &str, reason: &str) -> Vec<String> {
     let sel = format!("involvedObject.name={name},reason={reason}");
-    let v: Value = serde_json::from_str(&ok(c.kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "events",
-        "--field-selector",
-        &sel,
-        "--sort-by=.lastTimestamp",
-        "-o",
-        "json",
-    ])))
-    .unwrap();
-    v["items"]
-        .as_array()
-        .unwrap()
+    crate::events(c, ns, &sel)
+        .unwrap_or_else(|e| panic!("{e}"))
         .iter()
         .filter_map(|e| e["message"].as_str().map(str::to_string))
         .collect()
