@@ -1231,38 +1231,6 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
         *guard = Some(child);
     }
 
-    /// Starts containerd again if it died on its own (no check stops it): Debian's
-    /// containerd 1.6 has crashed under the suite's load (`fatal error: concurrent map
-    /// read and map write` in its CRI plugin's sandbox store), which would fail every
-    /// check on its node for a fault of the runtime compared with. Its pods live on in
-    /// their shims and it finds them again, as after any restart. Returns whether it
-    /// restarted it. Never after [`Cluster::teardown`] began.
-    pub fn restart_crashed_containerd(&self) -> bool {
-        let done = self.torn_down.lock().unwrap();
-        if *done {
-            return false;
-        }
-        let status = {
-            let mut g = self.containerd.lock().unwrap();
-            match g.as_mut().map(|c| c.try_wait()) {
-                Some(Ok(Some(st))) => {
-                    g.take();
-                    st
-                }
-                _ => return false,
-            }
-        };
-        let log = self.log("containerd");
-        let why = log
-            .lines()
-            .find(|l| l.starts_with("fatal error") || l.starts_with("panic"))
-            .unwrap_or("");
-        eprintln!("kubelet suite: containerd exited ({status}) {why}: starting it again");
-        self.start_containerd();
-        drop(done);
-        true
-    }
-
     pub fn containerd_pid(&self) -> Option<u32> {
         self.containerd.lock().unwrap().as_ref().map(|c| c.id())
     }

@@ -1666,15 +1666,6 @@ fn main() {
                 }
                 std::process::exit(128 + sig);
             });
-            // The runtime compared with is kept running (see restart_crashed_containerd).
-            let weak = std::sync::Arc::downgrade(&cluster);
-            std::thread::spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(1));
-                match weak.upgrade() {
-                    Some(c) => c.restart_crashed_containerd(),
-                    None => return,
-                };
-            });
             println!("cluster up in {:.1}s", started.elapsed().as_secs_f32());
             for (i, g) in groups.iter().enumerate() {
                 run_group(&cluster, g, &results);
