@@ -35,16 +35,24 @@ impl Cri {
 }
 
 impl Cri {
-    /// Stops and removes a sandbox, best effort: the runtime removes its containers with
-    /// it, and either call succeeds for a sandbox that is gone already.
-    pub async fn remove_sandbox(&self, id: &str) {
-        let mut rt = self.runtime.clone();
-        let _ = rt
+    /// Stops a sandbox and its containers, best effort (it may be gone already).
+    pub async fn stop_sandbox(&self, id: &str) {
+        let _ = self
+            .runtime
+            .clone()
             .stop_pod_sandbox(cri_api::StopPodSandboxRequest {
                 pod_sandbox_id: id.to_string(),
             })
             .await;
-        let _ = rt
+    }
+
+    /// Stops and removes a sandbox, best effort: the runtime removes its containers with
+    /// it, and either call succeeds for a sandbox that is gone already.
+    pub async fn remove_sandbox(&self, id: &str) {
+        self.stop_sandbox(id).await;
+        let _ = self
+            .runtime
+            .clone()
             .remove_pod_sandbox(cri_api::RemovePodSandboxRequest {
                 pod_sandbox_id: id.to_string(),
             })

@@ -109,6 +109,11 @@ pub struct Worker {
     final_status: Option<PodStatus>,
     runtime_name: String,
     last_pod: Option<Arc<Pod>>,
+    /// The newest instance of each container in the sandbox that died, by name: the
+    /// last state of the container made again in the new one until it has one of its
+    /// own there. The kubelet keeps the old containers until its garbage collection, so
+    /// `lastState` shows how the old one ended; the crustlet removes them at once.
+    carried: HashMap<String, Instance>,
 }
 
 /// Runs the pod until it is deleted (or removed from this node).
@@ -128,6 +133,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
         final_status: None,
         runtime_name: String::new(),
         last_pod: None,
+        carried: HashMap::new(),
     };
     // The worker waits most of its life: sync and terminate are boxed so that their
     // (large) state exists only while they run, not in every idle pod's task.
@@ -737,7 +743,17 @@ impl Worker {
                 return Ok(());
             }
         }
-        // Old sandboxes go: their containers cannot run again.
+        // Old sandboxes go: their containers cannot run again. The newest one is
+        // stopped first, for how its containers ended.
+        if let Some(s) = sandboxes.first() {
+            self.ctx.cri.stop_sandbox(&s.id).await;
+            if let Ok(old) = self.instances(&s.id).await {
+                self.carried = old
+                    .into_iter()
+                    .filter_map(|(name, v)| Some((name, v.into_iter().next()?)))
+                    .collect();
+            }
+        }
         for s in &sandboxes {
             self.ctx.cri.remove_sandbox(&s.id).await;
         }
@@ -935,7 +951,7 @@ impl Worker {
             sandbox.config.clone(),
             sandbox.ip.clone(),
         );
-        let attempt = match prev {
+        let attempt = match prev.or_else(|| self.carried.get(&c.name)) {
             Some(p) => p.attempt + 1,
             None => attempt_from_logs(&Path::new(&sandbox_config.log_directory).join(&c.name)),
         };
@@ -1422,7 +1438,9 @@ impl Worker {
         init: bool,
     ) -> ContainerStatus {
         let latest = v.and_then(|v| v.first());
-        let previous = v.and_then(|v| v.get(1));
+        let previous = v
+            .and_then(|v| v.get(1))
+            .or_else(|| self.carried.get(&c.name));
         let waiting = self.waiting.get(&c.name);
         let state = match latest {
             Some(i) if i.running() => ContainerState {
