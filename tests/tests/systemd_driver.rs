@@ -332,11 +332,13 @@ fn systemd_answers_over_dbus() {
 }
 
 /// The real kubelet v1.28 (`kubelet` of `$CRUST_KUBE_BIN`, which hack/test sets and
-/// hack/vm-test hands to the VM), standalone, in crustd's node network namespace; its
-/// output in a log file. Dropped, it is stopped, and after a failed check the tails of
-/// its log and of crustd's are printed: a kubelet says why it did not do something
-/// only there.
+/// hack/vm-test hands to the VM) or the crustlet, standalone, in crustd's node network
+/// namespace; its output in `<name>.log`. Dropped, it is stopped, and after a failed
+/// check the tails of its log and of crustd's are printed: a kubelet says why it did
+/// not do something only there.
 struct Kubelet {
+    /// `kubelet` or `crustlet`.
+    name: &'static str,
     child: Option<std::process::Child>,
     dir: crust_e2e::TempDir,
     crustd_log: std::path::PathBuf,
@@ -350,18 +352,25 @@ fn tail(text: &str, n: usize) -> String {
 
 impl Kubelet {
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("kubelet.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.name)))
+            .unwrap_or_default()
     }
 
     /// Panics (with the log's tail) when the kubelet has exited: waiting on a dead one
     /// would only end in a timeout that hides why.
     fn assert_running(&mut self, waiting_for: &str) {
         let Some(c) = self.child.as_mut() else {
-            panic!("the kubelet is not running (waiting for {waiting_for})");
+            panic!(
+                "the {} is not running (waiting for {waiting_for})",
+                self.name
+            );
         };
         if let Ok(Some(st)) = c.try_wait() {
             self.child = None;
-            panic!("the kubelet exited ({st}) while waiting for {waiting_for}");
+            panic!(
+                "the {} exited ({st}) while waiting for {waiting_for}",
+                self.name
+            );
         }
     }
 
@@ -378,7 +387,7 @@ impl Kubelet {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        eprintln!("the kubelet ignored SIGTERM for 30 s: killed");
+        eprintln!("the {} ignored SIGTERM for 30 s: killed", self.name);
         let _ = c.kill();
         c.wait().ok()
     }
@@ -389,7 +398,8 @@ impl Drop for Kubelet {
         self.stop();
         if std::thread::panicking() {
             eprintln!(
-                "--- the kubelet's log, last 60 lines:\n{}",
+                "--- the {}'s log, last 60 lines:\n{}",
+                self.name,
                 tail(&self.log(), 60)
             );
             let crustd = std::fs::read_to_string(&self.crustd_log).unwrap_or_default();
@@ -538,6 +548,7 @@ spec:
         .stderr(log);
     let child = cmd.spawn().expect("spawning the kubelet");
     let mut k = Kubelet {
+        name: "kubelet",
         child: Some(child),
         dir,
         crustd_log: e.d.log.clone(),
@@ -759,5 +770,192 @@ spec:
          manifest removed: pod stopped after {stopped:?}, removed with its units after \
          {gone:?}; the kubelet ended {st:?}; {:?} in all",
         t0.elapsed()
+    );
+}
+
+/// The crustlet, standalone (a static pod from a manifest folder, no apiserver), on
+/// crustd with the systemd driver and no `--cgroup-driver`: it takes the driver from
+/// crustd's RuntimeConfig, as the kubelet's `KubeletCgroupDriverFromCRI` does (with
+/// cgroupfs parents crustd would refuse every pod). It makes `kubepods.slice` and the
+/// QoS slices (BestEffort at weight 1), and the pod's own
+/// `kubepods-burstable-pod<uid>.slice` with the pod's limits as unit properties and in
+/// its files; the sandbox's `cgroup_parent` is that slice's path, as the kubelet sends
+/// it, and the pause's and the container's scopes are in it. With the manifest gone the
+/// crustlet stops and removes the pod and stops its slice.
+#[tokio::test]
+#[ignore = "needs systemd as PID 1: runs in hack/vm-test's systemd boot"]
+async fn the_crustlet_with_the_systemd_driver_runs_a_static_pod() {
+    let _kubepods = KUBEPODS.lock().await;
+    let _slices = KubepodsSlices;
+    let mut e = setup().await;
+    let dir = crust_e2e::TempDir::new("crustlet");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let run = crust_e2e::unique("sdl");
+    let manifest = manifests.join("sysd.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: sysd-crustlet
+  namespace: default
+  labels:
+    crust.test/run: {run}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: [sleep, \"1000\"]
+    resources:
+      requests: {{cpu: 100m, memory: 32Mi}}
+      limits: {{cpu: 500m, memory: 64Mi}}
+"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("crustlet.log")).unwrap();
+    let p = |rel: &str| dir.path().join(rel).display().to_string();
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.arg(format!("--net={}", e.d.node.path().display()))
+        .arg("--")
+        .arg(crust_e2e::bin("crustlet"))
+        .arg(format!("--pod-manifest-path={}", manifests.display()))
+        .arg(format!(
+            "--container-runtime-endpoint=unix://{}",
+            e.d.socket.display()
+        ))
+        .arg(format!("--root-dir={}", p("root")))
+        .arg(format!("--cert-dir={}", p("pki")))
+        .arg(format!("--pod-logs-dir={}", p("logs")))
+        .args([
+            // The VM's small disks must not put the node under pressure.
+            "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%",
+            "--image-gc-high-threshold=100",
+            "--image-gc-low-threshold=99",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    let child = cmd.spawn().expect("spawning the crustlet");
+    let mut k = Kubelet {
+        name: "crustlet",
+        child: Some(child),
+        dir,
+        crustd_log: e.d.log.clone(),
+    };
+
+    let by_label = || ListPodSandboxRequest {
+        filter: Some(PodSandboxFilter {
+            label_selector: [("crust.test/run".to_string(), run.clone())].into(),
+            ..Default::default()
+        }),
+    };
+    let deadline = Instant::now() + KUBELET_POD_UP;
+    let mut last = String::from("no sandbox");
+    let (sandbox, ctr) = loop {
+        still_waiting(&mut k, deadline, "the static pod to run", &last);
+        let items =
+            e.c.list_pod_sandbox(by_label())
+                .await
+                .expect("ListPodSandbox")
+                .into_inner()
+                .items;
+        if let Some(sb) = items
+            .iter()
+            .find(|s| s.state == PodSandboxState::SandboxReady as i32)
+        {
+            let ctrs = list_containers(&mut e.c).await;
+            if let Some(c) = ctrs.iter().find(|c| {
+                c.pod_sandbox_id == sb.id && c.state == ContainerState::ContainerRunning as i32
+            }) {
+                break (sb.clone(), c.clone());
+            }
+            last = format!("{items:?}, containers {ctrs:?}");
+        } else if !items.is_empty() {
+            last = format!("{items:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let klog = k.log();
+    assert!(
+        klog.contains("cgroup driver systemd (from the runtime)"),
+        "the crustlet did not take the driver from crustd's RuntimeConfig"
+    );
+    let uid = sandbox.metadata.as_ref().unwrap().uid.replace('-', "_");
+    let slice = format!("kubepods-burstable-pod{uid}.slice");
+    let slice_path = format!("/kubepods.slice/kubepods-burstable.slice/{slice}");
+    let st =
+        e.c.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox.id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info = verbose_info(&st.info);
+    assert_eq!(
+        info["config"]["linux"]["cgroup_parent"], slice_path,
+        "the cgroup_parent the crustlet sent: {info}"
+    );
+    for unit in [
+        "kubepods.slice",
+        "kubepods-burstable.slice",
+        "kubepods-besteffort.slice",
+    ] {
+        assert!(active(unit), "{unit} is not active");
+    }
+    assert_eq!(unit_prop("kubepods-besteffort.slice", "CPUWeight"), "1");
+    assert!(active(&slice), "the pod slice {slice} is not active");
+    // The pod's limits: the sum of its containers', as the kubelet sets them.
+    let limit = (64u64 << 20).to_string();
+    assert_eq!(unit_prop(&slice, "MemoryMax"), limit, "{slice}'s MemoryMax");
+    assert_eq!(unit_prop(&slice, "CPUQuotaPerSecUSec"), "500ms");
+    let slice_dir = fs()
+        .dir("", &CgroupPath::new(&slice_path).unwrap())
+        .unwrap();
+    assert_eq!(read(&slice_dir, "memory.max"), limit);
+    assert_eq!(read(&slice_dir, "cpu.max"), "50000 100000");
+    let pause_scope = format!("crust-{}.scope", sandbox.id);
+    assert_eq!(
+        cgroup_of(info["pid"].as_i64().expect("the pause's pid")),
+        format!("{slice_path}/{pause_scope}")
+    );
+    let (_, cinfo) = container_status(&mut e.c, &ctr.id).await.unwrap();
+    let scope = format!("crust-{}.scope", ctr.id);
+    assert_eq!(
+        cgroup_of(cinfo["pid"].as_i64().expect("the container's pid")),
+        format!("{slice_path}/{scope}")
+    );
+    assert_eq!(unit_prop(&scope, "Slice"), slice);
+
+    // The manifest gone: the pod is stopped and removed, and its slice stopped.
+    std::fs::remove_file(&manifest).unwrap();
+    let deadline = Instant::now() + KUBELET_POD_GONE;
+    loop {
+        let pods =
+            e.c.list_pod_sandbox(by_label())
+                .await
+                .expect("ListPodSandbox")
+                .into_inner()
+                .items;
+        if pods.is_empty() && !active(&slice) && !slice_dir.exists() {
+            break;
+        }
+        let last = format!(
+            "sandboxes {pods:?}; {slice} active: {}, its cgroup there: {}",
+            active(&slice),
+            slice_dir.exists()
+        );
+        still_waiting(&mut k, deadline, "the crustlet to remove the pod", &last);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        k.stop().is_some(),
+        "the crustlet was not running at the end"
     );
 }

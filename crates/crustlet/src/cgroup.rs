@@ -8,9 +8,16 @@
 //! The crustlet writes only the cpu and memory controllers' files, the ones the kubelet
 //! sets for a pod; the other hierarchies (cpuset above all, whose empty `cpuset.cpus` a
 //! new directory would start with) are left to the runtime.
+//!
+//! With the systemd driver (the runtime's, see [`ready`]) every one of these cgroups is
+//! a slice made over D-Bus, as the kubelet's libcontainer makes them: systemd then knows
+//! them (it would otherwise take a cgroup it did not make for a stray and may prune it
+//! on its next reload) and keeps their limits, which are sent as unit properties and
+//! written to the cgroup files as well (for the exact values).
 
-use crate::config::Config;
+use crate::config::{Config, Driver};
 use crate::spec::PodLimits;
+use cgroups::systemd::Systemd;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -72,14 +79,111 @@ fn weight(shares: u64) -> u64 {
     1 + (shares.clamp(2, 262_144) - 2) * 9999 / 262_142
 }
 
+/// Settles the cgroup driver once, before the first pod cgroup: the runtime's, when it
+/// answers `RuntimeConfig` (crustd; the crustlet must place pods where the runtime
+/// expects them: crustd's systemd driver refuses a cgroupfs parent, its cgroupfs driver
+/// a slice), else `--cgroup-driver`'s (containerd 1.6 has no `RuntimeConfig`). Then the
+/// node's pod cgroups are made. An error (the runtime not there yet) is tried again by
+/// the next caller.
+pub async fn ready(cfg: &std::sync::Arc<Config>, cri: &crate::cri::Cri) -> anyhow::Result<()> {
+    static READY: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    READY
+        .get_or_try_init(|| async {
+            let asked = cri
+                .runtime
+                .clone()
+                .runtime_config(cri_api::RuntimeConfigRequest {})
+                .await;
+            let runtimes = match asked {
+                Ok(r) => r.into_inner().linux.map(|l| {
+                    if l.cgroup_driver == cri_api::CgroupDriver::Cgroupfs as i32 {
+                        Driver::Cgroupfs
+                    } else {
+                        Driver::Systemd
+                    }
+                }),
+                Err(s) if s.code() == tonic::Code::Unimplemented => None,
+                Err(s) => anyhow::bail!("asking the runtime for its cgroup driver: {}", s.message()),
+            };
+            let driver = match (runtimes, cfg.cgroup_driver) {
+                (Some(d), flag) => {
+                    if flag.is_some_and(|f| f != d) {
+                        tracing::warn!(
+                            "the runtime uses the {} cgroup driver, --cgroup-driver says {}: taking the runtime's",
+                            d.name(),
+                            cfg.driver().name()
+                        );
+                    }
+                    tracing::info!("cgroup driver {} (from the runtime)", d.name());
+                    d
+                }
+                (None, flag) => {
+                    let d = flag.unwrap_or(Driver::Cgroupfs);
+                    tracing::info!("cgroup driver {} (the runtime does not say)", d.name());
+                    d
+                }
+            };
+            if driver == Driver::Systemd && !cfg.cgroup_root.trim_end_matches('/').is_empty() {
+                tracing::warn!(
+                    root = %cfg.cgroup_root,
+                    "with the systemd cgroup driver pods go in kubepods.slice: --cgroup-root is not used"
+                );
+            }
+            let _ = cfg.driver_in_use.set(driver);
+            let cfg = cfg.clone();
+            let made = tokio::task::spawn_blocking(move || make_node(&cfg, crate::node::limits()))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r);
+            if let Err(e) = made {
+                tracing::warn!("the node's pod cgroups (kubepods): {e}");
+            }
+            Ok(())
+        })
+        .await
+        .map(drop)
+}
+
+/// The connection to systemd, made on first use and kept (a runtime thread of its own).
+fn systemd() -> std::io::Result<&'static Systemd> {
+    static SYSTEMD: std::sync::OnceLock<Result<Systemd, String>> = std::sync::OnceLock::new();
+    SYSTEMD
+        .get_or_init(|| Systemd::connect().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| std::io::Error::other(format!("the systemd cgroup driver: {e}")))
+}
+
+/// Makes the slice whose cgroup is `path` (its parent slices with it) and sets `limits`
+/// on it as unit properties.
+fn make_slice(path: &str, limits: cgroups::Resources, description: &str) -> std::io::Result<()> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let sd = systemd()?;
+    let err = |e: cgroups::Error| std::io::Error::other(format!("{name}: {e}"));
+    sd.start_slice(name, description).map_err(err)?;
+    let version = if hierarchies().iter().any(|h| h.v2 && h.root == "/") {
+        cgroups::Version::V2
+    } else {
+        cgroups::Version::V1
+    };
+    sd.set_properties(name, cgroups::systemd::properties(&limits, version))
+        .map_err(err)
+}
+
 /// Makes the cgroup of pod `uid` of QoS class `qos` with the pod's limits (written again
 /// if it exists: a sandbox made anew), and gives the BestEffort class its 2 shares.
 pub fn make_pod(cfg: &Config, qos: &str, uid: &str, limits: PodLimits) -> std::io::Result<()> {
     let path = cfg.pod_cgroup(qos, uid);
-    let besteffort = (qos == "BestEffort").then(|| {
-        let root = cfg.cgroup_root.trim_end_matches('/');
-        format!("{root}/kubepods/besteffort")
-    });
+    if cfg.driver() == Driver::Systemd {
+        let r = cgroups::Resources {
+            cpu_shares: Some(limits.cpu_shares),
+            cpu_quota: Some(limits.cpu_quota.unwrap_or(-1)),
+            cpu_period: Some(100_000),
+            memory_limit: Some(limits.memory.unwrap_or(-1)),
+            ..Default::default()
+        };
+        make_slice(&path, r, &format!("libcontainer container {path}"))?;
+    }
+    let besteffort = (qos == "BestEffort").then(|| cfg.qos_cgroup("besteffort"));
     for h in hierarchies() {
         let Some(dir) = h.dir(&path) else { continue };
         if h.v2 {
@@ -174,10 +278,32 @@ pub struct NodeLimits {
 /// [`set_burstable`] says otherwise). Without a limit on `kubepods`, a v1 cgroup made by
 /// hand starts at 1024 shares: all pods together would weigh as one process.
 pub fn make_node(cfg: &Config, node: NodeLimits) -> std::io::Result<()> {
-    let root = cfg.cgroup_root.trim_end_matches('/');
-    let kubepods = format!("{root}/kubepods");
+    let kubepods = cfg.kubepods_cgroup();
+    let (burstable, besteffort) = (cfg.qos_cgroup("burstable"), cfg.qos_cgroup("besteffort"));
+    if cfg.driver() == Driver::Systemd {
+        let r = cgroups::Resources {
+            cpu_shares: Some(shares(node.cpu_milli)),
+            memory_limit: Some(node.memory as i64),
+            pids_limit: node.pids.map(|p| p as i64),
+            ..Default::default()
+        };
+        make_slice(&kubepods, r, "libcontainer container kubepods")?;
+        let r = cgroups::Resources {
+            cpu_shares: Some(2),
+            ..Default::default()
+        };
+        make_slice(&besteffort, r, "libcontainer container kubepods-besteffort")?;
+        make_slice(
+            &burstable,
+            cgroups::Resources::default(),
+            "libcontainer container kubepods-burstable",
+        )?;
+    }
     for h in hierarchies() {
         let Some(dir) = h.dir(&kubepods) else {
+            continue;
+        };
+        let (Some(burstable), Some(besteffort)) = (h.dir(&burstable), h.dir(&besteffort)) else {
             continue;
         };
         if h.v2 {
@@ -190,10 +316,9 @@ pub fn make_node(cfg: &Config, node: NodeLimits) -> std::io::Result<()> {
             if wanted.is_empty() {
                 continue;
             }
-            for q in ["burstable", "besteffort"] {
-                let sub = dir.join(q);
-                std::fs::create_dir_all(&sub)?;
-                enable_down_to(&h.mount, &sub, &wanted)?;
+            for sub in [&burstable, &besteffort] {
+                std::fs::create_dir_all(sub)?;
+                enable_down_to(&h.mount, sub, &wanted)?;
             }
             if wanted.contains(&"cpu") {
                 write(
@@ -201,11 +326,7 @@ pub fn make_node(cfg: &Config, node: NodeLimits) -> std::io::Result<()> {
                     "cpu.weight",
                     &weight(shares(node.cpu_milli)).to_string(),
                 )?;
-                write(
-                    &dir.join("besteffort"),
-                    "cpu.weight",
-                    &weight(2).to_string(),
-                )?;
+                write(&besteffort, "cpu.weight", &weight(2).to_string())?;
             }
             if wanted.contains(&"memory") {
                 write(&dir, "memory.max", &node.memory.to_string())?;
@@ -216,11 +337,11 @@ pub fn make_node(cfg: &Config, node: NodeLimits) -> std::io::Result<()> {
             continue;
         }
         if h.has("cpu") {
-            for q in ["burstable", "besteffort"] {
-                std::fs::create_dir_all(dir.join(q))?;
+            for sub in [&burstable, &besteffort] {
+                std::fs::create_dir_all(sub)?;
             }
             write(&dir, "cpu.shares", &shares(node.cpu_milli).to_string())?;
-            write(&dir.join("besteffort"), "cpu.shares", "2")?;
+            write(&besteffort, "cpu.shares", "2")?;
         }
         if h.has("memory") {
             std::fs::create_dir_all(&dir)?;
@@ -238,8 +359,14 @@ pub fn make_node(cfg: &Config, node: NodeLimits) -> std::io::Result<()> {
 /// the kubelet does on each pod start (so a Burstable pod's weight against Guaranteed
 /// ones follows its request, not a fixed 1024).
 pub fn set_burstable(cfg: &Config, milli: i64) -> std::io::Result<()> {
-    let root = cfg.cgroup_root.trim_end_matches('/');
-    let path = format!("{root}/kubepods/burstable");
+    let path = cfg.qos_cgroup("burstable");
+    if cfg.driver() == Driver::Systemd {
+        let r = cgroups::Resources {
+            cpu_shares: Some(shares(milli)),
+            ..Default::default()
+        };
+        make_slice(&path, r, "libcontainer container kubepods-burstable")?;
+    }
     for h in hierarchies() {
         let Some(dir) = h.dir(&path) else { continue };
         if !dir.is_dir() {
@@ -261,14 +388,33 @@ pub fn set_burstable(cfg: &Config, milli: i64) -> std::io::Result<()> {
 /// (a container being torn down) is tried again for a few seconds, then left.
 pub async fn remove_pod(cfg: &Config, uid: &str) {
     let mut dirs = Vec::new();
+    let mut slices = Vec::new();
     for h in hierarchies() {
         for qos in ["Guaranteed", "Burstable", "BestEffort"] {
-            let Some(dir) = h.dir(&cfg.pod_cgroup(qos, uid)) else {
+            let path = cfg.pod_cgroup(qos, uid);
+            let Some(dir) = h.dir(&path) else {
                 continue;
             };
             if dir.is_dir() {
                 dirs.push(dir);
+                slices.push(path);
             }
+        }
+    }
+    if cfg.driver() == Driver::Systemd && !slices.is_empty() {
+        // Stopping the slice is what removes its cgroup (systemd's, not ours to rmdir).
+        let stopped = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let sd = systemd()?;
+            for path in slices {
+                let name = path.rsplit('/').next().unwrap_or(&path);
+                sd.stop(name)
+                    .map_err(|e| std::io::Error::other(format!("{name}: {e}")))?;
+            }
+            Ok(())
+        })
+        .await;
+        if let Ok(Err(e)) = stopped {
+            tracing::warn!(uid, "pod slice not stopped: {e}");
         }
     }
     for _ in 0..50 {

@@ -38,9 +38,16 @@ pub struct Flags {
     /// TLS certificates (the HTTPS server of the next round).
     #[arg(long)]
     pub cert_dir: Option<PathBuf>,
-    /// Prefix of the pod cgroups (`<root>/kubepods/...`).
+    /// Prefix of the pod cgroups (`<root>/kubepods/...`; with the systemd driver only
+    /// `/`, the pods' slices being `kubepods.slice` and below).
     #[arg(long)]
     pub cgroup_root: Option<String>,
+    /// `cgroupfs` or `systemd`: how pod cgroups are made, which must be the runtime's
+    /// way. A runtime that answers CRI `RuntimeConfig` (crustd) says which, and its
+    /// answer wins, as with the kubelet's `KubeletCgroupDriverFromCRI`; this is for one
+    /// that does not (containerd before 1.7). Default cgroupfs.
+    #[arg(long, value_parser = ["cgroupfs", "systemd"])]
+    pub cgroup_driver: Option<String>,
     /// Where the pods' log folders go (the kubelet's `podLogsDir`).
     #[arg(long)]
     pub pod_logs_dir: Option<PathBuf>,
@@ -132,6 +139,7 @@ struct File {
     root_dir: Option<PathBuf>,
     cert_dir: Option<PathBuf>,
     cgroup_root: Option<String>,
+    cgroup_driver: Option<String>,
     pod_logs_dir: Option<PathBuf>,
     pod_manifest_path: Option<PathBuf>,
     #[serde(default)]
@@ -214,6 +222,23 @@ impl ServerConfig {
     }
 }
 
+/// How pod cgroups are made: directories (`cgroupfs`), or systemd slices over D-Bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    Cgroupfs,
+    Systemd,
+}
+
+impl Driver {
+    /// The kubelet's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Cgroupfs => "cgroupfs",
+            Driver::Systemd => "systemd",
+        }
+    }
+}
+
 /// Everything resolved.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -225,6 +250,10 @@ pub struct Config {
     pub root_dir: PathBuf,
     pub cert_dir: PathBuf,
     pub cgroup_root: String,
+    /// The driver of `--cgroup-driver` (or the file), if given.
+    pub cgroup_driver: Option<Driver>,
+    /// The driver in use, once the runtime was asked (see [`crate::cgroup::ready`]).
+    pub driver_in_use: std::sync::OnceLock<Driver>,
     pub pod_logs_dir: PathBuf,
     pub pod_manifest_path: Option<PathBuf>,
     pub cluster_dns: Vec<String>,
@@ -307,6 +336,15 @@ impl Config {
                 .cgroup_root
                 .or(file.cgroup_root)
                 .unwrap_or_else(|| "/".to_string()),
+            cgroup_driver: match flags.cgroup_driver.or(file.cgroup_driver).as_deref() {
+                None => None,
+                Some("cgroupfs") => Some(Driver::Cgroupfs),
+                Some("systemd") => Some(Driver::Systemd),
+                Some(other) => {
+                    bail!("cgroup-driver {other:?}: it is either \"cgroupfs\" or \"systemd\"")
+                }
+            },
+            driver_in_use: std::sync::OnceLock::new(),
             pod_logs_dir: flags
                 .pod_logs_dir
                 .or(file.pod_logs_dir)
@@ -356,13 +394,56 @@ impl Config {
         self.root_dir.join("pods").join(uid)
     }
 
-    /// The cgroup parent of a pod of `qos`, as the kubelet's cgroupfs driver names it.
+    /// The driver in use: the runtime's once known, until then the flag's (cgroupfs
+    /// by default).
+    pub fn driver(&self) -> Driver {
+        self.driver_in_use
+            .get()
+            .copied()
+            .or(self.cgroup_driver)
+            .unwrap_or(Driver::Cgroupfs)
+    }
+
+    /// The cgroup of all pods: `<root>/kubepods`, or the slice `/kubepods.slice`.
+    pub fn kubepods_cgroup(&self) -> String {
+        match self.driver() {
+            Driver::Systemd => "/kubepods.slice".to_string(),
+            Driver::Cgroupfs => format!("{}/kubepods", self.cgroup_root.trim_end_matches('/')),
+        }
+    }
+
+    /// The cgroup of the QoS class `class` (`burstable`, `besteffort`).
+    pub fn qos_cgroup(&self, class: &str) -> String {
+        match self.driver() {
+            Driver::Systemd => format!("/kubepods.slice/kubepods-{class}.slice"),
+            Driver::Cgroupfs => format!("{}/{class}", self.kubepods_cgroup()),
+        }
+    }
+
+    /// The cgroup parent of a pod of `qos`, as the kubelet names it: with the systemd
+    /// driver the path its slice expands to (`kubepods-burstable-pod<uid>.slice`, the
+    /// uid's dashes as underscores, for a dash is a level in a slice's name), which is
+    /// what the kubelet sends as the sandbox's cgroup parent.
     pub fn pod_cgroup(&self, qos: &str, uid: &str) -> String {
-        let root = self.cgroup_root.trim_end_matches('/');
-        match qos {
-            "Guaranteed" => format!("{root}/kubepods/pod{uid}"),
-            "Burstable" => format!("{root}/kubepods/burstable/pod{uid}"),
-            _ => format!("{root}/kubepods/besteffort/pod{uid}"),
+        let class = match qos {
+            "Guaranteed" => None,
+            "Burstable" => Some("burstable"),
+            _ => Some("besteffort"),
+        };
+        match (self.driver(), class) {
+            (Driver::Systemd, None) => {
+                format!(
+                    "/kubepods.slice/kubepods-pod{}.slice",
+                    uid.replace('-', "_")
+                )
+            }
+            (Driver::Systemd, Some(c)) => format!(
+                "{}/kubepods-{c}-pod{}.slice",
+                self.qos_cgroup(c),
+                uid.replace('-', "_")
+            ),
+            (Driver::Cgroupfs, None) => format!("{}/pod{uid}", self.kubepods_cgroup()),
+            (Driver::Cgroupfs, Some(c)) => format!("{}/pod{uid}", self.qos_cgroup(c)),
         }
     }
 }
@@ -390,6 +471,31 @@ mod tests {
             "{e}"
         );
         assert!(parse(&["--pod-manifest-path", "/etc/kubernetes/manifests"]).is_ok());
+    }
+
+    /// The kubelet's systemd names: a slice per level, the uid's dashes underscores;
+    /// the runtime's answer wins over the flag once known; a bad driver is named.
+    #[test]
+    fn systemd_driver_names_pod_slices_as_the_kubelet() {
+        let c = parse(&["--kubeconfig=k", "--cgroup-driver=systemd"]).unwrap();
+        assert_eq!(c.driver(), Driver::Systemd);
+        assert_eq!(c.kubepods_cgroup(), "/kubepods.slice");
+        assert_eq!(
+            c.pod_cgroup("Burstable", "a-b-c"),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda_b_c.slice"
+        );
+        assert_eq!(
+            c.pod_cgroup("BestEffort", "u"),
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu.slice"
+        );
+        assert_eq!(
+            c.pod_cgroup("Guaranteed", "u-1"),
+            "/kubepods.slice/kubepods-podu_1.slice"
+        );
+        c.driver_in_use.set(Driver::Cgroupfs).unwrap();
+        assert_eq!(c.pod_cgroup("Guaranteed", "u-1"), "/kubepods/podu-1");
+        let e = parse(&["--kubeconfig=k", "--cgroup-driver=systemdd"]).unwrap_err();
+        assert!(e.contains("systemdd"), "{e}");
     }
 
     #[test]
@@ -436,6 +542,8 @@ mod tests {
         assert_eq!(c.runtime_socket, PathBuf::from("/run/crust/crust.sock"));
         assert_eq!(c.cluster_domain, "cluster.local");
         assert_eq!(c.pod_cgroup("Burstable", "u1"), "/kubepods/burstable/podu1");
+        assert_eq!((c.cgroup_driver, c.driver()), (None, Driver::Cgroupfs));
+        assert_eq!(c.qos_cgroup("besteffort"), "/kubepods/besteffort");
         let f = Flags::try_parse_from(["crustlet", "--kubeconfig=k", "--anonymous-auth=false"])
             .unwrap();
         let (_, s) = Config::resolve_all(f).unwrap();

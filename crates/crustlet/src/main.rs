@@ -152,8 +152,15 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         tokio::spawn(node::run(cfg.clone(), client, cri.clone()));
     }
     tracing::info!(node = %cfg.node_name, runtime = %cfg.runtime_socket.display(), "crustlet starting");
-    if let Err(e) = cgroup::make_node(&cfg, node::limits()) {
-        tracing::warn!("the node's pod cgroups (kubepods): {e}");
+    {
+        // The cgroup driver and the node's pod cgroups, as soon as the runtime answers.
+        let (cfg, cri) = (cfg.clone(), cri.clone());
+        tokio::spawn(async move {
+            while let Err(e) = cgroup::ready(&cfg, &cri).await {
+                tracing::debug!("{e}");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
     }
     let ctx = Arc::new(Ctx {
         cfg: cfg.clone(),

@@ -858,6 +858,8 @@ mod tests {
             root_dir: "/var/lib/crustlet".into(),
             cert_dir: "/var/lib/crustlet/pki".into(),
             cgroup_root: "/".into(),
+            cgroup_driver: None,
+            driver_in_use: Default::default(),
             pod_logs_dir: "/var/log/pods".into(),
             pod_manifest_path: None,
             cluster_dns: vec!["10.96.0.10".into()],

@@ -760,6 +760,8 @@ impl Worker {
         if !self.refresh_volumes(pod, true).await {
             return Ok(());
         }
+        // The pod's cgroup parent depends on the runtime's cgroup driver.
+        crate::cgroup::ready(&self.ctx.cfg, &self.ctx.cri).await?;
         let attempt = sandboxes
             .iter()
             .filter_map(|s| s.metadata.as_ref().map(|m| m.attempt + 1))

@@ -159,7 +159,7 @@ fn configz(cfg: &crate::config::Config, sc: &crate::config::ServerConfig) -> ser
         "maxPods": cfg.max_pods,
         "cgroupRoot": cfg.cgroup_root,
         "cgroupsPerQOS": true,
-        "cgroupDriver": "cgroupfs",
+        "cgroupDriver": cfg.driver().name(),
         "imageGCHighThresholdPercent": cfg.image_gc_high,
         "imageGCLowThresholdPercent": cfg.image_gc_low,
         "evictionHard": {

@@ -516,11 +516,10 @@ fn system_containers(
     t: &str,
     mem_total: u64,
 ) -> Vec<Value> {
-    let root = cfg.cgroup_root.trim_end_matches('/');
     let mut system = vec![];
     for (name, path) in [
         ("kubelet", crate::cgroup::own()),
-        ("pods", Some(format!("{root}/kubepods"))),
+        ("pods", Some(cfg.kubepods_cgroup())),
     ] {
         let Some(u) = path.and_then(|p| crate::cgroup::usage(hs, &p)) else {
             continue;
