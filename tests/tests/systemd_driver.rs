@@ -351,6 +351,47 @@ fn tail(text: &str, n: usize) -> String {
 }
 
 impl Kubelet {
+    /// Starts `bin` as `name` in the node network namespace of `crustd`, on its socket,
+    /// with the static pods of `manifests`, its root and certificates in `dir`, and
+    /// `args` besides.
+    fn spawn(
+        name: &'static str,
+        bin: &std::path::Path,
+        dir: crust_e2e::TempDir,
+        crustd: &Crustd,
+        manifests: &std::path::Path,
+        args: impl IntoIterator<Item = String>,
+    ) -> Kubelet {
+        let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
+        let p = |rel: &str| dir.path().join(rel).display().to_string();
+        let mut cmd = std::process::Command::new("nsenter");
+        // nsenter execs the agent in place (no fork for a network namespace): the
+        // child's pid is the agent's, for the SIGTERM.
+        cmd.arg(format!("--net={}", crustd.node.path().display()))
+            .arg("--")
+            .arg(bin)
+            .arg(format!("--pod-manifest-path={}", manifests.display()))
+            .arg(format!(
+                "--container-runtime-endpoint=unix://{}",
+                crustd.socket.display()
+            ))
+            .arg(format!("--root-dir={}", p("root")))
+            .arg(format!("--cert-dir={}", p("pki")))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning the {name}: {e}"));
+        Kubelet {
+            name,
+            child: Some(child),
+            dir,
+            crustd_log: crustd.log.clone(),
+        }
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.name)))
             .unwrap_or_default()
@@ -429,6 +470,152 @@ fn still_waiting(k: &mut Kubelet, deadline: Instant, what: &str, last: &str) {
     );
 }
 
+/// Writes the manifest of a Burstable static pod `name` (host network, one container
+/// with requests and limits) into `<dir>/manifests`: (the folder, the file, the
+/// `crust.test/run` label its sandbox gets, as the kubelet passes a pod's labels on).
+fn static_pod(
+    dir: &crust_e2e::TempDir,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let run = crust_e2e::unique("sd");
+    let manifest = manifests.join("sysd.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels:
+    crust.test/run: {run}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: [sleep, \"1000\"]
+    resources:
+      requests: {{cpu: 100m, memory: 32Mi}}
+      limits: {{cpu: 500m, memory: 64Mi}}
+"
+        ),
+    )
+    .unwrap();
+    (manifests, manifest, run)
+}
+
+/// The Burstable static pod's slice, as the kubelet names it (`kubepods-burstable-pod<uid>.slice`,
+/// the uid's dashes, if any, as underscores, for a dash is a level in a slice's name):
+/// its name and cgroup path, checked active and sent by `agent` as the sandbox's
+/// cgroup parent; and the sandbox's verbose info.
+async fn pod_slice(
+    e: &mut Env,
+    sandbox: &PodSandbox,
+    agent: &str,
+) -> (String, String, serde_json::Value) {
+    let uid = sandbox.metadata.as_ref().unwrap().uid.clone();
+    assert!(!uid.is_empty(), "the sandbox has no pod uid: {sandbox:?}");
+    let slice = format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
+    let slice_path = format!("/kubepods.slice/kubepods-burstable.slice/{slice}");
+    let st =
+        e.c.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox.id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info = verbose_info(&st.info);
+    // Not the slice's name: v1.28 sends the cgroup path the slice expands to
+    // (containerd takes the last name of it).
+    assert_eq!(
+        info["config"]["linux"]["cgroup_parent"], slice_path,
+        "the cgroup_parent the {agent} sent: {info}"
+    );
+    assert!(active(&slice), "the pod slice {slice} is not active");
+    (slice, slice_path, info)
+}
+
+/// Runs `f` every 500 ms until it returns something, `k` still running and `deadline`
+/// not passed (else panics with `what` and the last thing `f` saw, when not empty).
+async fn poll_until<T>(
+    k: &mut Kubelet,
+    deadline: Instant,
+    what: &str,
+    mut f: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let mut last = String::from("nothing");
+    loop {
+        still_waiting(k, deadline, what, &last);
+        match f().await {
+            Ok(t) => return t,
+            Err(seen) if !seen.is_empty() => last = seen,
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits (until `deadline`, while `k` runs) for the Ready sandbox of the static pod
+/// labelled `crust.test/run=<run>`.
+async fn ready_sandbox(e: &mut Env, k: &mut Kubelet, run: &str, deadline: Instant) -> PodSandbox {
+    poll_until(
+        k,
+        deadline,
+        "the static pod's sandbox to be Ready",
+        async || {
+            let items = sandboxes_of(&mut e.c, run).await;
+            let ready = items
+                .iter()
+                .find(|s| s.state == PodSandboxState::SandboxReady as i32);
+            ready.cloned().ok_or_else(|| format!("{items:?}"))
+        },
+    )
+    .await
+}
+
+/// Waits (until `deadline`, while `k` runs) for a running container in `sandbox`.
+async fn running_container(
+    e: &mut Env,
+    k: &mut Kubelet,
+    sandbox: &str,
+    deadline: Instant,
+) -> Container {
+    poll_until(
+        k,
+        deadline,
+        "the static pod's container to run",
+        async || {
+            let list = list_containers(&mut e.c).await;
+            let running = list.iter().find(|c| {
+                c.pod_sandbox_id == sandbox && c.state == ContainerState::ContainerRunning as i32
+            });
+            running.cloned().ok_or_else(|| format!("{list:?}"))
+        },
+    )
+    .await
+}
+
+/// The sandboxes labelled `crust.test/run=<run>`.
+async fn sandboxes_of(c: &mut Client, run: &str) -> Vec<PodSandbox> {
+    let filter = PodSandboxFilter {
+        label_selector: [("crust.test/run".to_string(), run.to_string())].into(),
+        ..Default::default()
+    };
+    c.list_pod_sandbox(ListPodSandboxRequest {
+        filter: Some(filter),
+    })
+    .await
+    .expect("ListPodSandbox")
+    .into_inner()
+    .items
+}
+
 /// Under emulation (qemu's TCG) the kubelet takes a while to start (cAdvisor, its
 /// managers), and a pod's first sync goes through a dozen CRI calls: generous limits.
 const KUBELET_POD_UP: Duration = Duration::from_secs(180);
@@ -476,57 +663,18 @@ async fn a_real_kubelet_with_the_systemd_driver_runs_a_static_pod() {
     );
 
     let dir = crust_e2e::TempDir::new("kubelet");
-    let manifests = dir.path().join("manifests");
-    std::fs::create_dir(&manifests).unwrap();
     std::fs::write(dir.path().join("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
-    // The kubelet passes the pod's labels on to the sandbox: this one finds it.
-    let run = crust_e2e::unique("sd");
-    let manifest = manifests.join("sysd.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: sysd
-  namespace: default
-  labels:
-    crust.test/run: {run}
-spec:
-  hostNetwork: true
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: {IMAGE}
-    imagePullPolicy: Never
-    command: [sleep, \"1000\"]
-    resources:
-      requests: {{cpu: 100m, memory: 32Mi}}
-      limits: {{cpu: 500m, memory: 64Mi}}
-"
-        ),
-    )
-    .unwrap();
+    let (manifests, manifest, run) = static_pod(&dir, "sysd");
 
-    let log = std::fs::File::create(dir.path().join("kubelet.log")).unwrap();
     let p = |rel: &str| dir.path().join(rel).display().to_string();
-    let mut cmd = std::process::Command::new("nsenter");
-    // nsenter execs the kubelet in place (no fork for a network namespace): the child's
-    // pid is the kubelet's, for the SIGTERM.
-    cmd.arg(format!("--net={}", e.d.node.path().display()))
-        .arg("--")
-        .arg(&kubelet_bin)
-        .arg(format!("--pod-manifest-path={}", manifests.display()))
-        .arg(format!(
-            "--container-runtime-endpoint=unix://{}",
-            e.d.socket.display()
-        ))
-        .arg(format!("--root-dir={}", p("root")))
-        .arg(format!("--cert-dir={}", p("pki")))
-        .arg(format!("--resolv-conf={}", p("resolv.conf")))
+    let args = [
+        format!("--resolv-conf={}", p("resolv.conf")),
         // Its default is under /usr, read-only in the VM.
-        .arg(format!("--volume-plugin-dir={}", p("volume-plugins")))
-        .args([
+        format!("--volume-plugin-dir={}", p("volume-plugins")),
+    ]
+    .into_iter()
+    .chain(
+        [
             "--cgroup-driver=systemd",
             "--cgroups-per-qos=true",
             // The kubelet then asks crustd (RuntimeConfig) and takes its answer.
@@ -542,80 +690,16 @@ spec:
             // The manifest's removal is seen through inotify; the poll is a fallback.
             "--file-check-frequency=5s",
             "--v=2",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    let child = cmd.spawn().expect("spawning the kubelet");
-    let mut k = Kubelet {
-        name: "kubelet",
-        child: Some(child),
-        dir,
-        crustd_log: e.d.log.clone(),
-    };
+        ]
+        .map(String::from),
+    );
+    let mut k = Kubelet::spawn("kubelet", &kubelet_bin, dir, &e.d, &manifests, args);
 
     // The sandbox, Ready.
-    let by_label = || ListPodSandboxRequest {
-        filter: Some(PodSandboxFilter {
-            label_selector: [("crust.test/run".to_string(), run.clone())].into(),
-            ..Default::default()
-        }),
-    };
     let deadline = Instant::now() + KUBELET_POD_UP;
-    let mut last = String::from("no sandbox");
-    let sandbox = loop {
-        still_waiting(
-            &mut k,
-            deadline,
-            "the static pod's sandbox to be Ready",
-            &last,
-        );
-        let items =
-            e.c.list_pod_sandbox(by_label())
-                .await
-                .expect("ListPodSandbox")
-                .into_inner()
-                .items;
-        if let Some(sb) = items
-            .iter()
-            .find(|s| s.state == PodSandboxState::SandboxReady as i32)
-        {
-            break sb.clone();
-        }
-        if !items.is_empty() {
-            last = format!("{items:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let sandbox = ready_sandbox(&mut e, &mut k, &run, deadline).await;
     let sandbox_up = t0.elapsed();
-    let uid = sandbox.metadata.as_ref().unwrap().uid.clone();
-    assert!(!uid.is_empty(), "the sandbox has no pod uid: {sandbox:?}");
-    // The kubelet's pod slice name: the uid's dashes (a static pod's uid is a hash,
-    // without any) as underscores, for a dash is a level in a slice name.
-    let uid_ = uid.replace('-', "_");
-    let slice = format!("kubepods-burstable-pod{uid_}.slice");
-    let slice_path =
-        format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice");
-
-    let st =
-        e.c.pod_sandbox_status(PodSandboxStatusRequest {
-            pod_sandbox_id: sandbox.id.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let info = verbose_info(&st.info);
-    // Not the slice's name: v1.28 sends the cgroup path the slice expands to
-    // (containerd takes the last name of it).
-    assert_eq!(
-        info["config"]["linux"]["cgroup_parent"], slice_path,
-        "the cgroup_parent the kubelet sent: {info}"
-    );
-    assert!(
-        active(&slice),
-        "the kubelet's pod slice {slice} is not active"
-    );
+    let (slice, slice_path, info) = pod_slice(&mut e, &sandbox, "kubelet").await;
     let pause_scope = format!("crust-{}.scope", sandbox.id);
     let pause = info["pid"].as_i64().expect("the pause's pid");
     assert_eq!(
@@ -627,31 +711,7 @@ spec:
     assert_eq!(unit_prop(&pause_scope, "Slice"), slice);
 
     // The container, running.
-    let mut last = String::from("no container");
-    let ctr = loop {
-        still_waiting(&mut k, deadline, "the static pod's container to run", &last);
-        let list =
-            e.c.list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    pod_sandbox_id: sandbox.id.clone(),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .expect("ListContainers")
-            .into_inner()
-            .containers;
-        if let Some(c) = list
-            .iter()
-            .find(|c| c.state == ContainerState::ContainerRunning as i32)
-        {
-            break c.clone();
-        }
-        if !list.is_empty() {
-            last = format!("{list:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let ctr = running_container(&mut e, &mut k, &sandbox.id, deadline).await;
     let running = t0.elapsed();
     assert_eq!(ctr.metadata.as_ref().unwrap().name, "app");
     let (_, cinfo) = container_status(&mut e.c, &ctr.id).await.unwrap();
@@ -724,12 +784,7 @@ spec:
         .unwrap();
     let mut stopped = None;
     loop {
-        let pods =
-            e.c.list_pod_sandbox(by_label())
-                .await
-                .expect("ListPodSandbox")
-                .into_inner()
-                .items;
+        let pods = sandboxes_of(&mut e.c, &run).await;
         let ctrs = list_containers(&mut e.c).await;
         let units_gone = !active(&scope)
             && !active(&pause_scope)
@@ -789,119 +844,33 @@ async fn the_crustlet_with_the_systemd_driver_runs_a_static_pod() {
     let _slices = KubepodsSlices;
     let mut e = setup().await;
     let dir = crust_e2e::TempDir::new("crustlet");
-    let manifests = dir.path().join("manifests");
-    std::fs::create_dir(&manifests).unwrap();
-    let run = crust_e2e::unique("sdl");
-    let manifest = manifests.join("sysd.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: sysd-crustlet
-  namespace: default
-  labels:
-    crust.test/run: {run}
-spec:
-  hostNetwork: true
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: {IMAGE}
-    imagePullPolicy: Never
-    command: [sleep, \"1000\"]
-    resources:
-      requests: {{cpu: 100m, memory: 32Mi}}
-      limits: {{cpu: 500m, memory: 64Mi}}
-"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.path().join("crustlet.log")).unwrap();
+    let (manifests, manifest, run) = static_pod(&dir, "sysd-crustlet");
     let p = |rel: &str| dir.path().join(rel).display().to_string();
-    let mut cmd = std::process::Command::new("nsenter");
-    cmd.arg(format!("--net={}", e.d.node.path().display()))
-        .arg("--")
-        .arg(crust_e2e::bin("crustlet"))
-        .arg(format!("--pod-manifest-path={}", manifests.display()))
-        .arg(format!(
-            "--container-runtime-endpoint=unix://{}",
-            e.d.socket.display()
-        ))
-        .arg(format!("--root-dir={}", p("root")))
-        .arg(format!("--cert-dir={}", p("pki")))
-        .arg(format!("--pod-logs-dir={}", p("logs")))
-        .args([
-            // The VM's small disks must not put the node under pressure.
-            "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%",
-            "--image-gc-high-threshold=100",
-            "--image-gc-low-threshold=99",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    let child = cmd.spawn().expect("spawning the crustlet");
-    let mut k = Kubelet {
-        name: "crustlet",
-        child: Some(child),
+    let args = [
+        format!("--pod-logs-dir={}", p("logs")),
+        // The VM's small disks must not put the node under pressure.
+        "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%".into(),
+        "--image-gc-high-threshold=100".into(),
+        "--image-gc-low-threshold=99".into(),
+    ];
+    let mut k = Kubelet::spawn(
+        "crustlet",
+        &crust_e2e::bin("crustlet"),
         dir,
-        crustd_log: e.d.log.clone(),
-    };
+        &e.d,
+        &manifests,
+        args,
+    );
 
-    let by_label = || ListPodSandboxRequest {
-        filter: Some(PodSandboxFilter {
-            label_selector: [("crust.test/run".to_string(), run.clone())].into(),
-            ..Default::default()
-        }),
-    };
     let deadline = Instant::now() + KUBELET_POD_UP;
-    let mut last = String::from("no sandbox");
-    let (sandbox, ctr) = loop {
-        still_waiting(&mut k, deadline, "the static pod to run", &last);
-        let items =
-            e.c.list_pod_sandbox(by_label())
-                .await
-                .expect("ListPodSandbox")
-                .into_inner()
-                .items;
-        if let Some(sb) = items
-            .iter()
-            .find(|s| s.state == PodSandboxState::SandboxReady as i32)
-        {
-            let ctrs = list_containers(&mut e.c).await;
-            if let Some(c) = ctrs.iter().find(|c| {
-                c.pod_sandbox_id == sb.id && c.state == ContainerState::ContainerRunning as i32
-            }) {
-                break (sb.clone(), c.clone());
-            }
-            last = format!("{items:?}, containers {ctrs:?}");
-        } else if !items.is_empty() {
-            last = format!("{items:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let sandbox = ready_sandbox(&mut e, &mut k, &run, deadline).await;
+    let ctr = running_container(&mut e, &mut k, &sandbox.id, deadline).await;
     let klog = k.log();
     assert!(
         klog.contains("cgroup driver systemd (from the runtime)"),
         "the crustlet did not take the driver from crustd's RuntimeConfig"
     );
-    let uid = sandbox.metadata.as_ref().unwrap().uid.replace('-', "_");
-    let slice = format!("kubepods-burstable-pod{uid}.slice");
-    let slice_path = format!("/kubepods.slice/kubepods-burstable.slice/{slice}");
-    let st =
-        e.c.pod_sandbox_status(PodSandboxStatusRequest {
-            pod_sandbox_id: sandbox.id.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let info = verbose_info(&st.info);
-    assert_eq!(
-        info["config"]["linux"]["cgroup_parent"], slice_path,
-        "the cgroup_parent the crustlet sent: {info}"
-    );
+    let (slice, slice_path, info) = pod_slice(&mut e, &sandbox, "crustlet").await;
     for unit in [
         "kubepods.slice",
         "kubepods-burstable.slice",
@@ -910,7 +879,6 @@ spec:
         assert!(active(unit), "{unit} is not active");
     }
     assert_eq!(unit_prop("kubepods-besteffort.slice", "CPUWeight"), "1");
-    assert!(active(&slice), "the pod slice {slice} is not active");
     // The pod's limits: the sum of its containers', as the kubelet sets them.
     let limit = (64u64 << 20).to_string();
     assert_eq!(unit_prop(&slice, "MemoryMax"), limit, "{slice}'s MemoryMax");
@@ -937,12 +905,7 @@ spec:
     std::fs::remove_file(&manifest).unwrap();
     let deadline = Instant::now() + KUBELET_POD_GONE;
     loop {
-        let pods =
-            e.c.list_pod_sandbox(by_label())
-                .await
-                .expect("ListPodSandbox")
-                .into_inner()
-                .items;
+        let pods = sandboxes_of(&mut e.c, &run).await;
         if pods.is_empty() && !active(&slice) && !slice_dir.exists() {
             break;
         }
