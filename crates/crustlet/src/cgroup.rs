@@ -86,6 +86,8 @@ fn weight(shares: u64) -> u64 {
 /// node's pod cgroups are made. An error (the runtime not there yet) is tried again by
 /// the next caller.
 pub async fn ready(cfg: &std::sync::Arc<Config>, cri: &crate::cri::Cri) -> anyhow::Result<()> {
+    // Not `driver_in_use` itself: that is set before the node's cgroups are made (their
+    // paths follow it), and callers must wait for both.
     static READY: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     READY
         .get_or_try_init(|| async {
@@ -111,7 +113,7 @@ pub async fn ready(cfg: &std::sync::Arc<Config>, cri: &crate::cri::Cri) -> anyho
                         tracing::warn!(
                             "the runtime uses the {} cgroup driver, --cgroup-driver says {}: taking the runtime's",
                             d.name(),
-                            cfg.driver().name()
+                            flag.map_or("", Driver::name)
                         );
                     }
                     tracing::info!("cgroup driver {} (from the runtime)", d.name());
@@ -160,11 +162,15 @@ fn make_slice(path: &str, limits: cgroups::Resources, description: &str) -> std:
     let sd = systemd()?;
     let err = |e: cgroups::Error| std::io::Error::other(format!("{name}: {e}"));
     sd.start_slice(name, description).map_err(err)?;
-    let version = if hierarchies().iter().any(|h| h.v2 && h.root == "/") {
-        cgroups::Version::V2
-    } else {
-        cgroups::Version::V1
-    };
+    // The host's cgroup version does not change: read once, not on every pod.
+    static VERSION: std::sync::OnceLock<cgroups::Version> = std::sync::OnceLock::new();
+    let version = *VERSION.get_or_init(|| {
+        if hierarchies().iter().any(|h| h.v2 && h.root == "/") {
+            cgroups::Version::V2
+        } else {
+            cgroups::Version::V1
+        }
+    });
     sd.set_properties(name, cgroups::systemd::properties(&limits, version))
         .map_err(err)
 }
@@ -397,7 +403,10 @@ pub async fn remove_pod(cfg: &Config, uid: &str) {
             };
             if dir.is_dir() {
                 dirs.push(dir);
-                slices.push(path);
+                // One unit, however many v1 hierarchies have its directory.
+                if !slices.contains(&path) {
+                    slices.push(path);
+                }
             }
         }
     }
