@@ -25,6 +25,9 @@
 //! the median of 5 samples 2 s apart, taken at the same instants for both; and where
 //! each agent's RSS is (its executable, other files, anonymous memory; threads).
 //! `BENCH_DELETE=1` deletes the pods at the end (for a profile of a node's whole round).
+//! `BENCH_INSPECT=<shell command>` runs that command once the memory is read, with the
+//! agents still up and `KUBELET_PID` and `CRUSTLET_PID` set (to look at their pages
+//! more closely than smaps shows).
 
 use crust_e2e::cluster::{kube_bins, run_timeout, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
@@ -441,6 +444,14 @@ fn main() {
                 c.path("logs").join(format!("{name}.smaps")),
             );
         }
+    }
+    if let Some(cmd) = std::env::var_os("BENCH_INSPECT") {
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .env("KUBELET_PID", kubelet_pid.to_string())
+            .env("CRUSTLET_PID", crustlet_pid.to_string())
+            .status();
     }
     let kubelet_where = breakdown(kubelet_pid);
     let crustlet_where = breakdown(crustlet_pid);
