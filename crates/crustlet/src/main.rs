@@ -132,10 +132,10 @@ async fn trim_malloc() {
 /// adoption) is over.
 const START_SECS: u64 = 60;
 
-/// Once the start is over, lets go of the executable's read-only pages (its code and
-/// constants) that the process has mapped, so that what only the start used stops
-/// counting as the crustlet's memory; what the node's round runs is mapped again at its
-/// first use, from the page cache (a minor fault per 64 KiB, no disk read).
+/// Lets go of the executable's read-only pages (its code and constants) that the process
+/// has mapped, so that what only the start used stops counting as the crustlet's memory;
+/// what the node's round runs is mapped again at its first use, from the page cache (a
+/// minor fault per 64 KiB, no disk read). Returns the bytes of mappings let go.
 ///
 /// Why: the kernel maps a file's pages 64 KiB at a time around each page touched, and the
 /// start touches far more than the round does: argument parsing, the kubeconfig's YAML,
@@ -143,14 +143,8 @@ const START_SECS: u64 = 60;
 /// data (22 of its 25 windows of 64 KiB, 1.3 MiB) and run code that never runs again.
 /// Only read-only segments that are the file's own content are let go (`MADV_DONTNEED`
 /// re-reads them as they were): the writable ones, and the relocated tables made
-/// read-only after start (RELRO, inside a writable segment), are left alone. Once only:
-/// the pages the round uses stay mapped for good.
-async fn release_start_pages() {
-    tokio::time::sleep(std::time::Duration::from_secs(START_SECS)).await;
-    let kib = release_read_only_segments() / 1024;
-    tracing::debug!("let go of the executable's read-only pages ({kib} KiB of mappings)");
-}
-
+/// read-only after start (RELRO, inside a writable segment), are left alone. Once only,
+/// `START_SECS` after start: the pages the round uses stay mapped for good.
 fn release_read_only_segments() -> usize {
     /// Called for each loaded object, the executable first; stops after it.
     unsafe extern "C" fn each(
@@ -167,11 +161,7 @@ fn release_read_only_segments() -> usize {
             // SAFETY: see above.
             unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
         };
-        // SAFETY: sysconf has no preconditions.
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            p if p > 0 => p as u64,
-            _ => 4096,
-        };
+        let page = page_size() as u64;
         for ph in phdrs {
             if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_W != 0 || ph.p_memsz == 0 {
                 continue;
@@ -203,7 +193,6 @@ fn release_read_only_segments() -> usize {
 async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyhow::Result<()> {
     node::status::set_thresholds(cfg.eviction_hard);
     tokio::spawn(trim_malloc());
-    tokio::spawn(release_start_pages());
     let cri = cri::Cri::lazy(&cfg.runtime_socket);
     let client = match &cfg.kubeconfig {
         Some(path) => {
@@ -257,16 +246,19 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
     // thread, whose stack then only ever holds the start's frames (let go below).
     let mut pods = tokio::spawn(pods::run(ctx.clone()));
     let mut gc = tokio::spawn(gc::run(ctx));
-    let main_stack = async {
+    // Once the start is over, on this thread: let go of what only the start used.
+    let start_over = async {
         tokio::time::sleep(std::time::Duration::from_secs(START_SECS)).await;
+        let kib = release_read_only_segments() / 1024;
         trim_stack();
+        tracing::debug!("let go of the start's pages ({kib} KiB of read-only mappings)");
         std::future::pending::<()>().await
     };
     tokio::select! {
         // (Neither ends but by a panic, which ends the crustlet as it did on this thread.)
         r = &mut pods => r.map_err(|e| anyhow::anyhow!("the pods' loop: {e}"))?,
         r = &mut gc => r.map_err(|e| anyhow::anyhow!("the garbage collector: {e}"))?,
-        _ = main_stack => {}
+        _ = start_over => {}
         _ = term.recv() => tracing::info!("SIGTERM: stopping; pods keep running"),
         _ = int.recv() => tracing::info!("SIGINT: stopping; pods keep running"),
     }
@@ -307,21 +299,18 @@ fn trim_stack() {
     /// Kept below the current frame: what this function's own calls (madvise) use.
     const MARGIN: usize = 16 * 1024;
     let here = std::hint::black_box(0u8);
-    let sp = std::ptr::addr_of!(here) as usize;
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let sp = std::ptr::addr_of!(here) as u64;
+    let Ok(maps) = procfs::process::Process::myself().and_then(|p| p.maps()) else {
         return;
     };
     // The mapping that holds this frame is this thread's stack.
-    let stack = maps.lines().find_map(|line| {
-        let (a, b) = line.split_once(' ')?.0.split_once('-')?;
-        let (a, b) = (
-            usize::from_str_radix(a, 16).ok()?,
-            usize::from_str_radix(b, 16).ok()?,
-        );
-        (a <= sp && sp < b).then_some(a)
-    });
-    let Some(low) = stack else { return };
-    let end = (sp & !4095).saturating_sub(MARGIN);
+    let Some(low) = maps.iter().find_map(|m| {
+        let (low, high) = m.address;
+        (low <= sp && sp < high).then_some(low as usize)
+    }) else {
+        return;
+    };
+    let end = (sp as usize & !(page_size() - 1)).saturating_sub(MARGIN);
     if end > low {
         // SAFETY: [low, end) is the part of this thread's own stack mapping below the
         // current frame and a margin: it holds no live frame, so its contents may go.
@@ -329,47 +318,38 @@ fn trim_stack() {
     }
 }
 
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => 4096,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use procfs::process::{MMPermissions, MMapPath, MemoryMap, Process};
+
+    /// KiB resident in this process's mappings that `pick` takes.
+    fn resident(pick: impl Fn(&MemoryMap) -> bool) -> u64 {
+        let maps = Process::myself().unwrap().smaps().unwrap();
+        let rss = |m: &MemoryMap| m.extension.map.get("Rss").copied().unwrap_or(0);
+        maps.iter().filter(|m| pick(m)).map(rss).sum::<u64>() / 1024
+    }
+
     /// KiB resident in this process's read-only mappings of its own executable.
     fn resident_read_only_exe() -> u64 {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let exe = exe.to_str().unwrap();
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut ours = false;
-        let mut kib = 0;
-        for line in smaps.lines() {
-            let mut f = line.split_whitespace();
-            match (f.next(), f.next()) {
-                (Some(range), Some(perms)) if range.contains('-') && perms.len() == 4 => {
-                    ours = line.trim_end().ends_with(exe) && !perms.contains('w');
-                }
-                (Some("Rss:"), Some(n)) if ours => kib += n.parse::<u64>().unwrap(),
-                _ => {}
-            }
-        }
-        kib
+        resident(|m| {
+            m.pathname == MMapPath::Path(exe.clone()) && !m.perms.contains(MMPermissions::WRITE)
+        })
     }
 
     /// KiB resident of the mapping holding the caller's frame (its thread's stack).
     fn resident_stack() -> u64 {
         let here = std::hint::black_box(0u8);
-        let sp = std::ptr::addr_of!(here) as usize;
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut ours = false;
-        for line in smaps.lines() {
-            let mut f = line.split_whitespace();
-            match (f.next(), f.next()) {
-                (Some(range), Some(perms)) if range.contains('-') && perms.len() == 4 => {
-                    let (a, b) = range.split_once('-').unwrap();
-                    let (a, b) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16));
-                    ours = matches!((a, b), (Ok(a), Ok(b)) if a <= sp && sp < b);
-                }
-                (Some("Rss:"), Some(n)) if ours => return n.parse().unwrap(),
-                _ => {}
-            }
-        }
-        panic!("no mapping holds the stack");
+        let sp = std::ptr::addr_of!(here) as u64;
+        resident(|m| m.address.0 <= sp && sp < m.address.1)
     }
 
     /// Goes `depth` frames of 4 KiB deep, each writing its frame; the sum of what it wrote.
