@@ -466,19 +466,21 @@ fn a_40k_line_is_two_partials_and_a_full_record() {
     assert_eq!(out[3], ('F', "after".into()));
 }
 
+/// A line the stream's end cuts before its newline is a `P` record, as containerd
+/// writes it: the kubelet gives `echo -n DONE` back as `DONE`, without a newline.
 #[test]
-fn an_unterminated_last_line_is_a_full_record() {
+fn an_unterminated_last_line_is_a_partial_record() {
     let tmp = TempDir::new("mon");
     let mut m = start(&tmp, "printf 'one\\ntwo'; printf 'e1\\ne2' >&2", &[]);
     m.wait();
     let recs = records(&std::fs::read(&m.log).unwrap());
     assert_eq!(
         texts(&recs, "stdout"),
-        [('F', "one".into()), ('F', "two".into())]
+        [('F', "one".into()), ('P', "two".into())]
     );
     assert_eq!(
         texts(&recs, "stderr"),
-        [('F', "e1".into()), ('F', "e2".into())]
+        [('F', "e1".into()), ('P', "e2".into())]
     );
 }
 
@@ -603,11 +605,19 @@ fn no_child_is_exit_code_255() {
 #[test]
 fn the_record_does_not_wait_for_a_grandchild_holding_the_pipes() {
     let tmp = TempDir::new("mon");
-    let mut m = start(&tmp, &format!("({WAIT_GO}) & echo done; exit 4"), &[]);
+    let mut m = start(
+        &tmp,
+        &format!("({WAIT_GO}) & echo done; printf unfinished; exit 4"),
+        &[],
+    );
     let (_, rec) = m.wait();
     assert_eq!(rec.exit_code, 4);
     let recs = records(&std::fs::read(&m.log).unwrap());
-    assert_eq!(texts(&recs, "stdout"), [('F', "done".into())]);
+    // The line the exit left without its newline is cut there: a partial record.
+    assert_eq!(
+        texts(&recs, "stdout"),
+        [('F', "done".into()), ('P', "unfinished".into())]
+    );
 }
 
 /// Without `-l` the output is read and dropped; the child never blocks on it.

@@ -56,7 +56,7 @@
 //!    ├─ stream readable  → read, to attach clients, cut into records,  │
 //!    │                     one writev each ───────────────────────────┤
 //!    ├─ attach           → accept; client input → container stdin ────┤
-//!    ├─ stream EOF/error → last partial line as F, close; the child   │
+//!    ├─ stream EOF/error → last unfinished line as P, close; the child│
 //!    │                     may still run, so keep waiting for it ─────┤
 //!    ├─ SIGUSR1          → close the log, open LOG_PATH again ────────┤
 //!    ├─ SIGTERM/INT/HUP, others → ignored (crustd signals the container)
@@ -65,14 +65,17 @@
 //!                                     init gone (or no child: ECHILD)
 //!                                       ▼
 //!  finish: time of reap; drain the streams without waiting for EOF (a daemonised
-//!          grandchild may hold them forever); pending partial lines as F; OOM counter;
+//!          grandchild may hold them forever); unfinished lines as P; OOM counter;
 //!          exit record to EXIT_FILE.tmp, fsync, rename, fsync the directory; exit 0
 //!          (1 when the record could not be written)
 //! ```
 //! Log records are CRI's format, `<RFC3339Nano UTC> <stdout|stderr> <F|P> <text>\n`,
 //! each written by one `writev` to the O_APPEND file, so records of the two streams
 //! never interleave inside a line. A line longer than 16 KiB becomes `P` records of
-//! 16 KiB and a final `F`. Errors writing the log are ignored: the container must never
+//! 16 KiB and a final `F`. Only a newline makes an `F`: a line cut by the end of its
+//! stream (`echo -n DONE`), or still unfinished when the child is gone, is written as
+//! a `P`, as containerd does, so that readers (the kubelet's, which adds a newline
+//! after `F` text only) give back exactly what the container wrote. Errors writing the log are ignored: the container must never
 //! block on its output, so the streams are always read (a LOG_PATH that cannot be
 //! opened drops the output until a SIGUSR1 opens it). Each record carries the time its
 //! bytes were read, so output still in a pipe at the exit is stamped after the reap.
@@ -598,7 +601,7 @@ impl Stream {
 
     /// Up to `reads` reads, until the pipe is empty; writes every record they complete
     /// and hands each chunk to the attach clients. At the end of the stream (or on an
-    /// error) the rest is written and the fd closed.
+    /// error) the rest is written (a `P` record: it has no newline) and the fd closed.
     fn pump(&mut self, log: &Log, reads: usize, attach: &mut Attach) {
         let mut done = 0;
         while self.fd >= 0 && done < reads {
@@ -632,7 +635,8 @@ impl Stream {
         }
     }
 
-    /// Writes what is still pending as a full record (the child is gone).
+    /// Writes what is still pending (the child is gone): a line without its newline,
+    /// so a `P` record, like the rest of a stream at its end.
     fn flush(&mut self, log: &Log) {
         self.write_records(log, true);
     }

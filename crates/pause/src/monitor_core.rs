@@ -9,7 +9,8 @@
 use core::ffi::CStr;
 
 /// The longest text of one CRI log record (containerd's default `max_container_log_line_size`).
-/// A longer line is cut into partial (`P`) records of this size and a final full (`F`) one.
+/// A longer line is cut into partial (`P`) records of this size and a final full (`F`) one
+/// (a final `P` when the stream ends before its newline, see [`next_record`]).
 pub const MAX_LINE: usize = 16 * 1024;
 
 /// Room for any time [`format_time`] writes (a 12-digit year at most, from an `i64`).
@@ -296,7 +297,7 @@ pub fn header(sec: i64, nsec: u32, stream: &[u8], full: bool, out: &mut [u8; HEA
 /// The next record at the start of a stream's pending bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record {
-    /// `F` (a whole line, or its last piece) rather than `P`.
+    /// `F` (a line with its newline, or the last piece of one) rather than `P`.
     pub full: bool,
     /// The record's text is `pending[..len]` (never with the `\n`).
     pub len: usize,
@@ -305,8 +306,11 @@ pub struct Record {
 }
 
 /// Cuts the next record off `pending`: a line ending in `\n` within [`MAX_LINE`] bytes
-/// is an `F`; without one, [`MAX_LINE`] bytes are a `P` once more than that is pending;
-/// at the end of the stream (`eof`) what is left is an `F`. `None`: wait for more.
+/// is an `F`; without one, [`MAX_LINE`] bytes are a `P` once more than that is pending.
+/// `eof`: no more bytes will come (the stream ended, or the monitor stops reading it),
+/// so what is left is written now, as a `P`: only a newline makes an `F`. That is
+/// containerd's rule, and what lets a reader give back `echo -n DONE` as `DONE`, not
+/// `DONE\n` (the kubelet adds a newline after `F` text only). `None`: wait for more.
 pub fn next_record(pending: &[u8], eof: bool) -> Option<Record> {
     let window = &pending[..pending.len().min(MAX_LINE + 1)];
     if let Some(i) = window.iter().position(|&b| b == b'\n') {
@@ -325,7 +329,7 @@ pub fn next_record(pending: &[u8], eof: bool) -> Option<Record> {
     }
     if eof && !pending.is_empty() {
         return Some(Record {
-            full: true,
+            full: false,
             len: pending.len(),
             consumed: pending.len(),
         });
@@ -504,13 +508,37 @@ mod tests {
                 split(b"a\n\nbc\n", chunk),
                 [('F', b"a".to_vec()), ('F', vec![]), ('F', b"bc".to_vec())]
             );
-            // An unterminated last line is full at the end of the stream.
-            assert_eq!(
-                split(b"a\nbc", chunk),
-                [('F', b"a".to_vec()), ('F', b"bc".to_vec())]
-            );
             assert_eq!(split(b"", chunk), []);
         }
+    }
+
+    /// `echo -n DONE`: a line the end of the stream cuts before its newline is a `P`,
+    /// as containerd writes it, so that readers give back the text without a newline.
+    #[test]
+    fn an_unterminated_last_line_is_partial() {
+        for chunk in [1, 3, 4096, 1 << 20] {
+            assert_eq!(split(b"DONE", chunk), [('P', b"DONE".to_vec())]);
+            assert_eq!(
+                split(b"a\nbc", chunk),
+                [('F', b"a".to_vec()), ('P', b"bc".to_vec())]
+            );
+            // A newline at the very end is a full line, and nothing follows it.
+            assert_eq!(
+                split(b"a\nbc\n", chunk),
+                [('F', b"a".to_vec()), ('F', b"bc".to_vec())]
+            );
+        }
+        // Without the end of the stream, an unterminated line waits for more.
+        assert_eq!(next_record(b"DONE", false), None);
+        assert_eq!(
+            next_record(b"DONE", true),
+            Some(Record {
+                full: false,
+                len: 4,
+                consumed: 4,
+            })
+        );
+        assert_eq!(next_record(b"", true), None);
     }
 
     #[test]
@@ -538,8 +566,12 @@ mod tests {
             split(&[&over[..], b"\n"].concat(), 4096),
             [('P', exact.clone()), ('F', b"x".to_vec())]
         );
-        // Unterminated and long at the end of the stream.
-        assert_eq!(split(&over, 4096), [('P', exact), ('F', b"x".to_vec())]);
+        // Unterminated and long at the end of the stream: every piece is partial.
+        assert_eq!(
+            split(&over, 4096),
+            [('P', exact.clone()), ('P', b"x".to_vec())]
+        );
+        assert_eq!(split(&exact, 4096), [('P', exact)]);
     }
 
     trait ConcatText {
