@@ -366,3 +366,65 @@ spec:
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(pod_state(&mut c, "onfailure").await.1["flaky"].len(), 2);
 }
+
+/// The conformance test "should report termination message if TerminationMessagePath
+/// is set as non-root user and at a non-default path": a container running as uid 1000
+/// writes its message at `/tmp/dev/termination-log`, a folder the image does not have.
+/// The crustlet's host file must be writable by that user (0666 whatever the umask, as
+/// the kubelet makes it) and crustd makes the mount target's folders; the container
+/// exits 0 and the message is there. Its `echo -n` output, which no newline ends, is a
+/// partial (`P`) record, as containerd writes it.
+#[tokio::test]
+async fn termination_message_as_non_root_at_a_non_default_path() {
+    if !root() {
+        return;
+    }
+    let d = Crustd::start();
+    import_busybox(&d);
+    let mut c = d.client().await;
+    let cl = Crustlet::start(&d);
+    cl.manifest(
+        "term",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: term}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    securityContext: {runAsUser: 1000}
+    terminationMessagePath: /tmp/dev/termination-log
+    command: ["sh", "-c", "echo -n DONE > /tmp/dev/termination-log && echo -n DONE"]
+"#,
+    );
+    let main = wait_until(
+        "the container to exit",
+        &cl,
+        Duration::from_secs(60),
+        async || {
+            let (_, k) = pod_state(&mut c, "term").await;
+            k.get("main")
+                .and_then(|v| v.last())
+                .filter(|x| x.2 == EXITED)
+                .cloned()
+        },
+    )
+    .await;
+    let log = log_of(cl.logs.path(), "term", "main", 0);
+    assert_eq!(main.3, 0, "exit code; container log: {log:?}");
+    let pods = cl.root.path().join("root/pods");
+    let term = std::fs::read_dir(&pods)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("containers/main/0-termination-log"))
+        .find(|p| p.exists())
+        .expect("the termination message file");
+    assert_eq!(std::fs::read_to_string(&term).unwrap(), "DONE");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&term).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666, "{}", term.display());
+    assert!(log.ends_with(" stdout P DONE\n"), "{log:?}");
+}

@@ -63,6 +63,10 @@ pub struct Flags {
     /// Pods this node takes at most (its `pods` capacity).
     #[arg(long)]
     pub max_pods: Option<u32>,
+    /// Sysctls pods may set besides the safe ones (names, or prefixes ending in `*`,
+    /// comma-separated); each must be known to be namespaced.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// Image filesystem usage (percent) at which unused images are removed.
     #[arg(long)]
     pub image_gc_high_threshold: Option<u8>,
@@ -146,6 +150,8 @@ struct File {
     cluster_dns: Vec<String>,
     cluster_domain: Option<String>,
     max_pods: Option<u32>,
+    #[serde(default)]
+    allowed_unsafe_sysctls: Vec<String>,
     image_gc_high_threshold: Option<u8>,
     image_gc_low_threshold: Option<u8>,
     eviction_hard: Option<String>,
@@ -259,6 +265,8 @@ pub struct Config {
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     pub max_pods: u32,
+    /// The sysctls pods may set: the safe ones and `--allowed-unsafe-sysctls`.
+    pub sysctls: crate::admit::Sysctls,
     pub image_gc_high: u8,
     pub eviction_hard: crate::node::status::Thresholds,
     pub image_gc_low: u8,
@@ -356,6 +364,11 @@ impl Config {
                 .or(file.cluster_domain)
                 .unwrap_or_else(|| "cluster.local".to_string()),
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
+            sysctls: crate::admit::Sysctls::for_node(
+                crate::admit::kernel_version(),
+                &pick(flags.allowed_unsafe_sysctls, file.allowed_unsafe_sysctls),
+            )
+            .map_err(|e| anyhow::anyhow!("--allowed-unsafe-sysctls: {e}"))?,
             eviction_hard: match flags.eviction_hard.or(file.eviction_hard) {
                 Some(e) => {
                     crate::node::status::Thresholds::parse(&e).map_err(anyhow::Error::msg)?
@@ -496,6 +509,45 @@ mod tests {
         assert_eq!(c.pod_cgroup("Guaranteed", "u-1"), "/kubepods/podu-1");
         let e = parse(&["--kubeconfig=k", "--cgroup-driver=systemdd"]).unwrap_err();
         assert!(e.contains("systemdd"), "{e}");
+    }
+
+    /// `--allowed-unsafe-sysctls` (or the file's key) widens what pods may set; a
+    /// pattern not known to be namespaced, or malformed, stops the start, named.
+    #[test]
+    fn allowed_unsafe_sysctls_from_flag_or_file() {
+        let dir = std::env::temp_dir().join(format!("crustlet-cfg3-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(
+            &f,
+            "kubeconfig = \"k\"\nallowed-unsafe-sysctls = [\"kernel.msg*\"]\n",
+        )
+        .unwrap();
+        let sysctl_pod = |name: &str| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [], "securityContext": {"sysctls": [{"name": name, "value": "1"}]}},
+            }))
+            .unwrap()
+        };
+        let c = parse(&["--config", f.to_str().unwrap()]).unwrap();
+        assert!(crate::admit::admit(&sysctl_pod("kernel.msgmax"), &c.sysctls).is_ok());
+        assert!(crate::admit::admit(&sysctl_pod("net.core.somaxconn"), &c.sysctls).is_err());
+        let c = parse(&[
+            "--kubeconfig=k",
+            "--allowed-unsafe-sysctls=net.*,kernel.sem",
+        ])
+        .unwrap();
+        assert!(crate::admit::admit(&sysctl_pod("net.core.somaxconn"), &c.sysctls).is_ok());
+        assert!(crate::admit::admit(&sysctl_pod("kernel.msgmax"), &c.sysctls).is_err());
+        let c = parse(&["--kubeconfig=k"]).unwrap();
+        assert!(crate::admit::admit(&sysctl_pod("kernel.shm_rmid_forced"), &c.sysctls).is_ok());
+        let e = parse(&["--kubeconfig=k", "--allowed-unsafe-sysctls=kernel.panic"]).unwrap_err();
+        assert!(
+            e.contains("--allowed-unsafe-sysctls") && e.contains("kernel.panic"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

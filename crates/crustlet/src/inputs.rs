@@ -13,8 +13,10 @@ use crate::spec;
 use base64::Engine as _;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, EnvVar, EnvVarSource, KeyToPath, Pod, Secret, ServiceAccount, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, EnvVar, EnvVarSource, KeyToPath, Pod,
+    ResourceFieldSelector, ResourceRequirements, Secret, ServiceAccount, Volume,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, PostParams};
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
@@ -158,19 +160,8 @@ impl Inputs<'_> {
             }
         } else if let Some(d) = &v.downward_api {
             let mode = d.default_mode.unwrap_or(0o644);
-            let mut out = vec![];
-            for item in d.items.iter().flatten() {
-                let value = match &item.field_ref {
-                    Some(f) => self.field(&f.field_path)?,
-                    None => String::new(),
-                };
-                out.push((
-                    item.path.clone(),
-                    value.into_bytes(),
-                    item.mode.unwrap_or(mode),
-                ));
-            }
-            out
+            self.downward_files(d.items.as_deref().unwrap_or_default(), mode)
+                .await?
         } else if let Some(p) = &v.projected {
             self.projected(p).await?
         } else {
@@ -189,7 +180,10 @@ impl Inputs<'_> {
             "kubernetes.io~projected"
         };
         let d = dir(plugin);
-        write_atomically(&d, &files).map_err(|e| io(&d, e))?;
+        let fs_group = spec::spec(self.pod)
+            .security_context
+            .and_then(|s| s.fs_group);
+        write_atomically(&d, &files, fs_group).map_err(|e| io(&d, e))?;
         Ok(d)
     }
 
@@ -228,18 +222,95 @@ impl Inputs<'_> {
                 }
             }
             if let Some(d) = &s.downward_api {
-                for item in d.items.iter().flatten() {
-                    if let Some(f) = &item.field_ref {
-                        out.push((
-                            item.path.clone(),
-                            self.field(&f.field_path)?.into_bytes(),
-                            item.mode.unwrap_or(mode),
-                        ));
-                    }
-                }
+                out.extend(
+                    self.downward_files(d.items.as_deref().unwrap_or_default(), mode)
+                        .await?,
+                );
             }
         }
         Ok(out)
+    }
+
+    /// The files of a downwardAPI volume or projected source: each item's field of the pod
+    /// or resource of a container it names. An item with neither gives no file, as the
+    /// kubelet's.
+    async fn downward_files(
+        &self,
+        items: &[DownwardAPIVolumeFile],
+        mode: i32,
+    ) -> Result<Vec<(String, Vec<u8>, i32)>, InputError> {
+        let alloc = self
+            .allocatable(items.iter().any(|i| i.resource_field_ref.is_some()))
+            .await;
+        let mut out = vec![];
+        for item in items {
+            let value = if let Some(f) = &item.field_ref {
+                self.field(&f.field_path)?
+            } else if let Some(r) = &item.resource_field_ref {
+                self.resource_field(r, None, &alloc)?
+            } else {
+                continue;
+            };
+            out.push((
+                item.path.clone(),
+                value.into_bytes(),
+                item.mode.unwrap_or(mode),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The node's allocatable (see [`crate::node::allocatable`]), the default limits of
+    /// the downward API; read off the runtime's threads, and only when `needed`.
+    async fn allocatable(&self, needed: bool) -> BTreeMap<String, Quantity> {
+        if !needed {
+            return BTreeMap::new();
+        }
+        let dir = self.pod_dir.clone();
+        tokio::task::spawn_blocking(move || crate::node::allocatable(&dir))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// A `resourceFieldRef`'s value: of the container it names (the pod's containers,
+    /// then its init containers), else of `own`, the container of an env var (a volume's
+    /// ref must name one).
+    fn resource_field(
+        &self,
+        r: &ResourceFieldSelector,
+        own: Option<&Container>,
+        allocatable: &BTreeMap<String, Quantity>,
+    ) -> Result<String, InputError> {
+        let c = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
+            Some(name) => self
+                .pod
+                .spec
+                .iter()
+                .flat_map(|s| {
+                    s.containers
+                        .iter()
+                        .chain(s.init_containers.iter().flatten())
+                })
+                .find(|c| c.name == name)
+                .ok_or_else(|| {
+                    InputError::Invalid(format!(
+                        "resourceFieldRef {:?}: container {name:?} not found",
+                        r.resource
+                    ))
+                })?,
+            None => own.ok_or_else(|| {
+                InputError::Invalid(format!(
+                    "resourceFieldRef {:?}: a volume's must name its containerName",
+                    r.resource
+                ))
+            })?,
+        };
+        resource_field_value(
+            &r.resource,
+            c.resources.as_ref(),
+            allocatable,
+            r.divisor.as_ref(),
+        )
     }
 
     /// A token of the pod's service account bound to the pod (TokenRequest).
@@ -336,6 +407,13 @@ impl Inputs<'_> {
             Some(s) => s.env(self.ns(), links).await.map_err(InputError::Missing)?,
             None => vec![],
         };
+        let alloc = self
+            .allocatable(c.env.iter().flatten().any(|e| {
+                e.value_from
+                    .as_ref()
+                    .is_some_and(|s| s.resource_field_ref.is_some())
+            }))
+            .await;
         let mut vars: Vec<(String, String)> = vec![];
         let set = |k: String, v: String, vars: &mut Vec<(String, String)>| {
             vars.retain(|(n, _)| *n != k);
@@ -374,7 +452,7 @@ impl Inputs<'_> {
                         services.iter().chain(vars.iter()).cloned().collect();
                     expand(&value.unwrap_or_default(), &known)
                 }
-                Some(src) => match self.env_source(c, &src, pod_ip).await? {
+                Some(src) => match self.env_source(c, &src, pod_ip, &alloc).await? {
                     Some(v) => v,
                     None => continue,
                 },
@@ -397,6 +475,7 @@ impl Inputs<'_> {
         c: &Container,
         src: &EnvVarSource,
         pod_ip: &str,
+        allocatable: &BTreeMap<String, Quantity>,
     ) -> Result<Option<String>, InputError> {
         if let Some(f) = &src.field_ref {
             if f.field_path == "status.podIP" || f.field_path == "status.podIPs" {
@@ -433,31 +512,7 @@ impl Inputs<'_> {
             };
         }
         if let Some(r) = &src.resource_field_ref {
-            let res = c.resources.clone().unwrap_or_default();
-            let (limits, name) = match r.resource.split_once('.') {
-                Some(("limits", n)) => (true, n),
-                Some(("requests", n)) => (false, n),
-                _ => {
-                    return Err(InputError::Invalid(format!(
-                        "resourceFieldRef {:?}",
-                        r.resource
-                    )))
-                }
-            };
-            let q =
-                if limits { res.limits } else { res.requests }.and_then(|m| m.get(name).cloned());
-            let v = match (name, q) {
-                ("cpu", Some(q)) => {
-                    let m = crate::quantity::milli(&q)
-                        .map_err(|e| InputError::Invalid(e.to_string()))?;
-                    (m + 999) / 1000
-                }
-                (_, Some(q)) => {
-                    crate::quantity::value(&q).map_err(|e| InputError::Invalid(e.to_string()))?
-                }
-                (_, None) => 0,
-            };
-            return Ok(Some(v.to_string()));
+            return self.resource_field(r, Some(c), allocatable).map(Some);
         }
         Ok(None)
     }
@@ -481,6 +536,69 @@ impl Inputs<'_> {
         }
         Ok(None)
     }
+}
+
+/// A container's resource as the downward API gives it (a `resourceFieldRef`'s value),
+/// by the kubelet's rules (`ExtractContainerResourceValue` after
+/// `MergeContainerResourceLimits`):
+/// - `resource` is `limits.` or `requests.` and then `cpu`, `memory`,
+///   `ephemeral-storage` or `hugepages-<size>`;
+/// - a cpu, memory or ephemeral-storage limit that is absent or zero is the node's
+///   `allocatable` one (hugepages are never overcommitted, so they have none); any other
+///   amount absent is 0;
+/// - the amount is divided by `divisor` (absent or zero: `1`) and rounded up, cpu in
+///   millicores on both sides (so `1m` gives millicores), the rest in whole units.
+pub fn resource_field_value(
+    resource: &str,
+    resources: Option<&ResourceRequirements>,
+    allocatable: &BTreeMap<String, Quantity>,
+    divisor: Option<&Quantity>,
+) -> Result<String, InputError> {
+    let unsupported = || {
+        InputError::Invalid(format!(
+            "resourceFieldRef: unsupported container resource {resource:?}"
+        ))
+    };
+    let (list, name, limit) = match resource.split_once('.') {
+        Some(("limits", n)) => (resources.and_then(|r| r.limits.as_ref()), n, true),
+        Some(("requests", n)) => (resources.and_then(|r| r.requests.as_ref()), n, false),
+        _ => return Err(unsupported()),
+    };
+    let defaulted = matches!(name, "cpu" | "memory" | "ephemeral-storage");
+    if !defaulted && !name.starts_with("hugepages-") {
+        return Err(unsupported());
+    }
+    let units = |q: &Quantity| {
+        if name == "cpu" {
+            crate::quantity::milli(q)
+        } else {
+            crate::quantity::value(q)
+        }
+        .map_err(|e| InputError::Invalid(format!("resourceFieldRef {resource:?}: {e}")))
+    };
+    // Both round a fraction up, so only a zero amount reads as 0.
+    let mut amount = list.and_then(|l| l.get(name)).map(units).transpose()?;
+    if limit && defaulted && amount.unwrap_or(0) == 0 {
+        if let Some(a) = allocatable.get(name) {
+            amount = Some(units(a)?);
+        }
+    }
+    let divisor = match divisor.map(units).transpose()? {
+        None | Some(0) if name == "cpu" => 1000,
+        None | Some(0) => 1,
+        Some(d) if d > 0 => d,
+        Some(_) => {
+            return Err(InputError::Invalid(format!(
+                "resourceFieldRef {resource:?}: the divisor must be positive"
+            )))
+        }
+    };
+    Ok(ceil_div(amount.unwrap_or(0), divisor).to_string())
+}
+
+/// `a / b` rounded up, for `b > 0`.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    a / b + i64::from(a % b > 0)
 }
 
 fn config_map_data(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
@@ -581,8 +699,13 @@ pub fn expand(s: &str, vars: &[(String, String)]) -> String {
 }
 
 /// Writes `files` (relative path, content, mode) under `dir` atomically, as described
-/// at the top of this module.
-pub fn write_atomically(dir: &Path, files: &[(String, Vec<u8>, i32)]) -> std::io::Result<()> {
+/// at the top of this module; with the pod's `fs_group`, the volume's files and
+/// folders are given to that group first (see [`own_by_group`]).
+pub fn write_atomically(
+    dir: &Path,
+    files: &[(String, Vec<u8>, i32)],
+    fs_group: Option<i64>,
+) -> std::io::Result<()> {
     for (p, _, _) in files {
         if p.is_empty()
             || p.starts_with('/')
@@ -612,6 +735,11 @@ pub fn write_atomically(dir: &Path, files: &[(String, Vec<u8>, i32)]) -> std::io
         std::fs::write(&f, content)?;
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(*mode as u32 & 0o7777))?;
     }
+    // Before the switch, as the kubelet's atomic writer runs its `setPerms`, so the
+    // container never sees the new files with the wrong owner.
+    if let Some(gid) = fs_group.and_then(|g| u32::try_from(g).ok()) {
+        own_by_group(dir, gid)?;
+    }
     let tmp = dir.join("..data_tmp");
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&stamp, &tmp)?;
@@ -636,6 +764,40 @@ pub fn write_atomically(dir: &Path, files: &[(String, Vec<u8>, i32)]) -> std::io
     }
     if let Some(old) = old.filter(|o| o != Path::new(&stamp)) {
         let _ = std::fs::remove_dir_all(dir.join(old));
+    }
+    Ok(())
+}
+
+/// The mode the kubelet's `SetVolumeOwnership` gives a file or folder of a volume with
+/// an fsGroup: readable by the group (configMap, secret, downwardAPI and projected
+/// volumes are read-only, so no write bit), folders also searchable and setgid.
+fn group_mode(mode: u32, dir: bool) -> u32 {
+    if dir {
+        mode | 0o440 | 0o110 | 0o2000
+    } else {
+        mode | 0o440
+    }
+}
+
+/// Gives `path` and everything under it the group `gid` with [`group_mode`], as the
+/// kubelet walks a volume; a symlink's own group only (its mode means nothing). As
+/// with the kubelet, a file it cannot change is logged, not an error.
+fn own_by_group(path: &Path, gid: u32) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if let Err(e) = std::os::unix::fs::lchown(path, None, Some(gid)) {
+        tracing::warn!(path = %path.display(), "fsGroup {gid}: {e}");
+    }
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = group_mode(meta.permissions().mode() & 0o7777, meta.is_dir());
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
+        tracing::warn!(path = %path.display(), "fsGroup {gid}: {e}");
+    }
+    if meta.is_dir() {
+        for e in std::fs::read_dir(path)? {
+            own_by_group(&e?.path(), gid)?;
+        }
     }
     Ok(())
 }
@@ -691,6 +853,203 @@ fn auth_for(json: &[u8], registry: &str) -> Option<cri_api::AuthConfig> {
 mod tests {
     use super::*;
 
+    fn list(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn resource_field_values_as_the_kubelets() {
+        let set = ResourceRequirements {
+            limits: list(&[
+                ("cpu", "1250m"),
+                ("memory", "64Mi"),
+                ("ephemeral-storage", "1Gi"),
+                ("hugepages-2Mi", "4Mi"),
+            ]),
+            requests: list(&[
+                ("cpu", "250m"),
+                ("memory", "32Mi"),
+                ("ephemeral-storage", "500M"),
+                ("hugepages-2Mi", "4Mi"),
+            ]),
+            ..Default::default()
+        };
+        let zero = ResourceRequirements {
+            limits: list(&[("cpu", "0"), ("memory", "0")]),
+            ..Default::default()
+        };
+        let alloc = list(&[
+            ("cpu", "4"),
+            ("memory", "8141344Ki"),
+            ("ephemeral-storage", "90Gi"),
+            ("hugepages-2Mi", "1Gi"),
+        ])
+        .unwrap();
+        // (resource, the container's resources, divisor, value)
+        let table: &[(&str, Option<&ResourceRequirements>, Option<&str>, &str)] = &[
+            // cpu: whole cores rounded up, or millicores.
+            ("limits.cpu", Some(&set), None, "2"),
+            ("limits.cpu", Some(&set), Some("1"), "2"),
+            ("limits.cpu", Some(&set), Some("1m"), "1250"),
+            ("limits.cpu", Some(&set), Some("0"), "2"),
+            ("requests.cpu", Some(&set), None, "1"),
+            ("requests.cpu", Some(&set), Some("1m"), "250"),
+            // memory: bytes, or units of a binary or decimal divisor, rounded up.
+            ("limits.memory", Some(&set), None, "67108864"),
+            ("limits.memory", Some(&set), Some("1"), "67108864"),
+            ("limits.memory", Some(&set), Some("1m"), "67108864"),
+            ("limits.memory", Some(&set), Some("1Ki"), "65536"),
+            ("limits.memory", Some(&set), Some("1Mi"), "64"),
+            ("limits.memory", Some(&set), Some("1Gi"), "1"),
+            ("limits.memory", Some(&set), Some("1k"), "67109"),
+            ("limits.memory", Some(&set), Some("1M"), "68"),
+            ("limits.memory", Some(&set), Some("1G"), "1"),
+            ("requests.memory", Some(&set), Some("1Mi"), "32"),
+            // ephemeral-storage and hugepages alike.
+            ("limits.ephemeral-storage", Some(&set), None, "1073741824"),
+            ("limits.ephemeral-storage", Some(&set), Some("1Gi"), "1"),
+            ("requests.ephemeral-storage", Some(&set), Some("1M"), "500"),
+            ("requests.ephemeral-storage", Some(&set), Some("1Mi"), "477"),
+            ("limits.hugepages-2Mi", Some(&set), Some("1Mi"), "4"),
+            ("requests.hugepages-2Mi", Some(&set), None, "4194304"),
+            // No limit, or a zero one: the node's allocatable; hugepages have no default.
+            ("limits.cpu", None, None, "4"),
+            ("limits.cpu", None, Some("1m"), "4000"),
+            ("limits.cpu", Some(&zero), Some("1m"), "4000"),
+            ("limits.memory", None, None, "8336736256"),
+            ("limits.memory", Some(&zero), Some("1Mi"), "7951"),
+            ("limits.ephemeral-storage", None, Some("1Gi"), "90"),
+            ("limits.hugepages-2Mi", None, None, "0"),
+            // No request: 0.
+            ("requests.cpu", None, None, "0"),
+            ("requests.memory", Some(&zero), None, "0"),
+            ("requests.ephemeral-storage", None, None, "0"),
+        ];
+        for (resource, res, divisor, want) in table {
+            let divisor = divisor.map(|d| Quantity(d.to_string()));
+            let got = resource_field_value(resource, *res, &alloc, divisor.as_ref());
+            assert_eq!(
+                got.as_deref().ok(),
+                Some(*want),
+                "{resource} divisor {divisor:?}: {got:?}"
+            );
+        }
+        // A node that could not read its memory gives no default.
+        assert_eq!(
+            resource_field_value("limits.memory", None, &BTreeMap::new(), None).unwrap(),
+            "0"
+        );
+        let bad = ResourceRequirements {
+            limits: list(&[("cpu", "12xyz")]),
+            ..Default::default()
+        };
+        for (resource, res, divisor) in [
+            ("limits.nvidia.com/gpu", None, None),
+            ("limits.pods", None, None),
+            ("spec.cpu", None, None),
+            ("cpu", None, None),
+            ("limits.cpu", Some(&bad), None),
+            ("limits.cpu", None, Some("-1")),
+            ("limits.memory", None, Some("1x")),
+        ] {
+            let divisor = divisor.map(|d| Quantity(d.to_string()));
+            assert!(
+                resource_field_value(resource, res, &alloc, divisor.as_ref()).is_err(),
+                "{resource} {divisor:?}"
+            );
+        }
+    }
+
+    fn pod_of(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn inputs(pod: &Pod) -> Inputs<'_> {
+        Inputs {
+            client: None,
+            services: None,
+            pod,
+            pod_dir: std::env::temp_dir(),
+            node_name: "n",
+            node_ip: "192.0.2.1",
+        }
+    }
+
+    #[test]
+    fn a_resource_field_of_the_container_named_else_its_own() {
+        let pod = pod_of(serde_json::json!({
+            "containers": [{"name": "a", "resources": {"limits": {"cpu": "500m"}}}],
+            "initContainers": [{"name": "i", "resources": {"requests": {"memory": "1Mi"}}}],
+        }));
+        let inp = inputs(&pod);
+        let alloc = list(&[("cpu", "2")]).unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        let r = |resource: &str, container: Option<&str>| ResourceFieldSelector {
+            resource: resource.into(),
+            container_name: container.map(Into::into),
+            divisor: Some(Quantity("1m".into())),
+        };
+        let own = Some(&spec.init_containers.as_ref().unwrap()[0]);
+        let get = |sel: ResourceFieldSelector, own| inp.resource_field(&sel, own, &alloc);
+        assert_eq!(get(r("limits.cpu", Some("a")), own).unwrap(), "500");
+        assert_eq!(get(r("limits.cpu", Some("i")), None).unwrap(), "2000");
+        assert_eq!(get(r("requests.memory", None), own).unwrap(), "1048576");
+        assert_eq!(get(r("requests.memory", Some("")), own).unwrap(), "1048576");
+        assert!(get(r("limits.cpu", Some("nope")), own).is_err());
+        assert!(
+            get(r("limits.cpu", None), None).is_err(),
+            "a volume names it"
+        );
+    }
+
+    #[tokio::test]
+    async fn downward_files_of_fields_and_resources_with_the_nodes_defaults() {
+        let pod = pod_of(serde_json::json!({
+            "containers": [{"name": "a", "resources": {"limits": {"memory": "64Mi"}}}],
+        }));
+        let item = |path: &str, v: serde_json::Value| -> DownwardAPIVolumeFile {
+            let mut v = v;
+            v["path"] = path.into();
+            serde_json::from_value(v).unwrap()
+        };
+        let items = [
+            item(
+                "name",
+                serde_json::json!({"fieldRef": {"fieldPath": "metadata.name"}}),
+            ),
+            item(
+                "mem",
+                serde_json::json!({"resourceFieldRef":
+                    {"containerName": "a", "resource": "limits.memory", "divisor": "1Mi"}}),
+            ),
+            item(
+                "cpu",
+                serde_json::json!({"mode": 0o400, "resourceFieldRef":
+                    {"containerName": "a", "resource": "limits.cpu", "divisor": "1m"}}),
+            ),
+            item("neither", serde_json::json!({})),
+        ];
+        let files = inputs(&pod).downward_files(&items, 0o644).await.unwrap();
+        let cpu = crate::node::cpu_capacity_milli().to_string().into_bytes();
+        assert_eq!(
+            files,
+            vec![
+                ("name".to_string(), b"p".to_vec(), 0o644),
+                ("mem".to_string(), b"64".to_vec(), 0o644),
+                ("cpu".to_string(), cpu, 0o400),
+            ]
+        );
+    }
+
     #[test]
     fn variable_references_expand_as_the_kubelet_does() {
         let vars = vec![
@@ -711,6 +1070,7 @@ mod tests {
                 ("a".into(), b"1".to_vec(), 0o644),
                 ("sub/b".into(), b"2".to_vec(), 0o600),
             ],
+            None,
         )
         .unwrap();
         assert_eq!(std::fs::read(d.join("a")).unwrap(), b"1");
@@ -721,7 +1081,7 @@ mod tests {
             .mode()
             & 0o777;
         assert_eq!(mode, 0o600);
-        write_atomically(&d, &[("a".into(), b"new".to_vec(), 0o644)]).unwrap();
+        write_atomically(&d, &[("a".into(), b"new".to_vec(), 0o644)], None).unwrap();
         assert_eq!(std::fs::read(d.join("a")).unwrap(), b"new");
         assert!(!d.join("sub").exists());
         let stamps = std::fs::read_dir(&d)
@@ -730,7 +1090,36 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with("..1"))
             .count();
         assert_eq!(stamps, 1, "the previous contents are removed");
-        assert!(write_atomically(&d, &[("../x".into(), vec![], 0o644)]).is_err());
+        assert!(write_atomically(&d, &[("../x".into(), vec![], 0o644)], None).is_err());
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn an_fs_group_gets_the_files_as_the_kubelet_gives_them() {
+        // The e2e's defaultMode 0440 stays -r--r-----; the group may always read.
+        assert_eq!(group_mode(0o440, false), 0o440);
+        assert_eq!(group_mode(0o400, false), 0o440);
+        assert_eq!(group_mode(0o644, false), 0o644);
+        assert_eq!(group_mode(0o755, true), 0o2755);
+        assert_eq!(group_mode(0o700, true), 0o2750);
+
+        // The group a folder we make gets (ours), which a test without root may give.
+        use std::os::unix::fs::MetadataExt;
+        let d = std::env::temp_dir().join(format!("crustlet-fsgroup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let gid = std::fs::metadata(&d).unwrap().gid();
+        let files = [
+            ("data-1".to_string(), b"value-1".to_vec(), 0o440),
+            ("sub/b".into(), b"2".to_vec(), 0o400),
+        ];
+        write_atomically(&d, &files, Some(gid.into())).unwrap();
+        for (path, mode) in [("data-1", 0o440), ("sub/b", 0o440)] {
+            let m = std::fs::metadata(d.join(path)).unwrap();
+            assert_eq!((m.mode() & 0o7777, m.gid()), (mode, gid), "{path}");
+        }
+        let sub = std::fs::metadata(d.join("sub")).unwrap();
+        assert_eq!(sub.mode() & 0o2550, 0o2550, "{:o}", sub.mode());
         std::fs::remove_dir_all(&d).ok();
     }
 

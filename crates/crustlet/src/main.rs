@@ -2,12 +2,14 @@
 //! the apiserver (and static pods from a folder of manifests), and runs each through
 //! any CRI runtime (crustd by default), reporting their status back. See the README.
 
+mod admit;
 mod cgroup;
 mod config;
 mod cri;
 mod ephemeral;
 mod events;
 mod gc;
+mod http_get;
 mod inputs;
 mod node;
 mod pods;

@@ -122,6 +122,20 @@ pub fn cpu_capacity_milli() -> i64 {
     host::online_cpus() as i64 * 1000
 }
 
+/// The node's allocatable cpu, memory, hugepages-* and ephemeral-storage as the Node's
+/// status posts them ([`status::capacity`] over fresh readings; ephemeral-storage is the
+/// filesystem holding `dir`, the root dir's or a folder under it). The kubelet gives a
+/// container without a cpu, memory or ephemeral-storage limit these as its limits in the
+/// downward API. Blocking: statvfs can hang on a dead network filesystem.
+pub fn allocatable(
+    dir: &std::path::Path,
+) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+    // `pods` is the only entry not read from the host, and no container has it.
+    let (_, mut alloc) = status::capacity(&host::readings(dir), 0);
+    alloc.remove("pods");
+    alloc
+}
+
 /// The node's InternalIP: `--node-ip`, else the address of the interface with the
 /// default route, else the first non-loopback IPv4 address. Pods' `hostIP` is this.
 pub fn node_ip(cfg: &Config) -> Option<String> {
@@ -677,6 +691,12 @@ mod tests {
         assert!(memory_capacity() > 0);
         assert!(memory_allocatable() < memory_capacity());
         assert!(cpu_capacity_milli() >= 1000 && cpu_capacity_milli() % 1000 == 0);
+        // The downward API's defaults agree with the other readings.
+        let alloc = allocatable(std::path::Path::new("/"));
+        let milli = |k: &str| crate::quantity::milli(&alloc[k]).unwrap();
+        assert_eq!(milli("cpu"), cpu_capacity_milli());
+        assert_eq!(milli("memory"), memory_allocatable() * 1000);
+        assert!(alloc.contains_key("ephemeral-storage") && !alloc.contains_key("pods"));
         let mut c = cfg();
         c.node_ip = Some("192.0.2.7".into());
         assert_eq!(node_ip(&c).as_deref(), Some("192.0.2.7"));

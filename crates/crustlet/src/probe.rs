@@ -3,10 +3,10 @@
 //! the kubelet runs them, with the probe's delay, period, timeout and thresholds.
 
 use crate::cri::Cri;
-use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
+use crate::http_get;
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -93,21 +93,15 @@ pub async fn run(cri: &Cri, p: &Probe, c: &Container, id: &str, ip: &str) -> (Ou
     } else if let Some(h) = &p.http_get {
         match port(c, &h.port) {
             Ok(port) => {
-                let host = h
-                    .host
-                    .clone()
-                    .filter(|h| !h.is_empty())
-                    .unwrap_or_else(|| ip.to_string());
-                let path = h.path.clone().unwrap_or_else(|| "/".into());
-                let headers: Vec<(String, String)> = h
-                    .http_headers
-                    .iter()
-                    .flatten()
-                    .map(|x| (x.name.clone(), x.value.clone()))
-                    .collect();
-                tokio::time::timeout(timeout, http_get(&host, port, &path, &headers))
+                let g = http_get::Get::new(h, port, ip, http_get::Purpose::Probe);
+                tokio::time::timeout(timeout, http_probe(&g))
                     .await
-                    .unwrap_or_else(|_| Err(format!("timeout after {timeout:?}")))
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                            g.url()
+                        ))
+                    })
             }
             Err(e) => Err(e),
         }
@@ -146,6 +140,24 @@ pub async fn run(cri: &Cri, p: &Probe, c: &Container, id: &str, ip: &str) -> (Ou
     }
 }
 
+/// The grace period, in seconds, of a container the crustlet kills while its pod runs,
+/// as the kubelet's `setTerminationGracePeriod` and `killContainer` pick it: the pod's
+/// deletion grace period when it is being deleted; else, for a container that failed
+/// the liveness or startup probe `failed`, that probe's `terminationGracePeriodSeconds`
+/// when set; else the pod's (30 s if unset); never less than 2 s.
+pub fn kill_grace(pod: &Pod, failed: Option<&Probe>) -> i64 {
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| failed.and_then(|p| p.termination_grace_period_seconds))
+        .or(pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(30);
+    grace.max(2)
+}
+
 /// Runs a lifecycle hook (postStart, preStop): exec, HTTP GET or a sleep, within `limit`.
 pub async fn hook(
     cri: &Cri,
@@ -161,14 +173,10 @@ pub async fn hook(
                 .await
                 .map(|_| ())
         } else if let Some(g) = &h.http_get {
-            let port = port(c, &g.port)?;
-            let host = g
-                .host
-                .clone()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| ip.to_string());
-            let path = g.path.clone().unwrap_or_else(|| "/".into());
-            http_get(&host, port, &path, &[]).await.map(|_| ())
+            // The answer's status does not matter: a hook fails only when no answer
+            // comes, as the kubelet's.
+            let g = http_get::Get::new(g, port(c, &g.port)?, ip, http_get::Purpose::Lifecycle);
+            http_get::send(&g).await.map(|_| ())
         } else if let Some(s) = &h.sleep {
             tokio::time::sleep(Duration::from_secs(s.seconds.max(0) as u64)).await;
             Ok(())
@@ -200,51 +208,14 @@ async fn exec(cri: &Cri, id: &str, cmd: Vec<String>, timeout: Duration) -> Resul
     }
 }
 
-/// An HTTP/1.1 GET; 200–399 is a success, as the kubelet counts it.
-async fn http_get(
-    host: &str,
-    port: u16,
-    path: &str,
-    headers: &[(String, String)],
-) -> Result<String, String> {
-    let mut s = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("Get \"http://{host}:{port}{path}\": {e}"))?;
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.28\r\nAccept: */*\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; 1024];
-    let mut n = 0;
-    while n < buf.len() {
-        let k = s.read(&mut buf[n..]).await.map_err(|e| e.to_string())?;
-        if k == 0 {
-            break;
-        }
-        n += k;
-        if buf[..n].windows(2).any(|w| w == b"\r\n") {
-            break;
-        }
-    }
-    let line = String::from_utf8_lossy(&buf[..n]);
-    let code: u16 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| {
-            format!(
-                "not an HTTP response: {:?}",
-                line.lines().next().unwrap_or("")
-            )
-        })?;
-    if (200..400).contains(&code) {
-        Ok(String::new())
-    } else {
-        Err(format!("HTTP probe failed with statuscode: {code}"))
+/// An HTTP(S) probe: 200–399 is a success, as the kubelet counts it (a redirect to
+/// another host is not followed, and a success with a warning).
+async fn http_probe(g: &http_get::Get) -> Result<String, String> {
+    let r = http_get::send(g).await?;
+    match r.status {
+        200..=399 if r.redirect_not_followed => Ok("Probe terminated redirects".into()),
+        200..=399 => Ok(String::new()),
+        code => Err(format!("HTTP probe failed with statuscode: {code}")),
     }
 }
 
@@ -366,6 +337,8 @@ async fn grpc_check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::HTTPGetAction;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn thresholds() {
@@ -395,6 +368,33 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_failed_probe_kills_with_its_own_grace_period() {
+        let pod = |v: serde_json::Value| serde_json::from_value::<Pod>(v).unwrap();
+        let probe = |grace: Option<i64>| Probe {
+            termination_grace_period_seconds: grace,
+            ..Default::default()
+        };
+        let running = pod(
+            serde_json::json!({"spec": {"containers": [], "terminationGracePeriodSeconds": 600}}),
+        );
+        assert_eq!(kill_grace(&running, None), 600);
+        assert_eq!(kill_grace(&running, Some(&probe(None))), 600);
+        assert_eq!(kill_grace(&running, Some(&probe(Some(5)))), 5);
+        assert_eq!(
+            kill_grace(&running, Some(&probe(Some(0)))),
+            2,
+            "at least 2 s"
+        );
+        let deleting = pod(serde_json::json!({
+            "metadata": {"deletionGracePeriodSeconds": 10},
+            "spec": {"containers": [], "terminationGracePeriodSeconds": 600},
+        }));
+        assert_eq!(kill_grace(&deleting, Some(&probe(Some(5)))), 10);
+        let unset = pod(serde_json::json!({"spec": {"containers": []}}));
+        assert_eq!(kill_grace(&unset, None), 30);
+    }
+
     #[tokio::test]
     async fn http_and_named_ports() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -409,11 +409,16 @@ mod tests {
                     .unwrap();
             }
         });
-        assert!(http_get("127.0.0.1", port_no, "/healthz", &[])
-            .await
-            .is_ok());
-        let e = http_get("127.0.0.1", port_no, "/", &[]).await.unwrap_err();
-        assert!(e.contains("500"), "{e}");
+        let get = |path: &str| {
+            let a = HTTPGetAction {
+                path: Some(path.into()),
+                ..Default::default()
+            };
+            http_get::Get::new(&a, port_no, "127.0.0.1", http_get::Purpose::Probe)
+        };
+        assert!(http_probe(&get("/healthz")).await.is_ok());
+        let e = http_probe(&get("/")).await.unwrap_err();
+        assert_eq!(e, "HTTP probe failed with statuscode: 500");
         let c: Container = serde_json::from_value(
             serde_json::json!({"name": "c", "ports": [{"name": "web", "containerPort": 8080}]}),
         )

@@ -187,7 +187,7 @@ pub fn sandbox_config(
                 namespace_options: Some(namespaces(&spec)),
                 run_as_user: psc.run_as_user.map(|value| cri::Int64Value { value }),
                 run_as_group: psc.run_as_group.map(|value| cri::Int64Value { value }),
-                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: supplemental_groups(&psc),
                 privileged,
                 seccomp: Some(seccomp(psc.seccomp_profile.as_ref())),
                 ..Default::default()
@@ -256,6 +256,15 @@ pub fn hosts_file(cfg: &Config, pod: &Pod, ips: &[String], node_hosts: &str) -> 
         }
     }
     out
+}
+
+/// The pod's extra groups, its fsGroup first (so its processes can read the volumes
+/// given to that group), as the kubelet adds them to the sandbox and every container.
+fn supplemental_groups(psc: &k8s_openapi::api::core::v1::PodSecurityContext) -> Vec<i64> {
+    psc.fs_group
+        .into_iter()
+        .chain(psc.supplemental_groups.iter().flatten().copied())
+        .collect()
 }
 
 fn namespaces(spec: &PodSpec) -> cri::NamespaceOption {
@@ -702,7 +711,7 @@ pub fn container_config(
                     .or(psc.run_as_group)
                     .map(|value| cri::Int64Value { value }),
                 readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: supplemental_groups(&psc),
                 no_new_privs: sc.allow_privilege_escalation == Some(false),
                 seccomp: Some(seccomp(seccomp_profile.as_ref())),
                 ..Default::default()
@@ -865,6 +874,7 @@ mod tests {
             cluster_dns: vec!["10.96.0.10".into()],
             cluster_domain: "cluster.local".into(),
             max_pods: 110,
+            sysctls: Default::default(),
             image_gc_high: 85,
             eviction_hard: Default::default(),
             image_gc_low: 80,
@@ -984,6 +994,22 @@ mod tests {
         let ns = linux.security_context.unwrap().namespace_options.unwrap();
         assert_eq!(ns.pid, cri::NamespaceMode::Pod as i32);
         assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
+    fn the_fs_group_is_a_supplemental_group() {
+        let psc = |v: serde_json::Value| serde_json::from_value(v).unwrap();
+        assert_eq!(
+            supplemental_groups(&psc(
+                serde_json::json!({"fsGroup": 1001, "supplementalGroups": [5, 6]})
+            )),
+            [1001, 5, 6]
+        );
+        assert_eq!(
+            supplemental_groups(&psc(serde_json::json!({"supplementalGroups": [5]}))),
+            [5]
+        );
+        assert!(supplemental_groups(&psc(serde_json::json!({}))).is_empty());
     }
 
     #[test]

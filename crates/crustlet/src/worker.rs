@@ -17,6 +17,7 @@
 //! The worker keeps nothing that the runtime does not also know: after a restart of the
 //! crustlet it finds its sandbox and containers by their labels and carries on.
 
+use crate::admit;
 use crate::cri::Cri;
 use crate::inputs::Inputs;
 use crate::probe;
@@ -25,7 +26,8 @@ use crate::Ctx;
 use cri_api as cri;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodSpec, PodStatus,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodReadinessGate,
+    PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -107,6 +109,11 @@ pub struct Worker {
     finished: Option<String>,
     /// The status of the finished pod (read when its sandbox was stopped).
     final_status: Option<PodStatus>,
+    /// Whether the node took the pod (asked once, on its first sync).
+    admitted: bool,
+    /// The status reason and message of a pod the crustlet itself ended (refused at
+    /// admission, past its active deadline).
+    verdict: Option<(String, String)>,
     runtime_name: String,
     last_pod: Option<Arc<Pod>>,
     /// The newest instance of each container in the sandbox that died, by name: the
@@ -131,6 +138,8 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
         sandbox_backoff: None,
         finished: None,
         final_status: None,
+        admitted: false,
+        verdict: None,
         runtime_name: String::new(),
         last_pod: None,
         carried: HashMap::new(),
@@ -192,6 +201,36 @@ fn time_from_nanos(ns: i64) -> Option<Time> {
 
 fn by_name<'a>(cs: &'a [Container], name: &str) -> Option<&'a Container> {
     cs.iter().find(|c| c.name == name)
+}
+
+/// Stops container `id` as the kubelet kills one: its preStop hook first (`c`'s, if
+/// known), whose time comes out of the `grace` seconds, at least 2 s of which are left
+/// for the stop signal.
+async fn stop_gracefully(
+    cri: Cri,
+    c: Option<Container>,
+    id: String,
+    ip: String,
+    grace: i64,
+) -> Result<tonic::Response<cri::StopContainerResponse>, tonic::Status> {
+    let mut left = grace;
+    if let Some(c) = &c {
+        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+            let started = Instant::now();
+            let limit = Duration::from_secs(grace.max(1) as u64);
+            if let Err(e) = probe::hook(&cri, h, c, &id, &ip, limit).await {
+                tracing::info!(container = %c.name, "preStop hook: {e}");
+            }
+            left = (grace - started.elapsed().as_secs() as i64).max(2);
+        }
+    }
+    cri.runtime
+        .clone()
+        .stop_container(cri::StopContainerRequest {
+            container_id: id,
+            timeout: left,
+        })
+        .await
 }
 
 /// An init container that keeps running beside the app containers (a sidecar).
@@ -486,6 +525,18 @@ impl Worker {
             .clone()
             .unwrap_or_else(|| "Always".into());
         self.adopt_finished(pod).await;
+        if self.finished.is_none() && !self.admitted {
+            match admit::admit(pod, &self.ctx.cfg.sysctls) {
+                Ok(()) => self.admitted = true,
+                Err(r) => self.reject(pod, r).await,
+            }
+        }
+        let started = self.start_time.as_ref().map(|t| t.0);
+        if self.finished.is_none()
+            && admit::past_deadline(spec.active_deadline_seconds, started, now().0)
+        {
+            self.deadline_exceeded(pod).await;
+        }
         if self.finished.is_some() {
             self.finish(pod).await;
             return Ok(());
@@ -548,6 +599,12 @@ impl Worker {
             return;
         };
         self.finished = Some(p);
+        self.adopt_newest_sandbox(pod).await;
+    }
+
+    /// The pod's newest sandbox, if the worker has none yet (a restarted crustlet),
+    /// so that a pod that ends is stopped.
+    async fn adopt_newest_sandbox(&mut self, pod: &Pod) {
         if self.sandbox.is_some() {
             return;
         }
@@ -563,6 +620,68 @@ impl Worker {
                 ips,
             });
         }
+    }
+
+    /// The node does not take the pod (the kubelet's `rejectPod`): a warning event and
+    /// the pod Failed with the reason; nothing of it is made. (A pod refused after a
+    /// restart of the crustlet has its sandbox stopped.)
+    async fn reject(&mut self, pod: &Pod, r: admit::Rejection) {
+        self.event(pod, true, r.reason, r.message.clone());
+        self.finished = Some("Failed".into());
+        self.verdict = Some((r.reason.to_string(), r.status_message()));
+        self.adopt_newest_sandbox(pod).await;
+        if self.sandbox.is_none() {
+            let st = admit::rejected_status(&r, self.start_time.clone(), spec::qos(pod));
+            self.final_status = Some(st);
+        }
+    }
+
+    /// The pod ran past its `activeDeadlineSeconds`: its containers are stopped as
+    /// when it is deleted (preStop, then the signal, within its grace period) and it
+    /// ends Failed with DeadlineExceeded, as with the kubelet's active deadline handler.
+    async fn deadline_exceeded(&mut self, pod: &Pod) {
+        self.event(
+            pod,
+            false,
+            admit::DEADLINE_REASON,
+            admit::DEADLINE_MESSAGE.into(),
+        );
+        self.finished = Some("Failed".into());
+        self.verdict = Some((
+            admit::DEADLINE_REASON.into(),
+            admit::DEADLINE_MESSAGE.into(),
+        ));
+        self.adopt_newest_sandbox(pod).await;
+        match self.sandbox.as_ref().map(|s| (s.id.clone(), s.ip.clone())) {
+            Some((id, ip)) => self.kill_containers(pod, &id, &ip).await,
+            None => self.final_status = Some(self.status(pod, &HashMap::new(), false).await),
+        }
+    }
+
+    /// Stops the running containers of sandbox `id` together, each after its preStop
+    /// hook, within the pod's grace period.
+    async fn kill_containers(&mut self, pod: &Pod, id: &str, ip: &str) {
+        let spec = spec::spec(pod);
+        let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(0);
+        let instances = self.instances(id).await.unwrap_or_default();
+        let mut stops = vec![];
+        for (name, v) in &instances {
+            for i in v.iter().filter(|i| i.running()) {
+                self.event(pod, false, "Killing", format!("Stopping container {name}"));
+                let c = by_name(&spec.containers, name)
+                    .or_else(|| by_name(spec.init_containers.as_deref().unwrap_or_default(), name))
+                    .cloned();
+                stops.push(stop_gracefully(
+                    self.cri(),
+                    c,
+                    i.id.clone(),
+                    ip.to_string(),
+                    grace,
+                ));
+                self.probes.remove(&i.id);
+            }
+        }
+        futures::future::join_all(stops).await;
     }
 
     /// Nothing restarts any more: the kubelet stops the sandbox of a finished pod. Its
@@ -679,7 +798,7 @@ impl Worker {
                         "Killing",
                         format!("Container {} definition changed, will be restarted", c.name),
                     );
-                    self.stop(pod, &i).await;
+                    self.stop(pod, c, &i, None).await;
                     self.restart_backoff.remove(&c.name);
                     self.start(pod, c, Some(&i)).await;
                 }
@@ -1028,6 +1147,10 @@ impl Worker {
             let _ = std::fs::create_dir_all(dir);
         }
         if std::fs::write(&term, b"").is_ok() {
+            // Writable by whatever user the container runs as: 0666 whatever the
+            // umask, as the kubelet makes it (`makeMounts`).
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&term, std::fs::Permissions::from_mode(0o666));
             mounts.push(cri::Mount {
                 container_path: c
                     .termination_message_path
@@ -1183,19 +1306,22 @@ impl Worker {
             .await;
     }
 
-    /// Stops a running instance with the pod's grace period.
-    async fn stop(&mut self, pod: &Pod, i: &Instance) {
-        let grace = spec::spec(pod)
-            .termination_grace_period_seconds
-            .unwrap_or(30);
-        let _ = self
-            .cri()
-            .runtime
-            .stop_container(cri::StopContainerRequest {
-                container_id: i.id.clone(),
-                timeout: grace,
-            })
-            .await;
+    /// Kills a running instance of `c` as the kubelet does (preStop first), with the
+    /// grace period [`probe::kill_grace`] picks: `failed` is the probe that failed, if any.
+    async fn stop(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        i: &Instance,
+        failed: Option<&k8s_openapi::api::core::v1::Probe>,
+    ) {
+        let ip = self
+            .sandbox
+            .as_ref()
+            .map(|s| s.ip.clone())
+            .unwrap_or_default();
+        let grace = probe::kill_grace(pod, failed);
+        let _ = stop_gracefully(self.cri(), Some(c.clone()), i.id.clone(), ip, grace).await;
         self.probes.remove(&i.id);
     }
 
@@ -1365,7 +1491,7 @@ impl Worker {
                 events.push(format!("Startup probe failed: {m}"));
             }
             if st.record(p, r, m) == Some(probe::Outcome::Failure) {
-                kill = Some("failed startup probe");
+                kill = Some(("failed startup probe", p));
             }
         }
         if startup_done {
@@ -1394,21 +1520,21 @@ impl Worker {
                 }
                 let st = st.as_mut().expect("state");
                 if st.record(p, r, m) == Some(probe::Outcome::Failure) && which == "Liveness" {
-                    kill = Some("failed liveness probe");
+                    kill = Some(("failed liveness probe", p));
                 }
             }
         }
         for e in events {
             self.event(pod, true, "Unhealthy", e);
         }
-        if let Some(why) = kill {
+        if let Some((why, failed)) = kill {
             self.event(
                 pod,
                 false,
                 "Killing",
                 format!("Container {} {why}, will be restarted", c.name),
             );
-            self.stop(pod, i).await;
+            self.stop(pod, c, i, Some(failed)).await;
         }
     }
 
@@ -1614,7 +1740,8 @@ impl Worker {
             sidecars: &sidecars,
             app: &statuses,
         };
-        let conditions = self.conditions(&old, &phase, initialized, &containers);
+        let gates = spec.readiness_gates.as_deref().unwrap_or_default();
+        let conditions = self.conditions(&old, &phase, initialized, &containers, gates);
         let (pod_ip, pod_ips) = match &self.sandbox {
             Some(s) => (Some(s.ip.clone()), s.ips.clone()),
             None => (
@@ -1646,6 +1773,8 @@ impl Worker {
             },
             container_statuses: Some(statuses),
             ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
+            reason: self.verdict.as_ref().map(|v| v.0.clone()),
+            message: self.verdict.as_ref().map(|v| v.1.clone()),
             ..Default::default()
         }
     }
@@ -1673,14 +1802,17 @@ impl Worker {
     /// The conditions as the kubelet words them: Initialized once every init container
     /// exited 0 (PodCompleted once the pod succeeded); ContainersReady and Ready false
     /// with PodFailed or PodCompleted once the pod is done, else with the names of the
-    /// containers not ready. A condition keeps its transition time while its status
-    /// stays, and the scheduler's condition stays as it set it.
+    /// containers not ready; Ready also false while one of the pod's readiness `gates`
+    /// is not True in `old`'s conditions (set by others, and left as they are). A
+    /// condition keeps its transition time while its status stays, and the
+    /// scheduler's condition stays as it set it.
     fn conditions(
         &self,
         old: &PodStatus,
         phase: &str,
         initialized: bool,
         containers: &Containers,
+        gates: &[PodReadinessGate],
     ) -> Vec<PodCondition> {
         let sandbox_ready = self.sandbox.is_some() && self.finished.is_none();
         // Sidecars count for readiness like app containers.
@@ -1706,6 +1838,13 @@ impl Worker {
             ),
         };
         let containers_ready = all_ready && initialized && ready_reason.is_none();
+        let unready_gates = containers_ready
+            .then(|| admit::unready_gates(gates, old.conditions.as_deref().unwrap_or_default()))
+            .flatten();
+        let (pod_ready, pod_ready_reason, pod_ready_message) = match unready_gates {
+            Some(m) => (false, Some(admit::GATES_NOT_READY), Some(m)),
+            None => (containers_ready, ready_reason, ready_message.clone()),
+        };
         let mut conditions = vec![
             condition(old, "PodReadyToStartContainers", sandbox_ready, None, None),
             if init_ok {
@@ -1726,13 +1865,7 @@ impl Worker {
                     Some(format!("containers with incomplete status: [{incomplete}]")),
                 )
             },
-            condition(
-                old,
-                "Ready",
-                containers_ready,
-                ready_reason,
-                ready_message.clone(),
-            ),
+            condition(old, "Ready", pod_ready, pod_ready_reason, pod_ready_message),
             condition(
                 old,
                 "ContainersReady",

@@ -1515,6 +1515,31 @@ pub fn crustlet_same_as_kubelet(c: &Cluster) {
             },
             |p| p["status"]["phase"] == "Failed",
         ),
+        // The conformance test's `/bin/echo -n DONE; /bin/false`: the last line has no
+        // newline (a `P` record), and the message is `DONE`, without one.
+        (
+            "fallbackpartial",
+            "echo -n DONE; exit 1",
+            |p| {
+                p["spec"]["restartPolicy"] = json!("Never");
+                p["spec"]["containers"][0]["terminationMessagePolicy"] =
+                    json!("FallbackToLogsOnError");
+            },
+            |p| p["status"]["phase"] == "Failed",
+        ),
+        // The conformance test "as non-root user and at a non-default path": the file
+        // must be writable by uid 1000, in a folder the image does not have.
+        (
+            "termnonroot",
+            "echo -n DONE > /tmp/dev/termination-log",
+            |p| {
+                p["spec"]["restartPolicy"] = json!("Never");
+                let c = &mut p["spec"]["containers"][0];
+                c["securityContext"] = json!({"runAsUser": 1000});
+                c["terminationMessagePath"] = json!("/tmp/dev/termination-log");
+            },
+            |p| p["status"]["phase"] == "Succeeded",
+        ),
         (
             "sidecar",
             "exec sleep 3600",
@@ -1582,6 +1607,7 @@ pub fn crustlet_same_as_kubelet(c: &Cluster) {
         let want = match *name {
             "termmsg" => Some("bye\n"),
             "fallback" => Some("first\nlast words\n"),
+            "fallbackpartial" | "termnonroot" => Some("DONE"),
             _ => None,
         };
         if let Some(want) = want {

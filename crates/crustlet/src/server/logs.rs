@@ -1,8 +1,13 @@
 //! Container logs: reading the CRI log files for `/containerLogs`, and rotating them.
 //!
 //! A CRI log line is `<RFC3339Nano> <stdout|stderr> <P|F> <text>\n`; `P` marks a piece
-//! of a longer line whose end comes in a later `F` line. Pieces are joined into the
-//! line the container wrote, stamped with its first piece's time.
+//! of a line without its newline: one cut because it is long, whose end comes in a
+//! later `F` line of the same stream, or the last text of a stream that ended before a
+//! newline (`echo -n DONE`). As in the kubelet's reader (`pkg/kubelet/kuberuntime/logs`),
+//! only an `F` record's text is followed by a newline; a `P` record's is given as it
+//! is. Pieces are joined into the line the container wrote, stamped with its first
+//! piece's time; pieces no `F` follows (yet) go out without a newline when the reader
+//! is at the end of the log (the kubelet writes every record as it comes).
 //!
 //! Rotation is the kubelet's: when a running container's `N.log` reaches
 //! `--container-log-max-size`, it is renamed `N.log.<YYYYMMDD-HHMMSS>` and the runtime
@@ -96,12 +101,12 @@ impl Options {
     }
 }
 
-/// One line the container wrote (its pieces joined).
+/// One line the container wrote (its pieces joined), or the pieces of one so far.
 #[derive(Debug, PartialEq)]
 pub struct Line {
     pub time: Timestamp,
     pub stream: String,
-    /// The text, with its newline when the container wrote one.
+    /// The text, with its newline when the container wrote one (an `F` record ended it).
     pub text: Vec<u8>,
 }
 
@@ -118,44 +123,61 @@ pub fn parse_cri(line: &[u8]) -> Option<(Timestamp, &str, bool, &[u8])> {
     Some((time, stream, complete, text))
 }
 
-/// Joins pieces into lines.
+/// Joins the pieces (`P` records) of one stream and the `F` record that ends them into
+/// the container's line.
 #[derive(Default)]
 pub struct Joiner {
     pending: Option<Line>,
 }
 
 impl Joiner {
-    /// Takes one CRI line; gives the container's line once it is complete.
-    pub fn push(&mut self, raw: &[u8]) -> Option<Line> {
-        let (time, stream, complete, text) = parse_cri(raw)?;
+    /// Takes one CRI line; gives what it completes, in the log's order: pieces of the
+    /// other stream, which this record shows unfinished (that stream's line was cut
+    /// there), as they are; then, for an `F` record, its line with a newline.
+    pub fn push(&mut self, raw: &[u8]) -> impl Iterator<Item = Line> {
+        let Some((time, stream, complete, text)) = parse_cri(raw) else {
+            return [None, None].into_iter().flatten();
+        };
+        let cut = self.pending.take_if(|l| l.stream != stream);
         let line = self.pending.get_or_insert_with(|| Line {
             time,
             stream: stream.to_string(),
             text: vec![],
         });
         line.text.extend_from_slice(text);
-        if complete {
+        let done = if complete {
             line.text.push(b'\n');
             self.pending.take()
         } else {
             None
-        }
+        };
+        [cut, done].into_iter().flatten()
+    }
+
+    /// The pieces taken since the last complete line, as they are (no newline: none
+    /// came): for a reader at the end of the log, where the kubelet's would have
+    /// written them too.
+    pub fn flush(&mut self) -> Option<Line> {
+        self.pending.take()
     }
 }
 
-/// The container's last `lines` lines (both streams), cut to their first `limit`
-/// bytes: the termination message of a failed container whose policy is
-/// `FallbackToLogsOnError`.
+/// The termination message of a failed container whose policy is
+/// `FallbackToLogsOnError`, as the kubelet's `readLastStringFromContainerLogs` makes it:
+/// the container's last `lines` lines (both streams), of which the last `limit` bytes
+/// (the kubelet writes them through a ring buffer). A line without its newline
+/// (`echo -n DONE`, a `P` record) stays without one.
 pub fn tail_text(path: &Path, lines: usize, limit: usize) -> String {
     let raw = std::fs::read(path).unwrap_or_default();
     let mut joiner = Joiner::default();
-    let all: Vec<Vec<u8>> = raw
+    let mut all: Vec<Vec<u8>> = raw
         .split_inclusive(|b| *b == b'\n')
-        .filter_map(|l| joiner.push(l))
+        .flat_map(|l| joiner.push(l))
         .map(|l| l.text)
         .collect();
+    all.extend(joiner.flush().map(|l| l.text));
     let mut out: Vec<u8> = all[all.len().saturating_sub(lines)..].concat();
-    out.truncate(limit);
+    out.drain(..out.len().saturating_sub(limit));
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -215,19 +237,26 @@ fn tail_start(files: &[PathBuf], n: usize) -> (usize, u64) {
         let Ok(data) = std::fs::read(f) else {
             continue;
         };
-        // The start offsets of complete lines in this file (a line's first piece).
+        // The start offsets of the lines in this file (a line's first piece), as
+        // `Joiner` cuts them: a record starts one unless it goes on with pieces of its
+        // own stream. A line the previous file left unfinished may go on here.
         let mut starts = vec![];
         let mut off = 0usize;
-        // A line the previous file left unfinished goes on here: not a start.
-        let mut at_start = i == 0 || !ends_partial(&files[i - 1]);
+        let mut open = if i == 0 {
+            None
+        } else {
+            unfinished_stream(&files[i - 1])
+        };
         for raw in data.split_inclusive(|b| *b == b'\n') {
             if !raw.ends_with(b"\n") {
                 break;
             }
-            if at_start {
-                starts.push(off);
+            if let Some((_, stream, complete, _)) = parse_cri(raw) {
+                if open.as_deref() != Some(stream) {
+                    starts.push(off);
+                }
+                open = (!complete).then(|| stream.to_string());
             }
-            at_start = parse_cri(raw).is_none_or(|(_, _, complete, _)| complete);
             off += raw.len();
         }
         if starts.len() >= wanted {
@@ -238,20 +267,19 @@ fn tail_start(files: &[PathBuf], n: usize) -> (usize, u64) {
     (0, 0)
 }
 
-/// Whether a log file's last line is a piece the next file finishes.
-fn ends_partial(path: &Path) -> bool {
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return false;
-    };
+/// The stream of a log file's last record when it is a piece (`P`), which the next
+/// file may finish.
+fn unfinished_stream(path: &Path) -> Option<String> {
+    let mut f = std::fs::File::open(path).ok()?;
     let len = f.metadata().map_or(0, |m| m.len());
     let from = len.saturating_sub(64 << 10);
     let mut tail = vec![];
-    if f.seek(std::io::SeekFrom::Start(from)).is_err() || f.read_to_end(&mut tail).is_err() {
-        return false;
-    }
+    f.seek(std::io::SeekFrom::Start(from)).ok()?;
+    f.read_to_end(&mut tail).ok()?;
     let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
     let last = body.rsplit(|b| *b == b'\n').next().unwrap_or(b"");
-    parse_cri(last).is_some_and(|(_, _, complete, _)| !complete)
+    let (_, stream, complete, _) = parse_cri(last)?;
+    (!complete).then(|| stream.to_string())
 }
 
 /// Writes the log to `out` as the options say, from `files` (oldest first, the last one
@@ -301,7 +329,7 @@ pub fn copy(
             let mut r = std::io::BufReader::new(f);
             let mut raw = vec![];
             while r.read_until(b'\n', &mut raw).is_ok_and(|n| n > 0) {
-                if let Some(l) = joiner.push(&raw) {
+                for l in joiner.push(&raw) {
                     if !emit(l) {
                         return;
                     }
@@ -320,7 +348,7 @@ pub fn copy(
                 partial.extend_from_slice(&chunk[..n]);
                 let mut start = 0;
                 while let Some(nl) = partial[start..].iter().position(|b| *b == b'\n') {
-                    if let Some(l) = joiner.push(&partial[start..start + nl + 1]) {
+                    for l in joiner.push(&partial[start..start + nl + 1]) {
                         if !emit(l) {
                             return;
                         }
@@ -329,6 +357,14 @@ pub fn copy(
                 }
                 partial.drain(..start);
                 continue;
+            }
+            // At the end of what is written: pieces no `F` ended (yet) go out as they
+            // are, as the kubelet's reader writes each record when it reads it. A
+            // piece that comes later follows them as a line of its own.
+            if let Some(l) = joiner.flush() {
+                if !emit(l) {
+                    return;
+                }
             }
             if !opts.follow || out.is_closed() {
                 return;
@@ -529,24 +565,138 @@ mod tests {
         }
     }
 
+    /// What one record gives: the lines it completes.
+    fn push(j: &mut Joiner, raw: &[u8]) -> Vec<Line> {
+        j.push(raw).collect()
+    }
+
     #[test]
     fn pieces_are_joined_into_lines() {
         let mut j = Joiner::default();
-        assert_eq!(j.push(b"2024-05-01T10:00:00.1Z stdout P hel"), None);
-        assert_eq!(j.push(b"2024-05-01T10:00:00.2Z stdout P lo "), None);
-        let l = j.push(b"2024-05-01T10:00:00.3Z stdout F world\n").unwrap();
-        assert_eq!(l.text, b"hello world\n");
-        assert_eq!(l.time, ts("2024-05-01T10:00:00.1Z"));
-        let l = j.push(b"2024-05-01T10:00:01Z stderr F\n").unwrap();
+        assert_eq!(push(&mut j, b"2024-05-01T10:00:00.1Z stdout P hel"), []);
+        assert_eq!(push(&mut j, b"2024-05-01T10:00:00.2Z stdout P lo "), []);
+        let l = push(&mut j, b"2024-05-01T10:00:00.3Z stdout F world\n");
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].text, b"hello world\n");
+        assert_eq!(l[0].time, ts("2024-05-01T10:00:00.1Z"));
+        let l = push(&mut j, b"2024-05-01T10:00:01Z stderr F\n");
         assert_eq!(
-            (l.stream.as_str(), l.text.as_slice()),
+            (l[0].stream.as_str(), l[0].text.as_slice()),
             ("stderr", &b"\n"[..])
         );
-        assert_eq!(j.push(b"garbage"), None);
+        assert_eq!(push(&mut j, b"garbage"), []);
+        assert_eq!(j.flush(), None);
         assert_eq!(
             format_time(ts("2024-05-01T10:00:00.1Z")),
             "2024-05-01T10:00:00.100000000Z"
         );
+    }
+
+    /// As the kubelet's reader: a `P` record's text has no newline after it, an `F`
+    /// record's has one. `echo -n DONE` (one `P` record at the end of the stream) is
+    /// `DONE`; pieces another stream's record interrupts go out as they are, first.
+    #[test]
+    fn partial_records_get_no_newline() {
+        let mut j = Joiner::default();
+        assert_eq!(push(&mut j, b"2024-05-01T10:00:00Z stdout P DONE\n"), []);
+        let l = j.flush().unwrap();
+        assert_eq!(
+            (l.stream.as_str(), l.text.as_slice()),
+            ("stdout", &b"DONE"[..])
+        );
+        assert_eq!(j.flush(), None);
+
+        assert_eq!(push(&mut j, b"2024-05-01T10:00:01Z stdout P out\n"), []);
+        let l = push(&mut j, b"2024-05-01T10:00:02Z stderr F err\n");
+        let got: Vec<(&str, &[u8])> = l
+            .iter()
+            .map(|l| (l.stream.as_str(), l.text.as_slice()))
+            .collect();
+        assert_eq!(got, [("stdout", &b"out"[..]), ("stderr", &b"err\n"[..])]);
+        assert_eq!(l[0].time, ts("2024-05-01T10:00:01Z"));
+        assert_eq!(j.flush(), None);
+    }
+
+    fn temp_log(tag: &str, content: &str) -> (PathBuf, PathBuf) {
+        let d = std::env::temp_dir().join(format!("crustlet-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("0.log");
+        std::fs::write(&f, content).unwrap();
+        (d, f)
+    }
+
+    /// The termination message from the logs (FallbackToLogsOnError), as the kubelet
+    /// makes it: `P` text as it is, a newline after `F` text only, the last bytes.
+    #[test]
+    fn tail_text_is_the_kubelet_termination_message() {
+        // The conformance test's `/bin/echo -n DONE; /bin/false`.
+        let (d, f) = temp_log("tt", "2024-05-01T10:00:00Z stdout P DONE\n");
+        assert_eq!(tail_text(&f, 80, 2048), "DONE");
+        std::fs::write(
+            &f,
+            "2024-05-01T10:00:00Z stdout F first\n\
+             2024-05-01T10:00:01Z stderr F oops\n\
+             2024-05-01T10:00:02Z stdout P last \n\
+             2024-05-01T10:00:03Z stdout P words\n",
+        )
+        .unwrap();
+        assert_eq!(tail_text(&f, 80, 2048), "first\noops\nlast words");
+        assert_eq!(tail_text(&f, 2, 2048), "oops\nlast words");
+        // The last `limit` bytes, as the kubelet's ring buffer keeps them.
+        assert_eq!(tail_text(&f, 80, 7), "t words");
+        // A long line cut into pieces and ended is one line, with its newline.
+        std::fs::write(
+            &f,
+            "2024-05-01T10:00:00Z stdout P a\n2024-05-01T10:00:00Z stdout F b\n",
+        )
+        .unwrap();
+        assert_eq!(tail_text(&f, 1, 2048), "ab\n");
+        assert_eq!(tail_text(&d.join("missing"), 80, 2048), "");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// `kubectl logs` of a container whose last line had no newline: its text, without
+    /// one, also with `tailLines` and while following.
+    #[test]
+    fn a_last_partial_record_is_read_without_a_newline() {
+        let (d, f) = temp_log(
+            "lp",
+            "2024-05-01T10:00:00Z stdout F one\n2024-05-01T10:00:01Z stdout P DONE\n",
+        );
+        let files = files_of(&f);
+        assert_eq!(read_all(files.clone(), &Options::default()), "one\nDONE");
+        let tail = |n| Options {
+            tail: Some(n),
+            ..Default::default()
+        };
+        assert_eq!(read_all(files.clone(), &tail(1)), "DONE");
+        assert_eq!(read_all(files.clone(), &tail(2)), "one\nDONE");
+        let stamped = Options {
+            timestamps: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            read_all(files.clone(), &stamped),
+            "2024-05-01T10:00:00.000000000Z one\n2024-05-01T10:00:01.000000000Z DONE"
+        );
+        let follow = Options {
+            follow: true,
+            ..Default::default()
+        };
+        assert_eq!(read_all(files.clone(), &follow), "one\nDONE");
+        // Pieces of stdout that stderr's record interrupts, then an ended line: the
+        // stdout line is not taken for a part of stderr's when counting lines.
+        std::fs::write(
+            &f,
+            "2024-05-01T10:00:00Z stdout P out\n\
+             2024-05-01T10:00:01Z stderr F err\n\
+             2024-05-01T10:00:02Z stdout F next\n",
+        )
+        .unwrap();
+        assert_eq!(read_all(files.clone(), &tail(2)), "err\nnext\n");
+        assert_eq!(read_all(files.clone(), &tail(3)), "outerr\nnext\n");
+        std::fs::remove_dir_all(&d).ok();
     }
 
     fn read_all(files: Vec<PathBuf>, o: &Options) -> String {
