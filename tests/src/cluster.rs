@@ -380,6 +380,7 @@ impl Cluster {
             "ctrd-cni",
             "ctrd-ipam",
             "ctrd-certs.d",
+            "certs.d",
             "ctrdlet-root",
             "ctrdlet-pods",
         ] {
@@ -679,7 +680,40 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
         );
         reg.push(&layout, "pause", "e2e/pause:1");
         self.pause_image = reg.name("e2e/pause:1");
+        // `registry.k8s.io` mirrored by the registry, for every runtime of the cluster:
+        // Kubernetes' e2e images (pushed by [`Cluster::push_e2e_images`]) pull by their
+        // upstream names.
+        for certs in ["certs.d", "ctrd-certs.d"] {
+            let hosts = self.path(certs).join("registry.k8s.io");
+            std::fs::create_dir_all(&hosts).unwrap();
+            std::fs::write(
+                hosts.join("hosts.toml"),
+                format!(
+                    "server = \"https://registry.k8s.io\"\n\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+                    reg.addr
+                ),
+            )
+            .unwrap();
+        }
         *self.registry.lock().unwrap() = Some(reg);
+    }
+
+    /// Pushes the offline stand-ins of Kubernetes' e2e images to the cluster's registry
+    /// at their upstream paths (`registry.k8s.io` is mirrored there), with the `install`
+    /// script of `tools` (../shared/tools/kubernetes-e2e-v1.28.7), which also unpacks
+    /// its binaries into `bin_dir`.
+    pub fn push_e2e_images(&self, tools: &Path, bin_dir: &Path) {
+        let addr = self.registry.lock().unwrap().as_ref().unwrap().addr.clone();
+        let out = run_timeout(
+            self.net_cmd(tools.join("install")).arg(bin_dir).arg(&addr),
+            Duration::from_secs(600),
+        );
+        assert!(
+            out.status.success(),
+            "pushing the e2e images: {}{}",
+            s(&out.stdout),
+            s(&out.stderr)
+        );
     }
 
     fn start_control_plane(&mut self) {
@@ -773,6 +807,9 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
             // RBAC does (the admin token is in system:masters).
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
+            // As kubeadm runs it: privileged pods are the node's business (node
+            // conformance has specs with them).
+            "--allow-privileged=true",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--enable-priority-and-fairness=false",
             // Sidecar init containers (restartPolicy Always), alpha in v1.28: without
@@ -1052,7 +1089,9 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
             .arg("--state")
             .arg(p("crust-state"))
             .arg("--cni-conf-dir")
-            .arg(p("cni"));
+            .arg(p("cni"))
+            .arg("--registry-config-dir")
+            .arg(self.path("certs.d"));
         for d in &self.cni_bin_dirs {
             cmd.arg("--cni-bin-dir").arg(d);
         }
@@ -1151,6 +1190,25 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
         self.taint_node(CRUSTLET_NODE, || self.crustlet_running(), "crustlet");
     }
 
+    /// Puts [`CRUSTLET_TAINT`] on Node `name` (NoSchedule), or takes it off.
+    pub fn set_taint(&self, name: &str, on: bool) {
+        let taint = if on {
+            format!("{CRUSTLET_TAINT}=true:NoSchedule")
+        } else {
+            format!("{CRUSTLET_TAINT}:NoSchedule-")
+        };
+        let out = run_timeout(
+            &mut self.kubectl(&["taint", "node", name, &taint, "--overwrite"]),
+            Duration::from_secs(20),
+        );
+        // Taking off a taint the node does not have is not an error here.
+        assert!(
+            out.status.success() || (!on && s(&out.stderr).contains("not found")),
+            "tainting the node {name}: {}",
+            s(&out.stderr)
+        );
+    }
+
     /// Waits for Node `name` to register (its crustlet, logging to `log`, must keep
     /// running), then taints it with [`CRUSTLET_TAINT`].
     fn taint_node(&self, name: &str, running: impl Fn() -> bool, log: &str) {
@@ -1169,16 +1227,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
                 out.status.success().then_some(())
             },
         );
-        let taint = format!("{CRUSTLET_TAINT}=true:NoSchedule");
-        let out = run_timeout(
-            &mut self.kubectl(&["taint", "node", name, &taint, "--overwrite"]),
-            Duration::from_secs(20),
-        );
-        assert!(
-            out.status.success(),
-            "tainting the node {name}: {}",
-            s(&out.stderr)
-        );
+        self.set_taint(name, true);
     }
 
     /// containerd's configuration: its own root, state and socket; the CRI plugin with

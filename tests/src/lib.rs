@@ -481,6 +481,7 @@ impl HttpRequest {
 }
 pub mod bundle;
 pub mod cluster;
+pub mod conformance;
 pub mod containerd;
 pub mod cri;
 pub mod crustd;
@@ -524,4 +525,20 @@ fn elf_has_interpreter(elf: &[u8]) -> bool {
         let o = phoff + i * phentsize;
         elf.get(o..o + 4) == Some(&3u32.to_le_bytes()[..])
     })
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts, for a
+/// thread of its own to wait for. Children inherit the mask: the cluster's daemons are
+/// started with it cleared (`Cluster::spawn_logged`).
+pub fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-set calls on a local set, before any other thread exists.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
 }

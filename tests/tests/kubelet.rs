@@ -1407,25 +1407,9 @@ fn run_group(c: &Cluster, checks: &[Check], results: &Mutex<Results>) {
     });
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts, for a
-/// thread of its own to wait for. Children inherit the mask: the cluster's daemons are
-/// started with it cleared (`Cluster::spawn_logged`).
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-set calls on a local set, before any other thread exists.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
 fn main() {
     // An interrupted suite (Ctrl-C, a CI timeout's SIGTERM) still tears its cluster down.
-    let signals = block_signals();
+    let signals = crust_e2e::block_signals();
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))

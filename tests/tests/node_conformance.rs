@@ -1,0 +1,427 @@
+//! Kubernetes' own node conformance suite: the `[NodeConformance]` specs of `e2e.test`
+//! v1.28.7 (../shared/tools/kubernetes-e2e-v1.28.7), run by its ginkgo against one node
+//! of the kubelet suite's cluster (tests/src/cluster.rs) at a time: the crustlet on
+//! crustd, then the real kubelet on crustd. The node under test is the cluster's only
+//! Node while its suite runs (the other agent is stopped and its Node deleted), so
+//! every pod the specs make lands on it. `registry.k8s.io` is mirrored by the cluster's registry,
+//! which holds the offline stand-ins of the e2e images, so the specs pull the upstream
+//! names unchanged.
+//!
+//! A spec that cannot pass on this machine for anyone (the real kubelet on containerd
+//! fails it too) is named, with why, in `tests/conformance/<suite>.expected`; nothing
+//! else is skipped. Every other spec must pass, and a listed spec that passes fails the
+//! run too, so the list only shrinks. Each run's JUnit report is kept in
+//! `target/conformance/<suite>-<node>/junit_01.xml`.
+//!
+//! Its own harness (`harness = false`): it prints one line per node under test and
+//! libtest's summary line, and exits non-zero when a node failed. Environment:
+//! - `CRUST_CONFORMANCE_NODES`: a comma list of `crustlet` (the crustlet on crustd),
+//!   `kubelet` (the real kubelet on crustd) and `containerd` (the real kubelet on
+//!   Debian's containerd + runc: the bar; it takes the kubelet's node, so not with
+//!   `kubelet`). Default `crustlet,kubelet`.
+//! - `CRUST_CONFORMANCE_SUITE`: `node-conformance` (default: focus `[NodeConformance]`)
+//!   or `conformance` (focus `[Conformance]`, the specs one node can run).
+//! - `CRUST_CONFORMANCE_FOCUS`: a further regular expression the specs must match (to
+//!   run a few while working on them; the expected-failure check then covers those).
+//! - `CRUST_CONFORMANCE_PROCS`: ginkgo's parallel processes (default 6).
+//! - `CRUST_CONFORMANCE_HOLD`: keeps the cluster up after the runs until
+//!   `<cluster dir>/release` exists (it prints the kubectl command to use).
+//!
+//! Binaries: the Kubernetes ones as the kubelet suite finds them; `e2e.test` and ginkgo
+//! from `$CRUST_E2E_BIN`, else `target/e2e-bin` (hack/deps unpacks them there). Without
+//! root or them it skips loudly, except under `CI=true`, where that is a failure.
+
+use crust_e2e::cluster::{
+    kube_bins, run_timeout, Cluster, ContainerdFor, Options, CRUSTLET_NODE, NODE,
+};
+use crust_e2e::conformance::{judge, parse_expected, parse_junit, skip_regex, Outcome};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What a node conformance run leaves out, as upstream's own instructions say.
+const SKIP: &str = r"\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:";
+
+/// A node under test: who drives which runtime.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Target {
+    Crustlet,
+    Kubelet,
+    Containerd,
+}
+
+impl Target {
+    fn parse(s: &str) -> Option<Target> {
+        match s.trim() {
+            "crustlet" => Some(Target::Crustlet),
+            "kubelet" => Some(Target::Kubelet),
+            "containerd" => Some(Target::Containerd),
+            _ => None,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Target::Crustlet => "crustlet",
+            Target::Kubelet => "kubelet",
+            Target::Containerd => "containerd",
+        }
+    }
+    fn describe(self) -> &'static str {
+        match self {
+            Target::Crustlet => "the crustlet on crustd",
+            Target::Kubelet => "the real kubelet on crustd",
+            Target::Containerd => "the real kubelet on containerd",
+        }
+    }
+    /// The Node object of this target in the cluster.
+    fn node(self) -> &'static str {
+        match self {
+            Target::Crustlet => CRUSTLET_NODE,
+            Target::Kubelet | Target::Containerd => NODE,
+        }
+    }
+}
+
+fn s(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs the suite against `target`'s node; (outcomes, seconds) or why it could not run.
+fn run_suite(
+    c: &Cluster,
+    target: Target,
+    suite: &str,
+    e2e_bin: &Path,
+    not_run: Option<&str>,
+) -> Result<(BTreeMap<String, Outcome>, f64), String> {
+    only_node(c, target)?;
+    let report = workspace()
+        .join("target/conformance")
+        .join(format!("{suite}-{}", target.name()));
+    let _ = std::fs::remove_dir_all(&report);
+    std::fs::create_dir_all(&report).map_err(|e| e.to_string())?;
+    let mut focus = if suite == "conformance" {
+        r"\[Conformance\]".to_string()
+    } else {
+        r"\[NodeConformance\]".to_string()
+    };
+    if let Ok(f) = std::env::var("CRUST_CONFORMANCE_FOCUS") {
+        focus = format!("{focus}.*({f})|({f}).*{focus}");
+    }
+    let procs = std::env::var("CRUST_CONFORMANCE_PROCS").unwrap_or_else(|_| "6".into());
+    let mut cmd = c.net_cmd(e2e_bin.join("ginkgo"));
+    cmd.arg(format!("--procs={procs}"))
+        .arg(format!("--focus={focus}"))
+        .arg(format!(
+            "--skip={SKIP}{}",
+            not_run.map(|r| format!("|{r}")).unwrap_or_default()
+        ))
+        .args(["--timeout=2h", "--no-color"])
+        .arg(e2e_bin.join("e2e.test"))
+        .arg("--")
+        .arg(format!(
+            "--kubeconfig={}",
+            c.path("admin.kubeconfig").display()
+        ))
+        .args(["--provider=skeleton", "--disable-log-dump"])
+        .arg("--dump-logs-on-failure=false")
+        .arg(format!("--report-dir={}", report.display()))
+        .arg(format!("--kubectl-path={}", c.bins.kubectl.display()));
+    let started = Instant::now();
+    let out = run_timeout(&mut cmd, Duration::from_secs(75 * 60));
+    let secs = started.elapsed().as_secs_f64();
+    std::fs::write(
+        report.join("ginkgo.log"),
+        [&out.stdout[..], &out.stderr[..]].concat(),
+    )
+    .map_err(|e| e.to_string())?;
+    let junit = std::fs::read_to_string(report.join("junit_01.xml")).map_err(|e| {
+        format!(
+            "no JUnit report ({e}); ginkgo exited {}: {}",
+            out.status,
+            tail(&s(&out.stdout), 40)
+        )
+    })?;
+    Ok((parse_junit(&junit), secs))
+}
+
+/// Makes `target`'s node the cluster's only one: the other agent is stopped and its
+/// Node deleted (a taint is not enough: some specs pick the first Linux node they
+/// list, tainted or not), the target's agent started if it is not running, and its
+/// Node Ready without a taint.
+fn only_node(c: &Cluster, target: Target) -> Result<(), String> {
+    let (other, stop_other): (&str, &dyn Fn()) = match target {
+        Target::Crustlet => (NODE, &|| c.stop_kubelet()),
+        Target::Kubelet | Target::Containerd => (CRUSTLET_NODE, &|| {
+            c.stop_crustlet();
+        }),
+    };
+    stop_other();
+    let out = run_timeout(
+        &mut c.kubectl(&["delete", "node", other, "--ignore-not-found"]),
+        Duration::from_secs(60),
+    );
+    if !out.status.success() {
+        return Err(format!("deleting the Node {other}: {}", s(&out.stderr)));
+    }
+    match target {
+        Target::Crustlet if !c.crustlet_running() => c.start_crustlet(),
+        Target::Kubelet | Target::Containerd if !c.kubelet_running() => c.start_kubelet(),
+        _ => {}
+    }
+    let node = target.node();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = run_timeout(
+            &mut c.kubectl(&[
+                "get",
+                "node",
+                node,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ]),
+            Duration::from_secs(20),
+        );
+        if out.status.success() && s(&out.stdout).trim() == "True" {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the Node {node} was not Ready in 120 s: {}",
+                s(&out.stderr)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    c.set_taint(node, false);
+    Ok(())
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn main() {
+    // An interrupted suite (Ctrl-C, a CI timeout's SIGTERM) still tears its cluster down.
+    let signals = crust_e2e::block_signals();
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let skip = |why: String| -> ! {
+        if ci {
+            eprintln!("node conformance: {why}; CI must run it");
+            std::process::exit(1);
+        }
+        eprintln!("\n!!!!! SKIPPED: node conformance: {why} !!!!!\n");
+        println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
+        std::process::exit(0);
+    };
+    let suite =
+        std::env::var("CRUST_CONFORMANCE_SUITE").unwrap_or_else(|_| "node-conformance".into());
+    if suite != "node-conformance" && suite != "conformance" {
+        eprintln!("CRUST_CONFORMANCE_SUITE: {suite:?} is neither node-conformance nor conformance");
+        std::process::exit(2);
+    }
+    let nodes =
+        std::env::var("CRUST_CONFORMANCE_NODES").unwrap_or_else(|_| "crustlet,kubelet".into());
+    let mut targets = vec![];
+    for n in nodes.split(',').filter(|n| !n.trim().is_empty()) {
+        match Target::parse(n) {
+            Some(t) if !targets.contains(&t) => targets.push(t),
+            Some(_) => {}
+            None => {
+                eprintln!(
+                    "CRUST_CONFORMANCE_NODES: unknown node {n:?} (crustlet, kubelet, containerd)"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    if targets.contains(&Target::Kubelet) && targets.contains(&Target::Containerd) {
+        eprintln!("CRUST_CONFORMANCE_NODES: kubelet and containerd share the kubelet's node: one at a time");
+        std::process::exit(2);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("needs root".into());
+    }
+    let mut tools = vec![
+        "ip",
+        "nsenter",
+        "unshare",
+        "busybox",
+        "docker-registry",
+        "skopeo",
+        "openssl",
+        "iptables",
+        "xz",
+    ];
+    if targets.contains(&Target::Containerd) {
+        tools.extend(["containerd", "containerd-shim-runc-v2", "runc"]);
+    }
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| crust_e2e::which(t).is_none())
+        .collect();
+    if !missing.is_empty() {
+        skip(format!(
+            "needs {} (hack/deps installs them)",
+            missing.join(", ")
+        ));
+    }
+    let bins = kube_bins().unwrap_or_else(|m| {
+        skip(format!(
+            "no {} in $CRUST_KUBE_BIN, {} or PATH (hack/deps unpacks them)",
+            m.join(", "),
+            crust_e2e::cluster::default_kube_bin_dir().display()
+        ))
+    });
+    let tools_dir = workspace().join("../shared/tools/kubernetes-e2e-v1.28.7");
+    let e2e_bin = std::env::var_os("CRUST_E2E_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/e2e-bin"));
+    if !tools_dir.join("install").is_file() {
+        skip(format!("no {}", tools_dir.display()));
+    }
+    let Some(portmap) = crust_e2e::reference_plugin("portmap") else {
+        skip("no reference portmap plugin".into())
+    };
+    let expected_file = workspace().join(format!("tests/conformance/{suite}.expected"));
+    let (expected, not_run) = match std::fs::read_to_string(&expected_file) {
+        Ok(t) => (parse_expected(&t), skip_regex(&t)),
+        Err(e) => {
+            eprintln!("{}: {e}", expected_file.display());
+            std::process::exit(2);
+        }
+    };
+
+    let started = Instant::now();
+    let opts = Options {
+        containerd: targets
+            .contains(&Target::Containerd)
+            .then_some(ContainerdFor::Kubelet),
+    };
+    let cluster = std::panic::catch_unwind(|| {
+        let c = Cluster::start_with(
+            bins,
+            crust_e2e::bin("crustd"),
+            vec![
+                crust_e2e::bin_dir(),
+                portmap.parent().unwrap().to_path_buf(),
+            ],
+            opts,
+        );
+        c.push_e2e_images(&tools_dir, &e2e_bin);
+        c
+    });
+    let cluster = match cluster {
+        Ok(c) => std::sync::Arc::new(c),
+        Err(_) => {
+            println!("test cluster_start ... FAILED");
+            println!("\ntest result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n", started.elapsed().as_secs_f32());
+            std::process::exit(101);
+        }
+    };
+    let weak = std::sync::Arc::downgrade(&cluster);
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // SAFETY: waits for one of the signals every thread blocks.
+        unsafe { libc::sigwait(&signals, &mut sig) };
+        eprintln!("node conformance: signal {sig}: tearing the cluster down");
+        if let Some(c) = weak.upgrade() {
+            c.teardown();
+        }
+        std::process::exit(128 + sig);
+    });
+    println!("cluster up in {:.1}s", started.elapsed().as_secs_f32());
+
+    let mut failures: Vec<(String, String)> = vec![];
+    let mut passed = 0;
+    let mut table = vec![];
+    for t in &targets {
+        let name = format!("{suite}_{}", t.name());
+        match run_suite(&cluster, *t, &suite, &e2e_bin, not_run.as_deref()) {
+            Err(why) => {
+                println!("test {name} ... FAILED");
+                failures.push((name, why));
+            }
+            Ok((outcomes, secs)) => {
+                let count = |o: Outcome| outcomes.values().filter(|v| **v == o).count();
+                let (p, f) = (count(Outcome::Passed), count(Outcome::Failed));
+                table.push(format!("| {} | {p} | {f} | {secs:.0} |", t.describe()));
+                let (unexpected, now_pass) = judge(&outcomes, &expected);
+                if unexpected.is_empty() && now_pass.is_empty() {
+                    println!(
+                        "test {name} ... ok ({p} passed, {f} failed as expected, {secs:.0} s)"
+                    );
+                    passed += 1;
+                } else {
+                    println!("test {name} ... FAILED");
+                    let mut why = format!(
+                        "{} on {}: {p} passed, {f} failed in {secs:.0} s\n",
+                        suite,
+                        t.describe()
+                    );
+                    for u in &unexpected {
+                        why.push_str(&format!("  failed: {u}\n"));
+                    }
+                    for n in &now_pass {
+                        why.push_str(&format!(
+                            "  passes, but {} lists it as failing: {n}\n",
+                            expected_file.display()
+                        ));
+                    }
+                    failures.push((name, why));
+                }
+            }
+        }
+    }
+    if !failures.is_empty() {
+        let dest = workspace().join("target/conformance/logs");
+        let _ = std::fs::remove_dir_all(&dest);
+        let _ = std::fs::create_dir_all(&dest);
+        if let Ok(rd) = std::fs::read_dir(cluster.path("logs")) {
+            for e in rd.flatten() {
+                let _ = std::fs::copy(e.path(), dest.join(e.file_name()));
+            }
+        }
+        println!("\nfailures:\n");
+        for (name, why) in &failures {
+            println!("---- {name} ----\n{why}");
+        }
+        println!(
+            "the cluster's logs are in {}, each run's ginkgo output and JUnit report in {}\n",
+            dest.display(),
+            workspace().join("target/conformance").display()
+        );
+    }
+    println!("\n| node | passed | failed | seconds |\n| --- | --- | --- | --- |");
+    for row in &table {
+        println!("{row}");
+    }
+    if std::env::var_os("CRUST_CONFORMANCE_HOLD").is_some() {
+        let release = cluster.path("release");
+        println!(
+            "holding the cluster: nsenter --net={} {} --kubeconfig={} ...; touch {} to tear it down",
+            cluster.node.path().display(),
+            cluster.bins.kubectl.display(),
+            cluster.path("admin.kubeconfig").display(),
+            release.display()
+        );
+        while !release.exists() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    cluster.teardown();
+    let failed = failures.len();
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
+        if failed == 0 { "ok" } else { "FAILED" },
+        started.elapsed().as_secs_f32()
+    );
+    std::process::exit(if failed == 0 { 0 } else { 101 });
+}
