@@ -342,6 +342,9 @@ pub fn route(path: &str) -> Route {
     }
 }
 
+/// The most of a log that is answered whole, with a Content-Length.
+const WHOLE_LOG_MAX: usize = 64 * 1024;
+
 struct Server {
     ctx: Arc<Ctx>,
     auth: auth::Auth,
@@ -507,6 +510,14 @@ async fn serve(listener: tokio::net::TcpListener, tls: Option<Tls>, server: Arc<
                             )
                         }
                     });
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        let _ = hyper::server::conn::http2::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                        return;
+                    }
                     let _ = builder
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                         .with_upgrades()
@@ -631,6 +642,7 @@ impl Server {
         secure: bool,
         cert_user: Option<Result<&(String, Vec<String>), &()>>,
     ) -> Option<Response<Body>> {
+        tracing::debug!(method = %req.method(), uri = %req.uri(), version = ?req.version(), "request");
         if secure {
             let authz = req
                 .headers()
@@ -835,7 +847,8 @@ impl Server {
                 )
             }
         };
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let follow = opts.follow;
         let cri = self.ctx.cri.clone();
         let id = inst.id.clone();
         let follow_running = !opts.previous;
@@ -859,11 +872,29 @@ impl Server {
             };
             logs::copy(logs::files_of(&path), &opts, &tx, running);
         });
-        let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv()
-                .await
-                .map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
-        }));
+        // A log that is done (not followed) within the first bytes is answered whole,
+        // with its length, as the kubelet's Go server answers a short one; a longer one
+        // or a followed one streams in chunks.
+        let mut first = Vec::new();
+        if !follow {
+            while first.len() < WHOLE_LOG_MAX {
+                match rx.recv().await {
+                    Some(b) => first.extend_from_slice(&b),
+                    None => return full(200, "text/plain", first),
+                }
+            }
+        }
+        let head = (!first.is_empty()).then(|| Bytes::from(first));
+        let body = StreamBody::new(futures::stream::unfold(
+            (head, rx),
+            |(head, mut rx)| async move {
+                let next = match head {
+                    Some(b) => Some(b),
+                    None => rx.recv().await,
+                };
+                next.map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), (None, rx)))
+            },
+        ));
         let mut r = Response::new(BodyExt::boxed(body));
         r.headers_mut()
             .insert(hyper::header::CONTENT_TYPE, "text/plain".parse().unwrap());

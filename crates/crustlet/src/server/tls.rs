@@ -57,9 +57,11 @@ pub fn server_config(
     };
     let (builder, verifier) = builder;
     let mut cfg = builder.with_single_cert(certs, key)?;
-    // Only HTTP/1.1: exec, attach and port-forward are HTTP/1.1 upgrades, and the
-    // apiserver and metrics-server speak it to kubelets.
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first, as the kubelet's Go server offers it: the apiserver streams logs to
+    // a websocket client only from an HTTP/2 answer (over HTTP/1.1 its reader saw an
+    // empty log). Exec, attach and port-forward are HTTP/1.1 upgrades, and clients
+    // making them offer only HTTP/1.1.
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok((cfg, verifier))
 }
 
