@@ -342,9 +342,6 @@ pub fn route(path: &str) -> Route {
     }
 }
 
-/// The most of a log that is answered whole, with a Content-Length.
-const WHOLE_LOG_MAX: usize = 64 * 1024;
-
 struct Server {
     ctx: Arc<Ctx>,
     auth: auth::Auth,
@@ -847,8 +844,7 @@ impl Server {
                 )
             }
         };
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-        let follow = opts.follow;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
         let cri = self.ctx.cri.clone();
         let id = inst.id.clone();
         let follow_running = !opts.previous;
@@ -872,29 +868,11 @@ impl Server {
             };
             logs::copy(logs::files_of(&path), &opts, &tx, running);
         });
-        // A log that is done (not followed) within the first bytes is answered whole,
-        // with its length, as the kubelet's Go server answers a short one; a longer one
-        // or a followed one streams in chunks.
-        let mut first = Vec::new();
-        if !follow {
-            while first.len() < WHOLE_LOG_MAX {
-                match rx.recv().await {
-                    Some(b) => first.extend_from_slice(&b),
-                    None => return full(200, "text/plain", first),
-                }
-            }
-        }
-        let head = (!first.is_empty()).then(|| Bytes::from(first));
-        let body = StreamBody::new(futures::stream::unfold(
-            (head, rx),
-            |(head, mut rx)| async move {
-                let next = match head {
-                    Some(b) => Some(b),
-                    None => rx.recv().await,
-                };
-                next.map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), (None, rx)))
-            },
-        ));
+        let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
+        }));
         let mut r = Response::new(BodyExt::boxed(body));
         r.headers_mut()
             .insert(hyper::header::CONTENT_TYPE, "text/plain".parse().unwrap());
