@@ -23,7 +23,7 @@
 //!   or `conformance` (focus `[Conformance]`, the specs one node can run).
 //! - `CRUST_CONFORMANCE_FOCUS`: a further regular expression the specs must match (to
 //!   run a few while working on them; the expected-failure check then covers those).
-//! - `CRUST_CONFORMANCE_PROCS`: ginkgo's parallel processes (default 6).
+//! - `CRUST_CONFORMANCE_PROCS`: ginkgo's parallel processes (default 12: most specs wait).
 //! - `CRUST_CONFORMANCE_HOLD`: keeps the cluster up after the runs until
 //!   `<cluster dir>/release` exists (it prints the kubectl command to use).
 //!
@@ -112,7 +112,7 @@ fn run_suite(
     if let Ok(f) = std::env::var("CRUST_CONFORMANCE_FOCUS") {
         focus = format!("{focus}.*({f})|({f}).*{focus}");
     }
-    let procs = std::env::var("CRUST_CONFORMANCE_PROCS").unwrap_or_else(|_| "6".into());
+    let procs = std::env::var("CRUST_CONFORMANCE_PROCS").unwrap_or_else(|_| "12".into());
     let mut cmd = c.net_cmd(e2e_bin.join("ginkgo"));
     cmd.arg(format!("--procs={procs}"))
         .arg(format!("--focus={focus}"))
