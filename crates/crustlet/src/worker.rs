@@ -653,16 +653,21 @@ impl Worker {
         ));
         self.adopt_newest_sandbox(pod).await;
         match self.sandbox.as_ref().map(|s| (s.id.clone(), s.ip.clone())) {
-            Some((id, ip)) => self.kill_containers(pod, &id, &ip).await,
+            Some((id, ip)) => {
+                let grace = spec::spec(pod)
+                    .termination_grace_period_seconds
+                    .unwrap_or(30)
+                    .max(0);
+                self.kill_containers(pod, &id, &ip, grace).await
+            }
             None => self.final_status = Some(self.status(pod, &HashMap::new(), false).await),
         }
     }
 
     /// Stops the running containers of sandbox `id` together, each after its preStop
-    /// hook, within the pod's grace period.
-    async fn kill_containers(&mut self, pod: &Pod, id: &str, ip: &str) {
+    /// hook, within `grace` seconds (the hook's time comes out of them).
+    async fn kill_containers(&mut self, pod: &Pod, id: &str, ip: &str, grace: i64) {
         let spec = spec::spec(pod);
-        let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(0);
         let instances = self.instances(id).await.unwrap_or_default();
         let mut stops = vec![];
         for (name, v) in &instances {
@@ -1959,57 +1964,14 @@ impl Worker {
         let grace = grace.unwrap_or(30).max(0);
         let uid = spec::uid(pod).to_string();
         let sandboxes = self.sandboxes(&uid).await.unwrap_or_default();
-        let spec = spec::spec(pod);
+        // The hooks' default host: the pod's IP, as its current sandbox has it.
+        let ip = self
+            .sandbox
+            .as_ref()
+            .map(|s| s.ip.clone())
+            .unwrap_or_default();
         for s in &sandboxes {
-            let instances = self.instances(&s.id).await.unwrap_or_default();
-            let mut stops = vec![];
-            for (name, v) in &instances {
-                for i in v.iter().filter(|i| i.running()) {
-                    let c = by_name(&spec.containers, name)
-                        .or_else(|| {
-                            by_name(spec.init_containers.as_deref().unwrap_or_default(), name)
-                        })
-                        .cloned();
-                    if let Some(c) = &c {
-                        self.event(
-                            pod,
-                            false,
-                            "Killing",
-                            format!("Stopping container {}", c.name),
-                        );
-                    }
-                    let mut rt = self.cri().runtime;
-                    let cri = self.cri();
-                    let id = i.id.clone();
-                    let ip = self
-                        .sandbox
-                        .as_ref()
-                        .map(|s| s.ip.clone())
-                        .unwrap_or_default();
-                    stops.push(async move {
-                        // preStop first; its time comes out of the grace period (at
-                        // least 2 s are left for the stop signal), as with the kubelet.
-                        let mut left = grace;
-                        if let Some(c) = &c {
-                            if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
-                            {
-                                let started = Instant::now();
-                                let limit = Duration::from_secs(grace.max(1) as u64);
-                                if let Err(e) = probe::hook(&cri, h, c, &id, &ip, limit).await {
-                                    tracing::info!(container = %c.name, "preStop hook: {e}");
-                                }
-                                left = (grace - started.elapsed().as_secs() as i64).max(2);
-                            }
-                        }
-                        rt.stop_container(cri::StopContainerRequest {
-                            container_id: id,
-                            timeout: left,
-                        })
-                        .await
-                    });
-                }
-            }
-            futures::future::join_all(stops).await;
+            self.kill_containers(pod, &s.id, &ip, grace).await;
             if delete {
                 let latest: HashMap<String, Vec<Instance>> =
                     self.instances(&s.id).await.unwrap_or_default();
