@@ -466,6 +466,43 @@ impl Cluster {
         c
     }
 
+    /// Tears `cluster` down and exits with 128 + the signal when one of `signals` (the
+    /// set [`crate::block_signals`] blocked) comes: a suite interrupted by Ctrl-C or a CI
+    /// timeout's SIGTERM leaves nothing behind.
+    pub fn teardown_on_signal(
+        cluster: &std::sync::Arc<Cluster>,
+        signals: libc::sigset_t,
+        suite: &'static str,
+    ) {
+        let weak = std::sync::Arc::downgrade(cluster);
+        std::thread::spawn(move || {
+            let mut sig = 0;
+            // SAFETY: waits for one of the signals every thread blocks.
+            unsafe { libc::sigwait(&signals, &mut sig) };
+            eprintln!("{suite}: signal {sig}: tearing the cluster down");
+            if let Some(c) = weak.upgrade() {
+                c.teardown();
+            }
+            std::process::exit(128 + sig);
+        });
+    }
+
+    /// Keeps the cluster up until the file `<cluster dir>/release` appears, for a
+    /// developer to look around (it prints how to reach it).
+    pub fn hold(&self) {
+        let release = self.path("release");
+        println!(
+            "holding the cluster: nsenter --net={} {} --kubeconfig={} ...; touch {} to tear it down",
+            self.node.path().display(),
+            self.bins.kubectl.display(),
+            self.path("admin.kubeconfig").display(),
+            release.display()
+        );
+        while !release.exists() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }

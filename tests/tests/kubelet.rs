@@ -1639,17 +1639,7 @@ fn main() {
         }
         Ok(cluster) => {
             let cluster = std::sync::Arc::new(cluster);
-            let weak = std::sync::Arc::downgrade(&cluster);
-            std::thread::spawn(move || {
-                let mut sig = 0;
-                // SAFETY: waits for one of the signals every thread blocks.
-                unsafe { libc::sigwait(&signals, &mut sig) };
-                eprintln!("kubelet suite: signal {sig}: tearing the cluster down");
-                if let Some(c) = weak.upgrade() {
-                    c.teardown();
-                }
-                std::process::exit(128 + sig);
-            });
+            Cluster::teardown_on_signal(&cluster, signals, "kubelet suite");
             println!("cluster up in {:.1}s", started.elapsed().as_secs_f32());
             for (i, g) in groups.iter().enumerate() {
                 run_group(&cluster, g, &results);
@@ -1659,7 +1649,7 @@ fn main() {
                 }
             }
             if std::env::var_os("CRUST_KUBELET_HOLD").is_some() {
-                hold(&cluster);
+                cluster.hold();
             }
             let failed = !results.lock().unwrap().failed.is_empty();
             // A developer who names a place keeps the logs of a passing run too (to read
@@ -1696,22 +1686,6 @@ fn main() {
         started.elapsed().as_secs_f32()
     );
     std::process::exit(if failed == 0 { 0 } else { 101 });
-}
-
-/// With `CRUST_KUBELET_HOLD` set, the cluster stays up after the checks until the file
-/// `<cluster dir>/release` appears, for a developer to look around.
-fn hold(c: &Cluster) {
-    let release = c.path("release");
-    println!(
-        "holding the cluster: nsenter --net={} {} --kubeconfig={} ...; touch {} to tear it down",
-        c.node.path().display(),
-        c.bins.kubectl.display(),
-        c.path("admin.kubeconfig").display(),
-        release.display()
-    );
-    while !release.exists() {
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 /// Copies the cluster's logs where they outlive it: `target/tmp/kubelet-suite-logs` when

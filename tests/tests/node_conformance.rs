@@ -326,17 +326,7 @@ fn main() {
             std::process::exit(101);
         }
     };
-    let weak = std::sync::Arc::downgrade(&cluster);
-    std::thread::spawn(move || {
-        let mut sig = 0;
-        // SAFETY: waits for one of the signals every thread blocks.
-        unsafe { libc::sigwait(&signals, &mut sig) };
-        eprintln!("node conformance: signal {sig}: tearing the cluster down");
-        if let Some(c) = weak.upgrade() {
-            c.teardown();
-        }
-        std::process::exit(128 + sig);
-    });
+    Cluster::teardown_on_signal(&cluster, signals, "node conformance");
     println!("cluster up in {:.1}s", started.elapsed().as_secs_f32());
 
     let mut failures: Vec<(String, String)> = vec![];
@@ -404,17 +394,7 @@ fn main() {
         println!("{row}");
     }
     if std::env::var_os("CRUST_CONFORMANCE_HOLD").is_some() {
-        let release = cluster.path("release");
-        println!(
-            "holding the cluster: nsenter --net={} {} --kubeconfig={} ...; touch {} to tear it down",
-            cluster.node.path().display(),
-            cluster.bins.kubectl.display(),
-            cluster.path("admin.kubeconfig").display(),
-            release.display()
-        );
-        while !release.exists() {
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        cluster.hold();
     }
     cluster.teardown();
     let failed = failures.len();
