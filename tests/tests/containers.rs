@@ -896,11 +896,29 @@ async fn stop_grace_period_leaves_lists_and_status_free() {
             &pod,
             ctr(
                 "stubborn",
-                &["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"],
+                &[
+                    "sh",
+                    "-c",
+                    "trap '' TERM; echo trapped; while true; do sleep 0.1; done",
+                ],
             ),
         )
         .await;
     e.start(&id).await;
+    // SIGTERM before the trap is set would end it at once (seen in CI on a busy
+    // machine): stop only once it says the trap is in place.
+    let (s, _) = e.status(&id).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !log_lines(Path::new(&s.log_path))
+        .iter()
+        .any(|l| l.3 == "trapped")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 'trapped' in the log"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut c = e.c.clone();
     let stop_id = id.clone();
     let stopping = tokio::spawn(async move {
