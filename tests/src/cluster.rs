@@ -74,6 +74,53 @@ pub fn kube_bin(name: &str) -> Option<PathBuf> {
     Some(p)
 }
 
+/// Ends a cluster suite (its own harness) that cannot run: under `CI=true` a failure,
+/// else a loud `SKIPPED` and libtest's summary with the suite ignored.
+pub fn skip_suite(suite: &str, why: String) -> ! {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        eprintln!("{suite}: {why}; CI must run it");
+        std::process::exit(1);
+    }
+    eprintln!("\n!!!!! SKIPPED: {suite}: {why} !!!!!\n");
+    println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
+    std::process::exit(0);
+}
+
+/// What every cluster suite needs before it starts: root, `tools` on `PATH`, the
+/// Kubernetes binaries and the reference `portmap` plugin (returned with its folder);
+/// else [`skip_suite`].
+pub fn suite_needs(suite: &str, tools: &[&str]) -> (KubeBins, PathBuf) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip_suite(suite, "needs root".into());
+    }
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| which(t).is_none())
+        .collect();
+    if !missing.is_empty() {
+        skip_suite(
+            suite,
+            format!("needs {} (hack/deps installs them)", missing.join(", ")),
+        );
+    }
+    let bins = kube_bins().unwrap_or_else(|m| {
+        skip_suite(
+            suite,
+            format!(
+                "no {} in $CRUST_KUBE_BIN, {} or PATH (hack/deps unpacks them)",
+                m.join(", "),
+                default_kube_bin_dir().display()
+            ),
+        )
+    });
+    let Some(portmap) = crate::reference_plugin("portmap") else {
+        skip_suite(suite, "no reference portmap plugin".into())
+    };
+    (bins, portmap.parent().unwrap().to_path_buf())
+}
+
 /// The binaries, or what is missing.
 pub fn kube_bins() -> Result<KubeBins, Vec<String>> {
     let mut missing = Vec::new();

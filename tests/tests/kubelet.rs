@@ -23,7 +23,7 @@ mod crustlet_fault_checks;
 #[path = "kubelet/crustlet_probe_volume_checks.rs"]
 mod crustlet_probe_volume_checks;
 
-use crust_e2e::cluster::{kube_bins, run_timeout, wait_for, Cluster, ContainerdFor, Options, NODE};
+use crust_e2e::cluster::{run_timeout, wait_for, Cluster, ContainerdFor, Options, NODE};
 use crust_e2e::terminal::{shell_words, Terminal};
 use crustlet_auth_checks::*;
 use crustlet_checks::*;
@@ -1414,16 +1414,6 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let skip = |why: String| {
-        if ci {
-            eprintln!("kubelet suite: {why}; CI must run it");
-            std::process::exit(1);
-        }
-        eprintln!("\n!!!!! SKIPPED: kubelet suite: {why} !!!!!\n");
-        println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
-        std::process::exit(0);
-    };
     let tools = [
         "ip",
         "nsenter",
@@ -1439,33 +1429,7 @@ fn main() {
         "runc",
         "curl",
     ];
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skip("needs root".into());
-    }
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| crust_e2e::which(t).is_none())
-        .collect();
-    if !missing.is_empty() {
-        skip(format!(
-            "needs {} (hack/deps installs them)",
-            missing.join(", ")
-        ));
-    }
-    let bins = match kube_bins() {
-        Ok(b) => b,
-        Err(m) => skip(format!(
-            "no {} in $CRUST_KUBE_BIN, {} or PATH (hack/deps unpacks them)",
-            m.join(", "),
-            crust_e2e::cluster::default_kube_bin_dir().display()
-        )),
-    };
-    let Some(portmap) = crust_e2e::reference_plugin("portmap") else {
-        skip("no reference portmap plugin".into());
-        unreachable!()
-    };
+    let (bins, portmap_dir) = crust_e2e::cluster::suite_needs("kubelet suite", &tools);
 
     // The crustlet's checks run beside the kubelet's: the two nodes share only the
     // control plane. Those that restart the crustlet's crustd or the crustlet run beside
@@ -1617,10 +1581,7 @@ fn main() {
         Cluster::start_with(
             bins,
             crust_e2e::bin("crustd"),
-            vec![
-                crust_e2e::bin_dir(),
-                portmap.parent().unwrap().to_path_buf(),
-            ],
+            vec![crust_e2e::bin_dir(), portmap_dir],
             Options {
                 containerd: Some(ContainerdFor::Crustlet),
             },

@@ -31,9 +31,7 @@
 //! from `$CRUST_E2E_BIN`, else `target/e2e-bin` (hack/deps unpacks them there). Without
 //! root or them it skips loudly, except under `CI=true`, where that is a failure.
 
-use crust_e2e::cluster::{
-    kube_bins, run_timeout, Cluster, ContainerdFor, Options, CRUSTLET_NODE, NODE,
-};
+use crust_e2e::cluster::{run_timeout, Cluster, ContainerdFor, Options, CRUSTLET_NODE, NODE};
 use crust_e2e::conformance::{judge, parse_expected, parse_junit, skip_regex, Outcome};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -209,16 +207,7 @@ fn tail(text: &str, n: usize) -> String {
 fn main() {
     // An interrupted suite (Ctrl-C, a CI timeout's SIGTERM) still tears its cluster down.
     let signals = crust_e2e::block_signals();
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let skip = |why: String| -> ! {
-        if ci {
-            eprintln!("node conformance: {why}; CI must run it");
-            std::process::exit(1);
-        }
-        eprintln!("\n!!!!! SKIPPED: node conformance: {why} !!!!!\n");
-        println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
-        std::process::exit(0);
-    };
+    let skip = |why: String| -> ! { crust_e2e::cluster::skip_suite("node conformance", why) };
     let suite =
         std::env::var("CRUST_CONFORMANCE_SUITE").unwrap_or_else(|_| "node-conformance".into());
     if suite != "node-conformance" && suite != "conformance" {
@@ -244,10 +233,6 @@ fn main() {
         eprintln!("CRUST_CONFORMANCE_NODES: kubelet and containerd share the kubelet's node: one at a time");
         std::process::exit(2);
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skip("needs root".into());
-    }
     let mut tools = vec![
         "ip",
         "nsenter",
@@ -262,24 +247,7 @@ fn main() {
     if targets.contains(&Target::Containerd) {
         tools.extend(["containerd", "containerd-shim-runc-v2", "runc"]);
     }
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| crust_e2e::which(t).is_none())
-        .collect();
-    if !missing.is_empty() {
-        skip(format!(
-            "needs {} (hack/deps installs them)",
-            missing.join(", ")
-        ));
-    }
-    let bins = kube_bins().unwrap_or_else(|m| {
-        skip(format!(
-            "no {} in $CRUST_KUBE_BIN, {} or PATH (hack/deps unpacks them)",
-            m.join(", "),
-            crust_e2e::cluster::default_kube_bin_dir().display()
-        ))
-    });
+    let (bins, portmap_dir) = crust_e2e::cluster::suite_needs("node conformance", &tools);
     let tools_dir = workspace().join("../shared/tools/kubernetes-e2e-v1.28.7");
     let e2e_bin = std::env::var_os("CRUST_E2E_BIN")
         .map(PathBuf::from)
@@ -287,9 +255,6 @@ fn main() {
     if !tools_dir.join("install").is_file() {
         skip(format!("no {}", tools_dir.display()));
     }
-    let Some(portmap) = crust_e2e::reference_plugin("portmap") else {
-        skip("no reference portmap plugin".into())
-    };
     let expected_file = workspace().join(format!("tests/conformance/{suite}.expected"));
     let (expected, not_run) = match std::fs::read_to_string(&expected_file) {
         Ok(t) => (parse_expected(&t), skip_regex(&t)),
@@ -309,10 +274,7 @@ fn main() {
         let c = Cluster::start_with(
             bins,
             crust_e2e::bin("crustd"),
-            vec![
-                crust_e2e::bin_dir(),
-                portmap.parent().unwrap().to_path_buf(),
-            ],
+            vec![crust_e2e::bin_dir(), portmap_dir],
             opts,
         );
         c.push_e2e_images(&tools_dir, &e2e_bin);
