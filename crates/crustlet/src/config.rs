@@ -83,6 +83,11 @@ pub struct Flags {
     /// Register the Node object with the apiserver.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub register_node: Option<bool>,
+    /// Keep a route to every other Ready Node's pod CIDR via its InternalIP (nodes on
+    /// one L2 segment, as flannel's host-gw backend). Off by default: a cluster network
+    /// (Calico, Cilium, flannel) does this itself.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
+    pub pod_routes: Option<bool>,
     /// Log verbosity as the kubelet counts it (0-10); 4 and up is debug.
     #[arg(long = "v", short = 'v')]
     pub verbosity: Option<u8>,
@@ -158,6 +163,7 @@ struct File {
     #[serde(default)]
     node_labels: Vec<String>,
     register_node: Option<bool>,
+    pod_routes: Option<bool>,
     v: Option<u8>,
     log_level: Option<String>,
     address: Option<String>,
@@ -272,6 +278,8 @@ pub struct Config {
     pub image_gc_low: u8,
     pub node_labels: Vec<(String, String)>,
     pub register_node: bool,
+    /// Routes to the other Nodes' pod CIDRs (see [`crate::routes`]).
+    pub pod_routes: bool,
     pub log_filter: String,
 }
 
@@ -385,6 +393,7 @@ impl Config {
                 .unwrap_or(80),
             node_labels,
             register_node: flags.register_node.or(file.register_node).unwrap_or(true),
+            pod_routes: flags.pod_routes.or(file.pod_routes).unwrap_or(false),
             log_filter,
         };
         if cfg.image_gc_low > cfg.image_gc_high || cfg.image_gc_high > 100 {
@@ -586,6 +595,7 @@ mod tests {
         assert_eq!(c.cluster_dns, ["10.0.0.10"]);
         assert_eq!(c.node_name, "filenode");
         assert!(!c.register_node);
+        assert!(!c.pod_routes);
         assert_eq!(
             c.node_labels,
             [("a".into(), "b".into()), ("c".into(), "".into())]

@@ -15,6 +15,7 @@ mod node;
 mod pods;
 mod probe;
 mod quantity;
+mod routes;
 mod server;
 mod services;
 mod spec;
@@ -215,6 +216,9 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         std::sync::atomic::Ordering::Relaxed,
     );
     if let Some(client) = client.clone() {
+        if cfg.pod_routes {
+            routes::start(client.clone(), cfg.node_name.clone());
+        }
         tokio::spawn(node::run(cfg.clone(), client, cri.clone()));
     }
     tracing::info!(node = %cfg.node_name, runtime = %cfg.runtime_socket.display(), "crustlet starting");

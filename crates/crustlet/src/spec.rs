@@ -880,6 +880,7 @@ mod tests {
             image_gc_low: 80,
             node_labels: vec![],
             register_node: true,
+            pod_routes: false,
             log_filter: "info".into(),
         }
     }
