@@ -102,14 +102,28 @@ impl Inputs<'_> {
         let io = |p: &Path, e: std::io::Error| InputError::Invalid(format!("{}: {e}", p.display()));
         if let Some(ed) = &v.empty_dir {
             let d = dir("kubernetes.io~empty-dir");
+            // World-writable, as the kubelet makes them, so any user in the pod can
+            // write (a tmpfs as mounted: sticky too); with an fsGroup, the group's and
+            // setgid, so what the pod writes there is the group's too (the kubelet's
+            // volume ownership).
+            let mut mode = 0o777;
             if ed.medium.as_deref() == Some("Memory") {
                 let size = crate::tmpfs::size(ed, self.pod, crate::node::memory_allocatable());
                 crate::tmpfs::set_up(&d, size).map_err(|e| io(&d, e))?;
-                return Ok(d);
+                mode = 0o1777;
+            } else {
+                std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
             }
-            std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
-            // World-writable, as the kubelet makes them, so any user in the pod can write.
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))
+            let fs_group = spec::spec(self.pod)
+                .security_context
+                .as_ref()
+                .and_then(|s| s.fs_group)
+                .and_then(|g| u32::try_from(g).ok());
+            if let Some(gid) = fs_group {
+                std::os::unix::fs::lchown(&d, None, Some(gid)).map_err(|e| io(&d, e))?;
+                mode |= 0o2000;
+            }
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| io(&d, e))?;
             return Ok(d);
         }
