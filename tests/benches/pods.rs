@@ -345,6 +345,7 @@ fn main() {
         cni_dirs,
         Options {
             containerd: Some(ContainerdFor::Kubelet),
+            ..Options::default()
         },
     );
     c.wait_node_ready(Duration::from_secs(120));

@@ -37,6 +37,7 @@ pub struct KubeBins {
     pub kubectl: PathBuf,
     pub crictl: PathBuf,
     pub etcd: PathBuf,
+    pub kube_proxy: PathBuf,
 }
 
 /// Where `hack/deps` unpacks the Kubernetes binaries (`<workspace>/target/kube-bin`).
@@ -137,6 +138,7 @@ pub fn kube_bins() -> Result<KubeBins, Vec<String>> {
         scheduler: get("kube-scheduler"),
         kubectl: get("kubectl"),
         crictl: get("crictl"),
+        kube_proxy: get("kube-proxy"),
         etcd: which("etcd").unwrap_or_else(|| {
             missing.push("etcd (apt-get install etcd-server)".into());
             PathBuf::new()
@@ -193,6 +195,9 @@ pub struct Options {
     /// containerd (Debian's 1.6/1.7, with runc and the reference CNI plugins), and who
     /// drives it.
     pub containerd: Option<ContainerdFor>,
+    /// kube-proxy (iptables mode) in the node namespace, so that Services work from
+    /// pods and from the node, as on any real node: see [`Cluster::start_kube_proxy`].
+    pub kube_proxy: bool,
 }
 
 /// Who runs pods on the cluster's containerd.
@@ -230,6 +235,7 @@ pub struct Cluster {
     torn_down: Mutex<bool>,
     crustd: Mutex<Option<Child>>,
     kubelet: Mutex<Option<Child>>,
+    kube_proxy: Mutex<Option<Child>>,
     /// Cgroup dirs (every hierarchy) that did not exist before, ancestors of
     /// `cgroup_root` included, removed at the end.
     made_cgroups: Vec<PathBuf>,
@@ -457,6 +463,7 @@ impl Cluster {
             torn_down: Mutex::new(false),
             crustd: Mutex::new(None),
             kubelet: Mutex::new(None),
+            kube_proxy: Mutex::new(None),
             made_cgroups: Vec::new(),
             made_dirs: Vec::new(),
             subnet,
@@ -495,6 +502,22 @@ impl Cluster {
         }
         if opts.containerd != Some(ContainerdFor::Kubelet) {
             c.start_crustd();
+        }
+        if opts.kube_proxy {
+            // As on any node, a default route: the node's own connections to a
+            // Service (the apiserver's to a webhook) are routed before kube-proxy's
+            // rules rewrite them, and without a route they fail at once.
+            crate::sh(&[
+                "ip",
+                "-n",
+                &c.node.name,
+                "route",
+                "add",
+                "default",
+                "dev",
+                "knode0",
+            ]);
+            c.start_kube_proxy(NODE, &c.ip);
         }
         c.start_kubelet();
         c.start_crustlet_crustd();
@@ -1119,6 +1142,9 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
                 "bridge": bridge,
                 "isGateway": true,
                 "ipMasq": true,
+                // A pod reaching itself through its Service (kube-proxy's DNAT sends it
+                // back out of the port it came in).
+                "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
                     "dataDir": self.path(&format!("{prefix}ipam")),
@@ -1239,6 +1265,9 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
             // The kubelet's relaxed thresholds: a CI disk full of build output must not
             // put the node under DiskPressure (and its pods under the taint).
             .arg(format!("--eviction-hard={EVICTION_HARD}"))
+            // Routes to the pod CIDRs of other Nodes: none here has one but the peers
+            // of the kubelet suite's pod routes check.
+            .arg("--pod-routes")
             .args(["--v", "2"]);
         *guard = Some(self.spawn_logged(cmd, "crustlet"));
     }
@@ -1464,6 +1493,44 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
         *guard = Some(self.spawn_logged(cmd, "kubelet"));
     }
 
+    /// (Re)starts kube-proxy v1.28 in the node namespace (iptables mode, as kubeadm runs
+    /// it) as Node `node` at `ip`. The node namespace holds every node of the cluster,
+    /// so one kube-proxy serves them all; its name and IP are those of the node under
+    /// test (a NodePort answers on every address either way). Pod-to-Service replies
+    /// between pods on one bridge go back through conntrack because bridged traffic
+    /// passes iptables (`bridge-nf-call-iptables`, on by default in a new namespace),
+    /// and a pod reaching itself through its Service comes back through the bridge's
+    /// hairpin mode (the CNI config's `hairpinMode`).
+    pub fn start_kube_proxy(&self, node: &str, ip: &str) {
+        self.stop_kube_proxy();
+        let mut cmd = self.net_cmd(&self.bins.kube_proxy);
+        let n = self.subnet;
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            self.path("admin.kubeconfig").display()
+        ))
+        .arg(format!("--hostname-override={node}"))
+        .arg(format!("--bind-address={ip}"))
+        // The nodes' pod ranges (10.<n>.0-2.0/24): traffic to a Service from
+        // elsewhere is masqueraded.
+        .arg(format!("--cluster-cidr=10.{n}.0.0/22"))
+        .args([
+            "--proxy-mode=iptables",
+            // nf_conntrack_max is the host's, not the namespace's: leave it.
+            "--conntrack-max-per-core=0",
+            "--v=2",
+        ]);
+        *self.kube_proxy.lock().unwrap() = Some(self.spawn_logged(cmd, "kube-proxy"));
+    }
+
+    /// Stops kube-proxy (its rules stay until the next one resyncs them).
+    pub fn stop_kube_proxy(&self) {
+        if let Some(mut c) = self.kube_proxy.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Stops the kubelet (SIGTERM, then SIGKILL after 10 s).
     pub fn stop_kubelet(&self) {
         if let Some(mut c) = self.kubelet.lock().unwrap().take() {
@@ -1633,6 +1700,7 @@ impl Cluster {
         }
         self.stop_kubelet();
         self.stop_crustlet();
+        self.stop_kube_proxy();
         if let Some(mut c) = self.containerd_crustlet.lock().unwrap().take() {
             let _ = c.kill();
             let _ = c.wait();

@@ -1537,6 +1537,8 @@ fn main() {
             kubelet_restarted_adopts_its_pods,
             crustlet_restarted_adopts_its_pods
         ],
+        // It restarts the crustlet too.
+        checks![crustlet_pod_routes],
         // The apiserver stopped and started again: every node loses it at once.
         checks![crustlet_apiserver_outage],
         checks![no_repeated_cri_errors],
@@ -1584,6 +1586,7 @@ fn main() {
             vec![crust_e2e::bin_dir(), portmap_dir],
             Options {
                 containerd: Some(ContainerdFor::Crustlet),
+                ..Options::default()
             },
         )
     });

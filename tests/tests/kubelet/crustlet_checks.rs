@@ -1641,7 +1641,11 @@ pub fn crustlet_pod_files_as_kubelet(c: &Cluster) {
         }),
     );
     let script = "echo \"arg0=$0\"; cat /etc/hosts; echo \"hostname=$(hostname)\"; \
-                  env | grep -E '^(KUBERNETES_|CMP_SVC_|X=|Y=)' | sort; echo done; exec sleep 3600";
+                  env | grep -E '^(KUBERNETES_|CMP_SVC_|X=|Y=)' | sort; \
+                  for d in /vol /mem; do [ -d $d ] || continue; touch $d/f; \
+                  set -- $(ls -ldn $d); echo \"$d=$1 $4\"; \
+                  set -- $(ls -ln $d/f); echo \"$d/f=$1 $4\"; done; \
+                  echo done; exec sleep 3600";
     type Case = (&'static str, fn(&mut Value));
     let cases: Vec<Case> = vec![
         ("names", |p| {
@@ -1657,6 +1661,18 @@ pub fn crustlet_pod_files_as_kubelet(c: &Cluster) {
         ("hostnet", |p| {
             p["spec"]["hostNetwork"] = json!(true);
             p["spec"]["hostAliases"] = json!([{"ip": "10.9.9.8", "hostnames": ["c"]}]);
+        }),
+        // emptyDirs of an fsGroup pod: the group's and setgid, and so what is written.
+        ("fsgroup", |p| {
+            p["spec"]["securityContext"] = json!({"fsGroup": 1234});
+            p["spec"]["volumes"] = json!([
+                {"name": "vol", "emptyDir": {}},
+                {"name": "mem", "emptyDir": {"medium": "Memory"}},
+            ]);
+            p["spec"]["containers"][0]["volumeMounts"] = json!([
+                {"name": "vol", "mountPath": "/vol"},
+                {"name": "mem", "mountPath": "/mem"},
+            ]);
         }),
     ];
     let nodes = [(NODE, "k"), (CRUSTLET_NODE, "c")];
@@ -1727,6 +1743,14 @@ pub fn crustlet_pod_files_as_kubelet(c: &Cluster) {
         names.contains(&format!("arg0=y:{svc_ip}-x:$(NOPE)\n")),
         "{names}"
     );
+    for want in [
+        "/vol=drwxrwsrwx 1234\n",
+        "/vol/f=-rw-r--r-- 1234\n",
+        "/mem=drwxrwsrwt 1234\n",
+        "/mem/f=-rw-r--r-- 1234\n",
+    ] {
+        assert!(seen[3].contains(want), "no {want:?} in:\n{}", seen[3]);
+    }
     let fqdn = &seen[1];
     assert!(
         fqdn.contains("hostname=POD.sub.crustlet.svc.cluster.local\n"),
@@ -1975,3 +1999,122 @@ fn nothing_left(c: &Crustlet) {
 #[path = "crustlet_server_checks.rs"]
 mod server_checks;
 pub use server_checks::*;
+
+/// `--pod-routes` (the cluster starts the crustlet on crustd with it): a route to every
+/// other Ready Node's pod CIDR via its InternalIP, changed with the IP, removed with the
+/// Node or its readiness, someone else's route to a claimed range left alone, and what
+/// it left before a restart found again (changed or removed, never doubled). The peers
+/// are Node objects only (unschedulable): their IPs are on the node's own segment, so
+/// the kernel takes the routes without a machine behind them.
+pub fn crustlet_pod_routes(c: &Cluster) {
+    let cl = &Crustlet::on_crustd(c);
+    let n = c.subnet;
+    let ns = c.node.name.clone();
+    let ours = || crust_e2e::sh(&["ip", "-n", &ns, "route", "show", "proto", "77"]);
+    let ours_are = |want: &[String], what: &str| {
+        wait_for(what, T, |last| {
+            let now: Vec<String> = ours()
+                .lines()
+                .map(|l| l.split(" dev ").next().unwrap_or(l).trim().to_string())
+                .collect();
+            *last = format!("{now:?}");
+            (now == want).then_some(())
+        })
+    };
+    let now = || {
+        String::from_utf8_lossy(
+            &run_timeout(Command::new("date").args(["-u", "+%FT%TZ"]), T).stdout,
+        )
+        .trim()
+        .to_string()
+    };
+    let peer = |name: &str, third: u8, ip: &str| {
+        apply(
+            c,
+            json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name},
+                "spec": {"unschedulable": true,
+                         "podCIDR": format!("10.{n}.{third}.0/24"),
+                         "podCIDRs": [format!("10.{n}.{third}.0/24")]}}),
+        );
+        set_peer(c, name, ip, "True", &now());
+    };
+    // Someone else's route, to a range a peer claims.
+    let theirs = format!("10.{n}.78.0/24");
+    crust_e2e::sh(&[
+        "ip",
+        "-n",
+        &ns,
+        "route",
+        "add",
+        &theirs,
+        "via",
+        &format!("10.{n}.255.78"),
+        "proto",
+        "static",
+    ]);
+    peer("routes-peer-a", 77, &format!("10.{n}.255.77"));
+    peer("routes-peer-b", 78, &format!("10.{n}.255.79"));
+    ours_are(
+        &[format!("10.{n}.77.0/24 via 10.{n}.255.77")],
+        "a route to routes-peer-a's pods",
+    );
+    let theirs_now = crust_e2e::sh(&["ip", "-n", &ns, "route", "show", &theirs]);
+    assert!(
+        theirs_now.contains(&format!("via 10.{n}.255.78")) && theirs_now.contains("proto static"),
+        "someone else's route was changed: {theirs_now}"
+    );
+    // The peer's IP changes: its route follows.
+    set_peer(
+        c,
+        "routes-peer-a",
+        &format!("10.{n}.255.76"),
+        "True",
+        &now(),
+    );
+    ours_are(
+        &[format!("10.{n}.77.0/24 via 10.{n}.255.76")],
+        "routes-peer-a's route to follow its new IP",
+    );
+    // While the crustlet is down a peer goes and another comes: the restarted crustlet
+    // finds the route it left, removes it and adds the new one, with none doubled.
+    let st = cl.stop_crustlet().expect("the crustlet ends on SIGTERM");
+    assert!(st.success(), "the crustlet exited {st}");
+    ok(c.kubectl(&["delete", "node", "routes-peer-a"]));
+    peer("routes-peer-c", 79, &format!("10.{n}.255.80"));
+    c.start_crustlet();
+    ours_are(
+        &[format!("10.{n}.79.0/24 via 10.{n}.255.80")],
+        "the restarted crustlet's routes",
+    );
+    // Not Ready: no route.
+    set_peer(
+        c,
+        "routes-peer-c",
+        &format!("10.{n}.255.80"),
+        "False",
+        &now(),
+    );
+    ours_are(&[], "routes-peer-c's route gone once it is not Ready");
+    ok(c.kubectl(&["delete", "node", "routes-peer-b", "routes-peer-c"]));
+    crust_e2e::sh(&["ip", "-n", &ns, "route", "del", &theirs]);
+    node_ready_is(cl, "True", Duration::from_secs(60));
+}
+
+/// The status a peer Node of [`crustlet_pod_routes`] would post: its InternalIP and
+/// Ready condition.
+fn set_peer(c: &Cluster, name: &str, ip: &str, ready: &str, now: &str) {
+    let patch = json!({"status": {
+        "addresses": [{"type": "InternalIP", "address": ip}],
+        "conditions": [{"type": "Ready", "status": ready, "reason": "Test",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    ok(c.kubectl(&[
+        "patch",
+        "node",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]));
+}
