@@ -13,7 +13,9 @@
 //!
 //! Admission follows the kubelet's admit handlers in their order (v1.28): the sysctl
 //! allowlist (`pkg/kubelet/sysctl`), then the OS checks of the predicate handler
-//! (`pkg/kubelet/lifecycle/predicate.go`). The resource predicates are the
+//! (`pkg/kubelet/lifecycle/predicate.go`), then of its general predicates the host
+//! ports ([`HostPorts`]: a pod bound to the node by name, past the scheduler, whose
+//! host port another pod of the node holds). The resource predicates are the
 //! scheduler's business here: the crustlet does not refuse a pod for them.
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodReadinessGate, PodStatus};
@@ -267,6 +269,80 @@ pub fn admit(pod: &Pod, sysctls: &Sysctls) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// The kubelet's reason (its predicate's name) and message for a host port taken.
+pub const NODE_PORTS: &str = "NodePorts";
+
+/// A host port a pod asks for: protocol, host IP (empty for every address), port.
+pub type HostPort = (String, String, i32);
+
+/// The host ports of `pod`'s containers, as the scheduler's NodePorts plugin reads
+/// them (app containers; the apiserver fills a hostNetwork pod's from its container
+/// ports).
+pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return vec![];
+    };
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.is_some_and(|h| h > 0))
+        .map(|p| {
+            let ip = p.host_ip.clone().unwrap_or_default();
+            (
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                if ip == "0.0.0.0" { String::new() } else { ip },
+                p.host_port.unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Whether two host ports clash: the same protocol and port, and the same address or
+/// either one every address.
+pub fn clash(a: &HostPort, b: &HostPort) -> bool {
+    a.0 == b.0 && a.2 == b.2 && (a.1 == b.1 || a.1.is_empty() || b.1.is_empty())
+}
+
+/// The host ports held by the node's admitted pods that have not ended, by pod uid: the
+/// kubelet's "other pods" of its port predicate. Admission takes a pod's ports under
+/// one lock, so of two pods asking for one port at once exactly one is admitted.
+#[derive(Default)]
+pub struct HostPorts {
+    held: std::sync::Mutex<std::collections::BTreeMap<String, Vec<HostPort>>>,
+}
+
+impl HostPorts {
+    /// Admits pod `uid` for `ports` unless another pod holds one of them; `force` takes
+    /// them whatever is held (a pod that had started before the crustlet did held them
+    /// then, so it keeps running).
+    pub fn take(&self, uid: &str, ports: Vec<HostPort>, force: bool) -> Result<(), Rejection> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = !force
+            && held
+                .iter()
+                .filter(|(u, _)| u.as_str() != uid)
+                .any(|(_, theirs)| ports.iter().any(|p| theirs.iter().any(|t| clash(p, t))));
+        if taken {
+            return Err(Rejection {
+                reason: NODE_PORTS,
+                message: format!("Predicate {NODE_PORTS} failed"),
+            });
+        }
+        if !ports.is_empty() {
+            held.insert(uid.to_string(), ports);
+        }
+        Ok(())
+    }
+
+    /// Pod `uid` ended or left the node: its ports are free.
+    pub fn release(&self, uid: &str) {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+}
+
 /// The status of a refused pod, as the kubelet sets it: Failed with the reason, its
 /// message, the QoS class and a start time, nothing of containers it never made.
 pub fn rejected_status(r: &Rejection, start: Option<Time>, qos: String) -> PodStatus {
@@ -323,6 +399,67 @@ mod tests {
     fn node(unsafe_patterns: &[&str]) -> Sysctls {
         let u: Vec<String> = unsafe_patterns.iter().map(|s| s.to_string()).collect();
         Sysctls::for_node(Some((6, 8)), &u).unwrap()
+    }
+
+    #[test]
+    fn host_ports_first_come_until_released() {
+        let with_ports = |ports: serde_json::Value| {
+            pod(json!({"spec": {"containers": [{"name": "c", "ports": ports}]}}))
+        };
+        let a = with_ports(json!([
+            {"containerPort": 80, "hostPort": 8080},
+            {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+            {"containerPort": 9000},
+        ]));
+        assert_eq!(
+            host_ports(&a),
+            [
+                ("TCP".into(), "".into(), 8080),
+                ("UDP".into(), "10.0.0.1".into(), 53)
+            ]
+        );
+        let table = [
+            // (the other pod's ports, clashes with a's)
+            (json!([{"containerPort": 1, "hostPort": 8080}]), true),
+            (
+                json!([{"containerPort": 1, "hostPort": 8080, "hostIP": "10.0.0.2"}]),
+                true,
+            ),
+            (
+                json!([{"containerPort": 1, "hostPort": 8080, "protocol": "UDP"}]),
+                false,
+            ),
+            (
+                json!([{"containerPort": 1, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.2"}]),
+                false,
+            ),
+            (
+                json!([{"containerPort": 1, "hostPort": 53, "protocol": "UDP", "hostIP": "0.0.0.0"}]),
+                true,
+            ),
+            (json!([{"containerPort": 8080}]), false),
+        ];
+        for (ports, clashes) in table {
+            let h = HostPorts::default();
+            h.take("a", host_ports(&a), false).unwrap();
+            let b = with_ports(ports.clone());
+            let r = h.take("b", host_ports(&b), false);
+            assert_eq!(r.is_err(), clashes, "{ports}");
+            if clashes {
+                let r = r.unwrap_err();
+                assert_eq!(
+                    (r.reason, r.status_message().as_str()),
+                    (NODE_PORTS, "Pod was rejected: Predicate NodePorts failed")
+                );
+                // Its own ports never clash with themselves (a second sync), a started
+                // pod keeps its ports, and once a ends b is admitted.
+                assert!(h.take("a", host_ports(&a), false).is_ok());
+                assert!(h.take("b", host_ports(&b), true).is_ok());
+                h.release("b");
+                h.release("a");
+                assert!(h.take("b", host_ports(&b), false).is_ok());
+            }
+        }
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct Ctx {
     recorder: Option<Arc<events::Recorder>>,
     /// The pods as their workers last synced them, and counters, for the HTTPS server.
     pub seen: server::Seen,
+    /// The host ports of the admitted pods (admission's port check).
+    pub ports: admit::HostPorts,
 }
 
 impl Ctx {
@@ -241,6 +243,7 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         node_memory: node::memory_capacity(),
         recorder,
         seen: Default::default(),
+        ports: Default::default(),
     });
     server::start(ctx.clone(), server_cfg).await?;
     // SIGTERM and SIGINT end the crustlet; its pods keep running in the runtime and are

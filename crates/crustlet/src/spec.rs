@@ -569,8 +569,59 @@ pub fn api_data_volumes(pod: &Pod) -> std::collections::HashSet<String> {
         .collect()
 }
 
+/// A mount's `subPathExpr` with the container's variables (`$(NAME)`), as the kubelet
+/// expands it: a variable that is missing or empty is an error naming it, since the
+/// mount would silently become another folder.
+pub fn sub_path_expr(expr: &str, envs: &[cri::KeyValue]) -> Result<String, String> {
+    let vars: Vec<(String, String)> = envs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
+    let mut missing = vec![];
+    let mut rest = expr;
+    while let Some(i) = rest.find('$') {
+        let after = &rest[i + 1..];
+        if let Some(a) = after.strip_prefix('$') {
+            rest = a;
+        } else if let Some((name, tail)) = after.strip_prefix('(').and_then(|b| b.split_once(')')) {
+            if !vars.iter().any(|(n, v)| n == name && !v.is_empty()) && !missing.contains(&name) {
+                missing.push(name);
+            }
+            rest = tail;
+        } else {
+            rest = after;
+        }
+    }
+    if !missing.is_empty() {
+        return Err(format!(
+            "subPathExpr {expr:?}: missing value for {}",
+            missing.join(", ")
+        ));
+    }
+    Ok(crate::inputs::expand(expr, &vars))
+}
+
+/// Makes `sub` below the volume's folder `root`, each missing folder with the volume's
+/// own mode (the kubelet's `SafeMakeDir` with the volume root's mode), and returns it.
+fn make_sub_path(root: &Path, sub: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(root)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o755);
+    let mut p = root.to_path_buf();
+    for comp in sub.components() {
+        p.push(comp);
+        if std::fs::symlink_metadata(&p).is_err() {
+            std::fs::create_dir(&p).map_err(|e| format!("creating {}: {e}", p.display()))?;
+            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+        }
+    }
+    Ok(p)
+}
+
 impl VolumePaths<'_> {
-    pub fn mounts(&self, c: &Container) -> Result<Vec<cri::Mount>, String> {
+    /// The container's volume mounts; `envs` are its variables, for `subPathExpr`.
+    pub fn mounts(&self, c: &Container, envs: &[cri::KeyValue]) -> Result<Vec<cri::Mount>, String> {
         let mut out = Vec::new();
         for m in c.volume_mounts.iter().flatten() {
             let Some(dir) = self.dirs.get(&m.name) else {
@@ -580,18 +631,18 @@ impl VolumePaths<'_> {
                 ));
             };
             let mut host = dir.clone();
-            if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+                Some(expr) => Some(sub_path_expr(expr, envs)?),
+                None => m.sub_path.clone(),
+            };
+            if let Some(sub) = sub.as_deref().filter(|s| !s.is_empty()) {
                 if Path::new(sub).is_absolute() || sub.split('/').any(|p| p == "..") {
                     return Err(format!(
                         "volume mount {:?}: subPath {sub:?} must be relative and stay inside",
                         m.name
                     ));
                 }
-                host = host.join(sub);
-                if !host.exists() {
-                    std::fs::create_dir_all(&host)
-                        .map_err(|e| format!("creating {}: {e}", host.display()))?;
-                }
+                host = make_sub_path(dir, Path::new(sub))?;
             }
             out.push(cri::Mount {
                 container_path: m.mount_path.clone(),
@@ -998,6 +1049,59 @@ mod tests {
     }
 
     #[test]
+    fn sub_path_expressions_as_the_kubelet_expands_them() {
+        let kv = |k: &str, v: &str| cri::KeyValue {
+            key: k.into(),
+            value: v.into(),
+        };
+        let envs = [kv("POD_NAME", "foo"), kv("EMPTY", ""), kv("NS", "ns1")];
+        assert_eq!(sub_path_expr("$(POD_NAME)", &envs).unwrap(), "foo");
+        assert_eq!(
+            sub_path_expr("logs/$(NS)/$(POD_NAME)", &envs).unwrap(),
+            "logs/ns1/foo"
+        );
+        assert_eq!(sub_path_expr("$$(POD_NAME)", &envs).unwrap(), "$(POD_NAME)");
+        let e = sub_path_expr("$(NOPE)/$(EMPTY)/$(NOPE)", &envs).unwrap_err();
+        assert!(e.ends_with("missing value for NOPE, EMPTY"), "{e}");
+        // Made in the volume with the volume's mode, and mounted from there.
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("crustlet-subpath-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let dirs: HashMap<String, PathBuf> = [("vol".to_string(), root.clone())].into();
+        let none = std::collections::HashSet::new();
+        let paths = VolumePaths {
+            dirs: &dirs,
+            read_only: &none,
+        };
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "volumeMounts": [
+                {"name": "vol", "mountPath": "/logs", "subPathExpr": "a/$(POD_NAME)"},
+                {"name": "vol", "mountPath": "/all"},
+            ]
+        }))
+        .unwrap();
+        let m = paths.mounts(&c, &envs).unwrap();
+        assert_eq!(m[0].host_path, root.join("a/foo").to_string_lossy());
+        assert_eq!(m[1].host_path, root.to_string_lossy());
+        for d in ["a", "a/foo"] {
+            let mode = std::fs::metadata(root.join(d))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o7777, 0o777, "{d}");
+        }
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "volumeMounts": [{"name": "vol", "mountPath": "/x", "subPathExpr": "$(NS)/../.."}]
+        }))
+        .unwrap();
+        assert!(paths.mounts(&c, &envs).unwrap_err().contains("stay inside"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn the_fs_group_is_a_supplemental_group() {
         let psc = |v: serde_json::Value| serde_json::from_value(v).unwrap();
         assert_eq!(
@@ -1030,7 +1134,7 @@ mod tests {
             dirs: &dirs,
             read_only: &ro,
         }
-        .mounts(c)
+        .mounts(c, &[])
         .unwrap();
         let cc = container_config(
             &p,
@@ -1060,7 +1164,7 @@ mod tests {
             dirs: &HashMap::new(),
             read_only: &ro,
         }
-        .mounts(c)
+        .mounts(c, &[])
         .unwrap_err();
         assert!(bad.contains("no volume"), "{bad}");
     }

@@ -154,6 +154,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
                 let last = w.last_pod.take();
                 if let Some(p) = last {
                     Box::pin(w.terminate(&p, Some(2), false)).await;
+                    w.ctx.ports.release(spec::uid(&p));
                 }
                 return;
             }
@@ -163,6 +164,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
                     .deletion_grace_period_seconds
                     .or(spec::spec(&pod).termination_grace_period_seconds);
                 Box::pin(w.terminate(&pod, grace, true)).await;
+                w.ctx.ports.release(spec::uid(&pod));
                 return;
             }
             Some(pod) => {
@@ -178,7 +180,10 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
             r = rx.changed() => if r.is_err() {
                 // The manager dropped the pod.
                 let last = w.last_pod.take();
-                if let Some(p) = last { Box::pin(w.terminate(&p, Some(2), false)).await; }
+                if let Some(p) = last {
+                    Box::pin(w.terminate(&p, Some(2), false)).await;
+                    w.ctx.ports.release(spec::uid(&p));
+                }
                 return;
             },
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -526,7 +531,14 @@ impl Worker {
             .unwrap_or_else(|| "Always".into());
         self.adopt_finished(pod).await;
         if self.finished.is_none() && !self.admitted {
-            match admit::admit(pod, &self.ctx.cfg.sysctls) {
+            // A pod that had started before (the crustlet restarted) held its ports.
+            let started = pod.status.as_ref().is_some_and(|s| s.start_time.is_some());
+            let verdict = admit::admit(pod, &self.ctx.cfg.sysctls).and_then(|()| {
+                self.ctx
+                    .ports
+                    .take(spec::uid(pod), admit::host_ports(pod), started)
+            });
+            match verdict {
                 Ok(()) => self.admitted = true,
                 Err(r) => self.reject(pod, r).await,
             }
@@ -693,6 +705,7 @@ impl Worker {
     /// final status is read once, from the containers the stopped sandbox still lists,
     /// and sent until the apiserver has it (it may be away when the pod ends).
     async fn finish(&mut self, pod: &Arc<Pod>) {
+        self.ctx.ports.release(spec::uid(pod));
         if let Some(sb) = self.sandbox.take() {
             let _ = self
                 .cri()
@@ -1093,7 +1106,7 @@ impl Worker {
                 return;
             }
         };
-        let Some(mounts) = self.mounts(pod, c, attempt) else {
+        let Some(mounts) = self.mounts(pod, c, attempt, &envs) else {
             return;
         };
         let config = match spec::container_config(
@@ -1128,7 +1141,13 @@ impl Worker {
     /// The container's mounts: its volumes, the file for its termination message and
     /// the kubelet's /etc/hosts; none when they cannot be had (the reason is in its
     /// waiting state).
-    fn mounts(&mut self, pod: &Pod, c: &Container, attempt: u32) -> Option<Vec<cri::Mount>> {
+    fn mounts(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        envs: &[cri::KeyValue],
+    ) -> Option<Vec<cri::Mount>> {
         let dirs = self
             .volumes
             .as_ref()
@@ -1139,7 +1158,7 @@ impl Worker {
             dirs: &dirs,
             read_only: &read_only,
         };
-        let mut mounts = match paths.mounts(c) {
+        let mut mounts = match paths.mounts(c, envs) {
             Ok(m) => m,
             Err(e) => {
                 self.failed(pod, &c.name, "CreateContainerConfigError", e);

@@ -2118,3 +2118,49 @@ fn set_peer(c: &Cluster, name: &str, ip: &str, ready: &str, now: &str) {
         &patch.to_string(),
     ]));
 }
+
+/// A pod bound to a node by name (past the scheduler) whose host port another pod of
+/// the node holds is refused, as the kubelet's port predicate refuses it (Failed,
+/// `NodePorts`, nothing run), on the kubelet's node and the crustlet's alike; once the
+/// holder is gone the same port is taken again. (A StatefulSet recreates such a pod:
+/// `[Conformance]` "Should recreate evicted statefulset".)
+pub fn crustlet_host_port_admission(c: &Cluster) {
+    let cl = &Crustlet::on_crustd(c);
+    let mut seen = vec![];
+    for (node, tag, port) in [(NODE, "k", 18285), (CRUSTLET_NODE, "c", 18286)] {
+        let bound = |name: &str| {
+            let mut p = pod_on(cl, node, name, "exec sleep 3600", |p| {
+                p["spec"]["containers"][0]["ports"] =
+                    json!([{"containerPort": 8080, "hostPort": port}]);
+            });
+            p["spec"]["nodeName"] = json!(node);
+            p
+        };
+        let holder = format!("hpa-holder-{tag}");
+        apply(c, bound(&holder));
+        wait_pod(cl, &holder, "Running", Duration::from_secs(90), running);
+        let second = format!("hpa-second-{tag}");
+        apply(c, bound(&second));
+        let p = wait_pod(cl, &second, "refused", Duration::from_secs(60), |p| {
+            p["status"]["phase"] == "Failed"
+        });
+        assert!(
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_none_or(|s| s.iter().all(|s| s["state"]["running"].is_null())),
+            "{node}: the refused pod ran: {:#}",
+            p["status"]
+        );
+        seen.push((
+            p["status"]["reason"].clone(),
+            p["status"]["message"].clone(),
+        ));
+        kubectl(cl, &["delete", "pod", &holder, &second, "--wait=true"]);
+        let third = format!("hpa-third-{tag}");
+        apply(c, bound(&third));
+        wait_pod(cl, &third, "Running", Duration::from_secs(90), running);
+        kubectl(cl, &["delete", "pod", &third, "--wait=false"]);
+    }
+    assert_eq!(seen[0], seen[1], "kubelet, then crustlet");
+    assert_eq!(seen[1].0, "NodePorts");
+}
