@@ -603,17 +603,38 @@ pub fn sub_path_expr(expr: &str, envs: &[cri::KeyValue]) -> Result<String, Strin
 
 /// Makes `sub` below the volume's folder `root`, each missing folder with the volume's
 /// own mode (the kubelet's `SafeMakeDir` with the volume root's mode), and returns it.
+/// What the pod wrote in the volume may hold symlinks: the path is resolved, and one
+/// that leads outside the volume is refused (as the kubelet refuses it), never made or
+/// mounted. (The kubelet also closes the window between this check and the runtime's
+/// mount by mounting an open descriptor; here a container racing to swap a folder for
+/// a link in that window is not stopped.)
 fn make_sub_path(root: &Path, sub: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
+    let real_root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let outside = |p: &Path| {
+        format!(
+            "subPath {:?}: {} is not within the volume",
+            sub.display(),
+            p.display()
+        )
+    };
     let mode = std::fs::metadata(root)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o755);
     let mut p = root.to_path_buf();
     for comp in sub.components() {
         p.push(comp);
-        if std::fs::symlink_metadata(&p).is_err() {
-            std::fs::create_dir(&p).map_err(|e| format!("creating {}: {e}", p.display()))?;
-            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+        match std::fs::canonicalize(&p) {
+            Ok(real) if !real.starts_with(&real_root) => return Err(outside(&real)),
+            Ok(_) => {}
+            Err(_) if std::fs::symlink_metadata(&p).is_ok() => {
+                // A dangling link: it points nowhere yet, and anywhere later.
+                return Err(outside(&p));
+            }
+            Err(_) => {
+                std::fs::create_dir(&p).map_err(|e| format!("creating {}: {e}", p.display()))?;
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+            }
         }
     }
     Ok(p)
@@ -1098,6 +1119,27 @@ mod tests {
         }))
         .unwrap();
         assert!(paths.mounts(&c, &envs).unwrap_err().contains("stay inside"));
+        // A link the pod left in the volume leads out of it: refused, nothing made.
+        std::os::unix::fs::symlink("/", root.join("out")).unwrap();
+        std::os::unix::fs::symlink("../../nowhere", root.join("dangling")).unwrap();
+        std::os::unix::fs::symlink("a", root.join("in")).unwrap();
+        for (sub, ok) in [
+            ("out", false),
+            ("out/etc", false),
+            ("dangling", false),
+            ("in/foo", true),
+        ] {
+            let c: Container = serde_json::from_value(serde_json::json!({
+                "name": "c",
+                "volumeMounts": [{"name": "vol", "mountPath": "/x", "subPath": sub}]
+            }))
+            .unwrap();
+            match paths.mounts(&c, &envs) {
+                Ok(m) => assert!(ok, "{sub}: {}", m[0].host_path),
+                Err(e) => assert!(!ok && e.contains("not within the volume"), "{sub}: {e}"),
+            }
+        }
+        assert!(!Path::new("/etc/nowhere").exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
