@@ -37,7 +37,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// What a node conformance run leaves out, as upstream's own instructions say.
+/// What a run leaves out, as upstream's node conformance instructions say (the same
+/// for `[Conformance]`: its serial and slow specs want a cluster to themselves).
 const SKIP: &str = r"\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:";
 
 /// A node under test: who drives which runtime.
@@ -196,6 +197,13 @@ fn only_node(c: &Cluster, target: Target) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(500));
     }
     c.set_taint(node, false);
+    if c.opts.kube_proxy {
+        let ip = match target {
+            Target::Crustlet => &c.crustlet_ip,
+            Target::Kubelet | Target::Containerd => &c.ip,
+        };
+        c.start_kube_proxy(node, ip);
+    }
     Ok(())
 }
 
@@ -269,6 +277,8 @@ fn main() {
         containerd: targets
             .contains(&Target::Containerd)
             .then_some(ContainerdFor::Kubelet),
+        // Services are what most of [Conformance] beyond the node's own specs uses.
+        kube_proxy: suite == "conformance",
     };
     let cluster = std::panic::catch_unwind(|| {
         let c = Cluster::start_with(
