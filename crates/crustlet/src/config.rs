@@ -273,6 +273,8 @@ pub struct Config {
     pub max_pods: u32,
     /// The sysctls pods may set: the safe ones and `--allowed-unsafe-sysctls`.
     pub sysctls: crate::admit::Sysctls,
+    /// `--allowed-unsafe-sysctls` as given (for `/configz`).
+    pub allowed_unsafe_sysctls: Vec<String>,
     pub image_gc_high: u8,
     pub eviction_hard: crate::node::status::Thresholds,
     pub image_gc_low: u8,
@@ -341,6 +343,7 @@ impl Config {
             }
             .to_string(),
         };
+        let unsafe_sysctls = pick(flags.allowed_unsafe_sysctls, file.allowed_unsafe_sysctls);
         let cfg = Config {
             kubeconfig: flags.kubeconfig.or(file.kubeconfig),
             runtime_socket,
@@ -374,9 +377,10 @@ impl Config {
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
             sysctls: crate::admit::Sysctls::for_node(
                 crate::admit::kernel_version(),
-                &pick(flags.allowed_unsafe_sysctls, file.allowed_unsafe_sysctls),
+                &unsafe_sysctls,
             )
             .map_err(|e| anyhow::anyhow!("--allowed-unsafe-sysctls: {e}"))?,
+            allowed_unsafe_sysctls: unsafe_sysctls,
             eviction_hard: match flags.eviction_hard.or(file.eviction_hard) {
                 Some(e) => {
                     crate::node::status::Thresholds::parse(&e).map_err(anyhow::Error::msg)?

@@ -307,6 +307,21 @@ pub fn static_pod(path: &Path, node: &str) -> anyhow::Result<Pod> {
     ann.insert("kubernetes.io/config.hash".into(), format!("{hash:016x}"));
     if let Some(s) = pod.spec.as_mut() {
         s.node_name = Some(node.to_string());
+        // The apiserver's default, which a manifest never went through (the kubelet
+        // applies it to static pods too): a container with a limit and no request for
+        // that resource requests its limit (QoS, cgroups and the downward API read it).
+        let inits = s.init_containers.iter_mut().flatten();
+        for c in s.containers.iter_mut().chain(inits) {
+            let Some(r) = c.resources.as_mut() else {
+                continue;
+            };
+            if let Some(limits) = &r.limits {
+                let requests = r.requests.get_or_insert_with(Default::default);
+                for (k, v) in limits {
+                    requests.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
     }
     Ok(pod)
 }
@@ -462,6 +477,27 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no containers"));
+        // Requests default to limits, resource by resource, as the apiserver's do.
+        std::fs::write(
+            &j,
+            r#"{"metadata":{"name":"x"},"spec":{
+                "initContainers":[{"name":"i","resources":{"limits":{"cpu":"1"}}}],
+                "containers":[{"name":"c","resources":{"limits":{"cpu":"500m","memory":"64Mi"},
+                                                     "requests":{"cpu":"100m"}}},
+                              {"name":"d"}]}}"#,
+        )
+        .unwrap();
+        let p = static_pod(&j, "n1").unwrap();
+        let v = serde_json::to_value(p.spec.unwrap()).unwrap();
+        assert_eq!(
+            v["containers"][0]["resources"]["requests"],
+            serde_json::json!({"cpu": "100m", "memory": "64Mi"})
+        );
+        assert!(v["containers"][1].get("resources").is_none());
+        assert_eq!(
+            v["initContainers"][0]["resources"]["requests"],
+            serde_json::json!({"cpu": "1"})
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 }

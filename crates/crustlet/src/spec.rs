@@ -953,6 +953,7 @@ mod tests {
             node_labels: vec![],
             register_node: true,
             pod_routes: false,
+            allowed_unsafe_sysctls: vec![],
             log_filter: "info".into(),
         }
     }

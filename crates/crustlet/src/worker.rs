@@ -1170,7 +1170,13 @@ impl Worker {
         if let Some(dir) = term.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        if std::fs::write(&term, b"").is_ok() {
+        let made = std::fs::write(&term, b"");
+        if let Err(e) = &made {
+            // The container still runs, but its termination message cannot be read.
+            tracing::warn!(pod = %spec::key(pod), container = %c.name,
+                "termination message file {}: {e}", term.display());
+        }
+        if made.is_ok() {
             // Writable by whatever user the container runs as: 0666 whatever the
             // umask, as the kubelet makes it (`makeMounts`).
             use std::os::unix::fs::PermissionsExt;

@@ -157,6 +157,7 @@ fn configz(cfg: &crate::config::Config, sc: &crate::config::ServerConfig) -> ser
         "clusterDomain": cfg.cluster_domain,
         "clusterDNS": cfg.cluster_dns,
         "maxPods": cfg.max_pods,
+        "allowedUnsafeSysctls": cfg.allowed_unsafe_sysctls,
         "cgroupRoot": cfg.cgroup_root,
         "cgroupsPerQOS": true,
         "cgroupDriver": cfg.driver().name(),
@@ -935,6 +936,30 @@ async fn proxy_upgrade(mut req: Request<hyper::body::Incoming>, url: &str) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn configz_names_the_allowed_unsafe_sysctls_only_when_there_are_some() {
+        use clap::Parser;
+        let resolve = |args: &[&str]| {
+            let f = crate::config::Flags::try_parse_from(
+                ["crustlet", "--kubeconfig=k"].iter().chain(args),
+            )
+            .unwrap();
+            let (c, sc) = crate::config::Config::resolve_all(f).unwrap();
+            configz(&c, &sc)
+        };
+        let v = resolve(&["--allowed-unsafe-sysctls=kernel.msg*,net.core.somaxconn"]);
+        assert_eq!(
+            v["kubeletconfig"]["allowedUnsafeSysctls"],
+            serde_json::json!(["kernel.msg*", "net.core.somaxconn"])
+        );
+        let v = resolve(&[]);
+        assert!(
+            v["kubeletconfig"].get("allowedUnsafeSysctls").is_none(),
+            "{v}"
+        );
+        assert_eq!(v["kubeletconfig"]["maxPods"], 110);
+    }
 
     #[test]
     fn seen_pods_are_listed_with_the_status_their_worker_computed() {
