@@ -198,6 +198,10 @@ pub struct Options {
     /// kube-proxy (iptables mode) in the node namespace, so that Services work from
     /// pods and from the node, as on any real node: see [`Cluster::start_kube_proxy`].
     pub kube_proxy: bool,
+    /// The control plane (and the registry) only, no node agent in its namespace: the
+    /// nodes are [`crate::fleet`]'s, each in a namespace of its own. The
+    /// controller-manager then gives every Node a pod CIDR out of `10.<n>.0.0/17`.
+    pub control_plane_only: bool,
 }
 
 /// Who runs pods on the cluster's containerd.
@@ -316,7 +320,7 @@ fn cgroup_mounts() -> Vec<(String, PathBuf)> {
 /// sit at different paths per controller (here: below `/process_api/...` in memory,
 /// at `/` in the rest); the kubelet takes one path for all, so the deepest one is used
 /// and the dirs it needs in other hierarchies are made (and removed) by the cluster.
-fn pick_cgroup_root(name: &str) -> String {
+pub(crate) fn pick_cgroup_root(name: &str) -> String {
     let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let own = text
         .lines()
@@ -487,6 +491,9 @@ impl Cluster {
         c.pki();
         c.start_registry();
         c.start_control_plane();
+        if opts.control_plane_only {
+            return c;
+        }
         c.mount_namespace();
         let root = c.cgroup_root.clone();
         c.make_cgroup_root(&root);
@@ -573,6 +580,17 @@ impl Cluster {
         }
     }
 
+    /// The cluster's registry, `127.0.0.1:PORT` in its namespace (listening on every
+    /// address there).
+    pub fn registry_addr(&self) -> String {
+        self.registry
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|r| r.addr.clone())
+            .unwrap_or_default()
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
@@ -607,7 +625,7 @@ impl Cluster {
         c
     }
 
-    fn spawn_logged(&self, mut cmd: Command, name: &str) -> Child {
+    pub(crate) fn spawn_logged(&self, mut cmd: Command, name: &str) -> Child {
         let log = log_file(self.dir.path(), name);
         // The suite blocks SIGTERM, SIGINT and SIGHUP in its threads (for its own signal
         // thread), and a child inherits that mask through exec: a daemon must get them
@@ -867,10 +885,18 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--use-service-account-credentials",
-                // No cloud, no node CIDRs (crust's CNI config has the pod subnet), no
-                // kube-proxy behind Services.
-                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route",
             ]);
+        if !self.opts.control_plane_only {
+            // No cloud, no node CIDRs (crust's CNI config has the pod subnet).
+            cm.arg("--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route");
+        } else {
+            // The fleet's nodes take their pod ranges from their Nodes, as on kubeadm
+            // clusters.
+            cm.arg("--controllers=*,-cloud-node-lifecycle,-service,-route")
+                .arg("--allocate-node-cidrs=true")
+                .arg(format!("--cluster-cidr=10.{}.0.0/17", self.subnet))
+                .arg("--node-cidr-mask-size=24");
+        }
         let child = self.spawn_logged(cm, "kube-controller-manager");
         self.control.lock().unwrap().push(child);
         // Pods are refused until their namespace's service account exists, and their
@@ -1049,7 +1075,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
     /// it made. A new cpuset cgroup gets its parent's CPUs and memory nodes. The
     /// crustlet's root is made the same way (crustd would make it, but then the
     /// ancestors it made would not be known to the teardown).
-    fn make_cgroup_root(&mut self, root: &str) {
+    pub(crate) fn make_cgroup_root(&mut self, root: &str) {
         let mounts = cgroup_mounts();
         let pure_v2 = mounts.iter().all(|(c, _)| c.is_empty());
         for (ctrls, mount) in mounts {
@@ -1167,7 +1193,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
     /// How kubeadm has a kubelet serve, for the kubelet and both crustlets: no
     /// anonymous requests, client certificates of the cluster's CA, bearer tokens through
     /// TokenReview, every request a SubjectAccessReview.
-    fn server_auth_args(&self) -> [String; 4] {
+    pub(crate) fn server_auth_args(&self) -> [String; 4] {
         [
             "--anonymous-auth=false".into(),
             format!("--client-ca-file={}", self.path("pki/ca.pem").display()),

@@ -485,6 +485,7 @@ pub mod conformance;
 pub mod containerd;
 pub mod cri;
 pub mod crustd;
+pub mod fleet;
 pub mod header_proxy;
 pub mod kube_shim;
 pub mod pod_watch;

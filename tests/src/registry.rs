@@ -114,8 +114,14 @@ impl Registry {
                 dir.path().join("key.pem").display()
             );
         }
+        // In a namespace of the test's own it listens on every address: other
+        // namespaces routed there (a fleet's nodes) pull from it too.
+        let listen = match node {
+            Some(_) => format!("0.0.0.0:{port}"),
+            None => addr.clone(),
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n{tls_conf}{auth}",
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {listen}\n{tls_conf}{auth}",
             dir.path().join("data").display()
         );
         let conf = dir.path().join("config.yml");
