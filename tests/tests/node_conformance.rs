@@ -20,7 +20,8 @@
 //!   Debian's containerd + runc: the bar; it takes the kubelet's node, so not with
 //!   `kubelet`). Default `crustlet,kubelet`.
 //! - `CRUST_CONFORMANCE_SUITE`: `node-conformance` (default: focus `[NodeConformance]`)
-//!   or `conformance` (focus `[Conformance]`, the specs one node can run).
+//!   or `conformance` (focus `[Conformance]` on the one node, with kube-proxy in the
+//!   node's namespace for Services; hack/conformance runs it, too long for every CI run).
 //! - `CRUST_CONFORMANCE_FOCUS`: a further regular expression the specs must match (to
 //!   run a few while working on them; the expected-failure check then covers those).
 //! - `CRUST_CONFORMANCE_PROCS`: ginkgo's parallel processes (default 12: most specs wait).
@@ -279,6 +280,7 @@ fn main() {
             .then_some(ContainerdFor::Kubelet),
         // Services are what most of [Conformance] beyond the node's own specs uses.
         kube_proxy: suite == "conformance",
+        ..Options::default()
     };
     let cluster = std::panic::catch_unwind(|| {
         let c = Cluster::start_with(
