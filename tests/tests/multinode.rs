@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Nodes in the suite's fleet (`CRUST_FLEET_NODES` for `hack/cluster up N`).
 const NODES: usize = 3;
 const NS: &str = "fleet";
 const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.45";
@@ -450,6 +451,35 @@ fn node_lost_and_back(f: &Fleet) {
     ok(f, &["-n", NS, "delete", "service", "spread"]);
 }
 
+/// Writes what `hack/cluster kubectl` needs into `dir` (`env`: the control
+/// namespace, the admin kubeconfig, kubectl), says how to reach the fleet, and waits
+/// for `dir/release` (`hack/cluster down`).
+fn hold_for_a_person(f: &Fleet, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let _ = std::fs::remove_file(dir.join("release"));
+    let env = format!(
+        "CLUSTER_NETNS={}\nCLUSTER_KUBECONFIG={}\nCLUSTER_KUBECTL={}\nCLUSTER_LOGS={}\n",
+        f.cluster.node.name,
+        f.cluster.path("admin.kubeconfig").display(),
+        f.cluster.bins.kubectl.display(),
+        f.cluster.path("logs").display()
+    );
+    std::fs::write(dir.join("env"), env).unwrap();
+    println!("{} nodes Ready:", f.nodes.len());
+    for node in &f.nodes {
+        println!(
+            "  {} at {} (network namespace {})",
+            node.name, node.ip, node.ns.name
+        );
+    }
+    println!("kubectl: hack/cluster kubectl get nodes -o wide");
+    println!("logs of every daemon: {}", f.cluster.path("logs").display());
+    while !dir.join("release").exists() {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let _ = std::fs::remove_file(dir.join("env"));
+}
+
 fn main() {
     // An interrupted suite (Ctrl-C, a CI timeout's SIGTERM) still tears its fleet down.
     let signals = crust_e2e::block_signals();
@@ -474,12 +504,22 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/e2e-bin"));
     let started = Instant::now();
+    // `hack/cluster up`: the fleet for a person, kept until `<dir>/release` appears.
+    let hold = std::env::var_os("CRUST_FLEET_HOLD").map(PathBuf::from);
+    let n = match &hold {
+        Some(_) => std::env::var("CRUST_FLEET_NODES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .filter(|n| (1..=20).contains(n))
+            .unwrap_or(NODES),
+        None => NODES,
+    };
     let fleet = std::panic::catch_unwind(|| {
         let f = Fleet::start(
             bins,
             crust_e2e::bin("crustd"),
             vec![crust_e2e::bin_dir(), portmap_dir],
-            NODES,
+            n,
         );
         f.cluster.push_e2e_images(&tools_dir, &e2e_bin);
         f
@@ -491,6 +531,11 @@ fn main() {
     };
     let fleet = std::sync::Arc::new(fleet);
     Fleet::teardown_on_signal(&fleet, signals, "multinode");
+    if let Some(dir) = hold {
+        hold_for_a_person(&fleet, &dir);
+        fleet.teardown();
+        std::process::exit(0);
+    }
     println!(
         "{NODES} nodes up in {:.1}s",
         started.elapsed().as_secs_f32()
