@@ -552,15 +552,10 @@ impl Cluster {
         suite: &'static str,
     ) {
         let weak = std::sync::Arc::downgrade(cluster);
-        std::thread::spawn(move || {
-            let mut sig = 0;
-            // SAFETY: waits for one of the signals every thread blocks.
-            unsafe { libc::sigwait(&signals, &mut sig) };
-            eprintln!("{suite}: signal {sig}: tearing the cluster down");
+        crate::on_signal(signals, suite, move || {
             if let Some(c) = weak.upgrade() {
                 c.teardown();
             }
-            std::process::exit(128 + sig);
         });
     }
 

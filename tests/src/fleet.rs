@@ -378,15 +378,10 @@ current-context: crust
         suite: &'static str,
     ) {
         let weak = std::sync::Arc::downgrade(fleet);
-        std::thread::spawn(move || {
-            let mut sig = 0;
-            // SAFETY: waits for one of the signals every thread blocks.
-            unsafe { libc::sigwait(&signals, &mut sig) };
-            eprintln!("{suite}: signal {sig}: tearing the fleet down");
+        crate::on_signal(signals, suite, move || {
             if let Some(f) = weak.upgrade() {
                 f.teardown();
             }
-            std::process::exit(128 + sig);
         });
     }
 

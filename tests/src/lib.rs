@@ -528,6 +528,24 @@ fn elf_has_interpreter(elf: &[u8]) -> bool {
     })
 }
 
+/// Runs `teardown` and exits with 128 + the signal when one of `signals` (the set
+/// [`block_signals`] blocked) comes: a suite interrupted by Ctrl-C or a CI timeout's
+/// SIGTERM leaves nothing behind.
+pub fn on_signal(
+    signals: libc::sigset_t,
+    suite: &'static str,
+    teardown: impl FnOnce() + Send + 'static,
+) {
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // SAFETY: waits for one of the signals every thread blocks.
+        unsafe { libc::sigwait(&signals, &mut sig) };
+        eprintln!("{suite}: signal {sig}: tearing down");
+        teardown();
+        std::process::exit(128 + sig);
+    });
+}
+
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts, for a
 /// thread of its own to wait for. Children inherit the mask: the cluster's daemons are
 /// started with it cleared (`Cluster::spawn_logged`).
