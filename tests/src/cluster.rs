@@ -332,6 +332,23 @@ pub(crate) fn pick_cgroup_root(name: &str) -> String {
     format!("{own}/{name}")
 }
 
+/// SIGTERM to our child `c`, SIGKILL once `grace` has passed: its exit status if it
+/// ended by itself in time.
+pub(crate) fn stop_child(mut c: Child, grace: Duration) -> Option<std::process::ExitStatus> {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(st)) = c.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    None
+}
+
 /// Runs `cmd`, killing it after `limit`: (exit status or None when killed, stdout,
 /// stderr).
 pub fn run_timeout(cmd: &mut Command, limit: Duration) -> Output {
@@ -618,6 +635,21 @@ impl Cluster {
             .arg("--")
             .arg(program);
         c
+    }
+
+    /// [`Cluster::spawn_logged`] of a daemon serving on unix socket `socket`: returns
+    /// once it accepts there (30 s at most; its log in the panic if it exits first).
+    pub(crate) fn spawn_serving(&self, cmd: Command, name: &str, socket: &Path) -> Child {
+        let mut child = self.spawn_logged(cmd, name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("{name} exited with {st}: {}", self.log(name));
+            }
+            assert!(Instant::now() < deadline, "{name} did not serve in 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
     }
 
     pub(crate) fn spawn_logged(&self, mut cmd: Command, name: &str) -> Child {
@@ -1228,16 +1260,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
         }
         cmd.args(["--cgroup-root", "/", "--log-level", "debug"]);
         let name = format!("{prefix}crustd");
-        let mut child = self.spawn_logged(cmd, &name);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(socket).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("{name} exited with {st}: {}", self.log(&name));
-            }
-            assert!(Instant::now() < deadline, "{name} did not serve in 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        *guard = Some(child);
+        *guard = Some(self.spawn_serving(cmd, &name, socket));
     }
 
     /// SIGKILL, as a crash.
@@ -1296,19 +1319,8 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
     /// SIGTERM to the crustlet (its pods keep running), waiting for it to exit (SIGKILL
     /// after 10 s); its exit status.
     pub fn stop_crustlet(&self) -> Option<std::process::ExitStatus> {
-        let mut c = self.crustlet.lock().unwrap().take()?;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = c.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        None
+        let c = self.crustlet.lock().unwrap().take()?;
+        stop_child(c, Duration::from_secs(10))
     }
 
     pub fn crustlet_running(&self) -> bool {
@@ -1525,23 +1537,25 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
     pub fn start_kube_proxy(&self, node: &str, ip: &str) {
         self.stop_kube_proxy();
         let mut cmd = self.net_cmd(&self.bins.kube_proxy);
-        let n = self.subnet;
-        cmd.arg(format!(
-            "--kubeconfig={}",
-            self.path("admin.kubeconfig").display()
-        ))
-        .arg(format!("--hostname-override={node}"))
-        .arg(format!("--bind-address={ip}"))
-        // The nodes' pod ranges (10.<n>.0-2.0/24): traffic to a Service from
-        // elsewhere is masqueraded.
-        .arg(format!("--cluster-cidr=10.{n}.0.0/22"))
-        .args([
-            "--proxy-mode=iptables",
-            // nf_conntrack_max is the host's, not the namespace's: leave it.
-            "--conntrack-max-per-core=0",
-            "--v=2",
-        ]);
+        // The nodes' pod ranges (10.<n>.0-2.0/24).
+        cmd.args(self.kube_proxy_args(node, ip, &format!("10.{}.0.0/22", self.subnet)));
         *self.kube_proxy.lock().unwrap() = Some(self.spawn_logged(cmd, "kube-proxy"));
+    }
+
+    /// kube-proxy's arguments, as kubeadm runs it (iptables mode), for Node `node` at
+    /// `ip` with the pods in `cluster_cidr` (traffic to a Service from elsewhere is
+    /// masqueraded): this cluster's and the fleet's nodes alike.
+    pub(crate) fn kube_proxy_args(&self, node: &str, ip: &str, cluster_cidr: &str) -> Vec<String> {
+        vec![
+            format!("--kubeconfig={}", self.path("admin.kubeconfig").display()),
+            format!("--hostname-override={node}"),
+            format!("--bind-address={ip}"),
+            format!("--cluster-cidr={cluster_cidr}"),
+            "--proxy-mode=iptables".into(),
+            // nf_conntrack_max is the host's, not the namespace's: leave it.
+            "--conntrack-max-per-core=0".into(),
+            "--v=2".into(),
+        ]
     }
 
     /// Stops kube-proxy (its rules stay until the next one resyncs them).
@@ -1554,15 +1568,8 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
 
     /// Stops the kubelet (SIGTERM, then SIGKILL after 10 s).
     pub fn stop_kubelet(&self) {
-        if let Some(mut c) = self.kubelet.lock().unwrap().take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(c) = self.kubelet.lock().unwrap().take() {
+            stop_child(c, Duration::from_secs(10));
         }
     }
 

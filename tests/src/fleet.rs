@@ -19,13 +19,15 @@
 //! and the crustlets route to each other's ranges. The control namespace gets routes to
 //! the pod ranges too (the apiserver calls webhooks in pods).
 
-use crate::cluster::{pick_cgroup_root, run_timeout, wait_for, Cluster, KubeBins, Options};
+use crate::cluster::{
+    pick_cgroup_root, run_timeout, stop_child, wait_for, Cluster, KubeBins, Options,
+};
 use crate::{sh, unique, Netns};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One node of the fleet.
 pub struct FleetNode {
@@ -259,16 +261,7 @@ current-context: crust
         }
         cmd.args(["--cgroup-root", "/", "--log-level", "debug"]);
         let log = format!("{}-crustd", node.name);
-        let mut child = self.cluster.spawn_logged(cmd, &log);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&node.socket).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("{log} exited with {st}: {}", self.cluster.log(&log));
-            }
-            assert!(Instant::now() < deadline, "{log} did not serve in 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        *node.crustd.lock().unwrap() = Some(child);
+        *node.crustd.lock().unwrap() = Some(self.cluster.spawn_serving(cmd, &log, &node.socket));
     }
 
     /// Starts node `i`'s crustlet, with `--pod-routes`.
@@ -298,7 +291,7 @@ current-context: crust
     /// SIGTERM to node `i`'s crustlet (SIGKILL after 10 s).
     pub fn stop_crustlet(&self, i: usize) {
         if let Some(c) = self.nodes[i].crustlet.lock().unwrap().take() {
-            stop(c);
+            stop_child(c, Duration::from_secs(10));
         }
     }
 
@@ -315,18 +308,7 @@ current-context: crust
         let node = &self.nodes[i];
         let c = &self.cluster;
         let mut cmd = self.node_cmd(i, &c.bins.kube_proxy);
-        cmd.arg(format!(
-            "--kubeconfig={}",
-            c.path("admin.kubeconfig").display()
-        ))
-        .arg(format!("--hostname-override={}", node.name))
-        .arg(format!("--bind-address={}", node.ip))
-        .arg(format!("--cluster-cidr=10.{}.0.0/17", c.subnet))
-        .args([
-            "--proxy-mode=iptables",
-            "--conntrack-max-per-core=0",
-            "--v=2",
-        ]);
+        cmd.args(c.kube_proxy_args(&node.name, &node.ip, &format!("10.{}.0.0/17", c.subnet)));
         let child = c.spawn_logged(cmd, &format!("{}-kube-proxy", node.name));
         *node.kube_proxy.lock().unwrap() = Some(child);
     }
@@ -470,17 +452,6 @@ fn attach(fabric: &Netns, outer: &str, ns: &str, inner: &str, addr: &str) {
     fabric.sh(&["ip", "link", "set", outer, "master", "fab0", "up"]);
     sh(&["ip", "-n", ns, "addr", "add", addr, "dev", inner]);
     sh(&["ip", "-n", ns, "link", "set", inner, "up"]);
-}
-
-fn stop(mut c: Child) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = c.kill();
-    let _ = c.wait();
 }
 
 /// The cgroups below `root` in every hierarchy, deepest first (the root itself is the
