@@ -1645,6 +1645,7 @@ pub fn crustlet_pod_files_as_kubelet(c: &Cluster) {
                   for d in /vol /mem; do [ -d $d ] || continue; touch $d/f; \
                   set -- $(ls -ldn $d); echo \"$d=$1 $4\"; \
                   set -- $(ls -ln $d/f); echo \"$d/f=$1 $4\"; done; \
+                  [ -d /sub ] && touch /sub/mark && ls /vol/*/mark; \
                   echo done; exec sleep 3600";
     type Case = (&'static str, fn(&mut Value));
     let cases: Vec<Case> = vec![
@@ -1669,9 +1670,11 @@ pub fn crustlet_pod_files_as_kubelet(c: &Cluster) {
                 {"name": "vol", "emptyDir": {}},
                 {"name": "mem", "emptyDir": {"medium": "Memory"}},
             ]);
+            // And a subPathExpr from the container's variables (X, set below).
             p["spec"]["containers"][0]["volumeMounts"] = json!([
                 {"name": "vol", "mountPath": "/vol"},
                 {"name": "mem", "mountPath": "/mem"},
+                {"name": "vol", "mountPath": "/sub", "subPathExpr": "sub-$(X)"},
             ]);
         }),
     ];
@@ -1743,7 +1746,14 @@ pub fn crustlet_pod_files_as_kubelet(c: &Cluster) {
         names.contains(&format!("arg0=y:{svc_ip}-x:$(NOPE)\n")),
         "{names}"
     );
+    let svc_ip = seen[0]
+        .lines()
+        .find_map(|l| l.strip_prefix("CMP_SVC_SERVICE_HOST="))
+        .unwrap_or("-")
+        .to_string();
+    let sub_mark = format!("/vol/sub-{svc_ip}-x/mark\n");
     for want in [
+        sub_mark.as_str(),
         "/vol=drwxrwsrwx 1234\n",
         "/vol/f=-rw-r--r-- 1234\n",
         "/mem=drwxrwsrwt 1234\n",
