@@ -518,7 +518,7 @@ fn main() {
         }
         println!("logs in {}", dest.display());
     }
-    // A node's whole round for a profile of the agents (hack/crustlet-order): the pods
+    // A node's whole round (for a profile of the agents): the pods
     // deleted as `kubectl delete` does, after everything was measured.
     if std::env::var_os("BENCH_DELETE").is_some() {
         let out = run_timeout(
