@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every file the package and hack/install put on a node, with its mode.
-const FILES: &[(&str, u32)] = &[
+const FIXED_FILES: &[(&str, u32)] = &[
     ("usr/bin/crustd", 0o755),
     ("usr/bin/crustctl", 0o755),
     ("usr/bin/crustlet", 0o755),
@@ -32,6 +32,22 @@ const FILES: &[(&str, u32)] = &[
     ("etc/cni/net.d/10-crust.conflist", 0o644),
     ("usr/share/doc/crust/README.md", 0o644),
 ];
+
+/// Every file installed: the fixed ones and the docs the README links to.
+fn files() -> Vec<(String, u32)> {
+    let mut v: Vec<(String, u32)> = FIXED_FILES
+        .iter()
+        .map(|(f, m)| (f.to_string(), *m))
+        .collect();
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    for e in std::fs::read_dir(docs).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            v.push((format!("usr/share/doc/crust/docs/{name}"), 0o644));
+        }
+    }
+    v
+}
 
 /// The configuration files: dpkg conffiles, kept by `dpkg -r` and hack/uninstall
 /// when edited.
@@ -123,7 +139,7 @@ fn tree(root: &Path) -> BTreeMap<String, u32> {
 fn ours(t: &BTreeMap<String, u32>) -> Vec<String> {
     t.keys()
         .filter(|k| {
-            FILES.iter().any(|(f, _)| k.starts_with(f))
+            files().iter().any(|(f, _)| k.starts_with(f.as_str()))
                 || k.contains("crustd.service")
                 || k.contains("crustlet.service")
                 || k.starts_with("usr/share/crust")
@@ -231,10 +247,10 @@ cp -a {u}/. {purged}/
     );
 
     let installed = tree(&snap("installed"));
-    for (f, mode) in FILES {
+    for (f, mode) in files() {
         assert_eq!(
-            installed.get(*f),
-            Some(mode),
+            installed.get(&f),
+            Some(&mode),
             "{f} after dpkg -i (mode {mode:o}); installed: {installed:#?}"
         );
     }
@@ -313,19 +329,19 @@ fn hack_install_and_uninstall_under_destdir() {
     }
     install(&["--enable"]);
     let t = tree(dest.path());
-    let mut want: BTreeMap<String, u32> = FILES.iter().map(|(f, m)| (f.to_string(), *m)).collect();
+    let mut want: BTreeMap<String, u32> = files().into_iter().collect();
     want.insert("usr/share/crust/installed".into(), 0o644);
     want.insert(
         "etc/systemd/system/multi-user.target.wants/crustd.service".into(),
         0,
     );
     assert_eq!(t, want, "hack/install's files");
-    for (f, _) in FILES {
+    for (f, _) in files() {
         if let Some(src) = f
             .strip_prefix("usr/bin/")
             .or(f.strip_prefix("opt/cni/bin/"))
         {
-            let a = std::fs::read(dest.path().join(f)).unwrap();
+            let a = std::fs::read(dest.path().join(&f)).unwrap();
             assert!(a == std::fs::read(bin_dir().join(src)).unwrap(), "{f}");
         }
     }

@@ -19,7 +19,7 @@
 //! table (the server's table then no longer follows the client's, and need not).
 //!
 //! The cost: one HPACK decode per request on every connection, and one encode per
-//! request on the connections that needed the fix; the README gives the measurement.
+//! request on the connections that needed the fix; docs/crustd.md gives the measurement.
 
 use std::io;
 use std::pin::Pin;
