@@ -70,8 +70,9 @@ pub struct CniConfig {
     /// Plugin folders (`CNI_PATH`).
     pub bin_dirs: Vec<PathBuf>,
     /// A conflist template rendered when the kubelet sends the pod CIDR through
-    /// UpdateRuntimeConfig (`{{.PodCIDR}}`, `{{.PodCIDRRanges}}`, `{{.Routes}}`, as in
-    /// containerd). Empty: UpdateRuntimeConfig writes nothing.
+    /// UpdateRuntimeConfig: containerd's (`{{.PodCIDR}}`, `range` over
+    /// `.PodCIDRRanges` and `.Routes`; see `cni_template`). Empty: UpdateRuntimeConfig
+    /// writes nothing.
     pub conf_template: PathBuf,
     /// Interface name inside pods.
     pub ifname: String,

@@ -3,6 +3,7 @@
 //! configuration file (`config`), Version/Status/RuntimeConfig (`runtime_info`) and
 //! small helpers (`util`).
 
+pub mod cni_template;
 pub mod config;
 pub mod failpoint;
 pub mod record;

@@ -132,7 +132,12 @@ pub fn update_runtime_config(crust: &Crust, req: UpdateRuntimeConfigRequest) -> 
             crust.cfg.cni.conf_template.display()
         ))
     })?;
-    let text = render_template(&template, &cidrs);
+    let text = crate::daemon::cni_template::render(&template, &cidrs).map_err(|e| {
+        Error::FailedPrecondition(format!(
+            "cni.conf_template {}: {e}",
+            crust.cfg.cni.conf_template.display()
+        ))
+    })?;
     serde_json::from_str::<serde_json::Value>(&text).map_err(|e| {
         Error::FailedPrecondition(format!(
             "cni.conf_template rendered with {cidr} is not JSON: {e}"
@@ -143,37 +148,3 @@ pub fn update_runtime_config(crust: &Crust, req: UpdateRuntimeConfigRequest) -> 
         .map_err(|e| Error::Internal(format!("writing {}: {e}", out.display())))
 }
 
-/// Fills `{{.PodCIDR}}` (the first CIDR), `{{.PodCIDRRanges}}` (one host-local range
-/// set per CIDR, as JSON) and `{{.Routes}}` (a default route per family, as JSON).
-pub fn render_template(template: &str, cidrs: &[&str]) -> String {
-    let ranges: Vec<String> = cidrs
-        .iter()
-        .map(|c| format!("[{{\"subnet\": \"{c}\"}}]"))
-        .collect();
-    let mut routes = Vec::new();
-    if cidrs.iter().any(|c| !c.contains(':')) {
-        routes.push("{\"dst\": \"0.0.0.0/0\"}".to_string());
-    }
-    if cidrs.iter().any(|c| c.contains(':')) {
-        routes.push("{\"dst\": \"::/0\"}".to_string());
-    }
-    template
-        .replace("{{.PodCIDR}}", cidrs.first().copied().unwrap_or(""))
-        .replace("{{.PodCIDRRanges}}", &ranges.join(", "))
-        .replace("{{.Routes}}", &routes.join(", "))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn renders_dual_stack() {
-        let t = r#"{"ipam":{"ranges":[{{.PodCIDRRanges}}],"routes":[{{.Routes}}]},"first":"{{.PodCIDR}}"}"#;
-        let out = render_template(t, &["10.244.1.0/24", "fd00:1::/64"]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["first"], "10.244.1.0/24");
-        assert_eq!(v["ipam"]["ranges"][1][0]["subnet"], "fd00:1::/64");
-        assert_eq!(v["ipam"]["routes"][1]["dst"], "::/0");
-    }
-}
