@@ -37,7 +37,7 @@ impl ImageStore {
             let f = std::fs::File::open(path).ctx(format!("opening {what}"))?;
             let r = crate::unpack::decompressor(f)
                 .map_err(|e| Error::InvalidArgument(format!("import {what}: {e}")))?;
-            let mut ar = tar::Archive::new(crate::targuard::Guard::new(r));
+            let mut ar = tar::Archive::new(crate::unpack::targuard::Guard::new(r));
             // The tar crate's unpack refuses entries that would land outside `tmp`.
             ar.unpack(&tmp).map_err(|e| {
                 Error::InvalidArgument(format!("import {what}: not a readable tar: {e}"))

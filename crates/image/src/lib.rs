@@ -9,7 +9,7 @@
 //!   blobs/sha256/<hex>     indexes, manifests and configs, verified against their digest
 //!   layers/<diff id hex>/  one unpacked layer in overlayfs form (whiteouts as 0/0 devices)
 //!   layers/<chain id hex>/ a layer applied over its parents' symlinks, where that
-//!                          moves folders it implies (see `chain`)
+//!                          moves folders it implies (see `unpack::chain`)
 //!   implied/<diff id hex>  the folders a layer implies without naming them (JSON)
 //!   snapshots/<key>/       snapshot.json (its layers), upper/, work/ for one container
 //!   tmp/                   unpacks and downloads in progress (<pid>-..., removed if the pid died)
@@ -19,14 +19,16 @@
 //! is in place; anything interrupted before that stays in `tmp/` and is cleaned. A
 //! layer or blob is removed (garbage-collected) when no image record and no snapshot
 //! refers to it.
+//!
+//! The store's records, names and garbage collection are here; registry pulls are in
+//! `pull` (with its hosts, tokens and own fetcher), layer unpacking in `unpack` (with
+//! the tar guard and `chain`, a layer over its parents' symlinks), container snapshots
+//! in `snapshot`, offline imports in `import`, and the writing of test images in
+//! `layout`.
 
-mod chain;
 mod digest;
 mod error;
-mod fetch;
 mod fsutil;
-/// `hosts.toml` reading; public for fuzzing (`fuzz/`) and other callers of its parser.
-pub mod hosts;
 mod import;
 pub mod layout;
 /// Index, manifest and config parsing; public for fuzzing (`fuzz/`) and other callers.
@@ -34,9 +36,10 @@ pub mod manifest;
 mod pull;
 mod reference;
 mod snapshot;
-mod targuard;
-mod token;
 pub mod unpack;
+
+/// `hosts.toml` reading; public for fuzzing (`fuzz/`) and other callers of its parser.
+pub use pull::hosts;
 
 pub use error::{Error, ErrorKind, Result};
 pub use reference::Named;
@@ -113,7 +116,7 @@ pub(crate) struct Record {
     /// Layer diff ids, bottom first.
     pub layers: Vec<String>,
     /// The folders (`layers/<hex>`) the image mounts, bottom first, where one differs
-    /// from its diff id: a layer applied over its parents' symlinks (see `chain`).
+    /// from its diff id: a layer applied over its parents' symlinks (see `unpack::chain`).
     /// Empty: the diff ids.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layer_keys: Vec<String>,
@@ -586,7 +589,7 @@ pub(crate) fn unpack_layer_at(
             )));
         }
         // Noted before the layer appears, so a layer never lacks its note.
-        chain::write_implied(&chain::implied_file(root, diff_id)?, &u.implied)?;
+        unpack::chain::write_implied(&unpack::chain::implied_file(root, diff_id)?, &u.implied)?;
         // Made durable by the syncfs of the commit that records an image using it.
         match std::fs::rename(&tmp, &dest) {
             Ok(()) => {}

@@ -11,7 +11,10 @@
 //! the kernel only makes resident once touched. It is built with `crust-pause` by
 //! `crates/container/build.rs` and embedded in `container::monitor`. The logic that
 //! needs no syscalls (arguments, log record format, line cutting, exit record) is in
-//! `monitor_core.rs`, which `crates/container` also compiles to unit-test it.
+//! `monitor_core.rs`, which `crates/container` also compiles to unit-test it. The
+//! streams' way into the CRI log is `monitor_output.rs`, the attach clients
+//! `monitor_attach.rs`; this file has the start, the loop, the reaping and the exit
+//! record.
 //!
 //! # How it starts: the fd and argument contract
 //! A process forked from `crustd` joins the pod's namespaces and clones the container's
@@ -98,30 +101,30 @@
 #![no_std]
 #![no_main]
 
+mod monitor_attach;
 mod monitor_core;
+mod monitor_output;
 mod sys;
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
+use monitor_attach::{Attach, INPUT_BUF};
 use monitor_core::{
-    exit_from_status, format_exit, header, next_record, only_pid, parse_args, parse_oom_kill, Args,
-    Exit, StdinMode, EXIT_MAX, HEADER_MAX, MAX_LINE, USAGE,
+    exit_from_status, format_exit, only_pid, parse_args, parse_oom_kill, Args, Exit, EXIT_MAX,
+    USAGE,
 };
+use monitor_output::{Log, Stream, LINE_BUF};
 use sys::{
-    close, exit, syscall, syscall_5, write_all, ANY_CHILD, CLOCK_REALTIME, EAGAIN, ECHILD, EINTR,
-    F_GETFL, F_SETFL, MSG_CMSG_CLOEXEC, MSG_DONTWAIT, MSG_NOSIGNAL, O_APPEND, O_CLOEXEC, O_CREAT,
-    O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_TRUNC, O_WRONLY, POLLERR, POLLHUP, POLLIN,
-    POLLNVAL, POLLOUT, POLLPRI, SCM_RIGHTS, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD, SIGINFO_SIZE,
-    SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SOL_SOCKET, SYS_ACCEPT4, SYS_CLOCK_GETTIME,
-    SYS_FCNTL, SYS_FSYNC, SYS_OPEN, SYS_POLL, SYS_PREAD64, SYS_READ, SYS_RECVFROM, SYS_RECVMSG,
-    SYS_RENAME, SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK, SYS_SENDMSG, SYS_SETSID, SYS_SIGNALFD4,
-    SYS_UNLINK, SYS_WAIT4, SYS_WRITE, SYS_WRITEV, WNOHANG,
+    close, exit, syscall, syscall_5, write_all, ANY_CHILD, CLOCK_REALTIME, ECHILD, EINTR,
+    MSG_CMSG_CLOEXEC, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_RDONLY, O_TRUNC, O_WRONLY, POLLERR,
+    POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLPRI, SCM_RIGHTS, SFD_CLOEXEC, SFD_NONBLOCK, SIGCHLD,
+    SIGINFO_SIZE, SIGSET_SIZE, SIGUSR1, SIG_BLOCK, SIG_DFL, SOL_SOCKET, SYS_CLOCK_GETTIME,
+    SYS_FSYNC, SYS_OPEN, SYS_POLL, SYS_PREAD64, SYS_READ, SYS_RECVMSG, SYS_RENAME,
+    SYS_RT_SIGACTION, SYS_RT_SIGPROCMASK, SYS_SETSID, SYS_SIGNALFD4, SYS_UNLINK, SYS_WAIT4,
+    WNOHANG,
 };
 
-/// A stream's line buffer: one more byte than the longest record, so that a full buffer
-/// without a newline is always a partial record to cut.
-const LINE_BUF: usize = MAX_LINE + 1;
 /// For the `-m` file; `memory.events` is about 80 bytes.
 const FILE_BUF: usize = 4096;
 /// For `EXIT_FILE.tmp` and EXIT_FILE's directory (PATH_MAX is 4096 with its NUL).
@@ -130,14 +133,6 @@ const PATH_BUF: usize = 4096 + 8;
 /// buffer many times, bounded so a grandchild that keeps writing cannot hold the
 /// exit record back.
 const DRAIN_READS: usize = 64;
-
-/// Attach clients at once; more are turned away.
-const MAX_CLIENTS: usize = 4;
-/// Input from attach clients on its way to the container's stdin.
-const INPUT_BUF: usize = 4096;
-/// The first byte of each message to an attach client: which stream the rest is from.
-const ATTACH_STDOUT: u8 = 1;
-const ATTACH_STDERR: u8 = 2;
 
 /// Every static buffer. All zeros, so it lives in `.bss`: nothing in the binary, and
 /// no page resident before it is touched.
@@ -180,44 +175,6 @@ struct SigAction {
     flags: u64,
     restorer: usize,
     mask: u64,
-}
-
-/// One of the container's output streams.
-struct Stream {
-    /// The fd, or -1 once closed (poll skips negative fds).
-    fd: i32,
-    name: &'static [u8],
-    /// Its tag in messages to attach clients.
-    id: u8,
-    buf: &'static mut [u8; LINE_BUF],
-    /// Bytes read but not yet written as a record: `buf[..len]`, at most MAX_LINE.
-    len: usize,
-}
-
-/// Attach clients: they get every chunk of output as it is read (a `SOCK_SEQPACKET`
-/// message: the stream's tag byte, then the bytes) and may send input for the
-/// container's stdin. A client that cannot take a message at once is dropped: the
-/// container never waits for an attached terminal, as it never waits for the log.
-struct Attach {
-    /// The listening socket, or -1.
-    listen: i32,
-    /// Client fds (-1: a free slot) and whether each still sends input.
-    clients: [(i32, bool); MAX_CLIENTS],
-    mode: StdinMode,
-    /// The stdin pipe's write end (`-i`), or -1; a tty container's input goes to its
-    /// pty master instead.
-    stdin: i32,
-    tty: bool,
-    /// Input read from a client and not yet taken by the container: `input[start..end]`.
-    input: &'static mut [u8; INPUT_BUF],
-    start: usize,
-    end: usize,
-}
-
-/// The CRI log file (or none: output is dropped).
-struct Log {
-    path: Option<&'static CStr>,
-    fd: i32,
 }
 
 extern "C" fn start(sp: *const usize) -> ! {
@@ -550,394 +507,6 @@ fn finish(
     }
     write_all(2, b"crust-monitor: cannot write the exit record\n");
     exit(1)
-}
-
-impl Stream {
-    /// The container's streams, each with its line buffer, as the arguments give them;
-    /// the pty's stays closed (-1) until its master comes (`-t`, or by the tty socket).
-    fn all(args: &Args<'static>, lines: &'static mut [[u8; LINE_BUF]; 3]) -> [Stream; 3] {
-        let [out_buf, err_buf, tty_buf] = lines;
-        [
-            Stream::new(args.stdout_fd, b"stdout", ATTACH_STDOUT, out_buf),
-            Stream::new(args.stderr_fd, b"stderr", ATTACH_STDERR, err_buf),
-            // A pty master: EIO once its slave is closed is its end, as for any error.
-            Stream::new(args.tty_fd, b"stdout", ATTACH_STDOUT, tty_buf),
-        ]
-    }
-
-    fn new(
-        fd: Option<i32>,
-        name: &'static [u8],
-        id: u8,
-        buf: &'static mut [u8; LINE_BUF],
-    ) -> Stream {
-        let mut s = Stream {
-            fd: -1,
-            name,
-            id,
-            buf,
-            len: 0,
-        };
-        // Non-blocking, so that draining after the exit never waits.
-        if let Some(fd) = fd.filter(|fd| set_nonblocking(*fd)) {
-            s.fd = fd;
-        }
-        s
-    }
-
-    /// Takes `fd` as this stream's source (non-blocking, like those given at start).
-    fn adopt(&mut self, fd: i32) {
-        set_nonblocking(fd);
-        self.fd = fd;
-    }
-
-    fn poll_fd(&self) -> PollFd {
-        PollFd {
-            fd: self.fd,
-            events: POLLIN,
-            revents: 0,
-        }
-    }
-
-    /// Up to `reads` reads, until the pipe is empty; writes every record they complete
-    /// and hands each chunk to the attach clients. At the end of the stream (or on an
-    /// error) the rest is written (a `P` record: it has no newline) and the fd closed.
-    fn pump(&mut self, log: &Log, reads: usize, attach: &mut Attach) {
-        let mut done = 0;
-        while self.fd >= 0 && done < reads {
-            let room = &mut self.buf[self.len..];
-            let n = syscall(
-                SYS_READ,
-                self.fd as usize,
-                room.as_mut_ptr() as usize,
-                room.len(),
-                0,
-            );
-            if n == -EINTR {
-                continue;
-            }
-            if n == -EAGAIN {
-                return;
-            }
-            done += 1;
-            // 0 is the end of a pipe; EIO that of a pty master whose slave is closed;
-            // any other error ends the stream too rather than spinning on it.
-            let eof = n <= 0;
-            if n > 0 {
-                attach.broadcast(self.id, &self.buf[self.len..self.len + n as usize]);
-                self.len += n as usize;
-            }
-            self.write_records(log, eof);
-            if eof {
-                close(self.fd as usize);
-                self.fd = -1;
-            }
-        }
-    }
-
-    /// Writes what is still pending (the child is gone): a line without its newline,
-    /// so a `P` record, like the rest of a stream at its end.
-    fn flush(&mut self, log: &Log) {
-        self.write_records(log, true);
-    }
-
-    /// Writes every record `buf[..len]` holds (with `eof`, also the unterminated rest)
-    /// and moves what is left to the front.
-    fn write_records(&mut self, log: &Log, eof: bool) {
-        let (sec, nsec) = now();
-        let mut start = 0;
-        while let Some(r) = next_record(&self.buf[start..self.len], eof) {
-            log.write(
-                sec,
-                nsec,
-                self.name,
-                r.full,
-                &self.buf[start..start + r.len],
-            );
-            start += r.consumed;
-        }
-        if start > 0 {
-            self.buf.copy_within(start..self.len, 0);
-            self.len -= start;
-        }
-    }
-}
-
-/// `fd` made non-blocking (the monitor must never wait on the container).
-fn nonblocking(fd: i32) -> i32 {
-    set_nonblocking(fd);
-    fd
-}
-
-/// Sets O_NONBLOCK on `fd`; false when `fd` is not an open descriptor.
-fn set_nonblocking(fd: i32) -> bool {
-    let flags = syscall(SYS_FCNTL, fd as usize, F_GETFL, 0, 0);
-    if flags < 0 {
-        return false;
-    }
-    syscall(
-        SYS_FCNTL,
-        fd as usize,
-        F_SETFL,
-        flags as usize | O_NONBLOCK,
-        0,
-    );
-    true
-}
-
-impl Attach {
-    /// No client yet; the stdin pipe made non-blocking, so that input the container
-    /// does not take never stalls the monitor.
-    fn new(args: &Args<'static>, input: &'static mut [u8; INPUT_BUF]) -> Attach {
-        Attach {
-            listen: args.attach_fd.unwrap_or(-1),
-            clients: [(-1, false); MAX_CLIENTS],
-            mode: args.stdin,
-            stdin: args.stdin_fd.map(nonblocking).unwrap_or(-1),
-            tty: args.tty_fd.is_some() || args.tty_socket.is_some(),
-            input,
-            start: 0,
-            end: 0,
-        }
-    }
-
-    /// Where client input goes now: the pty master of a tty container, else the stdin
-    /// pipe; -1 when it goes nowhere (no stdin, or closed by `stdin_once`).
-    fn target(&self, tty: &Stream) -> i32 {
-        match self.mode {
-            StdinMode::None => -1,
-            _ if self.tty => tty.fd,
-            _ => self.stdin,
-        }
-    }
-
-    /// Client `i`'s poll entry: its input is read only while none is pending.
-    fn poll_fd(&self, i: usize, pending: bool) -> PollFd {
-        let (fd, reading) = self.clients[i];
-        PollFd {
-            fd,
-            events: if reading && !pending { POLLIN } else { 0 },
-            revents: 0,
-        }
-    }
-
-    fn accept(&mut self) {
-        let fd = syscall(
-            SYS_ACCEPT4,
-            self.listen as usize,
-            0,
-            0,
-            O_NONBLOCK | O_CLOEXEC,
-        );
-        if fd < 0 {
-            return;
-        }
-        match self.clients.iter_mut().find(|c| c.0 < 0) {
-            Some(slot) => *slot = (fd as i32, true),
-            None => close(fd as usize),
-        }
-    }
-
-    fn drop_client(&mut self, i: usize) {
-        if self.clients[i].0 >= 0 {
-            close(self.clients[i].0 as usize);
-        }
-        self.clients[i] = (-1, false);
-    }
-
-    /// One message to every client: `id` and the bytes.
-    fn broadcast(&mut self, id: u8, data: &[u8]) {
-        for i in 0..MAX_CLIENTS {
-            let fd = self.clients[i].0;
-            if fd < 0 {
-                continue;
-            }
-            let tag = [id];
-            let mut iov = [
-                IoVec {
-                    base: tag.as_ptr(),
-                    len: 1,
-                },
-                IoVec {
-                    base: data.as_ptr(),
-                    len: data.len(),
-                },
-            ];
-            let msg = MsgHdr {
-                name: 0,
-                namelen: 0,
-                iov: iov.as_mut_ptr(),
-                iovlen: 2,
-                control: core::ptr::null_mut(),
-                controllen: 0,
-                flags: 0,
-            };
-            let sent = loop {
-                let n = syscall(
-                    SYS_SENDMSG,
-                    fd as usize,
-                    &msg as *const MsgHdr as usize,
-                    MSG_DONTWAIT | MSG_NOSIGNAL,
-                    0,
-                );
-                if n != -EINTR {
-                    break n;
-                }
-            };
-            if sent < 0 {
-                // Gone, or too slow to take the output as it comes.
-                self.drop_client(i);
-            }
-        }
-    }
-
-    /// Client `i` is readable (or hung up): its input, its end of input, or its end.
-    fn receive(&mut self, i: usize, revents: i16, tty: &Stream) {
-        let (fd, reading) = self.clients[i];
-        if !reading || revents & (POLLERR | POLLNVAL) != 0 {
-            // Only output goes to it now; a hang-up means it is gone.
-            if revents & (POLLHUP | POLLERR | POLLNVAL) != 0 {
-                self.drop_client(i);
-            }
-            return;
-        }
-        let n = loop {
-            let n = syscall(
-                SYS_RECVFROM,
-                fd as usize,
-                self.input.as_mut_ptr() as usize,
-                INPUT_BUF,
-                MSG_DONTWAIT,
-            );
-            if n != -EINTR {
-                break n;
-            }
-        };
-        if n == -EAGAIN {
-            return;
-        }
-        if n > 0 {
-            if self.target(tty) >= 0 {
-                self.start = 0;
-                self.end = n as usize;
-                self.feed(tty);
-            }
-            return;
-        }
-        // End of this client's input (it shut its sending side down, or left).
-        if n == 0 {
-            self.clients[i].1 = false;
-        } else {
-            self.drop_client(i);
-        }
-        if self.mode == StdinMode::Once {
-            self.close_stdin(tty);
-        }
-    }
-
-    /// Writes pending input into the container's stdin, as much as it takes now.
-    fn feed(&mut self, tty: &Stream) {
-        let target = self.target(tty);
-        while self.start < self.end {
-            if target < 0 {
-                self.start = self.end;
-                return;
-            }
-            let n = syscall(
-                SYS_WRITE,
-                target as usize,
-                self.input[self.start..].as_ptr() as usize,
-                self.end - self.start,
-                0,
-            );
-            if n == -EINTR {
-                continue;
-            }
-            if n == -EAGAIN {
-                return;
-            }
-            if n <= 0 {
-                // The container closed its stdin: nothing more will go in.
-                self.start = self.end;
-                return;
-            }
-            self.start += n as usize;
-        }
-    }
-
-    /// `stdin_once`: the first client is done, so is the container's stdin: the pipe
-    /// is closed (EOF for the reader); a pty gets ^D, the terminal's end of input.
-    fn close_stdin(&mut self, tty: &Stream) {
-        self.feed(tty);
-        if self.tty {
-            if tty.fd >= 0 {
-                write_all(tty.fd as usize, &[4]);
-            }
-        } else if self.stdin >= 0 {
-            close(self.stdin as usize);
-            self.stdin = -1;
-        }
-        self.mode = StdinMode::None;
-    }
-}
-
-impl Log {
-    fn open(&mut self) {
-        if let Some(p) = self.path {
-            // O_NOFOLLOW: a symlink put in the log's place (by whatever can write the
-            // pod's log folder: a container with it as a volume) is not followed to a
-            // host file; the records are dropped instead.
-            let fd = syscall(
-                SYS_OPEN,
-                p.as_ptr() as usize,
-                O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-                0o640,
-                0,
-            );
-            self.fd = if fd >= 0 { fd as i32 } else { -1 };
-        }
-    }
-
-    /// SIGUSR1: the kubelet renamed the file away; the next records go to a new one.
-    fn reopen(&mut self) {
-        if self.fd >= 0 {
-            close(self.fd as usize);
-            self.fd = -1;
-        }
-        self.open();
-    }
-
-    /// One record, written with one `writev`; errors are ignored.
-    fn write(&self, sec: i64, nsec: u32, stream: &[u8], full: bool, text: &[u8]) {
-        if self.fd < 0 {
-            return;
-        }
-        let mut head = [0u8; HEADER_MAX];
-        let n = header(sec, nsec, stream, full, &mut head);
-        let parts: [&[u8]; 3] = [&head[..n], text, b"\n"];
-        let iov = parts.map(|p| IoVec {
-            base: p.as_ptr(),
-            len: p.len(),
-        });
-        let total = n + text.len() + 1;
-        let mut written = loop {
-            let w = syscall(SYS_WRITEV, self.fd as usize, iov.as_ptr() as usize, 3, 0);
-            if w != -EINTR {
-                break w;
-            }
-        };
-        if written < 0 || written as usize >= total {
-            return;
-        }
-        // A short write (a full disk, say): finish the record if the file takes it.
-        for p in parts {
-            let skip = (written as usize).min(p.len());
-            written -= skip as isize;
-            if !write_all(self.fd as usize, &p[skip..]) {
-                return;
-            }
-        }
-    }
 }
 
 /// CLOCK_REALTIME as (seconds, nanoseconds).

@@ -57,7 +57,7 @@ impl Events {
     /// (exited, been removed). Only taken when someone listens.
     pub fn emit_container(&self, crust: &Crust, rec: &ContainerRecord, kind: ContainerEventType) {
         let own = (self.out.receiver_count() > 0)
-            .then(|| crate::containers::ops::cri_status(crust, rec).0);
+            .then(|| crate::containers::status::cri_status(crust, rec).0);
         self.queue(&rec.id, &rec.sandbox_id, kind, own);
     }
 
@@ -96,9 +96,10 @@ pub fn start(crust: Arc<Crust>) {
                 pod_sandbox_id: q.pod.clone(),
                 ..Default::default()
             };
-            if let Ok(list) = crate::containers::ops::list(crust.clone(), Some(filter)).await {
+            if let Ok(list) = crate::containers::status::list(crust.clone(), Some(filter)).await {
                 for c in list {
-                    if let Ok(r) = crate::containers::ops::status(crust.clone(), &c.id, false).await
+                    if let Ok(r) =
+                        crate::containers::status::status(crust.clone(), &c.id, false).await
                     {
                         statuses.extend(r.status);
                     }

@@ -193,7 +193,7 @@ impl Containers {
 
     /// Writes the record without syncing it: for the `creating` record, which only
     /// tells a restarted crustd what to roll back. A node crash may lose it; the
-    /// sweep at start (`ops::recover`) removes what it would have named.
+    /// sweep at start (`recovery::recover`) removes what it would have named.
     pub fn save_unsynced(&self, rec: &ContainerRecord) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
         util::write_replace(&self.record_path(&rec.id), &bytes)

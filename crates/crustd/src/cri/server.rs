@@ -47,11 +47,11 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
         let c = crust.clone();
         tokio::task::spawn_blocking(move || {
             crate::sandboxes::recovery::recover(&c);
-            crate::containers::ops::recover(&c);
-            crate::containers::ops::sweep_snapshots(&c);
+            crate::containers::recovery::recover(&c);
+            crate::containers::recovery::sweep_snapshots(&c);
         })
         .await?;
-        crate::containers::ops::watch_all(&crust);
+        crate::containers::recovery::watch_all(&crust);
     }
     // Pods do not depend on it: without it, only Exec, Attach and PortForward fail.
     if let Err(e) = crate::streaming::server::start(crust.clone()).await {

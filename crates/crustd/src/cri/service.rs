@@ -4,8 +4,8 @@
 use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
 use crate::{
-    containers::exec, containers::metrics, containers::ops, containers::stats,
-    daemon::runtime_info, sandboxes::run, sandboxes::status, sandboxes::stop,
+    containers, containers::exec, containers::metrics, containers::stats, daemon::runtime_info,
+    sandboxes::run, sandboxes::status, sandboxes::stop,
 };
 use cri_api::*;
 use std::sync::Arc;
@@ -146,7 +146,7 @@ impl RuntimeService for Service {
         let t = Instant::now();
         let req = r.into_inner();
         let sandbox = req.pod_sandbox_id.clone();
-        let res = ops::create(self.crust.clone(), req)
+        let res = containers::create::create(self.crust.clone(), req)
             .await
             .map(|container_id| CreateContainerResponse { container_id });
         let id = res
@@ -162,7 +162,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StartContainerResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = ops::start(self.crust.clone(), &id)
+        let res = containers::lifecycle::start(self.crust.clone(), &id)
             .await
             .map(|()| StartContainerResponse {});
         done("StartContainer", &id, t, res)
@@ -174,7 +174,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StopContainerResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = ops::stop(self.crust.clone(), &req.container_id, req.timeout)
+        let res = containers::lifecycle::stop(self.crust.clone(), &req.container_id, req.timeout)
             .await
             .map(|()| StopContainerResponse {});
         done("StopContainer", &req.container_id, t, res)
@@ -186,7 +186,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<RemoveContainerResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = ops::remove(self.crust.clone(), &id)
+        let res = containers::lifecycle::remove(self.crust.clone(), &id)
             .await
             .map(|()| RemoveContainerResponse {});
         done("RemoveContainer", &id, t, res)
@@ -197,7 +197,7 @@ impl RuntimeService for Service {
         r: Request<ListContainersRequest>,
     ) -> std::result::Result<Response<ListContainersResponse>, Status> {
         let t = Instant::now();
-        let res = ops::list(self.crust.clone(), r.into_inner().filter)
+        let res = containers::status::list(self.crust.clone(), r.into_inner().filter)
             .await
             .map(|containers| ListContainersResponse { containers });
         done("ListContainers", "", t, res)
@@ -209,7 +209,8 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<ContainerStatusResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = ops::status(self.crust.clone(), &req.container_id, req.verbose).await;
+        let res =
+            containers::status::status(self.crust.clone(), &req.container_id, req.verbose).await;
         done("ContainerStatus", &req.container_id, t, res)
     }
 
@@ -219,9 +220,10 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<UpdateContainerResourcesResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = ops::update_resources(self.crust.clone(), &req.container_id, req.linux)
-            .await
-            .map(|()| UpdateContainerResourcesResponse {});
+        let res =
+            containers::update::update_resources(self.crust.clone(), &req.container_id, req.linux)
+                .await
+                .map(|()| UpdateContainerResourcesResponse {});
         done("UpdateContainerResources", &req.container_id, t, res)
     }
 
@@ -231,7 +233,7 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<ReopenContainerLogResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = ops::reopen_log(self.crust.clone(), &id)
+        let res = containers::log::reopen_log(self.crust.clone(), &id)
             .await
             .map(|()| ReopenContainerLogResponse {});
         done("ReopenContainerLog", &id, t, res)

@@ -48,11 +48,11 @@ async fn with_sandbox(
     // kept the pod's from being removed).
     match containers {
         Containers::Stop => {
-            crate::containers::ops::stop_all(crust.clone(), &sb.id).await?;
+            crate::containers::lifecycle::stop_all(crust.clone(), &sb.id).await?;
             failpoint!("stop_sandbox.after_containers");
         }
         Containers::Remove => {
-            crate::containers::ops::remove_all(crust.clone(), &sb.id).await?;
+            crate::containers::lifecycle::remove_all(crust.clone(), &sb.id).await?;
             failpoint!("remove_sandbox.after_containers");
         }
     }

@@ -204,7 +204,9 @@ async fn handle(
         };
         match pending {
             Pending::Exec(r) => crate::containers::exec::exec_stream(crust, r, streams).await,
-            Pending::Attach(r) => crate::containers::attach::attach_stream(crust, r, streams).await,
+            Pending::Attach(r) => {
+                crate::containers::exec::attach::attach_stream(crust, r, streams).await
+            }
             Pending::PortForward(_) => {}
         }
     });
@@ -230,7 +232,7 @@ fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(
 async fn running(crust: &Crust, id: &str) -> Result<String> {
     let c = crust.containers.get(id)?;
     let mut rec = c.rec.lock().await;
-    crate::containers::ops::refresh(crust, &mut rec);
+    crate::containers::lifecycle::refresh(crust, &mut rec);
     if rec.state != crate::containers::store::ContainerState::Running {
         return Err(Error::FailedPrecondition(format!(
             "container {} is not running ({:?})",

@@ -10,13 +10,16 @@
 //! when an exec's context ends ([`KillOnDrop`]): left as crustd's unreaped child, it
 //! would keep the pod's PID namespace from ending, and the pause would not die.
 
-use crate::containers::exec_io::{pump_in, pump_out, read_all, set_nonblocking, Exited};
-use crate::containers::ops::refresh;
+pub mod attach;
+pub mod io;
+
+use crate::containers::lifecycle::refresh;
 use crate::containers::store::ContainerState;
 use crate::cri::error::{Error, Result};
 use crate::daemon::Crust;
 use container::executor::{self, ExecOpts, Stdio};
 use cri_api::{ExecSyncRequest, ExecSyncResponse};
+use io::{pump_in, pump_out, read_all, set_nonblocking, Exited};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -347,7 +350,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 }
 
 /// Tells the output pumps the process has exited and lets them finish (they end by
-/// themselves, see [`exec_io`](super::exec_io)).
+/// themselves, see [`io`](self::io)).
 async fn drain_pumps(exited: Exited, pumps: Vec<tokio::task::JoinHandle<()>>) {
     exited.send();
     for t in pumps {

@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
+use super::hosts::Endpoint;
 use crate::error::{Error, Result};
-use crate::hosts::Endpoint;
 
 /// The OAuth2 client id crust gives the token service.
 const CLIENT_ID: &str = "crust";
@@ -26,7 +26,7 @@ pub(crate) const USER_AGENT: &str = concat!("crust/", env!("CARGO_PKG_VERSION"))
 pub(crate) async fn access_token(ep: &Endpoint, repository: &str, refresh: &str) -> Result<String> {
     let client = http_client(ep)?;
     // hosts.toml `header` goes with every request to the host, these too.
-    let headers = crate::fetch::header_map(ep)?;
+    let headers = super::fetch::header_map(ep)?;
     let probe = format!("{}://{}/v2/", ep.scheme, ep.host);
     let res = client
         .get(&probe)

@@ -13,16 +13,22 @@
 //! Parents a layer needs but never names are made (0755, root) and reported as
 //! *implied*: where a lower layer has a symlink in their place (a later layer's
 //! `bin/x` over a base's `bin -> usr/bin`), what they hold belongs where the symlink
-//! leads, which only the image's layers below can tell (see `crate::chain`).
+//! leads, which only the image's layers below can tell (see `chain`).
+//!
+//! Between the decompressor and the tar reader, `targuard` refuses oversized extension
+//! entries before the tar crate reads them whole.
+
+pub(crate) mod chain;
+pub(crate) mod targuard;
 
 use crate::digest::HashReader;
 use crate::error::{Error, Result};
-use crate::targuard::{Guard, TooLarge};
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use targuard::{Guard, TooLarge};
 
 const WHITEOUT: &str = ".wh.";
 const OPAQUE: &str = ".wh..wh..opq";

@@ -9,7 +9,7 @@
 //! The kubelet builds one Prometheus description per descriptor and drops a metric
 //! whose name it was not given or whose label values do not match the keys in number;
 //! [`Desc::metric`] is the only way crust makes a metric, so both hold by
-//! construction, and the unit tests in `metrics.rs` check it over every metric.
+//! construction, and the unit tests in `metrics/mod.rs` check it over every metric.
 
 use cri_api::{Metric, MetricDescriptor, MetricType, UInt64Value};
 

@@ -1,7 +1,7 @@
 //! ListMetricDescriptors and ListPodSandboxMetrics: cAdvisor's container metrics, which
 //! the kubelet serves on `/metrics/cadvisor` from these RPCs when its
 //! `PodAndContainerStatsFromCRI` gate is on. The names, label keys and units are
-//! containerd 2.x's (`metric_descriptors.rs` has the set); what crust does otherwise:
+//! containerd 2.x's (`descriptors.rs` has the set); what crust does otherwise:
 //!
 //! - Which pods: ready sandboxes only, as containerd. Each has its network metrics,
 //!   one set per interface of its namespace but `lo` (containerd sends only `eth0`;
@@ -39,7 +39,8 @@
 //! - Timestamps are 0: every value is read when asked, and the CRI says a live value
 //!   carries none (containerd and CRI-O stamp the time of the call).
 
-use super::metric_descriptors::{self as d, Desc};
+pub mod descriptors;
+
 use super::stats::{self, NetDev};
 use crate::containers::store::{ContainerRecord, ContainerState};
 use crate::cri::error::{Error, Result};
@@ -47,6 +48,7 @@ use crate::daemon::{util, Crust};
 use crate::sandboxes::store::{SandboxRecord, SandboxState};
 use cgroups::CgroupManager;
 use cri_api::*;
+use descriptors::{self as d, Desc};
 use std::path::Path;
 use std::sync::Arc;
 

@@ -10,13 +10,20 @@
 //! ```
 //! Two pulls of one reference share one lock: the second waits and then finds every
 //! layer there. Two images sharing a layer share its per-layer lock.
+//!
+//! The hosts to try come from `hosts` (hosts.toml), a CRI identity token is traded for
+//! an access token in `token`, and a host with `header` entries is served by `fetch`.
+
+mod fetch;
+pub mod hosts;
+mod token;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::fetch::Fetcher;
-use crate::hosts::{self, Endpoint};
 use crate::manifest::{ConfigBlob, Descriptor, Manifest};
 use crate::{digest, Auth, Image, ImageStore, Named, Record};
+use fetch::Fetcher;
 use futures::StreamExt;
+use hosts::Endpoint;
 use oci_client::secrets::RegistryAuth;
 use oci_client::Reference;
 use std::io::Read;
@@ -72,7 +79,7 @@ impl ImageStore {
         {
             let ep_auth = match &identity {
                 Some(refresh) => {
-                    match crate::token::access_token(ep, named.inner.repository(), refresh).await {
+                    match token::access_token(ep, named.inner.repository(), refresh).await {
                         Ok(access) => RegistryAuth::Bearer(access),
                         Err(e) => {
                             tracing::warn!(reference = %what, host = %ep.host, "identity token: {e}");

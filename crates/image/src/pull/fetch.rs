@@ -20,11 +20,11 @@
 //! crust stops at the size an index gives or at 4 MiB. Every read waits at most the
 //! store's stall timeout for the host's next bytes.
 
+use super::hosts::Endpoint;
+use super::token;
 use crate::digest;
 use crate::error::{Error, ErrorKind, Result};
-use crate::hosts::Endpoint;
 use crate::manifest::ACCEPTED;
-use crate::token;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -352,7 +352,7 @@ pub(crate) fn header_map(ep: &Endpoint) -> Result<HeaderMap> {
 }
 
 /// The URLs oci-client would use: the host as `Reference::resolve_registry` gives it (the
-/// mirror's, when pull.rs set one), the image's repository, and `?ns=<registry>` on a
+/// mirror's, when pull/mod.rs set one), the image's repository, and `?ns=<registry>` on a
 /// mirror.
 fn manifest_url(scheme: &str, r: &Reference) -> String {
     let reference = r.digest().or(r.tag()).unwrap_or("latest");

@@ -1,0 +1,428 @@
+//! A container's life after CreateContainer: StartContainer, the exit learnt from its
+//! monitor ([`watch`], [`refresh`]), StopContainer, RemoveContainer and what undoes a
+//! container ([`teardown`]), and the stop and removal of a pod's containers for
+//! StopPodSandbox and RemovePodSandbox.
+//!
+//! The monitor is crustd's child while crustd lives (a task per container waits on its
+//! pidfd and reaps it), and outlives crustd otherwise; what it writes into the exit
+//! record is folded into the container's record by [`refresh`], which every RPC that
+//! reports state runs first.
+
+use crate::containers::store::{Container, ContainerRecord, ContainerState};
+use crate::cri::error::{Error, Result};
+use crate::daemon::failpoint::failpoint;
+use crate::daemon::util;
+use crate::daemon::Crust;
+use cgroups::CgroupManager;
+use container::executor::{self, oci_runtime};
+use container::proc::start_time;
+use cri_api::*;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a SIGKILLed container may take to be reported gone.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+pub(super) fn monitor_alive(rec: &ContainerRecord) -> bool {
+    container::proc::alive(rec.monitor_pid, rec.monitor_start_time)
+}
+
+/// Undoes whatever the container has: its processes, executor state, snapshot,
+/// cgroup and files. Idempotent; used by RemoveContainer, failed creates and recovery.
+pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
+    let state_dir = crust.containers.exec_state(&rec.id);
+    if let Ok(c) = executor::Container::load(&state_dir) {
+        c.delete(true)
+            .map_err(|e| Error::Internal(format!("deleting container {}: {e}", rec.id)))?;
+        failpoint!("remove_container.after_exec_delete");
+    }
+    if !rec.runtime.is_empty() {
+        if let Some(rt) = crust.oci_runtimes.get(&rec.runtime) {
+            if let Err(e) = rt.delete(&rec.id) {
+                // A container the runtime never made, or already deleted, is fine.
+                if !e.to_string().contains("does not exist") {
+                    return Err(Error::Internal(format!(
+                        "{} delete {}: {e}",
+                        rec.runtime, rec.id
+                    )));
+                }
+            }
+        }
+    }
+    if rec.rootfs_mounted {
+        oci_runtime::unmount_rootfs(&crust.containers.bundle(&rec.id).join("rootfs"))
+            .map_err(|e| Error::Internal(format!("unmounting the root of {}: {e}", rec.id)))?;
+        rec.rootfs_mounted = false;
+    }
+    if let Some(cg) = rec.cgroup.clone() {
+        let path = cgroups::CgroupPath::new(&cg)
+            .map_err(|e| Error::Internal(format!("recorded cgroup {cg:?}: {e}")))?;
+        if crust.cgroups.exists(&path) {
+            crust
+                .cgroups
+                .kill_all(&path)
+                .map_err(|e| Error::Internal(format!("killing what is left in {cg}: {e}")))?;
+            crust
+                .cgroups
+                .remove(&path)
+                .map_err(|e| Error::Internal(format!("removing cgroup {cg}: {e}")))?;
+            failpoint!("remove_container.after_cgroup");
+        }
+        rec.cgroup = None;
+    }
+    // The monitor goes with its init. Once its exit record is in place it touches
+    // nothing of the container's any more (it only syncs the folder and exits), so the
+    // files can go; the watch task reaps it.
+    if rec.monitor_pid > 0 {
+        let exit = crust.containers.exit_file(&rec.id);
+        let deadline = Instant::now() + KILL_WAIT;
+        while monitor_alive(rec) && !exit.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    if rec.snapshot {
+        crust
+            .images
+            .remove_snapshot(&rec.id)
+            .map_err(|e| Error::Internal(format!("removing the snapshot of {}: {e}", rec.id)))?;
+        rec.snapshot = false;
+        failpoint!("remove_container.after_snapshot");
+    }
+    crate::containers::image_volume::remove_all(crust, &rec.id)?;
+    crust.containers.delete_files(&rec.id)?;
+    failpoint!("remove_container.after_files");
+    Ok(())
+}
+
+/// Folds the monitor's exit record into the container's record once the process has
+/// exited; also marks a container whose monitor vanished without one (node reboot,
+/// monitor killed) as exited with reason `Unknown`.
+pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
+    if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
+        return;
+    }
+    let exit = container::monitor::read_exit(&crust.containers.exit_file(&rec.id));
+    match exit {
+        Ok(Some(x)) => {
+            rec.state = ContainerState::Exited;
+            rec.exit_code = x.exit_code;
+            rec.finished_at = x.finished_ns;
+            rec.reason = if x.oom_killed {
+                "OOMKilled"
+            } else if x.exit_code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            }
+            .into();
+        }
+        Ok(None) if !monitor_alive(rec) => {
+            // Read once more: the monitor may have written it just before it went.
+            if let Ok(Some(_)) = container::monitor::read_exit(&crust.containers.exit_file(&rec.id))
+            {
+                return refresh(crust, rec);
+            }
+            rec.state = ContainerState::Exited;
+            rec.exit_code = 255;
+            rec.finished_at = util::now_ns();
+            rec.reason = "Unknown".into();
+            rec.message = "the container's monitor is gone without an exit record".into();
+        }
+        _ => return,
+    }
+    // In the pod's PID namespace, what the init started outlives it (in its own, the
+    // kernel ends it all with the init): it goes now, as containerd's shim and runc's
+    // `kill --all` see to, and not only at RemoveContainer.
+    if let Some(cg) = rec.cgroup.as_deref() {
+        if let Ok(path) = cgroups::CgroupPath::new(cg) {
+            let left = crust.cgroups.procs(&path).unwrap_or_default();
+            if !left.is_empty() {
+                if let Err(e) = crust.cgroups.kill_all(&path) {
+                    tracing::warn!(container = %rec.id, error = %e, "killing what the init left");
+                }
+            }
+        }
+    }
+    if let Err(e) = crust.containers.save(rec) {
+        tracing::warn!(container = %rec.id, error = %e, "saving the exit of a container");
+    }
+    crust
+        .events
+        .emit_container(crust, rec, ContainerEventType::ContainerStoppedEvent);
+}
+
+/// Waits (without a thread) for the monitor to exit, reaps it, and refreshes the record.
+pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
+    let (pid, st) = {
+        let Some(rec) = c.rec.try_lock() else {
+            return;
+        };
+        (rec.monitor_pid, rec.monitor_start_time)
+    };
+    if pid <= 0 {
+        return;
+    }
+    let pidfd = container::proc::pidfd_open(pid).ok();
+    // Checked after opening: the pidfd is the monitor's, not a reused pid's.
+    if start_time(pid) != Some(st) {
+        drop(pidfd);
+        tokio::spawn(async move {
+            let mut rec = c.rec.lock().await;
+            refresh(&crust, &mut rec);
+        });
+        return;
+    }
+    tokio::spawn(async move {
+        if let Some(fd) = pidfd {
+            // SAFETY: an OwnedFd: it stays open, the same fd, for the AsyncFd's life.
+            let afd = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            };
+            if let Ok(afd) = afd {
+                let _ = afd.readable().await;
+                // Reaping our child (nothing when crustd restarted since).
+                let _ = container::proc::pidfd_reap(afd.get_ref().as_fd(), true);
+            }
+        }
+        let mut rec = c.rec.lock().await;
+        refresh(&crust, &mut rec);
+    });
+}
+
+pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
+    let c = crust.containers.get(id)?;
+    let mut rec = c.rec.lock().await;
+    refresh(&crust, &mut rec);
+    if rec.state != ContainerState::Created {
+        return Err(Error::FailedPrecondition(format!(
+            "container {} is {:?}, not created",
+            rec.id, rec.state
+        )));
+    }
+    // Taken before the gate opens: a process that exits at once must not have finished
+    // before it started.
+    let started_at = util::now_ns();
+    let started = match crust.oci_runtimes.get(&rec.runtime) {
+        Some(rt) if !rec.runtime.is_empty() => rt.start(&rec.id),
+        _ => executor::Container::load(&crust.containers.exec_state(&rec.id))
+            .and_then(|mut x| x.start()),
+    };
+    if let Err(e) = started {
+        refresh(&crust, &mut rec);
+        return Err(Error::FailedPrecondition(format!(
+            "starting container {}: {e}",
+            rec.id
+        )));
+    }
+    failpoint!("start_container.after_gate");
+    rec.state = ContainerState::Running;
+    rec.started_at = started_at;
+    crust.containers.save(&rec)?;
+    failpoint!("start_container.after_record");
+    crust
+        .events
+        .emit_container(&crust, &rec, ContainerEventType::ContainerStartedEvent);
+    Ok(())
+}
+
+fn signal_number(name: &str) -> i32 {
+    let n = name.trim().to_ascii_uppercase();
+    if let Ok(v) = n.parse::<i32>() {
+        return v;
+    }
+    let n = if n.starts_with("SIG") {
+        n
+    } else {
+        format!("SIG{n}")
+    };
+    n.parse::<nix::sys::signal::Signal>()
+        .map(|s| s as i32)
+        .unwrap_or(libc::SIGTERM)
+}
+
+/// A process's state, pending and blocked signals and wait channel, for an operator
+/// reading why a container would not die.
+fn proc_state(pid: i32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let fields: Vec<&str> = status
+        .lines()
+        .filter(|l| {
+            ["State:", "PPid:", "SigPnd:", "ShdPnd:", "SigBlk:"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .collect();
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    // An init stuck in `zap_pid_ns_processes` waits for the rest of its PID namespace.
+    let mut others = vec![];
+    if let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/pid")) {
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if p != pid
+                && std::fs::read_link(format!("/proc/{p}/ns/pid"))
+                    .ok()
+                    .as_ref()
+                    == Some(&ns)
+            {
+                let st = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                others.push(format!(
+                    "{p}: {}",
+                    st.split_whitespace().take(4).collect::<Vec<_>>().join(" ")
+                ));
+            }
+        }
+    }
+    format!(
+        "[{} wchan {wchan}; its PID namespace also holds: {}]",
+        fields.join(" ").replace('\t', " "),
+        others.join(", ")
+    )
+}
+
+/// Signals the container's init (pid and start time: never a reused pid).
+fn signal_init(rec: &ContainerRecord, sig: i32) {
+    if let Err(e) = container::proc::signal(rec.pid, rec.pid_start_time, sig) {
+        tracing::warn!(container = %rec.id, sig, error = %e, "signalling the init");
+    }
+}
+
+/// Waits until the container's process is gone: its monitor wrote the exit record (or
+/// is gone without one). Polls finely at first, when a killed init is usually gone.
+async fn wait_monitor(crust: &Crust, rec: &ContainerRecord, timeout: Duration) -> bool {
+    let exit = crust.containers.exit_file(&rec.id);
+    let begun = Instant::now();
+    while monitor_alive(rec) && !exit.exists() {
+        let waited = begun.elapsed();
+        if waited >= timeout {
+            return false;
+        }
+        let tick = if waited < Duration::from_millis(50) {
+            1
+        } else {
+            5
+        };
+        tokio::time::sleep(Duration::from_millis(tick)).await;
+    }
+    true
+}
+
+/// Ends a container under its lock: SIGKILL (the grace period, if any, is over) and the
+/// wait for its exit; `refresh` then ends what it left in a shared PID namespace.
+async fn kill_locked(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
+    refresh(crust, rec);
+    if rec.state == ContainerState::Exited || rec.state == ContainerState::Creating {
+        return Ok(());
+    }
+    if monitor_alive(rec) {
+        signal_init(rec, libc::SIGKILL);
+    }
+    if !wait_monitor(crust, rec, KILL_WAIT).await {
+        return Err(Error::Internal(format!(
+            "container {} did not exit within {KILL_WAIT:?} of SIGKILL (init {} {} {}, monitor {} {}, exit record {})",
+            rec.id,
+            rec.pid,
+            if container::proc::alive(rec.pid, rec.pid_start_time) { "alive" } else { "gone" },
+            proc_state(rec.pid),
+            rec.monitor_pid,
+            proc_state(rec.monitor_pid),
+            if crust.containers.exit_file(&rec.id).exists() { "written" } else { "missing" },
+        )));
+    }
+    refresh(crust, rec);
+    Ok(())
+}
+
+pub async fn stop(crust: Arc<Crust>, id: &str, timeout: i64) -> Result<()> {
+    // Idempotent as the CRI asks: a container that is gone is stopped (containerd
+    // answers the same, and the CRI conformance suite checks it).
+    let c = match crust.containers.get(id) {
+        Ok(c) => c,
+        Err(Error::NotFound(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    // The stop signal and the grace period without the record's lock: the kubelet
+    // relists (ListContainers, ContainerStatus) every second and must not wait out a
+    // pod's terminationGracePeriodSeconds; SIGKILL and the rest under it.
+    if timeout > 0 {
+        let running = {
+            let mut rec = c.rec.lock().await;
+            refresh(&crust, &mut rec);
+            match rec.state {
+                ContainerState::Exited | ContainerState::Creating => return Ok(()),
+                ContainerState::Running => {
+                    signal_init(&rec, signal_number(&rec.stop_signal));
+                    failpoint!("stop_container.after_stop_signal");
+                    Some(rec.clone())
+                }
+                _ => None,
+            }
+        };
+        if let Some(snapshot) = running {
+            wait_monitor(&crust, &snapshot, Duration::from_secs(timeout as u64)).await;
+        }
+    }
+    let mut rec = c.rec.lock().await;
+    kill_locked(&crust, &mut rec).await?;
+    failpoint!("stop_container.after_exit");
+    Ok(())
+}
+
+pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
+    let c = match crust.containers.get(id) {
+        Ok(c) => c,
+        Err(Error::NotFound(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    remove_container(crust, c).await
+}
+
+pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()> {
+    let mut rec = c.rec.lock().await;
+    kill_locked(&crust, &mut rec).await?;
+    let copy = rec.clone();
+    let cr = crust.clone();
+    let (copy, res) = tokio::task::spawn_blocking(move || {
+        let mut copy = copy;
+        let r = teardown(&cr, &mut copy);
+        (copy, r)
+    })
+    .await
+    .map_err(Error::internal)?;
+    *rec = copy;
+    match res {
+        Ok(()) => {
+            crust.containers.remove(&rec.id);
+            crust.containers.release_name(&rec.name_key, &rec.id);
+            crust.events.emit(
+                &rec.id,
+                &rec.sandbox_id,
+                ContainerEventType::ContainerDeletedEvent,
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let _ = crust.containers.save(&rec);
+            Err(e)
+        }
+    }
+}
+
+/// Stops every container of a sandbox (StopPodSandbox) with SIGKILL.
+pub async fn stop_all(crust: Arc<Crust>, sandbox_id: &str) -> Result<()> {
+    for c in crust.containers.of_sandbox(sandbox_id) {
+        let mut rec = c.rec.lock().await;
+        kill_locked(&crust, &mut rec).await?;
+    }
+    Ok(())
+}
+
+/// Removes every container of a sandbox (RemovePodSandbox).
+pub async fn remove_all(crust: Arc<Crust>, sandbox_id: &str) -> Result<()> {
+    for c in crust.containers.of_sandbox(sandbox_id) {
+        remove_container(crust.clone(), c).await?;
+    }
+    Ok(())
+}
