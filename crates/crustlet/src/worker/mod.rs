@@ -24,8 +24,10 @@
 //! - `image`: the pull before a container is made, with its back-off (`images`);
 //! - `start`: init, app and ephemeral containers started and restarted, postStart;
 //! - `prober`: the worker's probes, and the kill a failed one brings (`prober`);
-//! - `status`: the pod's phase, conditions and container statuses (`status`);
-//! - `report`: the status sent to the apiserver when it changed (the status manager);
+//! - `status`: the pod's phase, conditions and container statuses, as pure functions
+//!   with their table tests (`getPhase`, `status/generate.go`);
+//! - `report`: the status made from what the worker knows and sent to the apiserver
+//!   when it changed (the status manager);
 //! - `terminate`: containers stopped (preStop, grace) and the pod removed;
 //! - `garbage`: a container's old instances removed (`kuberuntime_gc`).
 
