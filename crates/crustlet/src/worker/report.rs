@@ -81,8 +81,8 @@ impl Worker {
             carried: self.carried.get(&c.name),
             waiting: self.waiting.get(&c.name),
             verdicts: Verdicts {
-                startup: probes.and_then(|p| p.startup.as_ref()).map(|s| s.verdict),
-                readiness: probes.and_then(|p| p.readiness.as_ref()).map(|s| s.verdict),
+                startup: probes.and_then(|p| p.startup.as_ref()?.verdict),
+                readiness: probes.and_then(|p| p.readiness.as_ref()?.verdict),
             },
             init,
             messages: HashMap::new(),

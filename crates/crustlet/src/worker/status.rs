@@ -37,12 +37,12 @@ pub(super) struct Facts<'a> {
     pub(super) messages: HashMap<String, String>,
 }
 
-/// The verdicts of a container instance's startup and readiness probes: for each probe
-/// that has a state, its verdict (None while no threshold was crossed).
+/// The verdicts of a container instance's startup and readiness probes (None while a
+/// probe has not run, or no threshold was crossed yet).
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Verdicts {
-    pub(super) startup: Option<Option<probe::Outcome>>,
-    pub(super) readiness: Option<Option<probe::Outcome>>,
+    pub(super) startup: Option<probe::Outcome>,
+    pub(super) readiness: Option<probe::Outcome>,
 }
 
 impl<'a> Facts<'a> {
@@ -309,26 +309,21 @@ fn terminated(i: &Instance, own: &str, runtime: &str) -> ContainerStateTerminate
 }
 
 /// (started, ready) of the container's newest instance: started once running and past
-/// its startup probe; ready once started and past its readiness probe, or, as an
-/// `init` container, once it exited 0 and is not waiting again.
+/// its startup probe (not before it first passed, as the kubelet's prober); ready once
+/// started and past its readiness probe, or, as an `init` container, once it exited 0
+/// and is not waiting again.
 fn readiness(f: &Facts) -> (bool, bool) {
+    let c = f.container;
     let latest = f.latest();
     let running = latest.is_some_and(|i| i.running());
-    let started = running
-        && f.verdicts
-            .startup
-            .is_none_or(|v| v == Some(probe::Outcome::Success));
+    let passed = |v: Option<probe::Outcome>| v == Some(probe::Outcome::Success);
+    let started = running && (c.startup_probe.is_none() || passed(f.verdicts.startup));
     // An init container that exited 0 is ready (the kubelet's prober says so).
     let init_done = f.init
         && latest.is_some_and(|i| i.exited() && i.status.exit_code == 0)
         && f.waiting.is_none();
-    let ready = init_done
-        || started
-            && match (&f.container.readiness_probe, f.verdicts.readiness) {
-                (None, _) => true,
-                (Some(_), Some(v)) => v == Some(probe::Outcome::Success),
-                (Some(_), None) => false,
-            };
+    let ready =
+        init_done || started && (c.readiness_probe.is_none() || passed(f.verdicts.readiness));
     (started, ready)
 }
 
@@ -1579,18 +1574,17 @@ mod tests {
             ("no instance", &plain, vec![], Verdicts::default(), false, None, (false, false)),
             ("running, no probes", &plain, vec![run("a", 0)], Verdicts::default(), false, None, (true, true)),
             ("exited", &plain, vec![exit("a", 0, 0)], Verdicts::default(), false, None, (false, false)),
-            ("readiness not run", &probed, vec![run("a", 0)], r(None), false, None, (true, false)),
-            ("readiness, no verdict", &probed, vec![run("a", 0)], r(Some(None)), false, None, (true, false)),
-            ("readiness passed", &probed, vec![run("a", 0)], r(Some(ok)), false, None, (true, true)),
-            ("readiness failed", &probed, vec![run("a", 0)], r(Some(bad)), false, None, (true, false)),
-            ("startup not run yet", &slow, vec![run("a", 0)], v(None), false, None, (true, true)),
-            ("startup, no verdict", &slow, vec![run("a", 0)], v(Some(None)), false, None, (false, false)),
-            ("startup failed", &slow, vec![run("a", 0)], v(Some(bad)), false, None, (false, false)),
-            ("startup passed", &slow, vec![run("a", 0)], v(Some(ok)), false, None, (true, true)),
+            ("readiness, no verdict", &probed, vec![run("a", 0)], r(None), false, None, (true, false)),
+            ("readiness passed", &probed, vec![run("a", 0)], r(ok), false, None, (true, true)),
+            ("readiness failed", &probed, vec![run("a", 0)], r(bad), false, None, (true, false)),
+            // Just started, the probe not yet run: not started until it passed.
+            ("startup, no verdict", &slow, vec![run("a", 0)], v(None), false, None, (false, false)),
+            ("startup failed", &slow, vec![run("a", 0)], v(bad), false, None, (false, false)),
+            ("startup passed", &slow, vec![run("a", 0)], v(ok), false, None, (true, true)),
             ("startup passed, readiness not yet", &both, vec![run("a", 0)],
-                Verdicts { startup: Some(ok), readiness: Some(None) }, false, None, (true, false)),
+                Verdicts { startup: ok, readiness: None }, false, None, (true, false)),
             ("startup and readiness passed", &both, vec![run("a", 0)],
-                Verdicts { startup: Some(ok), readiness: Some(ok) }, false, None, (true, true)),
+                Verdicts { startup: ok, readiness: ok }, false, None, (true, true)),
             ("init exited 0", &plain, vec![exit("a", 0, 0)], Verdicts::default(), true, None, (false, true)),
             ("init exited 1", &plain, vec![exit("a", 0, 1)], Verdicts::default(), true, None, (false, false)),
             ("init running", &plain, vec![run("a", 0)], Verdicts::default(), true, None, (true, true)),
