@@ -310,20 +310,20 @@ fn terminated(i: &Instance, own: &str, runtime: &str) -> ContainerStateTerminate
 
 /// (started, ready) of the container's newest instance: started once running and past
 /// its startup probe (not before it first passed, as the kubelet's prober); ready once
-/// started and past its readiness probe, or, as an `init` container, once it exited 0
-/// and is not waiting again.
+/// started and past its readiness probe, or, as an `init` container, only once it
+/// exited 0 and is not waiting again (running, it is not ready yet).
 fn readiness(f: &Facts) -> (bool, bool) {
     let c = f.container;
     let latest = f.latest();
     let running = latest.is_some_and(|i| i.running());
     let passed = |v: Option<probe::Outcome>| v == Some(probe::Outcome::Success);
     let started = running && (c.startup_probe.is_none() || passed(f.verdicts.startup));
-    // An init container that exited 0 is ready (the kubelet's prober says so).
-    let init_done = f.init
-        && latest.is_some_and(|i| i.exited() && i.status.exit_code == 0)
-        && f.waiting.is_none();
-    let ready =
-        init_done || started && (c.readiness_probe.is_none() || passed(f.verdicts.readiness));
+    let ready = if f.init {
+        // An init container that exited 0 is ready (the kubelet's prober says so).
+        latest.is_some_and(|i| i.exited() && i.status.exit_code == 0) && f.waiting.is_none()
+    } else {
+        started && (c.readiness_probe.is_none() || passed(f.verdicts.readiness))
+    };
     (started, ready)
 }
 
@@ -1587,7 +1587,7 @@ mod tests {
                 Verdicts { startup: ok, readiness: ok }, false, None, (true, true)),
             ("init exited 0", &plain, vec![exit("a", 0, 0)], Verdicts::default(), true, None, (false, true)),
             ("init exited 1", &plain, vec![exit("a", 0, 1)], Verdicts::default(), true, None, (false, false)),
-            ("init running", &plain, vec![run("a", 0)], Verdicts::default(), true, None, (true, true)),
+            ("init running", &plain, vec![run("a", 0)], Verdicts::default(), true, None, (true, false)),
             ("init exited 0, held back", &plain, vec![exit("a", 0, 0)], Verdicts::default(), true,
                 Some(&back_off), (false, false)),
         ];
