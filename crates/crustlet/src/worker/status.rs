@@ -429,7 +429,7 @@ pub(super) fn pod_status(
 }
 
 /// The conditions as the kubelet words them: Initialized once every init container
-/// exited 0 (PodCompleted once the pod succeeded); ContainersReady and Ready false
+/// exited 0, at once for a pod that has none (PodCompleted once the pod succeeded); ContainersReady and Ready false
 /// with PodFailed or PodCompleted once the pod is done, else with the names of the
 /// containers not ready; Ready also false while one of the pod's readiness `gates`
 /// is not True in `old`'s conditions (set by others, and left as they are). A
@@ -448,7 +448,9 @@ fn conditions(
     let all_ready =
         containers.app.iter().all(|s| s.ready) && containers.sidecars.iter().all(|s| s.ready);
     let incomplete = containers.incomplete_init();
-    let init_ok = (initialized && incomplete.is_empty()) || phase == "Succeeded";
+    let init_ok = containers.init.is_empty()
+        || (initialized && incomplete.is_empty())
+        || phase == "Succeeded";
     let unready = names(
         containers
             .sidecars
@@ -1066,8 +1068,8 @@ mod tests {
         }
     }
 
-    /// A pod without init containers that has no sandbox yet (it cannot be made: its
-    /// volumes, its sandbox failed) is not initialized, and says so with no names.
+    /// A pod without init containers is initialized even before it has a sandbox (one
+    /// that cannot be made yet: its volumes, its sandbox failed), as with the kubelet.
     #[test]
     fn no_sandbox_yet_without_init_containers() {
         let app = [waiting("a")];
@@ -1086,10 +1088,12 @@ mod tests {
             &at(1),
         );
         let init = got.iter().find(|c| c.type_ == "Initialized").unwrap();
-        assert_eq!(init.status, "False");
+        assert_eq!(init.status, "True");
+        assert_eq!((init.reason.as_ref(), init.message.as_ref()), (None, None));
+        let ready = got.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(
-            init.message.as_deref(),
-            Some("containers with incomplete status: []")
+            ready.message.as_deref(),
+            Some("containers with unready status: [a]")
         );
     }
 
