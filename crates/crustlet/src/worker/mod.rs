@@ -20,7 +20,8 @@
 //! This file holds the sync loop and the pod-wide steps (admission, active deadline,
 //! the end of a finished pod); the rest is cut as the kubelet cuts it:
 //!
-//! - `sandbox`: the pod's sandbox and its volumes, made or adopted (`kuberuntime_sandbox`);
+//! - `sandbox`: the pod's sandbox and its volumes, made or adopted
+//!   (`kuberuntime_sandbox`);
 //! - `image`: the pull before a container is made, with its back-off (`images`);
 //! - `start`: init, app and ephemeral containers started and restarted, postStart;
 //! - `prober`: the worker's probes, and the kill a failed one brings (`prober`);
@@ -29,10 +30,17 @@
 //! - `report`: the status made from what the worker knows and sent to the apiserver
 //!   when it changed (the status manager);
 //! - `terminate`: containers stopped (preStop, grace) and the pod removed;
-//! - `garbage`: a container's old instances removed (`kuberuntime_gc`).
+//! - `garbage`: a container's old instances removed (`kuberuntime_gc`);
+//! - `admit`: the pure decisions about the pod as a whole (admission, active deadline,
+//!   readiness gates), also read by the config for the node's sysctls;
+//! - `ephemeral`: ephemeral containers (`kubectl debug`);
+//! - `probe`: how one probe or hook is run (exec, HTTP GET, TCP, gRPC; `pkg/probe`).
 
+pub mod admit;
+mod ephemeral;
 mod garbage;
 mod image;
+mod probe;
 mod prober;
 mod report;
 mod sandbox;
@@ -40,9 +48,8 @@ mod start;
 mod status;
 mod terminate;
 
-pub use start::is_sidecar;
+use start::is_sidecar;
 
-use crate::admit;
 use crate::cri::Cri;
 use crate::inputs::Inputs;
 use crate::spec;

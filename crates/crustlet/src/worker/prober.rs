@@ -1,8 +1,8 @@
 //! The worker's probes (the kubelet's prober manager): which of a container's probes
 //! are due, their verdicts, and the kill a failed liveness or startup probe brings.
 
+use super::probe;
 use super::{Instance, Worker};
-use crate::probe;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Instant;
 

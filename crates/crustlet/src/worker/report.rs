@@ -121,10 +121,10 @@ impl Worker {
         pod: &Pod,
         instances: &HashMap<String, Vec<Instance>>,
     ) -> Vec<ContainerStatus> {
-        crate::ephemeral::containers(pod)
+        super::ephemeral::containers(pod)
             .iter()
             .map(|c| {
-                crate::ephemeral::status(self.container_status(
+                super::ephemeral::status(self.container_status(
                     pod,
                     c,
                     instances.get(&c.name),

@@ -2,8 +2,8 @@
 //! as the restart policy says, with back-off) and ephemeral ones; each made with its
 //! mounts and then its postStart hook run.
 
+use super::probe;
 use super::{Backoff, Instance, Worker};
-use crate::probe;
 use crate::spec::{self, ContainerInputs, VolumePaths};
 use cri_api as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
@@ -156,7 +156,7 @@ impl Worker {
                 Some(_) => {}
             }
         }
-        for c in crate::ephemeral::containers(pod) {
+        for c in super::ephemeral::containers(pod) {
             if !instances.contains_key(&c.name) {
                 self.start(pod, &c, None).await;
             }
@@ -254,7 +254,7 @@ impl Worker {
             }
         };
         let config =
-            crate::ephemeral::target(&self.ctx.cri, &sandbox_id, pod, &c.name, config).await;
+            super::ephemeral::target(&self.ctx.cri, &sandbox_id, pod, &c.name, config).await;
         let Some(id) = self
             .create_and_start(pod, c, sandbox_id, sandbox_config, config)
             .await

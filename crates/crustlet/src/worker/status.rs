@@ -6,9 +6,9 @@
 //! for a container, [`PodFacts`] for the pod), the status goes out. The worker reads
 //! what they need from files and the clock and sends what they make (`report`).
 
+use super::admit;
+use super::probe;
 use super::{is_sidecar, time_from_nanos, Instance};
-use crate::admit;
-use crate::probe;
 use crate::spec;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,

@@ -1,9 +1,9 @@
 //! Containers stopped as the kubelet kills them (preStop hook, then the signal within
 //! the grace period), and a deleted pod's sandboxes, cgroup and folder removed.
 
+use super::probe;
 use super::{by_name, Instance, Worker};
 use crate::cri::Cri;
-use crate::probe;
 use crate::spec;
 use cri_api as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -110,7 +110,7 @@ impl Worker {
             self.ctx.cri.remove_sandbox(&s.id).await;
         }
         crate::cgroup::remove_pod(&self.ctx.cfg, &uid).await;
-        crate::tmpfs::remove_pod_dir(&self.ctx.cfg.pod_dir(&uid));
+        crate::inputs::tmpfs::remove_pod_dir(&self.ctx.cfg.pod_dir(&uid));
         self.ctx.seen.gone(&uid);
         if delete {
             if let Some(client) = self.ctx.client.clone() {
