@@ -272,7 +272,7 @@ pub struct Config {
     pub cluster_domain: String,
     pub max_pods: u32,
     /// The sysctls pods may set: the safe ones and `--allowed-unsafe-sysctls`.
-    pub sysctls: crate::admit::Sysctls,
+    pub sysctls: crate::worker::admit::Sysctls,
     /// `--allowed-unsafe-sysctls` as given (for `/configz`).
     pub allowed_unsafe_sysctls: Vec<String>,
     pub image_gc_high: u8,
@@ -375,8 +375,8 @@ impl Config {
                 .or(file.cluster_domain)
                 .unwrap_or_else(|| "cluster.local".to_string()),
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
-            sysctls: crate::admit::Sysctls::for_node(
-                crate::admit::kernel_version(),
+            sysctls: crate::worker::admit::Sysctls::for_node(
+                crate::worker::admit::kernel_version(),
                 &unsafe_sysctls,
             )
             .map_err(|e| anyhow::anyhow!("--allowed-unsafe-sysctls: {e}"))?,
@@ -544,17 +544,21 @@ mod tests {
             .unwrap()
         };
         let c = parse(&["--config", f.to_str().unwrap()]).unwrap();
-        assert!(crate::admit::admit(&sysctl_pod("kernel.msgmax"), &c.sysctls).is_ok());
-        assert!(crate::admit::admit(&sysctl_pod("net.core.somaxconn"), &c.sysctls).is_err());
+        assert!(crate::worker::admit::admit(&sysctl_pod("kernel.msgmax"), &c.sysctls).is_ok());
+        assert!(
+            crate::worker::admit::admit(&sysctl_pod("net.core.somaxconn"), &c.sysctls).is_err()
+        );
         let c = parse(&[
             "--kubeconfig=k",
             "--allowed-unsafe-sysctls=net.*,kernel.sem",
         ])
         .unwrap();
-        assert!(crate::admit::admit(&sysctl_pod("net.core.somaxconn"), &c.sysctls).is_ok());
-        assert!(crate::admit::admit(&sysctl_pod("kernel.msgmax"), &c.sysctls).is_err());
+        assert!(crate::worker::admit::admit(&sysctl_pod("net.core.somaxconn"), &c.sysctls).is_ok());
+        assert!(crate::worker::admit::admit(&sysctl_pod("kernel.msgmax"), &c.sysctls).is_err());
         let c = parse(&["--kubeconfig=k"]).unwrap();
-        assert!(crate::admit::admit(&sysctl_pod("kernel.shm_rmid_forced"), &c.sysctls).is_ok());
+        assert!(
+            crate::worker::admit::admit(&sysctl_pod("kernel.shm_rmid_forced"), &c.sysctls).is_ok()
+        );
         let e = parse(&["--kubeconfig=k", "--allowed-unsafe-sysctls=kernel.panic"]).unwrap_err();
         assert!(
             e.contains("--allowed-unsafe-sysctls") && e.contains("kernel.panic"),

@@ -2,24 +2,19 @@
 //! the apiserver (and static pods from a folder of manifests), and runs each through
 //! any CRI runtime (crustd by default), reporting their status back. See the README.
 
-mod admit;
 mod cgroup;
 mod config;
 mod cri;
-mod ephemeral;
 mod events;
 mod gc;
-mod http_get;
 mod inputs;
 mod node;
 mod pods;
-mod probe;
 mod quantity;
 mod routes;
 mod server;
 mod services;
 mod spec;
-mod tmpfs;
 mod worker;
 
 use clap::Parser;
@@ -39,7 +34,7 @@ pub struct Ctx {
     /// The pods as their workers last synced them, and counters, for the HTTPS server.
     pub seen: server::Seen,
     /// The host ports of the admitted pods (admission's port check).
-    pub ports: admit::HostPorts,
+    pub ports: worker::admit::HostPorts,
 }
 
 impl Ctx {

@@ -438,7 +438,7 @@ async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>) {
         tracing::info!(sandbox = %s.id, uid = %uid, "removing the sandbox of a pod that no longer exists");
         ctx.cri.remove_sandbox(&s.id).await;
         crate::cgroup::remove_pod(&ctx.cfg, uid).await;
-        crate::tmpfs::remove_pod_dir(&ctx.cfg.pod_dir(uid));
+        crate::inputs::tmpfs::remove_pod_dir(&ctx.cfg.pod_dir(uid));
     }
 }
 

@@ -545,7 +545,7 @@ mod tests {
             "scheme": "HTTPS", "port": port, "path": "/echo?msg=poststart",
             "httpHeaders": [{"name": "X-Hook", "value": "post"}],
         }));
-        crate::probe::hook(&cri, &h, &c, "", "127.0.0.1", limit)
+        crate::worker::probe::hook(&cri, &h, &c, "", "127.0.0.1", limit)
             .await
             .unwrap();
         let head = heads.recv().await.unwrap().to_ascii_lowercase();
@@ -562,7 +562,7 @@ mod tests {
             assert!(head.contains(line), "{line:?} in {head}");
         }
         // A hook's answer may say anything; a probe's must be 2xx or 3xx.
-        crate::probe::hook(&cri, &h, &c, "", "127.0.0.1", limit)
+        crate::worker::probe::hook(&cri, &h, &c, "", "127.0.0.1", limit)
             .await
             .unwrap();
         heads.recv().await.unwrap();
@@ -570,11 +570,11 @@ mod tests {
             serde_json::json!({"httpGet": {"scheme": "HTTPS", "port": port}}),
         )
         .unwrap();
-        let (r, m) = crate::probe::run(&cri, &p, &c, "", "127.0.0.1").await;
+        let (r, m) = crate::worker::probe::run(&cri, &p, &c, "", "127.0.0.1").await;
         assert_eq!(
             (r, m.as_str()),
             (
-                crate::probe::Outcome::Failure,
+                crate::worker::probe::Outcome::Failure,
                 "HTTP probe failed with statuscode: 500"
             )
         );

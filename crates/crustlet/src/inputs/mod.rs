@@ -9,6 +9,8 @@
 //! by a rename and each top-level name is a symlink through `..data`, so a container
 //! never sees half an update.
 
+pub mod tmpfs;
+
 use crate::spec;
 use base64::Engine as _;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -108,8 +110,8 @@ impl Inputs<'_> {
             // volume ownership).
             let mut mode = 0o777;
             if ed.medium.as_deref() == Some("Memory") {
-                let size = crate::tmpfs::size(ed, self.pod, crate::node::memory_allocatable());
-                crate::tmpfs::set_up(&d, size).map_err(|e| io(&d, e))?;
+                let size = tmpfs::size(ed, self.pod, crate::node::memory_allocatable());
+                tmpfs::set_up(&d, size).map_err(|e| io(&d, e))?;
                 mode = 0o1777;
             } else {
                 std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;

@@ -2,8 +2,9 @@
 //! and gRPC (`grpc.health.v1.Health/Check`), run from the node against the pod's IP as
 //! the kubelet runs them, with the probe's delay, period, timeout and thresholds.
 
+mod http_get;
+
 use crate::cri::Cri;
-use crate::http_get;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::time::{Duration, Instant};
