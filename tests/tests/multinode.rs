@@ -8,7 +8,7 @@
 //! tools it skips loudly, except under `CI=true`, where that is a failure.
 
 use crust_e2e::cluster::{run_timeout, wait_for};
-use crust_e2e::fleet::Fleet;
+use crust_e2e::fleet::{Flavour, Fleet};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -280,7 +280,120 @@ fn services_across_nodes(f: &Fleet) {
     assert_eq!(got, pod_name(0));
 }
 
+/// On every node: a `hostNetwork` pod has the node's address and answers on the node's
+/// own port, and a pod's `hostPort` is reached at the node's address, from another
+/// node and from a pod on another node. Each node holds its own host ports: the same
+/// port on every node is no clash.
+fn host_network_and_host_port(f: &Fleet) {
+    const HOST_NET_PORT: u16 = 18080;
+    const HOST_PORT: u16 = 18081;
+    for (i, node) in f.nodes.iter().enumerate() {
+        apply(
+            f,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("hostnet-{i}"), "namespace": NS},
+                "spec": {"nodeName": node.name, "hostNetwork": true,
+                         "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "web", "image": AGNHOST,
+                                         "args": ["netexec", format!("--http-port={HOST_NET_PORT}")],
+                                         "ports": [{"containerPort": HOST_NET_PORT}]}]}}),
+        );
+        apply(
+            f,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("hostport-{i}"), "namespace": NS},
+                "spec": {"nodeName": node.name,
+                         "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "web", "image": AGNHOST,
+                                         "args": ["netexec", "--http-port=8080"],
+                                         "ports": [{"containerPort": 8080, "hostPort": HOST_PORT}]}]}}),
+        );
+    }
+    for (i, node) in f.nodes.iter().enumerate() {
+        let ip = wait_for(
+            &format!("hostnet-{i} Running"),
+            Duration::from_secs(120),
+            |last| {
+                let out = run_timeout(
+                    &mut f.kubectl(&[
+                        "-n",
+                        NS,
+                        "get",
+                        "pod",
+                        &format!("hostnet-{i}"),
+                        "-o",
+                        "json",
+                    ]),
+                    T,
+                );
+                let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+                *last = v["status"].to_string();
+                (v["status"]["phase"] == "Running")
+                    .then(|| v["status"]["podIP"].as_str().map(str::to_string))
+                    .flatten()
+            },
+        );
+        assert_eq!(ip, node.ip, "hostnet-{i}'s podIP is not its node's address");
+        let other = (i + 1) % NODES;
+        let from_pod = pod_name(other);
+        let url = format!("http://{}:{HOST_NET_PORT}/hostname", node.ip);
+        wait_for(&format!("node {other} -> {url}"), T, |last| {
+            let b = curl_on_node(f, other, &url);
+            *last = format!("{b:?}");
+            b
+        });
+        wait_for(&format!("{from_pod} -> {url}"), T, |last| {
+            let b = curl_in_pod(f, &from_pod, &url);
+            *last = format!("{b:?}");
+            b
+        });
+        // The hostPort: the pod behind it answers with its own name.
+        let url = format!("http://{}:{HOST_PORT}/hostname", node.ip);
+        let want = format!("hostport-{i}");
+        for (what, get) in [
+            (
+                format!("node {other} -> {url}"),
+                Box::new(|| curl_on_node(f, other, &url)) as Box<dyn Fn() -> Option<String>>,
+            ),
+            (
+                format!("{from_pod} -> {url}"),
+                Box::new(|| curl_in_pod(f, &from_pod, &url)),
+            ),
+        ] {
+            let got = wait_for(&what, T, |last| {
+                let b = get();
+                *last = format!("{b:?}");
+                b.filter(|b| *b == want)
+            });
+            assert_eq!(got, want, "{what}");
+        }
+    }
+    for i in 0..NODES {
+        ok(
+            f,
+            &[
+                "-n",
+                NS,
+                "delete",
+                "pod",
+                &format!("hostnet-{i}"),
+                &format!("hostport-{i}"),
+                "--wait=false",
+            ],
+        );
+    }
+}
+
 fn routes_between_nodes(f: &Fleet) {
+    if let Some(wrong) = routes_wrong(f) {
+        panic!("{wrong}");
+    }
+}
+
+/// What is wrong with the nodes' routes to each other's pod ranges (crustlet's
+/// `--pod-routes`: every other node's range via its address, and nothing else), if
+/// anything.
+fn routes_wrong(f: &Fleet) -> Option<String> {
     for (i, node) in f.nodes.iter().enumerate() {
         let routes = crust_e2e::sh(&["ip", "-n", &node.ns.name, "route", "show", "proto", "77"]);
         let mut want: Vec<String> = vec![];
@@ -294,30 +407,34 @@ fn routes_between_nodes(f: &Fleet) {
             );
             want.push(format!("{} via {}", cidr.trim(), other.ip));
         }
-        for w in &want {
-            assert!(
-                routes.contains(w.as_str()),
-                "node {i}: no route {w} in:\n{routes}"
-            );
+        if let Some(w) = want.iter().find(|w| !routes.contains(w.as_str())) {
+            return Some(format!("node {i}: no route {w} in:\n{routes}"));
         }
-        assert_eq!(routes.lines().count(), NODES - 1, "node {i}:\n{routes}");
+        if routes.lines().count() != NODES - 1 {
+            return Some(format!("node {i}: not {} routes:\n{routes}", NODES - 1));
+        }
     }
+    None
 }
 
-/// Node 2's crustlet and crustd die (its pods' processes keep running): the Node goes
-/// NotReady, its pod is evicted (a short `tolerationSeconds`), the Deployment runs its
-/// replica on another node and the Service stops sending there. Started again, the node
-/// rejoins, the evicted pod is cleaned off it and nothing of it is left in its crustd.
-fn node_lost_and_back(f: &Fleet) {
+/// Node 2 is lost: its crustlet and crustd die, its pods' processes running on
+/// (`whole == false`), or the whole node goes, as a machine losing its power: link cut,
+/// every process of it killed (`whole == true`). The Node goes NotReady, the other
+/// nodes stop routing to it, its pod is evicted (a short `tolerationSeconds`), the
+/// Deployment runs its replica on another node and the Service stops sending there.
+/// Started again, the node rejoins, the evicted pod is cleaned off it and nothing of it
+/// is left: no sandbox in its crustd, no address held, the routes back.
+fn node_lost_and_back(f: &Fleet, whole: bool) {
     let lost = NODES - 1;
+    let deployment = if whole { "spread-whole" } else { "spread" };
     let name = &f.nodes[lost].name;
     let toleration = |key: &str| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2});
     apply(
         f,
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "spread", "namespace": NS},
-            "spec": {"replicas": NODES, "selector": {"matchLabels": {"app": "spread"}},
-              "template": {"metadata": {"labels": {"app": "spread"}},
+            "metadata": {"name": deployment, "namespace": NS},
+            "spec": {"replicas": NODES, "selector": {"matchLabels": {"app": deployment}},
+              "template": {"metadata": {"labels": {"app": deployment}},
                 "spec": {"terminationGracePeriodSeconds": 1,
                   "tolerations": [toleration("node.kubernetes.io/not-ready"),
                                   toleration("node.kubernetes.io/unreachable")],
@@ -326,13 +443,22 @@ fn node_lost_and_back(f: &Fleet) {
                       "whenUnsatisfiable": "DoNotSchedule",
                       // The lost node (tainted unreachable) is not a place to spread to.
                       "nodeTaintsPolicy": "Honor",
-                      "labelSelector": {"matchLabels": {"app": "spread"}}}],
+                      "labelSelector": {"matchLabels": {"app": deployment}}}],
                   "containers": [{"name": "web", "image": AGNHOST,
                                   "args": ["netexec", "--http-port=8080"]}]}}}}),
     );
     let pods = |last: &mut String| -> Option<Vec<(String, String, bool, String)>> {
         let out = run_timeout(
-            &mut f.kubectl(&["-n", NS, "get", "pods", "-l", "app=spread", "-o", "json"]),
+            &mut f.kubectl(&[
+                "-n",
+                NS,
+                "get",
+                "pods",
+                "-l",
+                &format!("app={deployment}"),
+                "-o",
+                "json",
+            ]),
             T,
         );
         let v: Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -369,11 +495,15 @@ fn node_lost_and_back(f: &Fleet) {
     apply(
         f,
         json!({"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "spread", "namespace": NS},
-            "spec": {"selector": {"app": "spread"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
+            "metadata": {"name": deployment, "namespace": NS},
+            "spec": {"selector": {"app": deployment}, "ports": [{"port": 80, "targetPort": 8080}]}}),
     );
-    f.stop_crustlet(lost);
-    f.kill_crustd(lost);
+    if whole {
+        f.power_off(lost);
+    } else {
+        f.stop_agent(lost);
+        f.kill_runtime(lost);
+    }
     wait_for(
         &format!("{name} not Ready"),
         Duration::from_secs(90),
@@ -392,6 +522,23 @@ fn node_lost_and_back(f: &Fleet) {
             (st.trim() != "True").then_some(())
         },
     );
+    // The others no longer route to its pod range.
+    let lost_cidr = ok(f, &["get", "node", name, "-o", "jsonpath={.spec.podCIDR}"]);
+    let lost_route = format!("{} via {}", lost_cidr.trim(), f.nodes[lost].ip);
+    for i in 0..lost {
+        wait_for(&format!("node {i} without {lost_route}"), T, |last| {
+            *last = crust_e2e::sh(&[
+                "ip",
+                "-n",
+                &f.nodes[i].ns.name,
+                "route",
+                "show",
+                "proto",
+                "77",
+            ]);
+            (!last.contains(&lost_route)).then_some(())
+        });
+    }
     // Evicted: its replacement runs elsewhere and the Service leaves its address out.
     wait_for(
         "the lost node's replica back elsewhere",
@@ -411,7 +558,7 @@ fn node_lost_and_back(f: &Fleet) {
                 "get",
                 "endpointslices",
                 "-l",
-                "kubernetes.io/service-name=spread",
+                &format!("kubernetes.io/service-name={deployment}"),
                 "-o",
                 "jsonpath={.items[*].endpoints[?(@.conditions.ready==true)].addresses[*]}",
             ],
@@ -420,8 +567,12 @@ fn node_lost_and_back(f: &Fleet) {
         (ips.split_whitespace().count() == NODES && !ips.contains(&victim.3)).then_some(())
     });
     // Back: the node rejoins and its old pod goes for good.
-    f.start_crustd(lost);
-    f.start_crustlet(lost);
+    if whole {
+        f.power_on(lost);
+    } else {
+        f.start_runtime(lost);
+        f.start_agent(lost);
+    }
     f.wait_ready(Duration::from_secs(120));
     wait_for("the evicted pod gone", Duration::from_secs(120), |last| {
         let l = pods(last)?;
@@ -447,8 +598,47 @@ fn node_lost_and_back(f: &Fleet) {
             (out.status.success() && s(&out.stdout).trim().is_empty()).then_some(())
         },
     );
-    ok(f, &["-n", NS, "delete", "deployment", "spread"]);
-    ok(f, &["-n", NS, "delete", "service", "spread"]);
+    // The address it held is free again: the node's host-local holds only what the
+    // pods it runs have.
+    wait_for(&format!("{name}'s addresses only its pods'"), T, |last| {
+        let out = ok(
+            f,
+            &[
+                "get",
+                "pods",
+                "-A",
+                "--field-selector",
+                &format!("spec.nodeName={name}"),
+                "-o",
+                "json",
+            ],
+        );
+        let v: Value = serde_json::from_str(&out).ok()?;
+        let mut running: Vec<String> = v["items"]
+            .as_array()?
+            .iter()
+            .filter(|p| p["spec"]["hostNetwork"] != true)
+            .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_string))
+            .collect();
+        running.sort();
+        let held = f.reserved_ips(lost);
+        *last = format!("held {held:?}, pods {running:?}");
+        (held == running && !held.contains(&victim.3)).then_some(())
+    });
+    // And the others route to it again.
+    wait_for(
+        "routes between every node again",
+        T,
+        |last| match routes_wrong(f) {
+            None => Some(()),
+            Some(wrong) => {
+                *last = wrong;
+                None
+            }
+        },
+    );
+    ok(f, &["-n", NS, "delete", "deployment", deployment]);
+    ok(f, &["-n", NS, "delete", "service", deployment]);
 }
 
 /// Writes what `hack/cluster kubectl` needs into `dir` (`env`: the control
@@ -514,12 +704,18 @@ fn main() {
             .unwrap_or(NODES),
         None => NODES,
     };
+    // `hack/cluster up N containerd`: the same fleet of the real kubelet on containerd.
+    let flavour = match std::env::var("CRUST_FLEET_FLAVOUR").as_deref() {
+        Ok("containerd") if hold.is_some() => Flavour::Containerd,
+        _ => Flavour::Crust,
+    };
     let fleet = std::panic::catch_unwind(|| {
-        let f = Fleet::start(
+        let f = Fleet::start_flavour(
             bins,
             crust_e2e::bin("crustd"),
             vec![crust_e2e::bin_dir(), portmap_dir],
             n,
+            flavour,
         );
         f.cluster.push_e2e_images(&tools_dir, &e2e_bin);
         f
@@ -566,8 +762,14 @@ fn main() {
             pods_reach_each_other_by_ip(&fleet, &ips)
         });
         run("services_across_nodes", &|| services_across_nodes(&fleet));
+        run("host_network_and_host_port", &|| {
+            host_network_and_host_port(&fleet)
+        });
     }
-    run("node_lost_and_back", &|| node_lost_and_back(&fleet));
+    run("node_lost_and_back", &|| node_lost_and_back(&fleet, false));
+    run("node_powered_off_and_back", &|| {
+        node_lost_and_back(&fleet, true)
+    });
     if !failed.is_empty() {
         let dest = workspace().join("target/tmp/multinode-logs");
         let _ = std::fs::remove_dir_all(&dest);
