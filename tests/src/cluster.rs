@@ -29,6 +29,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The Kubernetes binaries the cluster runs.
+#[derive(Clone)]
 pub struct KubeBins {
     pub kubelet: PathBuf,
     pub apiserver: PathBuf,
@@ -153,7 +154,7 @@ pub fn kube_bins() -> Result<KubeBins, Vec<String>> {
 
 /// The kernel tunables the kubelet sets at start (with `--protect-kernel-defaults`
 /// off), each covered by a temp file in the node's mount namespace.
-const SYSCTLS: &[&str] = &[
+pub(crate) const SYSCTLS: &[&str] = &[
     "vm/overcommit_memory",
     "vm/panic_on_oom",
     "kernel/panic",
@@ -163,7 +164,8 @@ const SYSCTLS: &[&str] = &[
 ];
 
 /// The paths the kubelet hard-codes, each covered by a temp dir.
-const KUBELET_DIRS: &[&str] = &["/var/lib/kubelet", "/var/log/pods", "/var/log/containers"];
+pub(crate) const KUBELET_DIRS: &[&str] =
+    &["/var/lib/kubelet", "/var/log/pods", "/var/log/containers"];
 
 /// The applets of the suite's busybox image.
 const APPLETS: &[&str] = &[
@@ -176,8 +178,34 @@ pub const NODE: &str = "crust-node";
 
 /// Hard eviction thresholds of every node agent in the cluster: low enough that a test
 /// machine's busy disk puts no node under pressure.
-const EVICTION_HARD: &str =
+pub(crate) const EVICTION_HARD: &str =
     "memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%";
+/// The kubelet's flags beyond its node's own (name, IP, paths, credentials): the same
+/// for the cluster's kubelet and a fleet's.
+pub(crate) fn kubelet_common_args() -> Vec<String> {
+    [
+        "--cgroup-driver=cgroupfs",
+        "--fail-swap-on=false",
+        "--root-dir=/var/lib/kubelet",
+        "--read-only-port=0",
+        "--node-status-update-frequency=4s",
+        &format!("--eviction-hard={EVICTION_HARD}"),
+        "--eviction-minimum-reclaim=",
+        "--image-gc-high-threshold=100",
+        "--image-gc-low-threshold=99",
+        "--serialize-image-pulls=false",
+        // The summary API and /metrics/cadvisor from the runtime's CRI stats and
+        // metrics (ListPodSandboxStats, ListPodSandboxMetrics), not cAdvisor's.
+        "--feature-gates=SidecarContainers=true,PodAndContainerStatsFromCRI=true",
+        // The crustlet's default, which kubeadm sets too.
+        "--cluster-domain=cluster.local",
+        "--v=2",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect()
+}
+
 /// The second node: the crustlet on a crustd of its own.
 pub const CRUSTLET_NODE: &str = "crustlet-node";
 /// The taint the crustlet's node gets once it registers, so that the kubelet checks'
@@ -1037,55 +1065,80 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
     /// The private mount namespace of the kubelet and crustd, with the kubelet's paths
     /// and the tunables it writes covered by the cluster's own files.
     fn mount_namespace(&mut self) {
-        // containerd puts its shims' sockets in `/run/containerd/s` whatever its state
-        // dir: a dir of the cluster's covers it.
-        let run_containerd = Path::new("/run/containerd");
-        let mut dirs: Vec<&str> = KUBELET_DIRS.to_vec();
-        if self.opts.containerd.is_some() {
-            dirs.push("/run/containerd");
-        }
-        for d in dirs {
-            let p = Path::new(d);
-            if !p.exists() {
-                std::fs::create_dir_all(p).unwrap();
-                self.made_dirs.push(p.to_path_buf());
-            }
-        }
-        let mut holder = self.net_cmd("unshare");
-        holder.args(["--mount", "--propagation", "private", "sleep", "infinity"]);
-        let child = self.spawn_logged(holder, "mount-namespace");
-        let pid = child.id();
-        *self.holder.lock().unwrap() = Some(child);
-        self.holder_pid = pid;
-        let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
-        wait_for("the mount namespace", Duration::from_secs(10), |_| {
-            let ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-            (ns != own && exe.ends_with("sleep")).then_some(())
-        });
         let mut binds: Vec<(PathBuf, PathBuf)> = KUBELET_DIRS
             .iter()
             .zip(["mnt/kubelet", "mnt/pods", "mnt/containers"])
             .map(|(d, src)| (self.path(src), PathBuf::from(d)))
             .collect();
         if self.opts.containerd.is_some() {
-            binds.push((self.path("ctrd-run"), run_containerd.to_path_buf()));
+            // containerd puts its shims' sockets in `/run/containerd/s` whatever its
+            // state dir: a dir of the cluster's covers it.
+            binds.push((self.path("ctrd-run"), PathBuf::from("/run/containerd")));
         }
-        for t in SYSCTLS {
-            let target = Path::new("/proc/sys").join(t);
+        binds.extend(self.sysctl_binds(&self.path("sysctl")));
+        self.make_host_dirs(&binds);
+        let child = self.mount_holder(&self.node.path(), "mount-namespace", &binds);
+        self.holder_pid = child.id();
+        *self.holder.lock().unwrap() = Some(child);
+    }
+
+    /// Makes the host paths that `binds` cover when missing (bind targets must exist),
+    /// remembering what it made for the teardown.
+    pub(crate) fn make_host_dirs(&mut self, binds: &[(PathBuf, PathBuf)]) {
+        for (_, target) in binds {
             if !target.exists() {
-                continue;
+                std::fs::create_dir_all(target).unwrap();
+                self.made_dirs.push(target.clone());
             }
-            let file = self.path("sysctl").join(t.replace('/', "."));
-            std::fs::write(&file, std::fs::read(&target).unwrap_or_default()).unwrap();
-            binds.push((file, target));
         }
+    }
+
+    /// The kubelet's tunables (`SYSCTLS`), each to be covered by a copy in `dir`.
+    pub(crate) fn sysctl_binds(&self, dir: &Path) -> Vec<(PathBuf, PathBuf)> {
+        std::fs::create_dir_all(dir).unwrap();
+        SYSCTLS
+            .iter()
+            .filter_map(|t| {
+                let target = Path::new("/proc/sys").join(t);
+                if !target.exists() {
+                    return None;
+                }
+                let file = dir.join(t.replace('/', "."));
+                std::fs::write(&file, std::fs::read(&target).unwrap_or_default()).unwrap();
+                Some((file, target))
+            })
+            .collect()
+    }
+
+    /// A process (`sleep`) holding a private mount namespace in network namespace
+    /// `netns`, with each `(source, target)` of `binds` bind-mounted there: the
+    /// namespace a node's kubelet and runtime share, and which goes when the last of
+    /// its processes does.
+    pub(crate) fn mount_holder(
+        &self,
+        netns: &Path,
+        name: &str,
+        binds: &[(PathBuf, PathBuf)],
+    ) -> Child {
+        let mut holder = Command::new("nsenter");
+        holder
+            .arg(format!("--net={}", netns.display()))
+            .args(["--", "unshare", "--mount", "--propagation", "private"])
+            .args(["sleep", "infinity"]);
+        let child = self.spawn_logged(holder, name);
+        let pid = child.id();
+        let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        wait_for("the mount namespace", Duration::from_secs(10), |_| {
+            let ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+            (ns != own && exe.ends_with("sleep")).then_some(())
+        });
         for (src, dst) in binds {
             let mut m = Command::new("nsenter");
             m.arg(format!("--mount=/proc/{pid}/ns/mnt"))
                 .args(["mount", "--bind"])
-                .arg(&src)
-                .arg(&dst);
+                .arg(src)
+                .arg(dst);
             let out = run(&mut m);
             assert!(
                 out.status.success(),
@@ -1095,6 +1148,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
                 s(&out.stderr)
             );
         }
+        child
     }
 
     /// The kubelet's `--cgroup-root` must exist in every hierarchy; makes it (and the
@@ -1390,6 +1444,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
             cni_conf_dir: &self.path("ctrd-cni"),
             runc_root: &self.path("ctrd-runc"),
             certs: Some(&self.path("ctrd-certs.d")),
+            conf_template: None,
         })
     }
 
@@ -1505,24 +1560,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
             .arg(format!("--cert-dir={}", p("kubelet-certs")))
             .arg(format!("--resolv-conf={}", p("resolv.conf")))
             .args(self.server_auth_args())
-            .args([
-                "--cgroup-driver=cgroupfs",
-                "--fail-swap-on=false",
-                "--root-dir=/var/lib/kubelet",
-                "--read-only-port=0",
-                "--node-status-update-frequency=4s",
-                &format!("--eviction-hard={EVICTION_HARD}"),
-                "--eviction-minimum-reclaim=",
-                "--image-gc-high-threshold=100",
-                "--image-gc-low-threshold=99",
-                "--serialize-image-pulls=false",
-                // The summary API and /metrics/cadvisor from crustd's CRI stats and
-                // metrics (ListPodSandboxStats, ListPodSandboxMetrics), not cAdvisor's.
-                "--feature-gates=SidecarContainers=true,PodAndContainerStatsFromCRI=true",
-                // The crustlet's default, which kubeadm sets too.
-                "--cluster-domain=cluster.local",
-                "--v=2",
-            ]);
+            .args(kubelet_common_args());
         *guard = Some(self.spawn_logged(cmd, "kubelet"));
     }
 

@@ -378,6 +378,7 @@ impl Containerd {
             cni_conf_dir: &d.join("net.d"),
             runc_root: &run.join("runc"),
             certs: None,
+            conf_template: None,
         })
     }
 
@@ -662,6 +663,9 @@ pub struct Config<'a> {
     pub runc_root: &'a Path,
     /// `certs.d` of registry hosts (`hosts.toml`), if any.
     pub certs: Option<&'a Path>,
+    /// The CNI config template rendered with the Node's pod range
+    /// (`UpdateRuntimeConfig`), if any.
+    pub conf_template: Option<&'a Path>,
 }
 
 /// containerd 1.6's configuration as the suites and benches run it: its own root, state
@@ -716,7 +720,7 @@ disabled_plugins = [
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{cni}"
-    max_conf_num = 1
+    max_conf_num = 1{template}
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -738,5 +742,9 @@ disabled_plugins = [
         cni = c.cni_conf_dir.display(),
         runc = which("runc").unwrap_or_default().display(),
         runc_root = c.runc_root.display(),
+        template = c
+            .conf_template
+            .map(|t| format!("\n    conf_template = \"{}\"", t.display()))
+            .unwrap_or_default(),
     )
 }

@@ -1,7 +1,8 @@
 //! A cluster of crust nodes: the control plane of [`Cluster`] (with
 //! [`Options::control_plane_only`]) and N nodes, each in a network namespace of its own
 //! with its own crustd, crustlet (`--pod-routes`) and kube-proxy, joined by one L2
-//! segment.
+//! segment. The same fleet of the real kubelet on containerd ([`Flavour::Containerd`])
+//! is the bar it is compared with.
 //!
 //! ```text
 //!   control namespace (Cluster)          fabric namespace            node namespace i
@@ -18,16 +19,32 @@
 //! `bridge` and `host-local`, no masquerade: pods keep their addresses across nodes),
 //! and the crustlets route to each other's ranges. The control namespace gets routes to
 //! the pod ranges too (the apiserver calls webhooks in pods).
+//!
+//! A containerd node runs the real kubelet and Debian's containerd + runc with the
+//! reference CNI plugins (containerd's own `conf_template`, rendered from the same pod
+//! range), in a mount namespace of its own that covers the paths the kubelet and
+//! containerd hard-code (`/var/lib/kubelet`, `/var/log/pods`, `/run/containerd`...);
+//! the kubelet has no `--pod-routes`, so the fleet routes between those nodes itself,
+//! as a cloud's route controller or flannel's host-gw would.
 
 use crate::cluster::{
     pick_cgroup_root, run_timeout, stop_child, wait_for, Cluster, KubeBins, Options,
 };
 use crate::{sh, unique, Netns};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::Duration;
+
+/// What runs a fleet's pods.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Flavour {
+    /// crustd and the crustlet.
+    Crust,
+    /// The real kubelet v1.28.7 on containerd + runc.
+    Containerd,
+}
 
 /// One node of the fleet.
 pub struct FleetNode {
@@ -37,15 +54,22 @@ pub struct FleetNode {
     pub ip: String,
     /// Its files: crustd's root and state, the crustlet's root and pod logs.
     pub dir: PathBuf,
+    /// Its runtime's CRI socket.
     pub socket: PathBuf,
     pub cgroup_root: String,
-    crustd: Mutex<Option<Child>>,
-    crustlet: Mutex<Option<Child>>,
+    /// crustd or containerd.
+    runtime: Mutex<Option<Child>>,
+    /// The crustlet or the kubelet.
+    agent: Mutex<Option<Child>>,
     kube_proxy: Mutex<Option<Child>>,
+    /// The holder of a containerd node's mount namespace.
+    holder: Mutex<Option<Child>>,
+    holder_pid: std::sync::atomic::AtomicU32,
 }
 
 pub struct Fleet {
     pub cluster: Cluster,
+    pub flavour: Flavour,
     pub fabric: Netns,
     pub nodes: Vec<FleetNode>,
     crustd_bin: PathBuf,
@@ -67,6 +91,17 @@ impl Fleet {
         crustd_bin: PathBuf,
         cni_bin_dirs: Vec<PathBuf>,
         n: usize,
+    ) -> Fleet {
+        Self::start_flavour(bins, crustd_bin, cni_bin_dirs, n, Flavour::Crust)
+    }
+
+    /// [`Fleet::start`] of nodes of `flavour`.
+    pub fn start_flavour(
+        bins: KubeBins,
+        crustd_bin: PathBuf,
+        cni_bin_dirs: Vec<PathBuf>,
+        n: usize,
+        flavour: Flavour,
     ) -> Fleet {
         let crustlet_bin = crustd_bin.with_file_name("crustlet");
         let mut cluster = Cluster::start_with(
@@ -106,9 +141,20 @@ impl Fleet {
             format!("server = \"https://registry.k8s.io\"\n\n[host.\"http://{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"),
         )
         .unwrap();
+        // The registry itself over plain HTTP (containerd's sandbox image is there).
+        let own = cluster.path(&format!("fleet-certs.d/{mirror}"));
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(
+            own.join("hosts.toml"),
+            format!("server = \"http://{mirror}\"\n\n[host.\"http://{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"),
+        )
+        .unwrap();
         let mut nodes = vec![];
         for i in 0..n {
-            let name = format!("crust-{i}");
+            let name = match flavour {
+                Flavour::Crust => format!("crust-{i}"),
+                Flavour::Containerd => format!("kubelet-{i}"),
+            };
             let ns = Netns::new(&format!("fn{i}"));
             let ip = format!("10.{subnet}.250.{}", 10 + i);
             attach(
@@ -121,25 +167,53 @@ impl Fleet {
             ns.sh(&["ip", "route", "add", "default", "via", &control_ip(subnet)]);
             ns.sh(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
             let dir = cluster.path(&format!("fleet-{name}"));
-            for d in ["root", "state", "cni", "ipam", "crustlet", "pods"] {
+            for d in [
+                "root",
+                "state",
+                "cni",
+                "ipam",
+                "crustlet",
+                "pods",
+                "kubelet",
+                "containers",
+                "ctrd-run",
+                "runc",
+                "kubelet-certs",
+            ] {
                 std::fs::create_dir_all(dir.join(d)).unwrap();
             }
             let cgroup_root = pick_cgroup_root(&unique(&format!("crust-fleet{i}-")));
             cluster.make_cgroup_root(&cgroup_root);
+            let socket = match flavour {
+                Flavour::Crust => dir.join("state/crust.sock"),
+                Flavour::Containerd => dir.join("state/containerd.sock"),
+            };
             nodes.push(FleetNode {
-                socket: dir.join("state/crust.sock"),
+                socket,
                 name,
                 ns,
                 ip,
                 dir,
                 cgroup_root,
-                crustd: Mutex::new(None),
-                crustlet: Mutex::new(None),
+                runtime: Mutex::new(None),
+                agent: Mutex::new(None),
                 kube_proxy: Mutex::new(None),
+                holder: Mutex::new(None),
+                holder_pid: Default::default(),
             });
+        }
+        if flavour == Flavour::Containerd {
+            // Bind targets must exist on the host.
+            let targets: Vec<(PathBuf, PathBuf)> = crate::cluster::KUBELET_DIRS
+                .iter()
+                .chain(&["/run/containerd"])
+                .map(|d| (PathBuf::new(), PathBuf::from(d)))
+                .collect();
+            cluster.make_host_dirs(&targets);
         }
         let f = Fleet {
             cluster,
+            flavour,
             fabric,
             nodes,
             crustd_bin,
@@ -147,14 +221,157 @@ impl Fleet {
             cni_bin_dirs,
             torn_down: Mutex::new(false),
         };
-        for i in 0..n {
-            f.node_kubeconfig(i);
-            f.start_crustd(i);
-            f.start_crustlet(i);
-            f.start_kube_proxy(i);
+        // A node that does not come up takes the whole fleet down with it: nothing of
+        // the nodes started before is left running.
+        let up = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for i in 0..n {
+                f.node_kubeconfig(i);
+                if flavour == Flavour::Containerd {
+                    f.mount_namespace(i);
+                }
+                f.start_runtime(i);
+                f.start_agent(i);
+                f.start_kube_proxy(i);
+            }
+            f.wait_ready(Duration::from_secs(120));
+        }));
+        if let Err(e) = up {
+            f.teardown();
+            std::panic::resume_unwind(e);
         }
-        f.wait_ready(Duration::from_secs(120));
         f
+    }
+
+    /// A containerd node's mount namespace: the kubelet's fixed paths, containerd's
+    /// shim sockets and the kubelet's tunables covered by the node's own files.
+    fn mount_namespace(&self, i: usize) {
+        let node = &self.nodes[i];
+        let mut binds: Vec<(PathBuf, PathBuf)> = crate::cluster::KUBELET_DIRS
+            .iter()
+            .zip(["kubelet", "pods", "containers"])
+            .map(|(d, src)| (node.dir.join(src), PathBuf::from(d)))
+            .collect();
+        binds.push((node.dir.join("ctrd-run"), PathBuf::from("/run/containerd")));
+        binds.extend(self.cluster.sysctl_binds(&node.dir.join("sysctl")));
+        let child = self.cluster.mount_holder(
+            &node.ns.path(),
+            &format!("{}-mount-namespace", node.name),
+            &binds,
+        );
+        node.holder_pid
+            .store(child.id(), std::sync::atomic::Ordering::SeqCst);
+        *node.holder.lock().unwrap() = Some(child);
+    }
+
+    /// Starts node `i`'s runtime: crustd or containerd.
+    pub fn start_runtime(&self, i: usize) {
+        match self.flavour {
+            Flavour::Crust => self.start_crustd(i),
+            Flavour::Containerd => self.start_containerd(i),
+        }
+    }
+
+    /// Starts node `i`'s agent: the crustlet or the kubelet.
+    pub fn start_agent(&self, i: usize) {
+        match self.flavour {
+            Flavour::Crust => self.start_crustlet(i),
+            Flavour::Containerd => self.start_kubelet(i),
+        }
+    }
+
+    /// The CNI config template of node `i`: a bridge `cni0` with the Node's pod range,
+    /// no masquerade (pods keep their addresses to other nodes' pods; kube-proxy
+    /// masquerades what leaves the cluster range for a Service), hairpin, portmap. The
+    /// same for crust's plugins and the reference ones.
+    fn cni_template(&self, i: usize) -> PathBuf {
+        let node = &self.nodes[i];
+        // containerd's template language (Go's `range`), which crustd renders too.
+        let template = format!(
+            r#"{{
+  "cniVersion": "1.0.0",
+  "name": "crust-fleet",
+  "plugins": [{{
+    "type": "bridge",
+    "bridge": "cni0",
+    "isGateway": true,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {{
+      "type": "host-local",
+      "dataDir": "{}",
+      "ranges": [{{{{range $i, $range := .PodCIDRRanges}}}}{{{{if $i}}}}, {{{{end}}}}[{{"subnet": "{{{{$range}}}}"}}]{{{{end}}}}],
+      "routes": [{{{{range $i, $route := .Routes}}}}{{{{if $i}}}}, {{{{end}}}}{{"dst": "{{{{$route}}}}"}}{{{{end}}}}]
+    }}
+  }}, {{
+    "type": "portmap",
+    "capabilities": {{"portMappings": true}},
+    "snat": true
+  }}]
+}}
+"#,
+            node.dir.join("ipam").display()
+        );
+        let tpl = node.dir.join("cni-template.json");
+        std::fs::write(&tpl, template).unwrap();
+        tpl
+    }
+
+    /// Starts node `i`'s containerd (in its mount namespace) and waits for its socket.
+    fn start_containerd(&self, i: usize) {
+        let node = &self.nodes[i];
+        let tpl = self.cni_template(i);
+        let certs = self.cluster.path("fleet-certs.d");
+        let cfg = node.dir.join("containerd.toml");
+        std::fs::write(
+            &cfg,
+            crate::containerd::config_toml(&crate::containerd::Config {
+                root: &node.dir.join("root"),
+                state: &node.dir.join("state"),
+                socket: &node.socket,
+                log_level: "info",
+                pause_image: &self.cluster.pause_image,
+                cni_conf_dir: &node.dir.join("cni"),
+                runc_root: &node.dir.join("runc"),
+                certs: Some(&certs),
+                conf_template: Some(&tpl),
+            }),
+        )
+        .unwrap();
+        let mut cmd = self.node_cmd(i, crate::which("containerd").expect("containerd"));
+        cmd.arg("--config").arg(&cfg);
+        let log = format!("{}-containerd", node.name);
+        *node.runtime.lock().unwrap() = Some(self.cluster.spawn_serving(cmd, &log, &node.socket));
+    }
+
+    /// Starts node `i`'s kubelet as the cluster's own kubelet runs (the same flags), as
+    /// `system:node:<name>`.
+    fn start_kubelet(&self, i: usize) {
+        let node = &self.nodes[i];
+        let resolv = node.dir.join("resolv.conf");
+        std::fs::write(&resolv, "nameserver 127.0.0.1\n").unwrap();
+        let mut cmd = self.node_cmd(i, &self.cluster.bins.kubelet);
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            node.dir.join("kubeconfig").display()
+        ))
+        .arg(format!(
+            "--container-runtime-endpoint=unix://{}",
+            node.socket.display()
+        ))
+        .arg(format!("--cgroup-root={}", node.cgroup_root))
+        .arg(format!("--hostname-override={}", node.name))
+        .arg(format!("--node-ip={}", node.ip))
+        .arg(format!(
+            "--cert-dir={}",
+            node.dir.join("kubelet-certs").display()
+        ))
+        .arg(format!("--resolv-conf={}", resolv.display()))
+        .args(self.cluster.server_auth_args())
+        .args(crate::cluster::kubelet_common_args());
+        let child = self
+            .cluster
+            .spawn_logged(cmd, &format!("{}-kubelet", node.name));
+        *node.agent.lock().unwrap() = Some(child);
     }
 
     /// A client certificate as `system:node:<name>` and a kubeconfig with it.
@@ -198,8 +415,15 @@ current-context: crust
     }
 
     /// A command in node `i`'s network namespace.
+    /// A containerd node's commands run in its mount namespace too.
     pub fn node_cmd(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("nsenter");
+        let holder = self.nodes[i]
+            .holder_pid
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if holder != 0 {
+            c.arg(format!("--mount=/proc/{holder}/ns/mnt"));
+        }
         c.arg(format!("--net={}", self.nodes[i].ns.path().display()))
             .arg("--")
             .arg(program);
@@ -208,37 +432,9 @@ current-context: crust
 
     /// Starts node `i`'s crustd and waits for its socket: its pod network is its CNI
     /// template, rendered when the crustlet sends the Node's pod range.
-    pub fn start_crustd(&self, i: usize) {
+    fn start_crustd(&self, i: usize) {
         let node = &self.nodes[i];
-        let template = serde_json::json!({
-            "cniVersion": "1.0.0",
-            "name": "crust-fleet",
-            "plugins": [{
-                "type": "bridge",
-                "bridge": "cni0",
-                "isGateway": true,
-                // Pods keep their addresses to other nodes' pods (kube-proxy
-                // masquerades what leaves the cluster range for a Service).
-                "ipMasq": false,
-                "hairpinMode": true,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": node.dir.join("ipam"),
-                    "ranges": ["{{.PodCIDRRanges}}"],
-                    "routes": ["{{.Routes}}"]
-                }
-            }, {
-                "type": "portmap",
-                "capabilities": {"portMappings": true},
-                "snat": true
-            }]
-        })
-        .to_string()
-        // The placeholders stand for JSON, not strings.
-        .replace("\"{{.PodCIDRRanges}}\"", "{{.PodCIDRRanges}}")
-        .replace("\"{{.Routes}}\"", "{{.Routes}}");
-        let tpl = node.dir.join("cni-template.json");
-        std::fs::write(&tpl, template).unwrap();
+        let tpl = self.cni_template(i);
         let conf = node.dir.join("crustd.toml");
         std::fs::write(
             &conf,
@@ -261,11 +457,11 @@ current-context: crust
         }
         cmd.args(["--cgroup-root", "/", "--log-level", "debug"]);
         let log = format!("{}-crustd", node.name);
-        *node.crustd.lock().unwrap() = Some(self.cluster.spawn_serving(cmd, &log, &node.socket));
+        *node.runtime.lock().unwrap() = Some(self.cluster.spawn_serving(cmd, &log, &node.socket));
     }
 
     /// Starts node `i`'s crustlet, with `--pod-routes`.
-    pub fn start_crustlet(&self, i: usize) {
+    fn start_crustlet(&self, i: usize) {
         let node = &self.nodes[i];
         let mut cmd = self.node_cmd(i, &self.crustlet_bin);
         cmd.arg(format!("--kubeconfig={}", node.dir.join("kubeconfig").display()))
@@ -285,22 +481,72 @@ current-context: crust
         let child = self
             .cluster
             .spawn_logged(cmd, &format!("{}-crustlet", node.name));
-        *node.crustlet.lock().unwrap() = Some(child);
+        *node.agent.lock().unwrap() = Some(child);
     }
 
-    /// SIGTERM to node `i`'s crustlet (SIGKILL after 10 s).
-    pub fn stop_crustlet(&self, i: usize) {
-        if let Some(c) = self.nodes[i].crustlet.lock().unwrap().take() {
+    /// SIGTERM to node `i`'s agent (SIGKILL after 10 s).
+    pub fn stop_agent(&self, i: usize) {
+        if let Some(c) = self.nodes[i].agent.lock().unwrap().take() {
             stop_child(c, Duration::from_secs(10));
         }
     }
 
-    /// SIGKILL to node `i`'s crustd.
-    pub fn kill_crustd(&self, i: usize) {
-        if let Some(mut c) = self.nodes[i].crustd.lock().unwrap().take() {
+    /// SIGKILL to node `i`'s runtime.
+    pub fn kill_runtime(&self, i: usize) {
+        if let Some(mut c) = self.nodes[i].runtime.lock().unwrap().take() {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Node `i` as a machine that lost its power: its link to the fabric cut, its
+    /// daemons killed, and every process of its pods and of its namespace killed
+    /// (SIGKILL, no clean-up). Its files stay, as a disk does.
+    pub fn power_off(&self, i: usize) {
+        let node = &self.nodes[i];
+        self.fabric
+            .sh(&["ip", "link", "set", &format!("fn{i}"), "down"]);
+        if let Some(mut c) = node.agent.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(mut c) = node.kube_proxy.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.kill_runtime(i);
+        for pid in cgroup_pids(&node.cgroup_root)
+            .into_iter()
+            .chain(netns_pids(&node.ns.name))
+        {
+            // SAFETY: killing what runs in a node this fleet made.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+
+    /// Node `i` back after [`Fleet::power_off`]: its link up, crustd (which finds its
+    /// pods' processes gone), the crustlet and kube-proxy started again.
+    pub fn power_on(&self, i: usize) {
+        self.fabric
+            .sh(&["ip", "link", "set", &format!("fn{i}"), "up"]);
+        self.start_runtime(i);
+        self.start_agent(i);
+        self.start_kube_proxy(i);
+    }
+
+    /// The addresses node `i`'s host-local holds (its data dir's reservations).
+    pub fn reserved_ips(&self, i: usize) -> Vec<String> {
+        let dir = self.nodes[i].dir.join("ipam/crust-fleet");
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
     }
 
     /// Starts kube-proxy (iptables mode) in node `i`'s namespace.
@@ -314,9 +560,10 @@ current-context: crust
     }
 
     /// Waits until every node is Ready with a pod range, then routes the control
-    /// namespace to each range (the apiserver's calls to webhooks in pods).
+    /// namespace to each range (the apiserver's calls to webhooks in pods), and, on
+    /// containerd nodes, each node to the others' ranges.
     pub fn wait_ready(&self, limit: Duration) {
-        for node in &self.nodes {
+        for (i, node) in self.nodes.iter().enumerate() {
             let n = wait_for(
                 &format!("the Node {} Ready with a pod range", node.name),
                 limit,
@@ -337,18 +584,22 @@ current-context: crust
                 },
             );
             let cidr = n["spec"]["podCIDR"].as_str().unwrap_or_default();
-            let _ = run_timeout(
-                Command::new("ip").args([
-                    "-n",
-                    &self.cluster.node.name,
-                    "route",
-                    "replace",
-                    cidr,
-                    "via",
-                    &node.ip,
-                ]),
-                Duration::from_secs(10),
-            );
+            let mut routed = vec![self.cluster.node.name.clone()];
+            if self.flavour == Flavour::Containerd {
+                routed.extend(
+                    self.nodes
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, other)| other.ns.name.clone()),
+                );
+            }
+            for ns in routed {
+                let _ = run_timeout(
+                    Command::new("ip").args(["-n", &ns, "route", "replace", cidr, "via", &node.ip]),
+                    Duration::from_secs(10),
+                );
+            }
         }
     }
 
@@ -381,12 +632,12 @@ current-context: crust
         }
         *done = true;
         for (i, node) in self.nodes.iter().enumerate() {
-            self.stop_crustlet(i);
+            self.stop_agent(i);
             if let Some(mut c) = node.kube_proxy.lock().unwrap().take() {
                 let _ = c.kill();
                 let _ = c.wait();
             }
-            if node.crustd.lock().unwrap().is_some() {
+            if node.runtime.lock().unwrap().is_some() {
                 let _ = run_timeout(
                     self.node_cmd(i, &self.cluster.bins.crictl)
                         .arg(format!(
@@ -397,18 +648,16 @@ current-context: crust
                     Duration::from_secs(90),
                 );
             }
-            self.kill_crustd(i);
+            self.kill_runtime(i);
+            if let Some(mut c) = node.holder.lock().unwrap().take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
             // Whatever still runs in the node's namespace (a pod's processes, were its
             // removal to fail) goes with it.
-            let pids = run_timeout(
-                Command::new("ip").args(["netns", "pids", &node.ns.name]),
-                Duration::from_secs(10),
-            );
-            for pid in s(&pids.stdout).split_whitespace() {
-                if let Ok(p) = pid.parse::<i32>() {
-                    // SAFETY: killing what runs in a namespace this fleet made.
-                    unsafe { libc::kill(p, libc::SIGKILL) };
-                }
+            for p in netns_pids(&node.ns.name) {
+                // SAFETY: killing what runs in a namespace this fleet made.
+                unsafe { libc::kill(p, libc::SIGKILL) };
             }
             remove_cgroups(&node.cgroup_root);
             let _ = Command::new("ip")
@@ -454,21 +703,57 @@ fn attach(fabric: &Netns, outer: &str, ns: &str, inner: &str, addr: &str) {
     sh(&["ip", "-n", ns, "link", "set", inner, "up"]);
 }
 
+/// The processes in network namespace `ns`.
+fn netns_pids(ns: &str) -> Vec<i32> {
+    let out = run_timeout(
+        Command::new("ip").args(["netns", "pids", ns]),
+        Duration::from_secs(10),
+    );
+    s(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// The processes in the cgroups below `root`, in every hierarchy.
+fn cgroup_pids(root: &str) -> Vec<i32> {
+    let mut dirs = vec![];
+    for mount in cgroup_mounts() {
+        crate::crustd::walk_dirs(&mount.join(root.trim_start_matches('/')), &mut dirs);
+    }
+    let mut pids: Vec<i32> = dirs
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    pids.sort();
+    pids.dedup();
+    pids
+}
+
+/// Where each cgroup hierarchy is mounted.
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            post.starts_with("cgroup")
+                .then(|| PathBuf::from(pre.split_whitespace().nth(4).unwrap_or("")))
+        })
+        .collect()
+}
+
 /// The cgroups below `root` in every hierarchy, deepest first (the root itself is the
 /// cluster's to remove).
 fn remove_cgroups(root: &str) {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut dirs = vec![];
-    for line in text.lines() {
-        let Some((pre, post)) = line.split_once(" - ") else {
-            continue;
-        };
-        if !post.starts_with("cgroup") {
-            continue;
-        }
-        let mount = pre.split_whitespace().nth(4).unwrap_or("");
-        let d = Path::new(mount).join(root.trim_start_matches('/'));
-        crate::crustd::walk_dirs(&d, &mut dirs);
+    for mount in cgroup_mounts() {
+        crate::crustd::walk_dirs(&mount.join(root.trim_start_matches('/')), &mut dirs);
     }
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     for d in dirs {

@@ -27,6 +27,11 @@
 //! - `CRUST_CONFORMANCE_PROCS`: ginkgo's parallel processes (default 12: most specs wait).
 //! - `CRUST_CONFORMANCE_HOLD`: keeps the cluster up after the runs until
 //!   `<cluster dir>/release` exists (it prints the kubectl command to use).
+//! - `CRUST_CONFORMANCE_FLEET=N`: each node of `CRUST_CONFORMANCE_NODES` becomes a fleet
+//!   of N nodes of its own (tests/src/fleet.rs, one after the other): `crustlet` N crust
+//!   nodes (crustd, the crustlet with `--pod-routes`, kube-proxy), `containerd` N nodes of
+//!   the real kubelet on containerd (the bar); `kubelet` has no fleet. The expected
+//!   failures are then `tests/conformance/<suite>-fleet.expected`.
 //!
 //! Binaries: the Kubernetes ones as the kubelet suite finds them; `e2e.test` and ginkgo
 //! from `$CRUST_E2E_BIN`, else `target/e2e-bin` (hack/deps unpacks them there). Without
@@ -34,7 +39,8 @@
 
 use crust_e2e::cluster::{run_timeout, Cluster, ContainerdFor, Options, CRUSTLET_NODE, NODE};
 use crust_e2e::conformance::{judge, parse_expected, parse_junit, skip_regex, Outcome};
-use std::collections::BTreeMap;
+use crust_e2e::fleet::{Flavour, Fleet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -99,9 +105,25 @@ fn run_suite(
     not_run: Option<&str>,
 ) -> Result<(BTreeMap<String, Outcome>, f64), String> {
     only_node(c, target)?;
-    let report = workspace()
-        .join("target/conformance")
-        .join(format!("{suite}-{}", target.name()));
+    run_ginkgo(
+        c,
+        &format!("{suite}-{}", target.name()),
+        suite,
+        e2e_bin,
+        not_run,
+    )
+}
+
+/// Runs `suite`'s specs with ginkgo against cluster `c` (its report under
+/// `target/conformance/<report>`); (outcomes, seconds) or why it could not run.
+fn run_ginkgo(
+    c: &Cluster,
+    report: &str,
+    suite: &str,
+    e2e_bin: &Path,
+    not_run: Option<&str>,
+) -> Result<(BTreeMap<String, Outcome>, f64), String> {
+    let report = workspace().join("target/conformance").join(report);
     let _ = std::fs::remove_dir_all(&report);
     std::fs::create_dir_all(&report).map_err(|e| e.to_string())?;
     let mut focus = if suite == "conformance" {
@@ -264,7 +286,23 @@ fn main() {
     if !tools_dir.join("install").is_file() {
         skip(format!("no {}", tools_dir.display()));
     }
-    let expected_file = workspace().join(format!("tests/conformance/{suite}.expected"));
+    let fleet_nodes: Option<usize> = std::env::var("CRUST_CONFORMANCE_FLEET").ok().map(|n| {
+        n.parse()
+            .ok()
+            .filter(|n| (1..=10).contains(n))
+            .unwrap_or_else(|| {
+                eprintln!("CRUST_CONFORMANCE_FLEET: {n:?} is not a number of nodes (1-10)");
+                std::process::exit(2);
+            })
+    });
+    if fleet_nodes.is_some() && targets.contains(&Target::Kubelet) {
+        eprintln!("CRUST_CONFORMANCE_FLEET: the fleets are crustlet (crust nodes) and containerd (kubelet nodes): no kubelet on crustd");
+        std::process::exit(2);
+    }
+    let expected_file = workspace().join(match fleet_nodes {
+        Some(_) => format!("tests/conformance/{suite}-fleet.expected"),
+        None => format!("tests/conformance/{suite}.expected"),
+    });
     let (expected, not_run) = match std::fs::read_to_string(&expected_file) {
         Ok(t) => (parse_expected(&t), skip_regex(&t)),
         Err(e) => {
@@ -274,6 +312,20 @@ fn main() {
     };
 
     let started = Instant::now();
+    if let Some(n) = fleet_nodes {
+        let judged = Judged::new(&suite, &expected_file, expected);
+        run_fleets(
+            n,
+            &targets,
+            bins,
+            portmap_dir,
+            (&tools_dir, &e2e_bin),
+            signals,
+            judged,
+            not_run.as_deref(),
+            started,
+        );
+    }
     let opts = Options {
         containerd: targets
             .contains(&Target::Containerd)
@@ -303,49 +355,97 @@ fn main() {
     Cluster::teardown_on_signal(&cluster, signals, "node conformance");
     println!("cluster up in {:.1}s", started.elapsed().as_secs_f32());
 
-    let mut failures: Vec<(String, String)> = vec![];
-    let mut passed = 0;
-    let mut table = vec![];
+    let mut judged = Judged::new(&suite, &expected_file, expected);
     for t in &targets {
         let name = format!("{suite}_{}", t.name());
-        match run_suite(&cluster, *t, &suite, &e2e_bin, not_run.as_deref()) {
-            Err(why) => {
-                println!("test {name} ... FAILED");
-                failures.push((name, why));
-            }
-            Ok((outcomes, secs)) => {
-                let count = |o: Outcome| outcomes.values().filter(|v| **v == o).count();
-                let (p, f) = (count(Outcome::Passed), count(Outcome::Failed));
-                table.push(format!("| {} | {p} | {f} | {secs:.0} |", t.describe()));
-                let (unexpected, now_pass) = judge(&outcomes, &expected);
-                if unexpected.is_empty() && now_pass.is_empty() {
-                    println!(
-                        "test {name} ... ok ({p} passed, {f} failed as expected, {secs:.0} s)"
-                    );
-                    passed += 1;
-                } else {
-                    println!("test {name} ... FAILED");
-                    let mut why = format!(
-                        "{} on {}: {p} passed, {f} failed in {secs:.0} s\n",
-                        suite,
-                        t.describe()
-                    );
-                    for u in &unexpected {
-                        why.push_str(&format!("  failed: {u}\n"));
-                    }
-                    for n in &now_pass {
-                        why.push_str(&format!(
-                            "  passes, but {} lists it as failing: {n}\n",
-                            expected_file.display()
-                        ));
-                    }
-                    failures.push((name, why));
-                }
-            }
+        let result = run_suite(&cluster, *t, &suite, &e2e_bin, not_run.as_deref());
+        judged.record(&name, t.describe(), result);
+    }
+    judged.report(&cluster);
+    if std::env::var_os("CRUST_CONFORMANCE_HOLD").is_some() {
+        cluster.hold();
+    }
+    cluster.teardown();
+    judged.exit(started)
+}
+
+/// The runs judged against the expected failures, and the table of them.
+struct Judged {
+    suite: String,
+    expected_file: PathBuf,
+    expected: BTreeSet<String>,
+    failures: Vec<(String, String)>,
+    passed: usize,
+    table: Vec<String>,
+}
+
+impl Judged {
+    fn new(suite: &str, expected_file: &Path, expected: BTreeSet<String>) -> Judged {
+        Judged {
+            suite: suite.to_string(),
+            expected_file: expected_file.to_path_buf(),
+            expected,
+            failures: vec![],
+            passed: 0,
+            table: vec![],
         }
     }
-    if !failures.is_empty() {
-        let dest = workspace().join("target/conformance/logs");
+
+    /// One run (`name`, on `describe`): ok when exactly the expected specs failed.
+    fn record(
+        &mut self,
+        name: &str,
+        describe: &str,
+        result: Result<(BTreeMap<String, Outcome>, f64), String>,
+    ) {
+        let (outcomes, secs) = match result {
+            Err(why) => {
+                println!("test {name} ... FAILED");
+                self.failures.push((name.to_string(), why));
+                return;
+            }
+            Ok(r) => r,
+        };
+        let count = |o: Outcome| outcomes.values().filter(|v| **v == o).count();
+        let (p, f) = (count(Outcome::Passed), count(Outcome::Failed));
+        self.table
+            .push(format!("| {describe} | {p} | {f} | {secs:.0} |"));
+        let (unexpected, now_pass) = judge(&outcomes, &self.expected);
+        if unexpected.is_empty() && now_pass.is_empty() {
+            println!("test {name} ... ok ({p} passed, {f} failed as expected, {secs:.0} s)");
+            self.passed += 1;
+            return;
+        }
+        println!("test {name} ... FAILED");
+        let mut why = format!(
+            "{} on {describe}: {p} passed, {f} failed in {secs:.0} s\n",
+            self.suite
+        );
+        for u in &unexpected {
+            why.push_str(&format!("  failed: {u}\n"));
+        }
+        for n in &now_pass {
+            why.push_str(&format!(
+                "  passes, but {} lists it as failing: {n}\n",
+                self.expected_file.display()
+            ));
+        }
+        self.failures.push((name.to_string(), why));
+    }
+
+    /// Keeps `cluster`'s logs when a run failed (under `target/conformance/logs`, or
+    /// `logs-<tag>` for one of several clusters).
+    fn keep_logs(&self, cluster: &Cluster, tag: &str) {
+        if self.failures.is_empty() {
+            return;
+        }
+        let dest = workspace()
+            .join("target/conformance")
+            .join(if tag.is_empty() {
+                "logs".to_string()
+            } else {
+                format!("logs-{tag}")
+            });
         let _ = std::fs::remove_dir_all(&dest);
         let _ = std::fs::create_dir_all(&dest);
         if let Ok(rd) = std::fs::read_dir(cluster.path("logs")) {
@@ -353,29 +453,115 @@ fn main() {
                 let _ = std::fs::copy(e.path(), dest.join(e.file_name()));
             }
         }
-        println!("\nfailures:\n");
-        for (name, why) in &failures {
-            println!("---- {name} ----\n{why}");
+    }
+
+    /// The failures (with `cluster`'s logs kept) and the table.
+    fn report(&self, cluster: &Cluster) {
+        self.keep_logs(cluster, "");
+        self.print();
+    }
+
+    fn print(&self) {
+        if !self.failures.is_empty() {
+            println!("\nfailures:\n");
+            for (name, why) in &self.failures {
+                println!("---- {name} ----\n{why}");
+            }
+            println!(
+                "the clusters' logs are in {}/logs*, each run's ginkgo output and JUnit report in {}\n",
+                workspace().join("target/conformance").display(),
+                workspace().join("target/conformance").display()
+            );
         }
+        println!("\n| node | passed | failed | seconds |\n| --- | --- | --- | --- |");
+        for row in &self.table {
+            println!("{row}");
+        }
+    }
+
+    /// libtest's summary line, and the exit code.
+    fn exit(&self, started: Instant) -> ! {
+        let failed = self.failures.len();
         println!(
-            "the cluster's logs are in {}, each run's ginkgo output and JUnit report in {}\n",
-            dest.display(),
-            workspace().join("target/conformance").display()
+            "\ntest result: {}. {} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
+            if failed == 0 { "ok" } else { "FAILED" },
+            self.passed,
+            started.elapsed().as_secs_f32()
         );
+        std::process::exit(if failed == 0 { 0 } else { 101 });
     }
-    println!("\n| node | passed | failed | seconds |\n| --- | --- | --- | --- |");
-    for row in &table {
-        println!("{row}");
+}
+
+/// Each target as a fleet of `n` nodes of its own, one after the other: the suite
+/// against it, judged, then the fleet torn down.
+#[allow(clippy::too_many_arguments)]
+fn run_fleets(
+    n: usize,
+    targets: &[Target],
+    bins: crust_e2e::cluster::KubeBins,
+    portmap_dir: PathBuf,
+    (tools_dir, e2e_bin): (&Path, &Path),
+    signals: libc::sigset_t,
+    mut judged: Judged,
+    not_run: Option<&str>,
+    started: Instant,
+) -> ! {
+    // One signal thread for every fleet: it tears down the one up at the time.
+    let current: std::sync::Arc<std::sync::Mutex<Option<std::sync::Arc<Fleet>>>> =
+        Default::default();
+    {
+        let current = current.clone();
+        crust_e2e::on_signal(signals, "conformance", move || {
+            let f = current.lock().unwrap().clone();
+            if let Some(f) = f {
+                f.teardown();
+            }
+        });
     }
-    if std::env::var_os("CRUST_CONFORMANCE_HOLD").is_some() {
-        cluster.hold();
+    for t in targets {
+        let flavour = match t {
+            Target::Containerd => Flavour::Containerd,
+            _ => Flavour::Crust,
+        };
+        let name = format!("{}_fleet_{}", judged.suite, t.name());
+        let t0 = Instant::now();
+        let fleet = std::panic::catch_unwind(|| {
+            let f = Fleet::start_flavour(
+                bins.clone(),
+                crust_e2e::bin("crustd"),
+                vec![crust_e2e::bin_dir(), portmap_dir.clone()],
+                n,
+                flavour,
+            );
+            f.cluster.push_e2e_images(tools_dir, e2e_bin);
+            f
+        });
+        let Ok(fleet) = fleet else {
+            judged.record(&name, t.describe(), Err("the fleet did not start".into()));
+            continue;
+        };
+        let fleet = std::sync::Arc::new(fleet);
+        *current.lock().unwrap() = Some(fleet.clone());
+        println!(
+            "{n} nodes of {} up in {:.1}s",
+            t.describe(),
+            t0.elapsed().as_secs_f32()
+        );
+        let result = run_ginkgo(
+            &fleet.cluster,
+            &format!("{}-fleet-{}", judged.suite, t.name()),
+            &judged.suite.clone(),
+            e2e_bin,
+            not_run,
+        );
+        judged.record(&name, &format!("{n} nodes: {}", t.describe()), result);
+        judged.keep_logs(&fleet.cluster, &format!("fleet-{}", t.name()));
+        if std::env::var_os("CRUST_CONFORMANCE_HOLD").is_some() {
+            fleet.cluster.hold();
+        }
+        *current.lock().unwrap() = None;
+        fleet.teardown();
     }
-    cluster.teardown();
-    let failed = failures.len();
-    println!(
-        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
-        if failed == 0 { "ok" } else { "FAILED" },
-        started.elapsed().as_secs_f32()
-    );
-    std::process::exit(if failed == 0 { 0 } else { 101 });
+    judged.print();
+    judged.exit(started)
 }
