@@ -75,6 +75,8 @@ pub struct Fleet {
     crustd_bin: PathBuf,
     crustlet_bin: PathBuf,
     cni_bin_dirs: Vec<PathBuf>,
+    /// The cluster's registry as the nodes reach it (`host:port`).
+    mirror: String,
     torn_down: Mutex<bool>,
 }
 
@@ -219,6 +221,7 @@ impl Fleet {
             crustd_bin,
             crustlet_bin,
             cni_bin_dirs,
+            mirror,
             torn_down: Mutex::new(false),
         };
         // A node that does not come up takes the whole fleet down with it: nothing of
@@ -321,6 +324,11 @@ impl Fleet {
         let node = &self.nodes[i];
         let tpl = self.cni_template(i);
         let certs = self.cluster.path("fleet-certs.d");
+        // The sandbox image from the registry as the nodes reach it.
+        let pause = self.cluster.pause_image.split_once('/').map_or_else(
+            || self.cluster.pause_image.clone(),
+            |(_, path)| format!("{}/{path}", self.mirror),
+        );
         let cfg = node.dir.join("containerd.toml");
         std::fs::write(
             &cfg,
@@ -329,7 +337,7 @@ impl Fleet {
                 state: &node.dir.join("state"),
                 socket: &node.socket,
                 log_level: "info",
-                pause_image: &self.cluster.pause_image,
+                pause_image: &pause,
                 cni_conf_dir: &node.dir.join("cni"),
                 runc_root: &node.dir.join("runc"),
                 certs: Some(&certs),
