@@ -369,6 +369,15 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_example_renders() {
+        let t = include_str!("../../../../packaging/crust/conf-template.json");
+        let v = json(t, &["10.244.1.0/24", "fd00:1::/64"]);
+        let ipam = &v["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"][1][0]["subnet"], "fd00:1::/64");
+        assert_eq!(ipam["routes"][0]["dst"], "0.0.0.0/0");
+    }
+
+    #[test]
     fn crusts_shorthand_renders_json() {
         let t = r#"{"ipam":{"ranges":[{{.PodCIDRRanges}}],"routes":[{{.Routes}}]},"first":"{{.PodCIDR}}"}"#;
         let v = json(t, &["10.244.1.0/24", "fd00:1::/64"]);
