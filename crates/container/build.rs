@@ -15,6 +15,10 @@ use std::process::Command;
 const PAUSE_RUSTFLAGS: &str =
     "-C link-arg=-nostartfiles -C link-arg=-static -C relocation-model=static";
 
+/// The target arches crates/pause has an entry point and syscall numbers for (its
+/// `sys.rs`); the executor's seccomp tables are per arch too (`src/executor/syscalls/`).
+const PAUSE_ARCHES: &[&str] = &["x86_64"];
+
 /// The binaries of crates/pause, each copied to `$OUT_DIR` under its own name.
 const BINARIES: [&str; 2] = ["crust-pause", "crust-monitor"];
 
@@ -29,8 +33,11 @@ fn main() {
 
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
-    if arch != "x86_64" || os != "linux" {
-        panic!("crust-pause supports only x86_64 linux, not {arch} {os}");
+    if !PAUSE_ARCHES.contains(&arch.as_str()) || os != "linux" {
+        panic!(
+            "crust-pause has no port to {arch} {os} (it has {PAUSE_ARCHES:?} on linux): \
+             crates/pause/src/sys.rs holds its entry point and raw syscalls per target_arch"
+        );
     }
     let target = env::var("TARGET").expect("TARGET");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));

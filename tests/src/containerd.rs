@@ -146,7 +146,7 @@ pub fn write_pause_image(dir: &Path, name: &str) -> PathBuf {
     tar_finish(&mut layer);
     let layer_digest = sha256_hex(&layer, &scratch);
     let config = serde_json::json!({
-        "architecture": "amd64",
+        "architecture": image::platform::node().architecture,
         "os": "linux",
         "config": {"Entrypoint": ["/pause"], "WorkingDir": "/"},
         "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
@@ -178,7 +178,7 @@ pub fn write_pause_image(dir: &Path, name: &str) -> PathBuf {
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": format!("sha256:{manifest_digest}"),
             "size": manifest.len(),
-            "platform": {"architecture": "amd64", "os": "linux"},
+            "platform": {"architecture": image::platform::node().architecture, "os": "linux"},
             "annotations": {
                 "io.containerd.image.name": name,
                 "org.opencontainers.image.ref.name": name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest")

@@ -14,72 +14,140 @@
 //! to init like any orphan. The child closes every other descriptor first, so it never
 //! holds the runtime's stdout pipe (which would make the runtime wait for it after all)
 //! or an IPAM plugin's stdin.
+//!
+//! The requests are `netlink-packet-route` messages on `netlink-sys` sockets. The
+//! child's is serialized before the fork, and the child reads the kernel's answer
+//! through `netlink-packet-core`'s buffer views, which allocate nothing.
 
 use crate::failpoint;
-use crate::rawnl::{self, Builder, Socket, NLMSG_ERROR};
 use cni::{CniError, CniResult};
+use netlink_packet_core::{
+    ErrorBuffer, NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO,
+    NLMSG_ERROR, NLM_F_ACK, NLM_F_REQUEST,
+};
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::protocols::NETLINK_ROUTE;
+use netlink_sys::Socket;
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub const NETLINK_ROUTE: i32 = 0;
-const RTM_NEWLINK: u16 = 16;
-const RTM_DELLINK: u16 = 17;
-const RTM_GETLINK: u16 = 18;
-const IFLA_IFNAME: u16 = 3;
+/// Sequence numbers of the three requests, told apart in the replies.
+const SEQ_LOOKUP: u32 = 1;
+const SEQ_LISTED: u32 = 2;
+const SEQ_DELETE: u32 = 3;
+/// `sizeof(struct nlmsghdr)`.
+const HEADER_LEN: usize = 16;
 
-/// `struct ifinfomsg` for link `index`.
-fn ifinfo(index: u32) -> [u8; 16] {
-    let mut h = [0u8; 16];
-    h[4..8].copy_from_slice(&(index as i32).to_ne_bytes());
-    h
+/// A route netlink socket in the calling thread's network namespace.
+pub fn route_socket() -> CniResult<Socket> {
+    Socket::new(NETLINK_ROUTE)
+        .map_err(|e| CniError::io(format!("failed to open a netlink socket: {e}")))
+}
+
+/// `f` again while it fails with `EINTR`. Allocates nothing.
+fn retry<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
+}
+
+/// A request about link `index` (0: the one named `name`) as the bytes to send.
+fn link_request(
+    msg: fn(LinkMessage) -> RouteNetlinkMessage,
+    index: u32,
+    name: Option<&str>,
+    flags: u16,
+    seq: u32,
+) -> Vec<u8> {
+    let mut link = LinkMessage::default();
+    link.header.index = index;
+    if let Some(name) = name {
+        link.attributes
+            .push(LinkAttribute::IfName(name.to_string()));
+    }
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    header.sequence_number = seq;
+    let mut m = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg(link)));
+    m.finalize();
+    let mut buf = vec![0; m.buffer_len()];
+    m.serialize(&mut buf);
+    buf
+}
+
+/// The messages of one received datagram; a truncated one ends it. Allocates nothing
+/// (the child uses it).
+fn messages(mut d: &[u8]) -> impl Iterator<Item = NetlinkBuffer<&[u8]>> {
+    std::iter::from_fn(move || {
+        if d.len() < HEADER_LEN {
+            return None;
+        }
+        let len = NetlinkBuffer::new(d).length() as usize;
+        if !(HEADER_LEN..=d.len()).contains(&len) {
+            return None;
+        }
+        let m = NetlinkBuffer::new(&d[..len]);
+        let align = usize::from(NLMSG_ALIGNTO);
+        d = &d[len.next_multiple_of(align).min(d.len())..];
+        Some(m)
+    })
+}
+
+/// The errno of an `NLMSG_ERROR` message (0 for an ACK). Allocates nothing.
+fn error_code(m: &NetlinkBuffer<&[u8]>) -> i32 {
+    let p = m.payload();
+    if p.len() < 4 {
+        return libc::EPROTO;
+    }
+    ErrorBuffer::new(p).code().map_or(0, |c| -c.get())
+}
+
+/// Link `index` (0: the one named `name`) in the namespace of `sock`, or `None` when
+/// the kernel answers `ENODEV`.
+fn get_link(sock: &Socket, index: u32, name: Option<&str>, seq: u32) -> io::Result<Option<u32>> {
+    let req = link_request(
+        RouteNetlinkMessage::GetLink,
+        index,
+        name,
+        NLM_F_REQUEST,
+        seq,
+    );
+    retry(|| sock.send(&req, 0))?;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = retry(|| sock.recv(&mut &mut buf[..], 0))?.min(buf.len());
+        for m in messages(&buf[..n]) {
+            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(m.buffer)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            match m.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => {
+                    return Ok(Some(l.header.index))
+                }
+                NetlinkPayload::Error(e) => match e.code.map_or(0, |c| -c.get()) {
+                    libc::ENODEV => return Ok(None),
+                    errno => return Err(io::Error::from_raw_os_error(errno)),
+                },
+                _ => {}
+            }
+        }
+    }
 }
 
 /// The index of link `name` in the namespace of `sock`, if it exists.
 pub fn link_index(sock: &Socket, name: &str) -> CniResult<Option<u32>> {
-    let mut b = Builder::default();
-    b.begin(RTM_GETLINK, rawnl::NLM_F_REQUEST, 1, &ifinfo(0))
-        .str(IFLA_IFNAME, name)
-        .end();
-    let err = |e: std::io::Error| CniError::io(format!("failed to look up link {name}: {e}"));
-    sock.send(&b.buf).map_err(err)?;
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let d = sock.recv(&mut buf).map_err(err)?;
-        for m in rawnl::messages(d) {
-            match m.ty {
-                RTM_NEWLINK if m.payload.len() >= 8 => {
-                    let idx = i32::from_ne_bytes(m.payload[4..8].try_into().unwrap());
-                    return Ok(Some(idx as u32));
-                }
-                NLMSG_ERROR if m.errno() == libc::ENODEV => return Ok(None),
-                NLMSG_ERROR => {
-                    return Err(err(std::io::Error::from_raw_os_error(m.errno())));
-                }
-                _ => {}
-            }
-        }
-    }
+    get_link(sock, 0, Some(name), SEQ_LOOKUP)
+        .map_err(|e| CniError::io(format!("failed to look up link {name}: {e}")))
 }
 
 /// Whether link `index` is still listed in the namespace of `sock`.
-fn listed(sock: &Socket, index: u32) -> std::io::Result<bool> {
-    let mut b = Builder::default();
-    b.begin(RTM_GETLINK, rawnl::NLM_F_REQUEST, 2, &ifinfo(index))
-        .end();
-    sock.send(&b.buf)?;
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let d = sock.recv(&mut buf)?;
-        for m in rawnl::messages(d) {
-            match m.ty {
-                RTM_NEWLINK => return Ok(true),
-                NLMSG_ERROR if m.errno() == libc::ENODEV => return Ok(false),
-                NLMSG_ERROR => return Err(std::io::Error::from_raw_os_error(m.errno())),
-                _ => {}
-            }
-        }
-    }
+fn listed(sock: &Socket, index: u32) -> io::Result<bool> {
+    Ok(get_link(sock, index, None, SEQ_LISTED)?.is_some())
 }
 
 /// Descriptors whose close may wait on the kernel, for the next `Finish` to close.
@@ -119,18 +187,18 @@ impl Finish {
         }
         // SAFETY: both fds were just made by pipe2 and are ours alone.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let mut msg = Builder::default();
+        let mut msg = vec![];
         let mut keep: Vec<RawFd> = hold.iter().map(|f| f.as_raw_fd()).collect();
         keep.push(wr.as_raw_fd());
         if let Some((sock, _, index)) = &self.link {
-            msg.begin(
-                RTM_DELLINK,
-                rawnl::NLM_F_REQUEST | rawnl::NLM_F_ACK,
-                3,
-                &ifinfo(*index),
-            )
-            .end();
-            keep.push(sock.raw());
+            msg = link_request(
+                RouteNetlinkMessage::DelLink,
+                *index,
+                None,
+                NLM_F_REQUEST | NLM_F_ACK,
+                SEQ_DELETE,
+            );
+            keep.push(sock.as_raw_fd());
         }
         keep.sort_unstable();
         // Failpoints of the child, decided before the fork (the child may not allocate).
@@ -151,8 +219,8 @@ impl Finish {
             )));
         }
         if pid == 0 {
-            let sock = self.link.as_ref().map(|(s, _, _)| s.raw());
-            child(sock, &msg.buf, wr.as_raw_fd(), &keep, die);
+            let sock = self.link.as_ref().map(|(s, _, _)| s);
+            child(sock, &msg, wr.as_raw_fd(), &keep, die);
         }
         drop(wr);
         // The child holds its own references: closing ours releases nothing.
@@ -203,7 +271,7 @@ impl Finish {
 /// The child: closes all but `keep`, deletes the link, reports the errno, and exits
 /// (which closes the held descriptors, waiting for the kernel as long as it takes).
 /// `die` = (before, after) the deletion: the crash suite's failpoints, SIGKILL there.
-fn child(sock: Option<RawFd>, msg: &[u8], report: RawFd, keep: &[RawFd], die: (bool, bool)) -> ! {
+fn child(sock: Option<&Socket>, msg: &[u8], report: RawFd, keep: &[RawFd], die: (bool, bool)) -> ! {
     let mut lo: libc::c_uint = 0;
     for &k in keep {
         if k as libc::c_uint > lo {
@@ -220,24 +288,19 @@ fn child(sock: Option<RawFd>, msg: &[u8], report: RawFd, keep: &[RawFd], die: (b
         failpoint::die();
     }
     let mut errno: i32 = 0;
-    if let Some(fd) = sock {
-        errno = match rawnl::send_raw(fd, msg) {
+    if let Some(sock) = sock {
+        errno = match retry(|| sock.send(msg, 0)) {
             Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            Ok(()) => {
+            Ok(_) => {
                 let mut buf = [0u8; 1024];
                 loop {
-                    // SAFETY: buf is valid for writes of its length.
-                    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-                    if n < 0 {
-                        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                            continue;
-                        }
+                    let Ok(n) = retry(|| sock.recv(&mut &mut buf[..], 0)) else {
                         break libc::EIO;
-                    }
-                    if let Some(m) = rawnl::messages(&buf[..n as usize])
-                        .find(|m| m.ty == NLMSG_ERROR && m.seq == 3)
-                    {
-                        break m.errno();
+                    };
+                    if let Some(m) = messages(&buf[..n.min(buf.len())]).find(|m| {
+                        m.message_type() == NLMSG_ERROR && m.sequence_number() == SEQ_DELETE
+                    }) {
+                        break error_code(&m);
                     }
                 }
             }
@@ -252,5 +315,117 @@ fn child(sock: Option<RawFd>, msg: &[u8], report: RawFd, keep: &[RawFd], die: (b
     unsafe {
         libc::write(report, b.as_ptr().cast(), 4);
         libc::_exit(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rawnl::Builder;
+
+    /// `struct ifinfomsg` for link `index`, as the hand-built requests had it.
+    fn ifinfo(index: u32) -> [u8; 16] {
+        let mut h = [0u8; 16];
+        h[4..8].copy_from_slice(&(index as i32).to_ne_bytes());
+        h
+    }
+
+    /// The requests are, byte for byte, the ones this module used to build by hand
+    /// (RTM_GETLINK by name and by index, RTM_DELLINK with an ACK).
+    #[test]
+    fn requests_are_the_kernels_structs() {
+        const IFLA_IFNAME: u16 = 3;
+        let mut b = Builder::default();
+        b.begin(18, 0x1, SEQ_LOOKUP, &ifinfo(0))
+            .str(IFLA_IFNAME, "eth0")
+            .end();
+        let got = link_request(
+            RouteNetlinkMessage::GetLink,
+            0,
+            Some("eth0"),
+            NLM_F_REQUEST,
+            SEQ_LOOKUP,
+        );
+        assert_eq!(got, b.buf);
+        let mut b = Builder::default();
+        b.begin(18, 0x1, SEQ_LISTED, &ifinfo(7)).end();
+        let got = link_request(
+            RouteNetlinkMessage::GetLink,
+            7,
+            None,
+            NLM_F_REQUEST,
+            SEQ_LISTED,
+        );
+        assert_eq!(got, b.buf);
+        let mut b = Builder::default();
+        b.begin(17, 0x1 | 0x4, SEQ_DELETE, &ifinfo(42)).end();
+        let got = link_request(
+            RouteNetlinkMessage::DelLink,
+            42,
+            None,
+            NLM_F_REQUEST | NLM_F_ACK,
+            SEQ_DELETE,
+        );
+        assert_eq!(got, b.buf);
+    }
+
+    /// An `NLMSG_ERROR` reply: errno (negated, as the kernel sends it), then the request's header.
+    fn error_reply(seq: u32, errno: i32) -> Vec<u8> {
+        let mut b = Builder::default();
+        let mut payload = (-errno).to_ne_bytes().to_vec();
+        payload.extend([0u8; 16]);
+        b.begin(NLMSG_ERROR, 0, seq, &payload).end();
+        b.buf
+    }
+
+    #[test]
+    fn replies_are_read_without_the_route_parser() {
+        let mut d = error_reply(9, libc::EBUSY);
+        d.extend(error_reply(SEQ_DELETE, libc::ENODEV));
+        d.extend(error_reply(SEQ_DELETE + 1, 0));
+        let m: Vec<(u16, u32, i32)> = messages(&d)
+            .map(|m| (m.message_type(), m.sequence_number(), error_code(&m)))
+            .collect();
+        assert_eq!(
+            m,
+            [
+                (NLMSG_ERROR, 9, libc::EBUSY),
+                (NLMSG_ERROR, SEQ_DELETE, libc::ENODEV),
+                (NLMSG_ERROR, SEQ_DELETE + 1, 0)
+            ]
+        );
+        // A truncated message ends the datagram; a short error payload is EPROTO.
+        assert_eq!(messages(&d[..d.len() - 1]).count(), 2);
+        assert_eq!(messages(&d[..10]).count(), 0);
+        let mut b = Builder::default();
+        b.begin(NLMSG_ERROR, 0, 1, &[]).end();
+        assert_eq!(error_code(&messages(&b.buf).next().unwrap()), libc::EPROTO);
+    }
+
+    /// Lookups in a namespace of the test's own, when it may make one.
+    #[test]
+    fn looks_up_and_watches_links() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root for a network namespace");
+            return;
+        }
+        std::thread::spawn(|| {
+            // SAFETY: this thread alone moves to a new network namespace, and ends.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            let sock = route_socket().unwrap();
+            assert_eq!(link_index(&sock, "lo").unwrap(), Some(1));
+            assert_eq!(link_index(&sock, "nope0").unwrap(), None);
+            assert!(listed(&sock, 1).unwrap());
+            assert!(!listed(&sock, 999).unwrap());
+            let e = link_index(&sock, &"x".repeat(20)).unwrap_err();
+            assert!(
+                e.msg.starts_with("failed to look up link xxxx"),
+                "{}",
+                e.msg
+            );
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -1,7 +1,6 @@
-//! A bare netlink socket and message builder, for the two places where the plugin
-//! speaks netlink byte by byte: nftables (which `rtnetlink` does not cover) and the
-//! veth deletion handed to a child process (which must not run an async runtime
-//! after `fork`).
+//! A bare netlink socket and message builder for nftables (`nft.rs`), the one place the
+//! plugin speaks netlink byte by byte: `netlink-packet-route` and `rtnetlink` cover
+//! links, addresses and routes (`netlink.rs`, `finish.rs`), not nf_tables' messages.
 
 use cni::{CniError, CniResult};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -68,14 +67,10 @@ impl Socket {
     pub fn into_fd(self) -> OwnedFd {
         self.fd
     }
-
-    pub fn raw(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
 }
 
-/// send(2) of a whole buffer; async-signal-safe, so usable in a forked child.
-pub fn send_raw(fd: RawFd, buf: &[u8]) -> std::io::Result<()> {
+/// send(2) of a whole buffer.
+fn send_raw(fd: RawFd, buf: &[u8]) -> std::io::Result<()> {
     loop {
         // SAFETY: buf is valid for reads of its length.
         let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), 0) };

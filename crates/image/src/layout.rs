@@ -188,7 +188,7 @@ impl LayoutImage {
             layers,
             config: ImageConfig::default(),
             os: "linux".into(),
-            architecture: "amd64".into(),
+            architecture: crate::platform::node().architecture.into(),
             docker: false,
         }
     }

@@ -33,6 +33,8 @@ mod import;
 pub mod layout;
 /// Index, manifest and config parsing; public for fuzzing (`fuzz/`) and other callers.
 pub mod manifest;
+/// The node's platform and which index entry fits it.
+pub mod platform;
 mod pull;
 mod reference;
 mod snapshot;

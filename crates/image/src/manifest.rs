@@ -2,6 +2,7 @@
 //! Docker schema 2 alike (their JSON differs only in media types).
 
 use crate::error::{Error, Result};
+use crate::platform::{self, NodePlatform};
 use crate::ImageConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -12,10 +13,6 @@ pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 /// What crust asks registries for.
 pub const ACCEPTED: &[&str] = &[OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
-
-/// The node's platform.
-pub const OS: &str = "linux";
-pub const ARCH: &str = "amd64";
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Platform {
@@ -81,31 +78,39 @@ impl Manifest {
         self.manifests.is_some()
     }
 
-    /// The index entry for linux/amd64 (attestations and other platforms skipped).
+    /// The index entry for this node's platform (attestations and other platforms
+    /// skipped; see `platform` for which entry fits best).
     pub fn pick_platform(&self, what: &str) -> Result<&Descriptor> {
+        self.pick_platform_for(&platform::node(), what)
+    }
+
+    /// The index entry that fits `node` best.
+    pub fn pick_platform_for(&self, node: &NodePlatform, what: &str) -> Result<&Descriptor> {
         let list = self.manifests.as_deref().unwrap_or_default();
-        list.iter()
-            .find(|d| {
-                d.platform
-                    .as_ref()
-                    .map(|p| p.os == OS && p.architecture == ARCH)
-                    .unwrap_or(false)
-            })
-            .ok_or_else(|| {
-                let have: Vec<String> = list
+        let with: Vec<(&Descriptor, &Platform)> = list
+            .iter()
+            .filter_map(|d| Some((d, d.platform.as_ref()?)))
+            .collect();
+        match node.choose(with.iter().map(|(_, p)| *p)) {
+            Some(i) => Ok(with[i].0),
+            None => {
+                let have: Vec<String> = with
                     .iter()
-                    .filter_map(|d| d.platform.as_ref())
-                    .map(|p| format!("{}/{}", p.os, p.architecture))
+                    .map(|(_, p)| match p.variant.as_deref() {
+                        Some(v) if !v.is_empty() => format!("{}/{}/{v}", p.os, p.architecture),
+                        _ => format!("{}/{}", p.os, p.architecture),
+                    })
                     .collect();
-                Error::FailedPrecondition(format!(
-                    "{what}: no manifest for {OS}/{ARCH} (the index has {})",
+                Err(Error::FailedPrecondition(format!(
+                    "{what}: no manifest for {node} (the index has {})",
                     if have.is_empty() {
                         "none".to_string()
                     } else {
                         have.join(", ")
                     }
-                ))
-            })
+                )))
+            }
+        }
     }
 }
 
@@ -152,14 +157,15 @@ impl ConfigBlob {
             .map_err(|e| Error::InvalidArgument(format!("{what}: image config is not valid: {e}")))
     }
 
-    /// Refuses an image built for another OS or architecture.
+    /// Refuses an image built for another OS or architecture than this node's.
     pub fn check_platform(&self, what: &str) -> Result<()> {
-        let os_ok = self.os.is_empty() || self.os == OS;
-        let arch_ok = self.architecture.is_empty() || self.architecture == ARCH;
+        let node = platform::node();
+        let os_ok = self.os.is_empty() || self.os == node.os;
+        let arch_ok = self.architecture.is_empty() || self.architecture == node.architecture;
         if !(os_ok && arch_ok) {
             return Err(Error::FailedPrecondition(format!(
-                "{what}: the image is for {}/{}, this node is {OS}/{ARCH}",
-                self.os, self.architecture
+                "{what}: the image is for {}/{}, this node is {}/{}",
+                self.os, self.architecture, node.os, node.architecture
             )));
         }
         Ok(())
@@ -190,13 +196,62 @@ mod tests {
           {"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:bb","size":1,"platform":{"os":"linux","architecture":"amd64"}}]}"#;
         let m = Manifest::parse(idx, "x").unwrap();
         assert!(m.is_index());
-        assert_eq!(m.pick_platform("x").unwrap().digest, "sha256:bb");
+        let amd64 = NodePlatform {
+            os: "linux",
+            architecture: "amd64",
+            variant: None,
+        };
+        assert_eq!(
+            m.pick_platform_for(&amd64, "x").unwrap().digest,
+            "sha256:bb"
+        );
         let only_arm = br#"{"schemaVersion":2,"manifests":[{"digest":"sha256:aa","platform":{"os":"linux","architecture":"arm64"}}]}"#;
         let e = Manifest::parse(only_arm, "img")
             .unwrap()
-            .pick_platform("img")
+            .pick_platform_for(&amd64, "img")
             .unwrap_err();
         assert!(e.to_string().contains("linux/arm64"), "{e}");
+        assert!(
+            e.to_string().contains("no manifest for linux/amd64 "),
+            "{e}"
+        );
+    }
+
+    /// An index with variants (and an attestation, which has no platform to fit).
+    #[test]
+    fn picks_by_variant() {
+        let idx = br#"{"schemaVersion":2,"manifests":[
+          {"digest":"sha256:att","annotations":{"vnd.docker.reference.type":"attestation-manifest"},"platform":{"os":"unknown","architecture":"unknown"}},
+          {"digest":"sha256:v6","platform":{"os":"linux","architecture":"arm","variant":"v6"}},
+          {"digest":"sha256:v7","platform":{"os":"linux","architecture":"arm","variant":"v7"}},
+          {"digest":"sha256:a64","platform":{"os":"linux","architecture":"arm64","variant":"v8"}},
+          {"digest":"sha256:amd","platform":{"os":"linux","architecture":"amd64"}}]}"#;
+        let m = Manifest::parse(idx, "x").unwrap();
+        let on = |architecture, variant| {
+            let n = NodePlatform {
+                os: "linux",
+                architecture,
+                variant,
+            };
+            m.pick_platform_for(&n, "x").map(|d| d.digest.clone())
+        };
+        assert_eq!(on("arm64", Some("v8")).unwrap(), "sha256:a64");
+        assert_eq!(on("arm", Some("v7")).unwrap(), "sha256:v7");
+        assert_eq!(on("arm", Some("v6")).unwrap(), "sha256:v6");
+        assert_eq!(on("amd64", None).unwrap(), "sha256:amd");
+        let e = on("arm", Some("v5")).unwrap_err();
+        assert!(
+            e.to_string().contains("no manifest for linux/arm/v5 (the index has unknown/unknown, linux/arm/v6, linux/arm/v7, linux/arm64/v8, linux/amd64)"),
+            "{e}"
+        );
+        // This node's own platform, whatever it is, is found.
+        let own = platform::node();
+        let own = format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"digest":"sha256:own","platform":{{"os":"{}","architecture":"{}"}}}}]}}"#,
+            own.os, own.architecture
+        );
+        let m = Manifest::parse(own.as_bytes(), "x").unwrap();
+        assert_eq!(m.pick_platform("x").unwrap().digest, "sha256:own");
     }
 
     #[test]

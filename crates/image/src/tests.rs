@@ -431,7 +431,7 @@ fn serve_image(tag: &str, lies: Lies) -> (Vec<(String, Vec<u8>)>, String) {
         .finish();
     let ld = digest::of(&layer);
     let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": crate::manifest::ARCH, "os": crate::manifest::OS,
+        "architecture": crate::platform::node().architecture, "os": "linux",
         "rootfs": {"type": "layers", "diff_ids": [ld]},
         "config": {"Cmd": ["/hello"]},
     }))
@@ -459,8 +459,8 @@ fn serve_image(tag: &str, lies: Lies) -> (Vec<(String, Vec<u8>)>, String) {
             "mediaType": "application/vnd.oci.image.index.v1+json",
             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
                            "digest": md, "size": sz(manifest.len(), lies.child),
-                           "platform": {"os": crate::manifest::OS,
-                                        "architecture": crate::manifest::ARCH}}],
+                           "platform": {"os": "linux",
+                                        "architecture": crate::platform::node().architecture}}],
         }))
         .unwrap();
         out.push((format!("/v2/t/img/manifests/{tag}"), index));

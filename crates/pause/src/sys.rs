@@ -10,6 +10,10 @@
 
 use core::arch::{asm, global_asm};
 
+// The entry point, the numbers and the `syscall` instructions below are x86_64's.
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("crust-pause has no port to this target_arch: sys.rs is x86_64's");
+
 pub const SYS_READ: usize = 0;
 pub const SYS_WRITE: usize = 1;
 pub const SYS_OPEN: usize = 2;

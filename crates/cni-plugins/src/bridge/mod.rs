@@ -16,12 +16,12 @@ use crate::finish::{self, Finish};
 use crate::masq::{self, Backend};
 use crate::netlink::{errno, Link, Netlink};
 use crate::netns::{self, NetNs};
-use crate::rawnl::Socket;
 use cni::invoke::{self, InvokeEnv};
 use cni::skeleton::{Args, Plugin};
 use cni::{code, AddResult, CniError, CniResult, Interface, Route};
 use config::BridgeConf;
 use ipnetwork::IpNetwork;
+use netlink_sys::Socket;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -329,10 +329,7 @@ fn find_link(args: &Args) -> CniResult<Option<(Socket, Socket, u32)>> {
         Err(e) => return Err(e),
     };
     let (del, probe) = ns.run(|| -> CniResult<(Socket, Socket)> {
-        Ok((
-            Socket::open(finish::NETLINK_ROUTE)?,
-            Socket::open(finish::NETLINK_ROUTE)?,
-        ))
+        Ok((finish::route_socket()?, finish::route_socket()?))
     })??;
     Ok(finish::link_index(&probe, &args.ifname)?.map(|i| (del, probe, i)))
 }

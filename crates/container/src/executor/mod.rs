@@ -52,7 +52,8 @@
 //!   of its own directory. See `cgroupfs.rs`.
 //!
 //! - `linux.seccomp` is compiled into a BPF program by crust itself (x86_64, and
-//!   i386/x32 when `architectures` lists them; other ABIs are killed) and installed last, right before `execve` with
+//!   i386/x32 when `architectures` lists them; other ABIs are killed; the ABIs and
+//!   their numbers are per `target_arch` in `syscalls/`) and installed last, right before `execve` with
 //!   `noNewPrivileges`, or before the capability drop without it: see `seccomp.rs`.
 //!
 //! ## User namespaces
@@ -117,6 +118,12 @@ pub fn seccomp_program_len(
     s: &oci_spec::runtime::LinuxSeccomp,
 ) -> std::result::Result<usize, String> {
     seccomp::compile(s).map(|f| f.program.len())
+}
+
+/// The seccomp architectures this build's kernel runs, the native one first: what a
+/// default profile lists so that each ABI gets the rules by its own numbers.
+pub fn seccomp_arches() -> Vec<oci_spec::runtime::Arch> {
+    seccomp::arches()
 }
 
 use crate::error::{Error, Result};

@@ -258,11 +258,22 @@ pub fn runtime_default(caps: &BTreeSet<String>) -> Value {
     json!({
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": libc::EPERM,
-        // As containerd's default on amd64: 32-bit (i386) and x32 binaries get the same
-        // rules by their own numbers.
-        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        // As containerd's default: every ABI of the kernel (on amd64 32-bit (i386) and
+        // x32 binaries) gets the same rules by its own numbers.
+        "architectures": container::executor::seccomp_arches(),
         "syscalls": syscalls,
     })
+}
+
+/// Whether a Docker profile's `arches` entry names this node's architecture: by Go's
+/// name (`amd64`, what Docker compares with), Rust's (`x86_64`) or libseccomp's
+/// (`SCMP_ARCH_X86_64`, the native ABI's).
+fn is_node_arch(a: &str) -> bool {
+    a == image::platform::node().architecture
+        || a == std::env::consts::ARCH
+        || container::executor::seccomp_arches()
+            .first()
+            .is_some_and(|n| json!(n) == a)
 }
 
 /// A profile file on the node: OCI or Docker format, checked and converted to OCI.
@@ -377,11 +388,7 @@ fn applies(
     }
     let arches = strings("arches");
     if !arches.is_empty() {
-        conds.push(
-            arches
-                .iter()
-                .any(|a| matches!(a.as_str(), "amd64" | "x86_64" | "SCMP_ARCH_X86_64")),
-        );
+        conds.push(arches.iter().any(|a| is_node_arch(a)));
     }
     if let Some(k) = f.get("minKernel").and_then(|v| v.as_str()) {
         if !k.is_empty() {
