@@ -2461,10 +2461,10 @@ fn crictl() -> Option<PathBuf> {
         return Some(p);
     }
     let msg = "test needs crictl (hack/deps unpacks it into target/kube-bin)";
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
+    if crust_e2e::ci() {
         panic!("{msg}; CI must run every root test");
     }
-    eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
+    crust_e2e::say_skipped(msg);
     None
 }
 
