@@ -1053,10 +1053,7 @@ mod tests {
         let b = bundle("rrw");
         let p = plan("c1", &b, &spec, None).unwrap();
         std::fs::remove_dir_all(&b).unwrap();
-        assert_eq!(
-            (p.mounts[0].attr_set, p.mounts[0].attr_clr),
-            (0x2, 0x1)
-        );
+        assert_eq!((p.mounts[0].attr_set, p.mounts[0].attr_clr), (0x2, 0x1));
 
         assert!(plan("a/b", Path::new("/"), &Spec::default(), None)
             .unwrap_err()

@@ -19,7 +19,10 @@ fn root() -> bool {
         );
         // On stdout's handle itself: libtest captures `eprintln!` of a passing test.
         use std::io::Write;
-        let _ = writeln!(std::io::stdout().lock(), "SKIPPED: needs root (device nodes, owners, trusted xattrs)");
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "SKIPPED: needs root (device nodes, owners, trusted xattrs)"
+        );
     }
     is_root
 }
