@@ -350,7 +350,10 @@ mod tests {
     fn containerds_template_single_and_dual_stack() {
         let v = json(CONTAINERD_STYLE, &["10.244.1.0/24"]);
         let ipam = &v["plugins"][0]["ipam"];
-        assert_eq!(ipam["ranges"], serde_json::json!([[{"subnet": "10.244.1.0/24"}]]));
+        assert_eq!(
+            ipam["ranges"],
+            serde_json::json!([[{"subnet": "10.244.1.0/24"}]])
+        );
         assert_eq!(ipam["routes"], serde_json::json!([{"dst": "0.0.0.0/0"}]));
         assert_eq!(v["first"], "10.244.1.0/24");
         let v = json(CONTAINERD_STYLE, &["10.244.1.0/24", "fd00:1::/64"]);
@@ -385,7 +388,10 @@ mod tests {
 
     #[test]
     fn routes_one_per_family_in_the_ranges_order() {
-        assert_eq!(routes(&["fd00::/64", "10.0.0.0/24", "10.1.0.0/24"]), ["::/0", "0.0.0.0/0"]);
+        assert_eq!(
+            routes(&["fd00::/64", "10.0.0.0/24", "10.1.0.0/24"]),
+            ["::/0", "0.0.0.0/0"]
+        );
     }
 
     #[test]
@@ -398,7 +404,10 @@ mod tests {
             ("{{ .PodCIDR", "unclosed action"),
             ("{{.Routes | printf}}", ".Routes | printf"),
             ("{{range .PodCIDR}}{{end}}", "not a list"),
-            ("{{range $i, $v, $w := .Routes}}{{end}}", "one or two variables"),
+            (
+                "{{range $i, $v, $w := .Routes}}{{end}}",
+                "one or two variables",
+            ),
         ] {
             let e = render(t, &["10.0.0.0/24"]).unwrap_err();
             assert!(e.contains(want), "{t}: {e}");

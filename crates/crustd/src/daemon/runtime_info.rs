@@ -147,4 +147,3 @@ pub fn update_runtime_config(crust: &Crust, req: UpdateRuntimeConfigRequest) -> 
     crate::daemon::util::write_atomic(&out, text.as_bytes())
         .map_err(|e| Error::Internal(format!("writing {}: {e}", out.display())))
 }
-
