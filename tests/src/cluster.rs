@@ -79,11 +79,11 @@ pub fn kube_bin(name: &str) -> Option<PathBuf> {
 /// Ends a cluster suite (its own harness) that cannot run: under `CI=true` a failure,
 /// else a loud `SKIPPED` and libtest's summary with the suite ignored.
 pub fn skip_suite(suite: &str, why: String) -> ! {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
+    if crate::ci() {
         eprintln!("{suite}: {why}; CI must run it");
         std::process::exit(1);
     }
-    eprintln!("\n!!!!! SKIPPED: {suite}: {why} !!!!!\n");
+    crate::say_skipped(&format!("{suite}: {why}"));
     println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
     std::process::exit(0);
 }

@@ -474,6 +474,28 @@ pub fn log_lines(path: &Path) -> Vec<(String, String, String, String)> {
         .collect()
 }
 
+/// Waits, 10 s at most, until the CRI log at `path` has a line whose text `f` accepts
+/// (a container saying it got somewhere); returns the lines then.
+pub async fn wait_log(
+    path: &Path,
+    what: &str,
+    f: impl Fn(&str) -> bool,
+) -> Vec<(String, String, String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = log_lines(path);
+        if lines.iter().any(|l| f(&l.3)) {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what} in {}: {lines:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, what: &str) {
     match r {
         Ok(v) => panic!("{what}: succeeded ({v:?}) but should fail with {code:?}"),

@@ -34,11 +34,26 @@ pub fn require_root(tools: &[&str]) -> bool {
         return true;
     }
     let msg = format!("root test needs {}", missing.join(", "));
-    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+    if ci() {
         panic!("{msg}; CI must run every root test");
     }
-    eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
+    say_skipped(&msg);
     false
+}
+
+/// True under `CI=true` (`.ci/run` sets it): there a test that cannot run fails.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Says loudly on the test runner's stdout that a test is skipped, and why. Written to
+/// the stdout handle itself: what `println!` and `eprintln!` print from a test is
+/// captured by libtest and shown only when the test fails, and a skipped test passes.
+pub fn say_skipped(msg: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "\n!!!!! SKIPPED: {msg} !!!!!\n");
+    let _ = out.flush();
 }
 
 pub fn which(cmd: &str) -> Option<PathBuf> {
@@ -386,10 +401,10 @@ pub fn reference_plugin(name: &str) -> Option<PathBuf> {
         "test needs the reference plugin {} (apt-get install -y containernetworking-plugins)",
         p.display()
     );
-    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+    if ci() {
         panic!("{msg}; CI must run every comparison");
     }
-    eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
+    say_skipped(&msg);
     None
 }
 

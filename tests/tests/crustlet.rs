@@ -7,6 +7,7 @@ use crust_e2e::cri::{import_busybox, Client};
 use crust_e2e::crustd::Crustd;
 use crust_e2e::{bin, require_root, TempDir};
 use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,6 +20,8 @@ struct Crustlet {
     root: TempDir,
     logs: TempDir,
     socket: String,
+    /// The read-only HTTP port (`/pods`) of the running process; each start has its own.
+    port: u16,
 }
 
 impl Crustlet {
@@ -29,6 +32,7 @@ impl Crustlet {
             root: TempDir::new("cr"),
             logs: TempDir::new("cp"),
             socket: d.socket.display().to_string(),
+            port: 0,
         };
         c.spawn();
         c
@@ -37,6 +41,7 @@ impl Crustlet {
     fn spawn(&mut self) {
         let _ = self.child.wait();
         let log = std::fs::File::create(self.root.path().join("crustlet.log")).unwrap();
+        self.port = crust_e2e::registry::free_port();
         self.child = Command::new(bin("crustlet"))
             .args([
                 "--pod-manifest-path",
@@ -52,6 +57,10 @@ impl Crustlet {
                 &self.root.path().join("root").display().to_string(),
             ])
             .args(["--pod-logs-dir", &self.logs.path().display().to_string()])
+            // No HTTPS server (it would take the host's port 10250); `/pods` on the
+            // loopback shows what this process's workers last synced.
+            .args(["--address", "127.0.0.1", "--port", "0"])
+            .args(["--read-only-port", &self.port.to_string()])
             .args(["--v", "4"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -73,6 +82,26 @@ impl Crustlet {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.root.path().join("crustlet.log")).unwrap_or_default()
+    }
+
+    /// The status this process's worker last reported for static pod `pod` (`/pods` of
+    /// the read-only port), once it has synced it; None before (or while the server
+    /// does not answer yet).
+    fn synced_status(&self, pod: &str) -> Option<serde_json::Value> {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /pods HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .ok()?;
+        let mut resp = String::new();
+        c.read_to_string(&mut resp).ok()?;
+        let (head, body) = resp.split_once("\r\n\r\n")?;
+        assert!(head.starts_with("HTTP/1.0 200"), "/pods: {resp}");
+        let pods: serde_json::Value = serde_json::from_str(body).unwrap();
+        pods["items"]
+            .as_array()?
+            .iter()
+            .find(|p| p["metadata"]["name"] == format!("{pod}-{NODE}"))
+            .map(|p| p["status"].clone())
     }
 
     fn manifest(&self, name: &str, yaml: &str) {
@@ -283,10 +312,30 @@ spec:
     );
 
     // A crustlet restart adopts the pod: same sandbox, the container not restarted.
+    // The new process reports the pod's status at the end of its first sync, after it
+    // decided what to start: that report is what is waited for, not a while.
     let main_id = containers["main"][0].0.clone();
     cl.stop();
     cl.spawn();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let st = wait_until(
+        "the new crustlet to sync the pod",
+        &cl,
+        Duration::from_secs(30),
+        async || cl.synced_status("web"),
+    )
+    .await;
+    let main = st["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|s| s["name"] == "main"))
+        .unwrap_or_else(|| panic!("no status of main: {st}"));
+    assert!(
+        main["containerID"]
+            .as_str()
+            .is_some_and(|id| id.ends_with(&format!("://{main_id}"))),
+        "the adopted container: {main}"
+    );
+    assert_eq!(main["restartCount"], 0, "{main}");
+    assert!(main["state"]["running"].is_object(), "{main}");
     let (s2, k2) = pod_state(&mut c, "web").await;
     assert_eq!(s2.iter().map(|s| &s.id).collect::<Vec<_>>(), [&sb.id]);
     assert_eq!(
@@ -358,12 +407,21 @@ spec:
     .await;
     let v = &k["flaky"];
     assert_eq!((v[0].1, v[0].3, v[1].1, v[1].3), (0, 3, 1, 0), "{v:?}");
+    // Nothing more happens to either: the crustlet has them finished (a finished pod's
+    // worker only stops its sandbox), Succeeded and Failed.
+    for (pod, phase) in [("onfailure", "Succeeded"), ("never", "Failed")] {
+        wait_until(
+            &format!("{pod} to be {phase}"),
+            &cl,
+            Duration::from_secs(30),
+            async || cl.synced_status(pod).filter(|s| s["phase"] == phase),
+        )
+        .await;
+    }
     let (_, never) = pod_state(&mut c, "never").await;
     let n = &never["flaky"];
     assert_eq!(n.len(), 1, "Never does not restart: {n:?}");
     assert_eq!((n[0].2, n[0].3), (EXITED, 3));
-    // Nothing more happens to either.
-    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(pod_state(&mut c, "onfailure").await.1["flaky"].len(), 2);
 }
 

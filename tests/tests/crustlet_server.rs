@@ -661,7 +661,20 @@ spec:
         log.contains("sleep 1001"),
         "the target's processes are visible: {log}"
     );
-    std::thread::sleep(Duration::from_secs(4));
+    // Never restarted: not by the sync that saw it end, nor by two more of the pod's
+    // worker (the only pod here, so the node's sync count is its own).
+    let syncs = || -> f64 {
+        let m = cl.ok("/metrics");
+        m.lines()
+            .find_map(|l| l.strip_prefix("crustlet_pod_sync_duration_seconds_count "))
+            .unwrap_or_else(|| panic!("no sync count in /metrics:\n{m}"))
+            .parse()
+            .unwrap()
+    };
+    let seen = syncs();
+    cl.wait_for("two more syncs of the pod", Duration::from_secs(30), || {
+        (syncs() >= seen + 2.0).then_some(())
+    });
     let st = status(&cl.json("/pods")).unwrap();
     assert_eq!(st["restartCount"], 0, "never restarted: {st}");
     assert!(st["state"]["terminated"].is_object(), "{st}");

@@ -18,11 +18,8 @@ fn grpcio() -> bool {
         .is_ok_and(|s| s.success());
     if !ok {
         let msg = "the grpcio test needs Python's grpcio (python3 -m pip install grpcio)";
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{msg}; CI must run it"
-        );
-        eprintln!("\n!!!!! SKIPPED: {msg} !!!!!\n");
+        assert!(!crust_e2e::ci(), "{msg}; CI must run it");
+        crust_e2e::say_skipped(msg);
     }
     ok
 }

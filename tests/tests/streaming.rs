@@ -22,10 +22,10 @@ fn need_kubectl() -> bool {
         return true;
     }
     assert!(
-        std::env::var_os("CI").is_none(),
+        !crust_e2e::ci(),
         "kubectl is missing (.ci/run installs kubernetes-client)"
     );
-    eprintln!("SKIPPED: no kubectl");
+    crust_e2e::say_skipped("no kubectl");
     false
 }
 

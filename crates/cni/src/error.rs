@@ -124,6 +124,25 @@ mod tests {
         assert_eq!(back, e);
     }
 
+    /// The codes are the spec's (SPEC.md, "Error"; 999 is libcni's ErrInternal).
+    #[test]
+    fn codes_are_the_specs() {
+        let codes = [
+            code::INCOMPATIBLE_VERSION,
+            code::UNSUPPORTED_FIELD,
+            code::UNKNOWN_CONTAINER,
+            code::INVALID_ENVIRONMENT,
+            code::IO_FAILURE,
+            code::DECODING_FAILURE,
+            code::INVALID_NETWORK_CONFIG,
+            code::TRY_AGAIN_LATER,
+            code::PLUGIN_NOT_AVAILABLE,
+            code::PLUGIN_NOT_AVAILABLE_LIMITED,
+            code::INTERNAL,
+        ];
+        assert_eq!(codes, [1, 2, 3, 4, 5, 6, 7, 11, 50, 51, 999]);
+    }
+
     #[test]
     fn context_keeps_the_code() {
         let e = CniError::io("permission denied").context("writing /x");

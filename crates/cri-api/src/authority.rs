@@ -443,8 +443,10 @@ mod tests {
 
     /// Splits what the server reads into frames: (kind, flags, stream, payload).
     fn frames(mut b: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
-        assert_eq!(&b[..PREFACE.len()], PREFACE);
-        b = &b[PREFACE.len()..];
+        // RFC 9113 3.4.
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        assert_eq!(&b[..preface.len()], preface);
+        b = &b[preface.len()..];
         let mut out = Vec::new();
         while !b.is_empty() {
             let len = u32::from_be_bytes([0, b[0], b[1], b[2]]) as usize;
@@ -488,14 +490,16 @@ mod tests {
             let (out, rewriting) = run(&input, chunk);
             assert!(rewriting);
             let f = frames(&out);
-            // SETTINGS, then HEADERS + DATA per request; the split block is one frame now.
+            // SETTINGS (0x4), then HEADERS (0x1) + DATA (0x0) per request; the split block
+            // is one frame now. Flags (RFC 9113 6.1, 6.2): END_STREAM 0x1, END_HEADERS 0x4,
+            // PRIORITY 0x20.
             let kinds: Vec<u8> = f.iter().map(|x| x.0).collect();
-            assert_eq!(kinds, [0x4, HEADERS, 0x0, HEADERS, 0x0], "chunk {chunk}");
+            assert_eq!(kinds, [0x4, 0x1, 0x0, 0x1, 0x0], "chunk {chunk}");
             assert_eq!(f[0].3, [0, 3, 0, 0, 0, 100]);
-            assert_eq!(f[1].1, PRIORITY | END_HEADERS);
+            assert_eq!(f[1].1, 0x20 | 0x4);
             assert_eq!(&f[1].3[..5], &[0, 0, 0, 0, 16]);
-            assert_eq!(f[3].1, END_HEADERS);
-            assert_eq!((f[2].1, f[2].2), (END_STREAM, 1));
+            assert_eq!(f[3].1, 0x4);
+            assert_eq!((f[2].1, f[2].2), (0x1, 1));
             assert_eq!(f[4].3, [0, 0, 0, 0, 2, 0x0a, 0x00]);
             // What the server decodes: the client's fields with the authority replaced.
             let mut server = hpack::Decoder::new(TABLE_SIZE);
@@ -564,15 +568,10 @@ mod tests {
         let (out, _) = run(&input, 1000);
         let f = frames(&out);
         let kinds: Vec<(u8, u8)> = f.iter().map(|x| (x.0, x.1)).collect();
-        assert_eq!(
-            kinds,
-            [
-                (HEADERS, END_STREAM),
-                (CONTINUATION, 0),
-                (CONTINUATION, END_HEADERS)
-            ]
-        );
-        assert!(f.iter().all(|x| x.3.len() <= FRAME_MAX && x.2 == 1));
+        // HEADERS (0x1) with END_STREAM (0x1), CONTINUATION (0x9), the last with
+        // END_HEADERS (0x4); none above SETTINGS_MAX_FRAME_SIZE's initial 16384.
+        assert_eq!(kinds, [(0x1, 0x1), (0x9, 0), (0x9, 0x4)]);
+        assert!(f.iter().all(|x| x.3.len() <= 16_384 && x.2 == 1));
         let all: Vec<u8> = f.iter().flat_map(|x| x.3.clone()).collect();
         let got = hpack::Decoder::new(TABLE_SIZE).decode(&all).unwrap();
         assert_eq!(got[0].value, b"localhost");

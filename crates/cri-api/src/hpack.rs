@@ -613,10 +613,11 @@ const STATIC: [(&str, &str); 61] = [
 pub(crate) mod tests {
     use super::*;
 
+    /// Bytes from hex digits, blanks and line breaks ignored (as the RFC prints them).
     pub(crate) fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        let s: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        s.chunks(2)
+            .map(|d| u8::from_str_radix(std::str::from_utf8(d).unwrap(), 16).unwrap())
             .collect()
     }
 
@@ -671,6 +672,269 @@ pub(crate) mod tests {
             ]
         );
         assert!(b3[0].never_indexed && !b3[1].never_indexed);
+    }
+
+    /// The dynamic table as RFC 7541 Appendix C prints it after a block: (size, name,
+    /// value) from index 1 (62) on, then the table's size.
+    type Table<'a> = (&'a [(usize, &'a str, &'a str)], usize);
+
+    fn assert_table(d: &Decoder, (entries, size): Table, what: &str) {
+        let got: Vec<(usize, String, String)> = d
+            .table
+            .iter()
+            .map(|(n, v)| {
+                (
+                    entry_size(n, v),
+                    String::from_utf8(n.clone()).unwrap(),
+                    String::from_utf8(v.clone()).unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(usize, String, String)> = entries
+            .iter()
+            .map(|&(s, n, v)| (s, n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want, "{what}: dynamic table");
+        assert_eq!(d.size, size, "{what}: table size");
+    }
+
+    fn assert_fields(got: &[Field], want: &[(&str, &str)], what: &str) {
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(pairs(got), want, "{what}: header list");
+    }
+
+    /// RFC 7541 C.1: integers with 5- and 8-bit prefixes, written and read. The bits
+    /// before a prefix are another field's: set on reading, they must not count.
+    #[test]
+    fn rfc7541_c1_integers() {
+        for (n, prefix, bytes) in [
+            (10, 5, &[0b000_01010][..]),
+            (1337, 5, &[0b000_11111, 0b1001_1010, 0b0000_1010][..]),
+            (42, 8, &[0b0010_1010][..]),
+        ] {
+            let mut out = Vec::new();
+            put_integer(&mut out, 0, prefix, n);
+            assert_eq!(out, bytes, "C.1: {n} on {prefix} bits");
+            let mut tagged = bytes.to_vec();
+            if prefix < 8 {
+                tagged[0] |= 0xff << prefix;
+            }
+            let mut b = &tagged[..];
+            assert_eq!(integer(&mut b, prefix), Ok(n), "C.1: {n} on {prefix} bits");
+            assert!(b.is_empty());
+        }
+    }
+
+    /// RFC 7541 C.2: the four representations one at a time, each on a fresh table.
+    /// Our encoder writes only literals without indexing, so C.2.2 (not indexed) and
+    /// C.2.3 (never indexed) are also written, to the RFC's very bytes.
+    #[test]
+    fn rfc7541_c2_field_representations() {
+        // C.2.1 Literal Header Field with Indexing.
+        let mut d = Decoder::new(4096);
+        let b = hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573
+                     746f 6d2d 6865 6164 6572");
+        let f = d.decode(&b).unwrap();
+        assert_fields(&f, &[("custom-key", "custom-header")], "C.2.1");
+        assert!(!f[0].never_indexed);
+        assert_table(&d, (&[(55, "custom-key", "custom-header")], 55), "C.2.1");
+
+        // C.2.2 Literal Header Field without Indexing.
+        let mut d = Decoder::new(4096);
+        let b = hex("040c 2f73 616d 706c 652f 7061 7468");
+        let f = d.decode(&b).unwrap();
+        assert_fields(&f, &[(":path", "/sample/path")], "C.2.2");
+        assert!(!f[0].never_indexed);
+        assert_table(&d, (&[], 0), "C.2.2");
+        let mut out = Vec::new();
+        encode(&f, &mut out);
+        assert_eq!(out, b, "C.2.2 written");
+
+        // C.2.3 Literal Header Field Never Indexed.
+        let mut d = Decoder::new(4096);
+        let b = hex("1008 7061 7373 776f 7264 0673 6563 7265
+                     74");
+        let f = d.decode(&b).unwrap();
+        assert_fields(&f, &[("password", "secret")], "C.2.3");
+        assert!(f[0].never_indexed);
+        assert_table(&d, (&[], 0), "C.2.3");
+        let mut out = Vec::new();
+        encode(&f, &mut out);
+        assert_eq!(out, b, "C.2.3 written");
+
+        // C.2.4 Indexed Header Field.
+        let mut d = Decoder::new(4096);
+        let f = d.decode(&hex("82")).unwrap();
+        assert_fields(&f, &[(":method", "GET")], "C.2.4");
+        assert_table(&d, (&[], 0), "C.2.4");
+    }
+
+    /// RFC 7541 C.3 and C.4: three requests on one connection, their literals plain
+    /// (C.3) and Huffman-coded (C.4); the same header lists and dynamic tables.
+    #[test]
+    fn rfc7541_c3_c4_requests() {
+        let lists: [&[(&str, &str)]; 3] = [
+            &[
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/"),
+                (":authority", "www.example.com"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/"),
+                (":authority", "www.example.com"),
+                ("cache-control", "no-cache"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/index.html"),
+                (":authority", "www.example.com"),
+                ("custom-key", "custom-value"),
+            ],
+        ];
+        let tables: [Table; 3] = [
+            (&[(57, ":authority", "www.example.com")], 57),
+            (
+                &[
+                    (53, "cache-control", "no-cache"),
+                    (57, ":authority", "www.example.com"),
+                ],
+                110,
+            ),
+            (
+                &[
+                    (54, "custom-key", "custom-value"),
+                    (53, "cache-control", "no-cache"),
+                    (57, ":authority", "www.example.com"),
+                ],
+                164,
+            ),
+        ];
+        let c3 = [
+            "8286 8441 0f77 7777 2e65 7861 6d70 6c65
+             2e63 6f6d",
+            "8286 84be 5808 6e6f 2d63 6163 6865",
+            "8287 85bf 400a 6375 7374 6f6d 2d6b 6579
+             0c63 7573 746f 6d2d 7661 6c75 65",
+        ];
+        let c4 = [
+            "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4
+             ff",
+            "8286 84be 5886 a8eb 1064 9cbf",
+            "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925
+             a849 e95b b8e8 b4bf",
+        ];
+        for (section, blocks) in [("C.3", c3), ("C.4", c4)] {
+            let mut d = Decoder::new(4096);
+            for (i, b) in blocks.iter().enumerate() {
+                let what = format!("{section}.{}", i + 1);
+                let f = d.decode(&hex(b)).unwrap();
+                assert_fields(&f, lists[i], &what);
+                assert_table(&d, tables[i], &what);
+            }
+        }
+    }
+
+    /// RFC 7541 C.5 and C.6: three responses with SETTINGS_HEADER_TABLE_SIZE 256, so
+    /// entries are evicted; literals plain (C.5) and Huffman-coded (C.6), the same
+    /// header lists and tables (eviction counts the decoded lengths).
+    #[test]
+    fn rfc7541_c5_c6_responses_with_eviction() {
+        let cookie = "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1";
+        let lists: [&[(&str, &str)]; 3] = [
+            &[
+                (":status", "302"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                ("location", "https://www.example.com"),
+            ],
+            &[
+                (":status", "307"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                ("location", "https://www.example.com"),
+            ],
+            &[
+                (":status", "200"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
+                ("location", "https://www.example.com"),
+                ("content-encoding", "gzip"),
+                ("set-cookie", cookie),
+            ],
+        ];
+        let tables: [Table; 3] = [
+            (
+                &[
+                    (63, "location", "https://www.example.com"),
+                    (65, "date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                    (52, "cache-control", "private"),
+                    (42, ":status", "302"),
+                ],
+                222,
+            ),
+            // ":status: 302" evicted to make room for ":status: 307".
+            (
+                &[
+                    (42, ":status", "307"),
+                    (63, "location", "https://www.example.com"),
+                    (65, "date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                    (52, "cache-control", "private"),
+                ],
+                222,
+            ),
+            // Four evictions while the third list is decoded.
+            (
+                &[
+                    (98, "set-cookie", cookie),
+                    (52, "content-encoding", "gzip"),
+                    (65, "date", "Mon, 21 Oct 2013 20:13:22 GMT"),
+                ],
+                215,
+            ),
+        ];
+        let c5 = [
+            "4803 3330 3258 0770 7269 7661 7465 611d
+             4d6f 6e2c 2032 3120 4f63 7420 3230 3133
+             2032 303a 3133 3a32 3120 474d 546e 1768
+             7474 7073 3a2f 2f77 7777 2e65 7861 6d70
+             6c65 2e63 6f6d",
+            "4803 3330 37c1 c0bf",
+            "88c1 611d 4d6f 6e2c 2032 3120 4f63 7420
+             3230 3133 2032 303a 3133 3a32 3220 474d
+             54c0 5a04 677a 6970 7738 666f 6f3d 4153
+             444a 4b48 514b 425a 584f 5157 454f 5049
+             5541 5851 5745 4f49 553b 206d 6178 2d61
+             6765 3d33 3630 303b 2076 6572 7369 6f6e
+             3d31",
+        ];
+        let c6 = [
+            "4882 6402 5885 aec3 771a 4b61 96d0 7abe
+             9410 54d4 44a8 2005 9504 0b81 66e0 82a6
+             2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8
+             e9ae 82ae 43d3",
+            "4883 640e ffc1 c0bf",
+            "88c1 6196 d07a be94 1054 d444 a820 0595
+             040b 8166 e084 a62d 1bff c05a 839b d9ab
+             77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b
+             3960 d5af 2708 7f36 72c1 ab27 0fb5 291f
+             9587 3160 65c0 03ed 4ee5 b106 3d50 07",
+        ];
+        for (section, blocks) in [("C.5", c5), ("C.6", c6)] {
+            let mut d = Decoder::new(256);
+            for (i, b) in blocks.iter().enumerate() {
+                let what = format!("{section}.{}", i + 1);
+                let f = d.decode(&hex(b)).unwrap();
+                assert_fields(&f, lists[i], &what);
+                assert_table(&d, tables[i], &what);
+            }
+        }
     }
 
     #[test]

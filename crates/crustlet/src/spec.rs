@@ -1040,7 +1040,7 @@ mod tests {
             ),
             ("web", "ns1", "u-1", 2)
         );
-        assert_eq!(s.labels[POD_UID], "u-1");
+        assert_eq!(s.labels["io.kubernetes.pod.uid"], "u-1");
         assert_eq!(s.labels["app"], "web");
         assert_eq!(s.log_directory, "/var/log/pods/ns1_web_u-1");
         assert_eq!(s.hostname, "web");
@@ -1192,8 +1192,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cc.log_path, "c/3.log");
-        assert_eq!(cc.labels[CONTAINER_NAME], "c");
-        assert_eq!(cc.annotations[RESTART_COUNT], "3");
+        assert_eq!(cc.labels["io.kubernetes.container.name"], "c");
+        assert_eq!(cc.annotations["io.kubernetes.container.restartCount"], "3");
         assert_eq!(cc.mounts[0].container_path, "/data");
         assert!(cc.mounts[0].readonly);
         assert_eq!(

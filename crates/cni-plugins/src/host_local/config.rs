@@ -356,7 +356,7 @@ mod tests {
         assert_eq!(r.start.to_string(), "10.1.2.1");
         assert_eq!(r.end.to_string(), "10.1.2.254");
         assert_eq!(r.gateway.to_string(), "10.1.2.1");
-        assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/cni/networks"));
         let c = parse(r#"{"name":"n","ipam":{"ranges":[[{"subnet":"fd00::/120"}]]}}"#).unwrap();
         assert_eq!(c.range_sets[0][0].end.to_string(), "fd00::ff");
     }

@@ -559,6 +559,12 @@ mod tests {
 
     const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
     const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    // The kernel's values (<linux/audit.h>, <asm/unistd_x32.h>) written out, shadowing
+    // the module's: the filters are checked against what the kernel passes them, not
+    // against the constants they are built from.
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
     /// `struct seccomp_data` as the filter sees it.
     struct Data {
@@ -816,6 +822,9 @@ mod tests {
         assert_eq!(Abi::I386.nr("mkdir"), Some(39));
         assert_eq!(Abi::I386.nr("mmap2"), Some(192));
         assert_eq!(Abi::X86_64.nr("mmap2"), None);
+        assert_eq!(Abi::I386.audit_arch(), AUDIT_ARCH_I386);
+        assert_eq!(Abi::X86_64.audit_arch(), AUDIT_ARCH_X86_64);
+        assert_eq!(Abi::X32.audit_arch(), AUDIT_ARCH_X86_64);
         assert_eq!(Abi::X32.nr("read"), Some(X32_SYSCALL_BIT));
         assert_eq!(Abi::X32.nr("mkdir"), Some(X32_SYSCALL_BIT | 83));
         // x32's own entry points, not x86_64's numbers.

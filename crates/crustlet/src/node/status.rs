@@ -726,7 +726,8 @@ mod tests {
             list.push(img(&format!("tiny{i:02}"), 1, &[], &[]));
         }
         let out = images(list);
-        assert_eq!(out.len(), MAX_IMAGES);
+        // The kubelet's nodeStatusMaxImages.
+        assert_eq!(out.len(), 50);
         assert_eq!(
             out[0].names.as_deref().unwrap(),
             ["a@sha256:1", "a@sha256:2", "a:1", "a:2", "a:3"]

@@ -1045,7 +1045,13 @@ mod tests {
             tokens[0].target,
             "/token?service=svc&scope=repository%3Aa%2Fb%3Apull"
         );
-        assert_eq!(seen[0].all("accept")[0], ACCEPTED.join(", "));
+        assert_eq!(
+            seen[0].all("accept")[0],
+            "application/vnd.oci.image.index.v1+json, \
+             application/vnd.oci.image.manifest.v1+json, \
+             application/vnd.docker.distribution.manifest.list.v2+json, \
+             application/vnd.docker.distribution.manifest.v2+json"
+        );
 
         // Without credentials the token service refuses: Unauthenticated, naming it.
         let f = Fetcher::new(&e, &RegistryAuth::Anonymous, Duration::from_secs(60)).unwrap();

@@ -17,7 +17,12 @@ fn root() -> bool {
             std::env::var("CI").as_deref() != Ok("true"),
             "CI must run unpack tests as root"
         );
-        eprintln!("SKIPPED: needs root (device nodes, owners, trusted xattrs)");
+        // On stdout's handle itself: libtest captures `eprintln!` of a passing test.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "SKIPPED: needs root (device nodes, owners, trusted xattrs)"
+        );
     }
     is_root
 }
