@@ -554,13 +554,12 @@ pub(crate) fn install(f: &Filter) -> io::Result<()> {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::executor::syscalls::x86_64::{AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
     use oci_spec::runtime::{LinuxSeccompArgBuilder, LinuxSeccompBuilder, LinuxSyscallBuilder};
 
     const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
     const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-    // The kernel's values (<linux/audit.h>, <asm/unistd_x32.h>) written out, shadowing
-    // the module's: the filters are checked against what the kernel passes them, not
+    // The kernel's values (<linux/audit.h>, <asm/unistd_x32.h>) written out, not the
+    // syscall tables' constants: the filters are checked against what the kernel passes them, not
     // against the constants they are built from.
     const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
     const AUDIT_ARCH_I386: u32 = 0x4000_0003;
