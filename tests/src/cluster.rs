@@ -1029,6 +1029,13 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
             "--kubelet-client-key={}",
             p("pki/kubelet-client.key")
         ));
+        if self.opts.control_plane_only {
+            // A control plane on no node (a fleet's control namespace, as a hosted
+            // control plane) has no kube-proxy to turn a webhook Service's ClusterIP
+            // into a pod: the apiserver dials the Service's endpoints itself, for
+            // admission and conversion webhooks and aggregated APIs alike.
+            api.arg("--enable-aggregator-routing=true");
+        }
         api
     }
 
