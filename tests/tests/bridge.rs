@@ -14,8 +14,9 @@
 //!
 //! Known, intentional differences from the reference, not compared: ipMasq uses nftables
 //! (`table inet crust_cni`) when `nft` exists (the reference: iptables only), the bridge's
-//! MAC is pinned when it is created, and DEL with a namespace path that no longer exists
-//! succeeds.
+//! MAC is pinned when it is created, DEL with a namespace path that no longer exists
+//! succeeds, and the gratuitous ARP for a pod's address waits for the host end's port to
+//! forward (the reference 1.1.1 sends it at once, and the bridge drops it).
 
 use crust_e2e::{
     attachment_env, bin, bin_dir, ip_files, reference_plugin, require_root, run, unique, Cni,
@@ -261,6 +262,80 @@ fn hairpin_mode_on_the_port() {
         .find(|p| p["ifname"] == second)
         .unwrap_or_else(|| panic!("{second} not in bridge link: {bl}"));
     assert_eq!(port["hairpin"], true, "{port}");
+}
+
+/// A pod that gets an address a gone pod had (host-local's range wrapped) is reachable
+/// from the node at once: the plugin announces the address from the new MAC (gratuitous
+/// ARP), so the node's neighbour entry, still holding the old pod's MAC, is corrected
+/// before anything is sent; without it the node sends to the old MAC for seconds (the
+/// kubelet's probes of such a pod time out). The reference plugin means to do the same,
+/// but Debian's 1.1.1 sends its announcement before the host end's port forwards, and the
+/// bridge drops it (here it leaves the old MAC in place; later releases wait for the
+/// port, as crust's does): ours only.
+#[test]
+fn reused_address_is_announced_to_the_node() {
+    if !root() {
+        return;
+    }
+    {
+        let node = Node::ours();
+        // One address only, as a wrapped range hands the same one out again.
+        let ipam = json!({"ranges": [[{
+            "subnet": "10.238.0.0/24", "rangeStart": "10.238.0.7", "rangeEnd": "10.238.0.7",
+        }]]});
+        let c = node.conf("1.0.0", json!({"isGateway": true}), ipam);
+        // A pod that stays: the bridge keeps its carrier (with no port left the kernel
+        // would flush its neighbours, the stale entry with them).
+        let keeper_ipam = json!({"ranges": [[{
+            "subnet": "10.238.0.0/24", "rangeStart": "10.238.0.8", "rangeEnd": "10.238.0.8",
+        }]]});
+        let keeper = Netns::new("bp");
+        node.add(
+            &node.conf("1.0.0", json!({"isGateway": true}), keeper_ipam),
+            "keep",
+            &keeper,
+        );
+        let (a, b) = (Netns::new("bp"), Netns::new("bp"));
+        node.add(&c, "c1", &a);
+        ping(&node.ns, "10.238.0.7");
+        let mac_of = |pod: &Netns| link(pod, "eth0")["address"].as_str().unwrap().to_string();
+        let old = mac_of(&a);
+        let neigh = || {
+            node.ns.sh(&[
+                "ip",
+                "-j",
+                "neigh",
+                "show",
+                "10.238.0.7",
+                "dev",
+                &node.bridge,
+            ])
+        };
+        assert!(
+            neigh().contains(&old),
+            "{}: {}",
+            node.plugin.display(),
+            neigh()
+        );
+        node.del(&c, "c1", &a);
+        node.add(&c, "c2", &b);
+        let new = mac_of(&b);
+        assert_ne!(old, new);
+        // What the node holds for the address right after ADD: the new MAC, not the
+        // old one (which the kernel would still use for 5 s and more).
+        let held: Value = serde_json::from_str(&neigh()).unwrap();
+        assert_eq!(
+            held[0]["lladdr"],
+            new.as_str(),
+            "{}: the node still sends 10.238.0.7 to {old}: {held}",
+            node.plugin.display()
+        );
+        assert!(
+            ping_once(&node.ns, "10.238.0.7"),
+            "{}",
+            node.plugin.display()
+        );
+    }
 }
 
 /// portIsolation: pods on isolated ports reach the gateway and a pod on a plain port,

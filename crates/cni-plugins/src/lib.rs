@@ -1,5 +1,6 @@
 //! crust's CNI plugins, `bridge` and `host-local`, as a library their thin binaries call.
 
+pub mod arp;
 pub mod bridge;
 pub mod failpoint;
 pub mod finish;

@@ -7,7 +7,8 @@ use futures::TryStreamExt;
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
-    InfoBridge, InfoBridgePort, InfoData, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    InfoBridge, InfoBridgePort, InfoData, InfoKind, LinkAttribute, LinkFlags, LinkInfo,
+    LinkMessage, State,
 };
 use netlink_packet_route::route::{RouteAttribute, RouteMessage};
 use netlink_packet_route::AddressFamily;
@@ -26,6 +27,8 @@ pub struct Link {
     pub controller: Option<u32>,
     pub mtu: Option<u32>,
     pub up: bool,
+    /// Operationally up (RFC 2863 `IF_OPER_UP`): for a bridge port, forwarding can start.
+    pub oper_up: bool,
     /// For a veth, the index of its peer (in the peer's namespace).
     pub peer_index: Option<u32>,
 }
@@ -40,6 +43,7 @@ impl Link {
             controller: None,
             mtu: None,
             up: m.header.flags.contains(LinkFlags::Up),
+            oper_up: false,
             peer_index: None,
         };
         for a in &m.attributes {
@@ -49,6 +53,7 @@ impl Link {
                 LinkAttribute::Controller(c) => l.controller = Some(*c),
                 LinkAttribute::Mtu(v) => l.mtu = Some(*v),
                 LinkAttribute::Link(p) => l.peer_index = Some(*p),
+                LinkAttribute::OperState(s) => l.oper_up = *s == State::Up,
                 LinkAttribute::LinkInfo(infos) => {
                     for i in infos {
                         if let LinkInfo::Kind(k) = i {

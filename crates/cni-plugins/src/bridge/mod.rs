@@ -5,12 +5,14 @@
 //! ADD, in order, each step undone on a later failure:
 //! ```text
 //! bridge (create or reuse) -> veth pair (peer created inside the netns) -> port setup
-//! (master, hairpin, vlan) -> IPAM ADD -> container side (addresses, up, routes)
+//! (master, hairpin, vlan) -> IPAM ADD -> container side (addresses, up, routes,
+//! gratuitous ARP)
 //! -> gateway address on the bridge + forwarding -> ipMasq rules -> result
 //! ```
 
 pub mod config;
 
+use crate::arp;
 use crate::failpoint::failpoint;
 use crate::finish::{self, Finish};
 use crate::masq::{self, Backend};
@@ -388,6 +390,9 @@ async fn add(
         failpoint!("bridge.add.after_rules");
     }
     configured?;
+    if !conf.disable_container_interface {
+        announce(ns, host, &host_veth, &c_link, &result).await;
+    }
 
     result.interfaces = interfaces(args, conf, host, br, &host_veth, &c_link).await?;
     result.dns = conf.dns.clone().unwrap_or_default();
@@ -620,6 +625,36 @@ async fn configure_container(
     }
     failpoint!("bridge.add.after_routes");
     Ok(())
+}
+
+/// Gratuitous ARP for the pod's IPv4 addresses (see `arp`: a reused address), once the
+/// host end's port forwards: until its operational state is up the bridge drops what the
+/// pod sends. Waits 1 s at most for it; best effort, as an ARP is.
+async fn announce(ns: &NetNs, host: &Netlink, host_veth: &Link, c_link: &Link, result: &AddResult) {
+    let v4: Vec<std::net::Ipv4Addr> = result
+        .ips
+        .iter()
+        .filter_map(|i| match i.address.ip() {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    let mac = crate::netlink::parse_mac(&c_link.mac).and_then(|m| <[u8; 6]>::try_from(m).ok());
+    let (Some(mac), false) = (mac, v4.is_empty()) else {
+        return;
+    };
+    for _ in 0..50 {
+        match host.link_by_index(host_veth.index).await {
+            Ok(Some(l)) if l.oper_up => break,
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    let index = c_link.index;
+    let _ = ns.run(move || {
+        for ip in v4 {
+            let _ = arp::announce(index, mac, ip);
+        }
+    });
 }
 
 /// Puts `gw` on the bridge. Another address of the same subnet already there is an
