@@ -77,6 +77,8 @@ pub struct Fleet {
     cni_bin_dirs: Vec<PathBuf>,
     /// The cluster's registry as the nodes reach it (`host:port`).
     mirror: String,
+    /// crustd's `--log-level`.
+    crustd_log: &'static str,
     torn_down: Mutex<bool>,
 }
 
@@ -104,6 +106,19 @@ impl Fleet {
         cni_bin_dirs: Vec<PathBuf>,
         n: usize,
         flavour: Flavour,
+    ) -> Fleet {
+        Self::start_logging(bins, crustd_bin, cni_bin_dirs, n, flavour, "debug")
+    }
+
+    /// [`Fleet::start_flavour`] with crustd logging at `crustd_log` (the suites want
+    /// `debug` to explain a failure; a benchmark wants `info`, as containerd runs).
+    pub fn start_logging(
+        bins: KubeBins,
+        crustd_bin: PathBuf,
+        cni_bin_dirs: Vec<PathBuf>,
+        n: usize,
+        flavour: Flavour,
+        crustd_log: &'static str,
     ) -> Fleet {
         let crustlet_bin = crustd_bin.with_file_name("crustlet");
         let mut cluster = Cluster::start_with(
@@ -222,6 +237,7 @@ impl Fleet {
             crustlet_bin,
             cni_bin_dirs,
             mirror,
+            crustd_log,
             torn_down: Mutex::new(false),
         };
         // A node that does not come up takes the whole fleet down with it: nothing of
@@ -463,7 +479,7 @@ current-context: crust
         for d in &self.cni_bin_dirs {
             cmd.arg("--cni-bin-dir").arg(d);
         }
-        cmd.args(["--cgroup-root", "/", "--log-level", "debug"]);
+        cmd.args(["--cgroup-root", "/", "--log-level", self.crustd_log]);
         let log = format!("{}-crustd", node.name);
         *node.runtime.lock().unwrap() = Some(self.cluster.spawn_serving(cmd, &log, &node.socket));
     }
