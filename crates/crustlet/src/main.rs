@@ -15,6 +15,7 @@ mod routes;
 mod server;
 mod services;
 mod spec;
+mod wake;
 mod worker;
 
 use clap::Parser;
@@ -35,6 +36,8 @@ pub struct Ctx {
     pub seen: server::Seen,
     /// The host ports of the admitted pods (admission's port check).
     pub ports: worker::admit::HostPorts,
+    /// The workers' wake-ups from the runtime's container events.
+    pub wakers: Arc<wake::Wakers>,
 }
 
 impl Ctx {
@@ -165,6 +168,8 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
             }
         });
     }
+    let wakers = Arc::new(wake::Wakers::default());
+    tokio::spawn(wake::follow(wakers.clone(), cri.runtime.clone()));
     let ctx = Arc::new(Ctx {
         cfg: cfg.clone(),
         cri,
@@ -175,6 +180,7 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         recorder,
         seen: Default::default(),
         ports: Default::default(),
+        wakers,
     });
     server::start(ctx.clone(), server_cfg).await?;
     // SIGTERM and SIGINT end the crustlet; its pods keep running in the runtime and are

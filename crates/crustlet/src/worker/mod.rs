@@ -1,8 +1,10 @@
 //! One worker per pod: it turns the pod's spec into CRI calls and the runtime's answers
-//! into the pod's status, once a second and whenever the pod changes.
+//! into the pod's status, whenever the pod changes, when the runtime's events say one
+//! of its containers did (`crate::wake`), at its own deadlines (probes, back-offs), and
+//! every second while it has work in flight or the runtime sends no events.
 //!
 //! ```text
-//!            +-------------------------- sync, every second ----------------------+
+//!            +-------------------------------- sync --------------------------------+
 //!            v                                                                    |
 //!   [no sandbox] --volumes, RunPodSandbox--> [sandbox ready] --init containers,   |
 //!            ^                                     |          in order, each to   |
@@ -135,10 +137,28 @@ pub struct Worker {
     /// own there. The kubelet keeps the old containers until its garbage collection, so
     /// `lastState` shows how the old one ended; the crustlet removes them at once.
     carried: HashMap<String, Instance>,
+    /// The last status could not be sent, or the last sync failed: try again soon.
+    behind: bool,
+}
+
+/// The worker's wake-up, given back when the worker ends.
+struct Registered(Arc<crate::wake::Wakers>, String);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.unregister(&self.1);
+    }
 }
 
 /// Runs the pod until it is deleted (or removed from this node).
 pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
+    let uid = rx
+        .borrow()
+        .as_ref()
+        .map(|p| spec::uid(p).to_string())
+        .unwrap_or_default();
+    let wake = ctx.wakers.register(&uid);
+    let _registered = Registered(ctx.wakers.clone(), uid);
     let mut w = Worker {
         ctx,
         sandbox: None,
@@ -157,6 +177,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
         runtime_name: String::new(),
         last_pod: None,
         carried: HashMap::new(),
+        behind: false,
     };
     // The worker waits most of its life: sync and terminate are boxed so that their
     // (large) state exists only while they run, not in every idle pod's task.
@@ -186,6 +207,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
                 let started = Instant::now();
                 if let Err(e) = Box::pin(w.sync(&pod)).await {
                     tracing::warn!(pod = %spec::key(&pod), "sync: {e:#}");
+                    w.behind = true;
                 }
                 w.ctx.seen.metrics.sync(started.elapsed());
             }
@@ -200,13 +222,18 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
                 }
                 return;
             },
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(w.next_sync()) => {}
         }
     }
 }
 
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn now_ms() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond()
 }
 
 fn time_from_nanos(ns: i64) -> Option<Time> {
@@ -280,7 +307,56 @@ impl Worker {
         Ok(out)
     }
 
+    /// How long the worker may sleep when nothing wakes it: a second while it has work
+    /// in flight (no sandbox yet, a container waiting, a status not sent, a failed sync)
+    /// or no events to wake it; else until its next deadline (a probe due, a back-off
+    /// over, the active deadline, the volumes' refresh), and [`crate::wake::SETTLED`] at
+    /// most.
+    fn next_sync(&self) -> Duration {
+        use crate::wake::{POLL, SETTLED};
+        let settled = self.ctx.wakers.live()
+            && !self.behind
+            && (self.sandbox.is_some() || self.finished.is_some())
+            && self.waiting.is_empty();
+        if !settled {
+            return POLL;
+        }
+        let now = Instant::now();
+        let mut next = now + SETTLED;
+        for p in self.probes.values() {
+            for s in [&p.liveness, &p.readiness, &p.startup]
+                .into_iter()
+                .flatten()
+            {
+                next = next.min(s.next);
+            }
+        }
+        let backoffs = self
+            .restart_backoff
+            .values()
+            .chain(self.pull_backoff.values());
+        for b in backoffs.chain(self.sandbox_backoff.iter()) {
+            if b.until > now {
+                next = next.min(b.until);
+            }
+        }
+        if let Some((_, at)) = &self.volumes {
+            next = next.min(*at + sandbox::VOLUME_REFRESH);
+        }
+        let deadline = self.last_pod.as_ref().and_then(|p| {
+            let secs = spec::spec(p).active_deadline_seconds?;
+            let start = self.start_time.as_ref()?.0;
+            let left = start.as_millisecond() + secs * 1000 - now_ms();
+            Some(now + Duration::from_millis(left.max(0) as u64))
+        });
+        if let Some(d) = deadline.filter(|_| self.finished.is_none()) {
+            next = next.min(d);
+        }
+        next.saturating_duration_since(now)
+    }
+
     async fn sync(&mut self, pod: &Arc<Pod>) -> anyhow::Result<()> {
+        self.behind = false;
         self.note_start_and_runtime(pod).await;
         let spec = spec::spec(pod);
         let policy = spec

@@ -199,7 +199,10 @@ impl Worker {
             .await
         {
             Ok(_) => self.last_status = Some(cmp),
-            Err(e) => tracing::warn!(pod = %spec::key(pod), "status update: {e}"),
+            Err(e) => {
+                tracing::warn!(pod = %spec::key(pod), "status update: {e}");
+                self.behind = true;
+            }
         }
     }
 }

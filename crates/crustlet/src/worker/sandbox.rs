@@ -8,6 +8,10 @@ use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+/// How often the pod's volumes are made again (a changed ConfigMap or Secret reaches
+/// its files), as the kubelet's periodic sync does.
+pub(super) const VOLUME_REFRESH: Duration = Duration::from_secs(60);
+
 /// The sandbox the pod runs in now.
 pub(super) struct Sandbox {
     pub(super) id: String,
@@ -203,14 +207,14 @@ impl Worker {
         }
     }
 
-    /// Makes (or, once a minute, refreshes) the pod's volumes; false when they cannot
+    /// Makes (or, every [`VOLUME_REFRESH`], refreshes) the pod's volumes; false when they cannot
     /// be made yet (the reason is in the containers' waiting state and an event).
     async fn refresh_volumes(&mut self, pod: &Pod, force: bool) -> bool {
         if !force
             && self
                 .volumes
                 .as_ref()
-                .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60))
+                .is_some_and(|(_, at)| at.elapsed() < VOLUME_REFRESH)
         {
             return true;
         }
