@@ -1567,7 +1567,10 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
             .arg(format!("--cert-dir={}", p("kubelet-certs")))
             .arg(format!("--resolv-conf={}", p("resolv.conf")))
             .args(self.server_auth_args())
-            .args(kubelet_common_args());
+            .args(kubelet_common_args())
+            // `SyncPod enter`/`exit` of each pod (kubelet.go's V(4), that file alone): the
+            // restart checks wait for the syncs after a restart, not for a while.
+            .arg("--vmodule=kubelet=4");
         *guard = Some(self.spawn_logged(cmd, "kubelet"));
     }
 

@@ -1222,14 +1222,66 @@ fn snapshot(c: &Cluster, pods: &[&str]) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// The kubelet's log so far, in bytes: where the lines of what happens next begin.
+fn kubelet_log_len(c: &Cluster) -> u64 {
+    std::fs::metadata(c.log_path("kubelet"))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+/// How many syncs of each of `pods` the kubelet finished after byte `since` of its log:
+/// its `SyncPod exit` lines, which `Cluster::start_kubelet` has it write. A sync ends
+/// after the runtime calls it decided on (a container killed, made, started), so what
+/// it changed is in crustd by the time its line is.
+fn syncs_since(c: &Cluster, pods: &[&str], since: u64) -> Vec<usize> {
+    use std::io::Seek;
+    let mut log = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(c.log_path("kubelet")) {
+        if f.seek(std::io::SeekFrom::Start(since)).is_ok() {
+            let _ = f.read_to_end(&mut log);
+        }
+    }
+    let log = String::from_utf8_lossy(&log);
+    pods.iter()
+        .map(|n| {
+            log.matches(&format!("\"SyncPod exit\" pod=\"default/{n}\""))
+                .count()
+        })
+        .collect()
+}
+
+/// Waits until the kubelet has finished `n` syncs of each of `pods` after byte `since`
+/// of its log.
+fn wait_synced(c: &Cluster, pods: &[&str], since: u64, n: usize) {
+    wait_for(
+        &format!("the kubelet to sync {pods:?} {n} time(s)"),
+        T,
+        |last| {
+            let done = syncs_since(c, pods, since);
+            *last = format!("syncs so far: {done:?}");
+            done.iter().all(|&k| k >= n).then_some(())
+        },
+    );
+}
+
+/// Once the kubelet synced them against crustd as it is now: the survivors' containers
+/// are those of before, in crustd (where a restart decided in that sync already shows)
+/// and in the pods' status.
 fn survivors_unchanged(c: &Cluster, pods: &[&str], before: &[(String, u64)]) {
-    // Long enough for several relists and status syncs.
-    std::thread::sleep(Duration::from_secs(12));
     assert!(
         c.kubelet_running(),
         "the kubelet exited: {}",
         tail(&c.log("kubelet"), 20)
     );
+    for (n, (id, _)) in pods.iter().zip(before) {
+        let ctrs = crictl_containers(c, n, true);
+        let now: Vec<_> = ctrs.iter().map(|x| (&x["id"], &x["state"])).collect();
+        assert_eq!(
+            now,
+            [(&json!(id), &json!("CONTAINER_RUNNING"))],
+            "{n}: crustd's containers of the pod"
+        );
+    }
     c.wait_node_ready(T);
     for (n, (id, restarts)) in pods.iter().zip(before) {
         let p = wait_pod(c, n, "running", T, running);
@@ -1252,6 +1304,18 @@ fn crustd_killed_and_restarted(c: &Cluster) {
     c.kill_crustd();
     std::thread::sleep(Duration::from_secs(3));
     c.start_crustd();
+    // The kubelet kept running, and resyncs a pod only every minute or so: each survivor
+    // is updated (an annotation) to be synced now, twice. The pod worker starts a sync
+    // from a relist of the runtime newer than the end of the one before, so the second
+    // one is decided on what the restarted crustd answers.
+    let since = kubelet_log_len(c);
+    for round in 1..=2 {
+        for n in pods {
+            let mark = format!("crust.test/sync={round}");
+            kubectl(c, &["annotate", "pod", n, &mark, "--overwrite"]);
+        }
+        wait_synced(c, &pods, since, round);
+    }
     survivors_unchanged(c, &pods, &before);
     sleeper(c, "after-crustd");
     kubectl(c, &["delete", "pod", "after-crustd", "--wait=true"]);
@@ -1267,7 +1331,10 @@ fn kubelet_restarted_adopts_its_pods(c: &Cluster) {
     let before = snapshot(c, &pods);
     c.stop_kubelet();
     std::thread::sleep(Duration::from_secs(2));
+    // A new process: its first sync of a pod waits for its first relist of the runtime.
+    let since = kubelet_log_len(c);
     c.start_kubelet();
+    wait_synced(c, &pods, since, 1);
     survivors_unchanged(c, &pods, &before);
     sleeper(c, "after-kubelet");
 }

@@ -37,6 +37,8 @@ impl fmt::Display for NodePlatform {
 /// OCI's (Go's) name of a Rust target architecture and the variant OCI gives it.
 /// `arm_variant` is used for 32-bit arm only; architectures Go has no other name for
 /// keep Rust's.
+/// The crustlet's node labels take the same names from its own copy
+/// (`node::host::go_arch`): it does not depend on this crate.
 pub fn oci_arch(
     rust_arch: &'static str,
     little_endian: bool,

@@ -8,6 +8,7 @@
 
 use crate::containers::store::{ContainerRecord, ContainerState};
 use crate::cri::error::{Error, Result};
+use crate::cri::labels;
 use crate::daemon::util;
 use crate::daemon::Crust;
 use crate::sandboxes::store::{SandboxRecord, SandboxState};
@@ -111,8 +112,8 @@ fn container_stats(crust: &Crust, rec: &ContainerRecord) -> Option<ContainerStat
                 name: rec.name.clone(),
                 attempt: rec.attempt,
             }),
-            labels: rec.labels.clone().into_iter().collect(),
-            annotations: rec.annotations.clone().into_iter().collect(),
+            labels: labels::to_cri(&rec.labels),
+            annotations: labels::to_cri(&rec.annotations),
         }),
         cpu: Some(cpu),
         memory: Some(memory),
@@ -249,8 +250,8 @@ async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSan
                 namespace: rec.namespace.clone(),
                 attempt: rec.attempt,
             }),
-            labels: rec.labels.clone().into_iter().collect(),
-            annotations: rec.annotations.clone().into_iter().collect(),
+            labels: labels::to_cri(&rec.labels),
+            annotations: labels::to_cri(&rec.annotations),
         }),
         linux: Some(LinuxPodSandboxStats {
             cpu: Some(cpu),
@@ -300,11 +301,7 @@ pub async fn list_containers(
             continue;
         }
         let rec = (*c.rec.view()).clone();
-        if !f
-            .label_selector
-            .iter()
-            .all(|(k, v)| rec.labels.get(k) == Some(v))
-        {
+        if !labels::selected(&f.label_selector, &rec.labels) {
             continue;
         }
         if let Some(s) = container_stats(&crust, &rec) {
@@ -334,11 +331,7 @@ pub async fn list_sandboxes(
             continue;
         }
         let rec = (*sb.rec.view()).clone();
-        if !f
-            .label_selector
-            .iter()
-            .all(|(k, v)| rec.labels.get(k) == Some(v))
-        {
+        if !labels::selected(&f.label_selector, &rec.labels) {
             continue;
         }
         if let Some(s) = sandbox_stats(&crust, &rec).await {

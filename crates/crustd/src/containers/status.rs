@@ -4,6 +4,7 @@
 use crate::containers::lifecycle::refresh;
 use crate::containers::store::{Container, ContainerRecord, ContainerState};
 use crate::cri::error::Result;
+use crate::cri::labels;
 use crate::daemon::Crust;
 use cri_api::*;
 use std::sync::Arc;
@@ -64,8 +65,8 @@ pub fn cri_status(
         image_ref,
         reason: rec.reason.clone(),
         message: rec.message.clone(),
-        labels: rec.labels.clone().into_iter().collect(),
-        annotations: rec.annotations.clone().into_iter().collect(),
+        labels: labels::to_cri(&rec.labels),
+        annotations: labels::to_cri(&rec.annotations),
         mounts: cfg.mounts.clone(),
         log_path: rec
             .log_path
@@ -181,11 +182,7 @@ pub async fn list(
                 continue;
             }
         }
-        if !f
-            .label_selector
-            .iter()
-            .all(|(k, v)| rec.labels.get(k) == Some(v))
-        {
+        if !labels::selected(&f.label_selector, &rec.labels) {
             continue;
         }
         out.push(cri_api::Container {
@@ -196,8 +193,8 @@ pub async fn list(
             image_ref: rec.image_id.clone(),
             state: rec.state.cri() as i32,
             created_at: rec.created_at,
-            labels: rec.labels.clone().into_iter().collect(),
-            annotations: rec.annotations.clone().into_iter().collect(),
+            labels: labels::to_cri(&rec.labels),
+            annotations: labels::to_cri(&rec.annotations),
             image_id: rec.image_id.clone(),
         });
     }

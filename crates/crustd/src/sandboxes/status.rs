@@ -1,6 +1,7 @@
 //! PodSandboxStatus and ListPodSandbox.
 
 use crate::cri::error::Result;
+use crate::cri::labels;
 use crate::daemon::util;
 use crate::daemon::Crust;
 use crate::sandboxes::store::{SandboxRecord, SandboxState};
@@ -34,10 +35,6 @@ fn metadata(rec: &SandboxRecord) -> PodSandboxMetadata {
         namespace: rec.namespace.clone(),
         attempt: rec.attempt,
     }
-}
-
-fn to_map(m: &std::collections::BTreeMap<String, String>) -> HashMap<String, String> {
-    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 pub async fn status(
@@ -78,8 +75,8 @@ pub async fn status(
                 }),
             }),
         }),
-        labels: to_map(&rec.labels),
-        annotations: to_map(&rec.annotations),
+        labels: labels::to_cri(&rec.labels),
+        annotations: labels::to_cri(&rec.annotations),
         runtime_handler: rec.runtime_handler.clone(),
     };
     let mut info = HashMap::new();
@@ -165,11 +162,7 @@ pub async fn list(crust: Arc<Crust>, filter: Option<PodSandboxFilter>) -> Result
                     continue;
                 }
             }
-            if !f
-                .label_selector
-                .iter()
-                .all(|(k, v)| rec.labels.get(k) == Some(v))
-            {
+            if !labels::selected(&f.label_selector, &rec.labels) {
                 continue;
             }
         }
@@ -178,8 +171,8 @@ pub async fn list(crust: Arc<Crust>, filter: Option<PodSandboxFilter>) -> Result
             metadata: Some(metadata(&rec)),
             state: state as i32,
             created_at: rec.created_at,
-            labels: to_map(&rec.labels),
-            annotations: to_map(&rec.annotations),
+            labels: labels::to_cri(&rec.labels),
+            annotations: labels::to_cri(&rec.annotations),
             runtime_handler: rec.runtime_handler.clone(),
         });
     }

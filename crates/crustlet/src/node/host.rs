@@ -157,6 +157,10 @@ pub fn hugepages(dir: &Path) -> Vec<(String, u64)> {
 
 /// Go's name for an architecture (`GOARCH`), which is what Kubernetes labels and
 /// `nodeInfo.architecture` carry: images' manifests lists and node selectors use it.
+/// The `image` crate has the same table with OCI's variants beside it
+/// (`platform::oci_arch`, which lacks the little-endian mips names), but the crustlet
+/// does not depend on `image`, which would bring the registry client in for one match:
+/// an architecture added here goes there too.
 pub fn go_arch(rust_arch: &str, little_endian: bool) -> &str {
     match rust_arch {
         "x86_64" => "amd64",

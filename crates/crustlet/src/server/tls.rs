@@ -2,10 +2,16 @@
 //! first start and reused after, as the kubelet keeps `kubelet.crt`/`kubelet.key`), the
 //! client-certificate check against `--client-ca-file`, and the user a verified client
 //! certificate names (CN the user, O the groups, as Kubernetes' x509 authenticator).
+//! The crypto provider and the verifier that takes any certificate are the probes'
+//! HTTPS client's too, so both ends check a handshake the same way.
 
 use anyhow::{bail, Context};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,7 +28,7 @@ pub fn server_config(
     key: &Path,
     client_ca: Option<&Path>,
 ) -> anyhow::Result<(rustls::ServerConfig, Option<ClientVerifier>)> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = provider();
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("reading {}", cert.display()))?
         .collect::<Result<_, _>>()
@@ -44,13 +50,14 @@ pub fn server_config(
                     .add(c.with_context(|| format!("parsing {}", ca.display()))?)
                     .with_context(|| format!("a CA of {}", ca.display()))?;
             }
+            let hints = roots.subjects();
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
-                provider,
+                provider.clone(),
             )
             .allow_unauthenticated()
             .build()?;
-            let asks = Arc::new(AnyClientCert(verifier.clone()));
+            let asks = Arc::new(AnyCert::new(provider, hints));
             (builder.with_client_cert_verifier(asks), Some(verifier))
         }
         None => (builder.with_no_client_auth(), None),
@@ -65,14 +72,63 @@ pub fn server_config(
     Ok((cfg, verifier))
 }
 
-/// Asks for a client certificate and takes any (its handshake signature checked) for
-/// [`client_user`] to judge.
-#[derive(Debug)]
-struct AnyClientCert(ClientVerifier);
+/// The crypto of every TLS end of the crustlet: ring, the one provider the workspace
+/// builds rustls with.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
 
-impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        self.0.root_hint_subjects()
+/// Takes any certificate and leaves judging it to someone else: the server asks for a
+/// client certificate with it and decides per request who the client is
+/// ([`client_user`]); the probes' client takes any server certificate with it, as the
+/// kubelet's `InsecureSkipVerify`. The handshake's signature is still checked against
+/// the certificate's key, with the provider's algorithms as rustls' WebPKI verifiers do.
+#[derive(Debug)]
+pub struct AnyCert {
+    provider: Arc<CryptoProvider>,
+    /// The CA subjects a server names when it asks for a client certificate.
+    hints: Vec<DistinguishedName>,
+}
+
+impl AnyCert {
+    pub fn new(provider: Arc<CryptoProvider>, hints: Vec<DistinguishedName>) -> AnyCert {
+        AnyCert { provider, hints }
+    }
+}
+
+/// The handshake signature checks: the server's and the client's verifier traits ask for
+/// them with the same three methods, which only a macro can write once for both.
+macro_rules! handshake_signatures {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            let algs = &self.provider.signature_verification_algorithms;
+            rustls::crypto::verify_tls12_signature(message, cert, dss, algs)
+        }
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            let algs = &self.provider.signature_verification_algorithms;
+            rustls::crypto::verify_tls13_signature(message, cert, dss, algs)
+        }
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
+}
+
+impl ClientCertVerifier for AnyCert {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &self.hints
     }
     fn client_auth_mandatory(&self) -> bool {
         false
@@ -81,29 +137,25 @@ impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
         &self,
         _end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        Ok(rustls::server::danger::ClientCertVerified::assertion())
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
     }
-    fn verify_tls12_signature(
+    handshake_signatures!();
+}
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
         &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
     }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
+    handshake_signatures!();
 }
 
 /// Who a connection's client certificates say the client is: `None` without any, the
@@ -116,7 +168,7 @@ pub fn client_user(
     let Some(verifier) = verifier else {
         return Some(Err(()));
     };
-    let now = rustls::pki_types::UnixTime::now();
+    let now = UnixTime::now();
     if let Err(e) = verifier.verify_client_cert(end, intermediates, now) {
         tracing::debug!("client certificate: {e}");
         return Some(Err(()));
@@ -290,6 +342,129 @@ fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::client::ResolvesClientCert;
+    use rustls::sign::CertifiedKey;
+    use std::sync::Mutex;
+
+    fn params(cn: &str) -> rcgen::CertificateParams {
+        let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p
+    }
+
+    /// A CA for `--client-ca-file`: its certificate, and it as the issuer of others.
+    fn ca() -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = params("crust test CA");
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let c = p.self_signed(&key).unwrap();
+        (c, rcgen::Issuer::new(p, key))
+    }
+
+    /// A client certificate of `cn` signed by `issuer` (self-signed without one).
+    fn client_cert(
+        cn: &str,
+        issuer: Option<&rcgen::Issuer<'_, rcgen::KeyPair>>,
+    ) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let p = params(cn);
+        let c = match issuer {
+            Some(i) => p.signed_by(&key, i).unwrap(),
+            None => p.self_signed(&key).unwrap(),
+        };
+        let key = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        (c.der().clone(), key)
+    }
+
+    /// A client that presents its key's certificate (or nothing) and writes down the CA subjects the
+    /// server named when it asked for a certificate.
+    #[derive(Debug)]
+    struct Client {
+        key: Option<Arc<CertifiedKey>>,
+        hints: Mutex<Vec<Vec<u8>>>,
+    }
+
+    impl ResolvesClientCert for Client {
+        fn resolve(&self, hints: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+            *self.hints.lock().unwrap() = hints.iter().map(|h| h.to_vec()).collect();
+            self.key.clone()
+        }
+        fn has_certs(&self) -> bool {
+            self.key.is_some()
+        }
+    }
+
+    /// One handshake between the server's config and a client presenting `key`: the
+    /// user the server makes of it, and the CA subjects the client was shown.
+    async fn handshake(
+        server: (rustls::ServerConfig, Option<ClientVerifier>),
+        key: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>,
+    ) -> (Option<Result<(String, Vec<String>), ()>>, Vec<Vec<u8>>) {
+        let p = provider();
+        let key = key.map(|(c, k)| Arc::new(CertifiedKey::from_der(vec![c], k, &p).unwrap()));
+        let client = Arc::new(Client {
+            key,
+            hints: Mutex::new(vec![]),
+        });
+        let cfg = rustls::ClientConfig::builder_with_provider(p.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCert::new(p, vec![])))
+            .with_client_cert_resolver(client.clone());
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (verifier, acceptor) = (
+            server.1,
+            tokio_rustls::TlsAcceptor::from(Arc::new(server.0)),
+        );
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+        let name = ServerName::try_from("localhost").unwrap();
+        let (s, c) = tokio::join!(acceptor.accept(a), connector.connect(name, b));
+        let (s, _c) = (s.unwrap(), c.unwrap());
+        let user = client_user(verifier.as_ref(), s.get_ref().1.peer_certificates());
+        let hints = client.hints.lock().unwrap().clone();
+        (user, hints)
+    }
+
+    #[tokio::test]
+    async fn any_client_is_let_in_and_judged_by_the_ca_afterwards() {
+        let dir = std::env::temp_dir().join(format!("crustlet-mtls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca_cert, issuer) = ca();
+        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+        let (crt, key) = self_signed("localhost", &[]).unwrap();
+        std::fs::write(dir.join("c.pem"), crt).unwrap();
+        std::fs::write(dir.join("k.pem"), key).unwrap();
+        let config = || {
+            server_config(
+                &dir.join("c.pem"),
+                &dir.join("k.pem"),
+                Some(&dir.join("ca.pem")),
+            )
+            .unwrap()
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).unwrap();
+        let subjects: Vec<Vec<u8>> = roots
+            .subjects()
+            .iter()
+            .map(|d| d.as_ref().to_vec())
+            .collect();
+
+        let alice = client_cert("alice", Some(&issuer));
+        let (user, hints) = handshake(config(), Some(alice)).await;
+        assert_eq!(user, Some(Ok(("alice".to_string(), vec![]))));
+        assert_eq!(hints, subjects, "the server names its CA when it asks");
+
+        let mallory = client_cert("mallory", None);
+        let (user, _) = handshake(config(), Some(mallory)).await;
+        assert_eq!(user, Some(Err(())), "in, but as no one");
+
+        let (user, _) = handshake(config(), None).await;
+        assert_eq!(user, None, "no certificate: left to a bearer token");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn a_client_certificate_names_its_user_and_groups() {

@@ -3,7 +3,8 @@
 
 use super::probe;
 use super::{Instance, Worker};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use crate::Ctx;
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use std::time::Instant;
 
 pub(super) struct Probes {
@@ -47,7 +48,13 @@ impl Worker {
             .as_ref()
             .map(|s| s.ip.clone())
             .unwrap_or_default();
-        let cri = self.ctx.cri.clone();
+        let target = Target {
+            ctx: &self.ctx,
+            pod,
+            c,
+            id: &i.id,
+            ip: &ip,
+        };
         let mut kill = None;
         let mut events = vec![];
         let startup_done = ps
@@ -57,18 +64,10 @@ impl Worker {
         let due = |s: &Option<probe::State>| s.as_ref().is_some_and(|s| Instant::now() >= s.next);
         if !startup_done && due(&ps.startup) {
             let p = c.startup_probe.as_ref().expect("startup probe");
-            let took = Instant::now();
-            let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
-            let ok = r == probe::Outcome::Success;
-            self.ctx
-                .seen
-                .metrics
-                .probe(pod, &c.name, "Startup", ok, took.elapsed());
             let st = ps.startup.as_mut().expect("state");
-            if r == probe::Outcome::Failure {
-                events.push(format!("Startup probe failed: {m}"));
-            }
-            if st.record(p, r, m) == Some(probe::Outcome::Failure) {
+            let (failed, verdict) = target.once("Startup", p, st).await;
+            events.extend(failed);
+            if verdict == Some(probe::Outcome::Failure) {
                 kill = Some(("failed startup probe", p));
             }
         }
@@ -86,18 +85,10 @@ impl Worker {
                 if !due(st) {
                     continue;
                 }
-                let took = Instant::now();
-                let (r, m) = probe::run(&cri, p, c, &i.id, &ip).await;
-                let ok = r == probe::Outcome::Success;
-                self.ctx
-                    .seen
-                    .metrics
-                    .probe(pod, &c.name, which, ok, took.elapsed());
-                if r == probe::Outcome::Failure {
-                    events.push(format!("{which} probe failed: {m}"));
-                }
                 let st = st.as_mut().expect("state");
-                if st.record(p, r, m) == Some(probe::Outcome::Failure) && which == "Liveness" {
+                let (failed, verdict) = target.once(which, p, st).await;
+                events.extend(failed);
+                if verdict == Some(probe::Outcome::Failure) && which == "Liveness" {
                     kill = Some(("failed liveness probe", p));
                 }
             }
@@ -114,5 +105,39 @@ impl Worker {
             );
             self.stop(pod, c, i, Some(failed)).await;
         }
+    }
+}
+
+/// The container instance a round of probes runs against, and the pod its metrics are
+/// counted for.
+struct Target<'a> {
+    ctx: &'a Ctx,
+    pod: &'a Pod,
+    c: &'a Container,
+    id: &'a str,
+    ip: &'a str,
+}
+
+impl Target<'_> {
+    /// One run of a due probe, counted where the kubelet counts it: in the prober's
+    /// duration metric and against the probe's thresholds. Startup, liveness and
+    /// readiness differ only in what their verdict brings, so that stays with the
+    /// caller, who gets the Unhealthy event's message (a failed run) and the verdict
+    /// (when it changed).
+    async fn once(
+        &self,
+        which: &'static str,
+        p: &Probe,
+        st: &mut probe::State,
+    ) -> (Option<String>, Option<probe::Outcome>) {
+        let took = Instant::now();
+        let (r, m) = probe::run(&self.ctx.cri, p, self.c, self.id, self.ip).await;
+        let ok = r == probe::Outcome::Success;
+        self.ctx
+            .seen
+            .metrics
+            .probe(self.pod, &self.c.name, which, ok, took.elapsed());
+        let failed = (r == probe::Outcome::Failure).then(|| format!("{which} probe failed: {m}"));
+        (failed, st.record(p, r, m))
     }
 }

@@ -19,10 +19,11 @@
 //! crustlet already serves with; one connection per request, closed after the answer's
 //! head (the body is not needed).
 
+use crate::server::tls;
 use bytes::Bytes;
 use http_body_util::Empty;
 use k8s_openapi::api::core::v1::HTTPGetAction;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::ServerName;
 use std::sync::{Arc, OnceLock};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -313,64 +314,17 @@ fn client_config() -> Arc<rustls::ClientConfig> {
     static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let provider = tls::provider();
             let mut cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
                 .with_safe_default_protocol_versions()
                 .expect("ring supports the default protocol versions")
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+                .with_custom_certificate_verifier(Arc::new(tls::AnyCert::new(provider, vec![])))
                 .with_no_client_auth();
             cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
             Arc::new(cfg)
         })
         .clone()
-}
-
-/// Takes any server certificate, as the kubelet's `InsecureSkipVerify`; the handshake
-/// signature is checked with the provider's algorithms.
-#[derive(Debug)]
-struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]
