@@ -18,17 +18,46 @@
 //! from the event that shows the pod created to the one that shows it Running with its
 //! container running; millisecond resolution, the same watch for both nodes), and as
 //! the pod's status says (creationTimestamp to the container's `startedAt`: the API's
-//! timestamps have whole seconds). Then the resident memory (RSS, and PSS from
-//! `/proc/<pid>/smaps_rollup`) of the crustlet and the kubelet process, and of their
-//! runtimes (crustd; containerd and its shims), with the N pods running and both nodes
-//! idle: `BENCH_SETTLE` seconds (default 30) after the last pod ran, the agents' figures
-//! the median of 5 samples 2 s apart, taken at the same instants for both; and where
-//! each agent's RSS is (its executable, other files, anonymous memory; threads).
+//! timestamps have whole seconds).
+//!
+//! Then the memory each agent and runtime costs the node, with the N pods running and
+//! both nodes idle: `BENCH_SETTLE` seconds (default 30) after the last pod ran, every
+//! figure the median of 5 samples 2 s apart, all daemons sampled at the same instants.
+//! Four groups: the kubelet, the crustlet, containerd with its shims, crustd with its
+//! monitors (crust's counterpart of the shims; only this cluster's crustd, found by its
+//! state dir). Each daemon runs in a memory cgroup of its own (`Options::agent_cgroups`:
+//! cgroup v2, or v1's `memory` hierarchy on a hybrid host; tests/src/agent_cgroups.rs);
+//! the shims and the monitors, forked by their runtime, stay in its cgroup (the bench
+//! lists what each cgroup holds), the containers and pauses are in the pods' cgroups.
+//! Per group:
+//! - from `/proc/<pid>/smaps_rollup`, summed over its processes: the RSS split into
+//!   file pages (executables, libraries: clean pages the kernel can drop and read
+//!   again) and anonymous memory (`Anonymous`: heap, stacks, relocated data; without
+//!   swap the kernel cannot take it back), and the PSS (each page divided among the
+//!   processes that map it);
+//! - from its cgroup: the working set as the kubelet and cAdvisor define it (the usage,
+//!   kernel memory included, less the inactive file pages: `memory.current` less
+//!   `inactive_file`, v1 `memory.usage_in_bytes` less `total_inactive_file`), and its
+//!   anonymous memory (`anon`, v1 `total_rss`). A file page is charged to the cgroup
+//!   that first reads it: each daemon's executable is dropped from the page cache before
+//!   the daemons start, so that a daemon pays for its own (not where another process on
+//!   the machine maps it, another cluster's kubelet say). The daemons log to files
+//!   here, and what a daemon writes to its log is charged to it as page cache (on a
+//!   systemd node, journald's cgroup pays for that).
+//!
+//! The crustlet's target is on anonymous memory: at most a tenth of the kubelet's. The
+//! ratios crustlet/kubelet are printed on anonymous memory, PSS, working set and RSS,
+//! and the runtimes' (crustd + monitors against containerd + shims) on the same. The
+//! latency table keeps the agents' RSS and PSS and the runtimes' (daemon + shims or
+//! monitors). Then where each agent's RSS is, by mapping (its executable, other files,
+//! anonymous mappings; threads).
+//!
 //! `BENCH_DELETE=1` deletes the pods at the end (for a profile of a node's whole round).
 //! `BENCH_INSPECT=<shell command>` runs that command once the memory is read, with the
 //! agents still up and `KUBELET_PID` and `CRUSTLET_PID` set (to look at their pages
 //! more closely than smaps shows).
 
+use crust_e2e::agent_cgroups;
 use crust_e2e::cluster::{kube_bins, run_timeout, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};
@@ -186,50 +215,158 @@ fn pct(v: &[f64], p: f64) -> f64 {
     v[i.min(v.len() - 1)]
 }
 
-/// (RSS, PSS) in KiB of `pid`.
-fn mem(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    let field = |k: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("Rss:"), field("Pss:"))
+/// One process's memory, or a sum over processes (KiB), from `/proc/<pid>/smaps_rollup`:
+/// the resident set (RSS), its anonymous part (`Anonymous`: heap, stacks, arenas; the
+/// rest of the RSS is file pages, the executable, libraries and shared memory, which
+/// the kernel can drop and read again) and the proportional share (PSS: each page
+/// divided among the processes that map it).
+#[derive(Clone, Copy, Default)]
+struct Mem {
+    rss: u64,
+    anon: u64,
+    pss: u64,
 }
 
-/// `mem` of each pid, sampled `n` times 2 s apart (all pids at the same instants), the
-/// median of each figure: one sample can land on a Go GC cycle, a housekeeping pass or
-/// a stats request.
-fn mem_median(pids: &[u32], n: usize) -> Vec<(u64, u64)> {
-    let mut samples: Vec<Vec<(u64, u64)>> = vec![vec![]; pids.len()];
+impl Mem {
+    fn of(pid: u32) -> Mem {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        Mem {
+            rss: field("Rss:"),
+            anon: field("Anonymous:"),
+            pss: field("Pss:"),
+        }
+    }
+
+    fn sum(pids: &[u32]) -> Mem {
+        pids.iter()
+            .map(|p| Mem::of(*p))
+            .fold(Mem::default(), |a, m| a.plus(m))
+    }
+
+    fn plus(self, o: Mem) -> Mem {
+        Mem {
+            rss: self.rss + o.rss,
+            anon: self.anon + o.anon,
+            pss: self.pss + o.pss,
+        }
+    }
+
+    /// The file pages of the RSS.
+    fn file(&self) -> u64 {
+        self.rss.saturating_sub(self.anon)
+    }
+}
+
+/// A daemon and what it forked and keeps (containerd's shims, crustd's monitors): the
+/// pids of each, found anew at every sample, and the daemon's memory cgroup.
+struct Daemon<'a> {
+    pids: Box<dyn Fn() -> (Vec<u32>, Vec<u32>) + 'a>,
+    cgroup: Option<&'a std::path::Path>,
+}
+
+/// What one sample (or the median of several) found of a [`Daemon`].
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    main: Mem,
+    helpers: Mem,
+    helpers_n: u64,
+    /// Its cgroup's working set (usage less inactive file pages) and anonymous memory,
+    /// KiB; `None` without a memory cgroup of its own.
+    cgroup: Option<(u64, u64)>,
+}
+
+impl Figures {
+    fn total(&self) -> Mem {
+        self.main.plus(self.helpers)
+    }
+    fn working_set(&self) -> Option<u64> {
+        self.cgroup.map(|c| c.0)
+    }
+    fn cgroup_anon(&self) -> Option<u64> {
+        self.cgroup.map(|c| c.1)
+    }
+}
+
+fn sample(d: &Daemon) -> Figures {
+    let (main, helpers) = (d.pids)();
+    let cgroup = d
+        .cgroup
+        .and_then(agent_cgroups::usage)
+        .map(|u| (u.working_set() / 1024, u.anon / 1024));
+    Figures {
+        main: Mem::sum(&main),
+        helpers: Mem::sum(&helpers),
+        helpers_n: helpers.len() as u64,
+        cgroup,
+    }
+}
+
+/// Each daemon sampled `n` times 2 s apart (all at the same instants), the median of
+/// each figure: one sample can land on a Go GC cycle, a housekeeping pass or a stats
+/// request.
+fn sample_median(daemons: &[Daemon], n: usize) -> Vec<Figures> {
+    let mut samples: Vec<Vec<Figures>> = vec![vec![]; daemons.len()];
     for i in 0..n {
         if i > 0 {
             std::thread::sleep(Duration::from_secs(2));
         }
-        for (s, pid) in samples.iter_mut().zip(pids) {
-            s.push(mem(*pid));
+        for (s, d) in samples.iter_mut().zip(daemons) {
+            s.push(sample(d));
         }
     }
-    let median = |mut v: Vec<u64>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    samples
-        .into_iter()
-        .map(|s| {
-            (
-                median(s.iter().map(|m| m.0).collect()),
-                median(s.iter().map(|m| m.1).collect()),
-            )
-        })
-        .collect()
+    samples.iter().map(|s| median(s)).collect()
 }
 
-/// Where a process's resident memory is (KiB of RSS from `/proc/<pid>/smaps`): its own
-/// executable's mappings (text and data), other files (shared libraries), anonymous
-/// memory (heap, arenas, stacks), and its thread count.
+fn median(samples: &[Figures]) -> Figures {
+    let med = |f: &dyn Fn(&Figures) -> Option<u64>| {
+        let mut v: Vec<u64> = samples.iter().filter_map(f).collect();
+        v.sort();
+        v.get(v.len() / 2).copied()
+    };
+    let mem = |g: fn(&Figures) -> Mem| Mem {
+        rss: med(&|s| Some(g(s).rss)).unwrap_or(0),
+        anon: med(&|s| Some(g(s).anon)).unwrap_or(0),
+        pss: med(&|s| Some(g(s).pss)).unwrap_or(0),
+    };
+    Figures {
+        main: mem(|s| s.main),
+        helpers: mem(|s| s.helpers),
+        helpers_n: med(&|s| Some(s.helpers_n)).unwrap_or(0),
+        cgroup: med(&|s| s.working_set()).zip(med(&|s| s.cgroup_anon())),
+    }
+}
+
+/// The processes in the cgroup at `dir`, counted by name (`1 containerd, 31
+/// containerd-shim-runc-v2`): what its figures cover.
+fn cgroup_procs(dir: &std::path::Path) -> String {
+    let mut names: Vec<(String, usize)> = vec![];
+    for pid in agent_cgroups::procs(dir) {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let comm = comm.trim().to_string();
+        match names.iter_mut().find(|(n, _)| *n == comm) {
+            Some((_, k)) => *k += 1,
+            None => names.push((comm, 1)),
+        }
+    }
+    let list: Vec<String> = names.iter().map(|(n, k)| format!("{k} {n}")).collect();
+    if list.is_empty() {
+        "none".into()
+    } else {
+        list.join(", ")
+    }
+}
+
+/// Where a process's resident memory is (KiB of RSS from `/proc/<pid>/smaps`), by
+/// mapping: its own executable's mappings (text and data, with the anonymous pages of
+/// its relocated data, which `smaps_rollup`'s `Anonymous` counts), other files (shared
+/// libraries), anonymous mappings (heap, arenas, stacks), and its thread count.
 fn breakdown(pid: u32) -> String {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
@@ -259,7 +396,7 @@ fn breakdown(pid: u32) -> String {
         .map_or("?", str::trim)
         .to_string();
     format!(
-        "executable {}, other files {}, anonymous {}; {threads} threads",
+        "executable {}, other files {}, anonymous mappings {}; {threads} threads",
         mib(own),
         mib(files),
         mib(anon)
@@ -300,6 +437,18 @@ fn pids_of(prog: &str, arg: &str) -> Vec<u32> {
 
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn mib_or_na(kib: Option<u64>) -> String {
+    kib.map_or_else(|| "n/a".into(), mib)
+}
+
+/// `a / b` with three decimals, `n/a` without either.
+fn ratio(a: Option<u64>, b: Option<u64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0 => format!("{:.3}", a as f64 / b as f64),
+        _ => "n/a".into(),
+    }
 }
 
 fn main() {
@@ -345,6 +494,7 @@ fn main() {
         cni_dirs,
         Options {
             containerd: Some(ContainerdFor::Kubelet),
+            agent_cgroups: true,
             ..Options::default()
         },
     );
@@ -408,7 +558,7 @@ fn main() {
 
     // Memory with the pods up (N + the warm-up pod on each node), once both nodes are
     // idle and steady: BENCH_SETTLE seconds (default 30) after the last pod ran, then
-    // the median of 5 samples 2 s apart, the agents sampled at the same instants.
+    // the median of 5 samples 2 s apart, every daemon sampled at the same instants.
     let settle: u64 = std::env::var("BENCH_SETTLE")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -416,27 +566,38 @@ fn main() {
     std::thread::sleep(Duration::from_secs(settle));
     let kubelet_pid = c.kubelet_pid().expect("kubelet");
     let crustlet_pid = c.crustlet_pid().expect("crustlet");
-    let agents = mem_median(&[kubelet_pid, crustlet_pid], 5);
-    let (kubelet, crustlet) = (agents[0], agents[1]);
-    let containerd = mem(c.containerd_pid().expect("containerd"));
+    let containerd_pid = c.containerd_pid().expect("containerd");
     let sock = c.containerd_socket.display().to_string();
-    let shims: Vec<(u64, u64)> = pids_of("containerd-shim-runc-v2", &sock)
-        .into_iter()
-        .map(mem)
-        .collect();
-    let shim_sum = shims.iter().fold((0, 0), |a, m| (a.0 + m.0, a.1 + m.1));
+    // Only this cluster's crustd and monitors (crust's counterpart of the shims):
+    // another cluster's may run beside the bench's.
     let state = c.path("crustlet-crust-state").display().to_string();
-    let crustd = pids_of("crustd", &state)
-        .into_iter()
-        .map(mem)
-        .fold((0, 0), |a, m| (a.0 + m.0, a.1 + m.1));
-    // crust's per-container monitors (its counterpart of the shims).
-    // Only this cluster's: another cluster's crustd may run beside the bench's.
-    let monitors: Vec<(u64, u64)> = pids_of("crust-monitor", &state)
-        .into_iter()
-        .map(mem)
+    let daemons = [
+        Daemon {
+            pids: Box::new(move || (vec![kubelet_pid], vec![])),
+            cgroup: c.agent_cgroup("kubelet"),
+        },
+        Daemon {
+            pids: Box::new(move || (vec![crustlet_pid], vec![])),
+            cgroup: c.agent_cgroup("crustlet"),
+        },
+        Daemon {
+            pids: Box::new(|| {
+                let shims = pids_of("containerd-shim-runc-v2", &sock);
+                (vec![containerd_pid], shims)
+            }),
+            cgroup: c.agent_cgroup("containerd"),
+        },
+        Daemon {
+            pids: Box::new(|| (pids_of("crustd", &state), pids_of("crust-monitor", &state))),
+            cgroup: c.agent_cgroup("crustlet-crustd"),
+        },
+    ];
+    let figures = sample_median(&daemons, 5);
+    let (kubelet, crustlet, containerd, crustd) = (figures[0], figures[1], figures[2], figures[3]);
+    let in_cgroups: Vec<String> = ["kubelet", "crustlet", "containerd", "crustlet-crustd"]
+        .iter()
+        .filter_map(|n| Some(format!("{n}: {}", cgroup_procs(c.agent_cgroup(n)?))))
         .collect();
-    let mon_sum = monitors.iter().fold((0, 0), |a, m| (a.0 + m.0, a.1 + m.1));
     // Where each agent's memory is, mapping by mapping, for a closer look.
     if std::env::var_os("BENCH_KEEP_LOGS").is_some() {
         for (name, pid) in [("kubelet", kubelet_pid), ("crustlet", crustlet_pid)] {
@@ -464,7 +625,7 @@ fn main() {
         "| | watch p50 | watch p99 | status p50 | status p99 | status mean | agent RSS | agent PSS | runtime RSS | runtime PSS |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    let row = |name: &str, tag: &str, agent: (u64, u64), rt: (u64, u64)| {
+    let row = |name: &str, tag: &str, agent: Mem, rt: Mem| {
         let w = &watched[tag];
         let s = &status[tag];
         println!(
@@ -474,31 +635,91 @@ fn main() {
             pct(s, 50.0),
             pct(s, 99.0),
             s.iter().sum::<f64>() / s.len() as f64,
-            mib(agent.0),
-            mib(agent.1),
-            mib(rt.0),
-            mib(rt.1),
+            mib(agent.rss),
+            mib(agent.pss),
+            mib(rt.rss),
+            mib(rt.pss),
         );
     };
-    let ctrd_total = (containerd.0 + shim_sum.0, containerd.1 + shim_sum.1);
-    row("kubelet + containerd", "kubelet", kubelet, ctrd_total);
-    let crust_total = (crustd.0 + mon_sum.0, crustd.1 + mon_sum.1);
-    row("crustlet + crustd", "crustlet", crustlet, crust_total);
-    let r = |tag_a: &str, p: f64| pct(&watched[tag_a], p);
+    row(
+        "kubelet + containerd",
+        "kubelet",
+        kubelet.main,
+        containerd.total(),
+    );
+    row(
+        "crustlet + crustd",
+        "crustlet",
+        crustlet.main,
+        crustd.total(),
+    );
+
+    // What the node pays for each daemon: its anonymous memory (which the kernel cannot
+    // take back without swap), its PSS, and its cgroup's working set.
     println!(
-        "\ncrustlet/kubelet: watch p50 {:.2}, p99 {:.2} (target < 1); RSS {:.3}, PSS {:.3} (target < 0.1); runtimes' PSS {:.3} (containerd {} + {} shims {}; crustd {} + {} monitors {})",
+        "\nmemory with the pods up and both nodes idle: processes (smaps_rollup, summed over the group) and the daemon's memory cgroup"
+    );
+    println!(
+        "| | processes | RSS | RSS file | RSS anonymous | PSS | cgroup working set | cgroup anon |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let mem_row = |name: &str, f: &Figures, helpers: &str| {
+        let t = f.total();
+        let procs = if helpers.is_empty() {
+            "1".to_string()
+        } else {
+            format!("1 + {} {helpers}", f.helpers_n)
+        };
+        println!(
+            "| {name} | {procs} | {} | {} | {} | {} | {} | {} |",
+            mib(t.rss),
+            mib(t.file()),
+            mib(t.anon),
+            mib(t.pss),
+            mib_or_na(f.working_set()),
+            mib_or_na(f.cgroup_anon()),
+        );
+    };
+    mem_row("kubelet", &kubelet, "");
+    mem_row("crustlet", &crustlet, "");
+    mem_row("containerd + shims", &containerd, "shims");
+    mem_row("crustd + monitors", &crustd, "monitors");
+    let r = |tag_a: &str, p: f64| pct(&watched[tag_a], p);
+    let (ct, kt) = (crustlet.total(), kubelet.total());
+    println!(
+        "\ncrustlet/kubelet: watch p50 {:.2}, p99 {:.2} (target < 1); anonymous {} (target <= 0.1; cgroups' anon {}), PSS {}, working set {}, RSS {}",
         r("crustlet", 50.0) / r("kubelet", 50.0),
         r("crustlet", 99.0) / r("kubelet", 99.0),
-        crustlet.0 as f64 / kubelet.0 as f64,
-        crustlet.1 as f64 / kubelet.1 as f64,
-        crust_total.1 as f64 / ctrd_total.1 as f64,
-        mib(containerd.1),
-        shims.len(),
-        mib(shim_sum.1),
-        mib(crustd.1),
-        monitors.len(),
-        mib(mon_sum.1),
+        ratio(Some(ct.anon), Some(kt.anon)),
+        ratio(crustlet.cgroup_anon(), kubelet.cgroup_anon()),
+        ratio(Some(ct.pss), Some(kt.pss)),
+        ratio(crustlet.working_set(), kubelet.working_set()),
+        ratio(Some(ct.rss), Some(kt.rss)),
     );
+    let (rt_c, rt_k) = (crustd.total(), containerd.total());
+    println!(
+        "runtimes, crustd + monitors / containerd + shims: anonymous {} (cgroups' anon {}), PSS {}, working set {}, RSS {}; runtimes' PSS (containerd {} + {} shims {}; crustd {} + {} monitors {})",
+        ratio(Some(rt_c.anon), Some(rt_k.anon)),
+        ratio(crustd.cgroup_anon(), containerd.cgroup_anon()),
+        ratio(Some(rt_c.pss), Some(rt_k.pss)),
+        ratio(crustd.working_set(), containerd.working_set()),
+        ratio(Some(rt_c.rss), Some(rt_k.rss)),
+        mib(containerd.main.pss),
+        containerd.helpers_n,
+        mib(containerd.helpers.pss),
+        mib(crustd.main.pss),
+        crustd.helpers_n,
+        mib(crustd.helpers.pss),
+    );
+    if in_cgroups.is_empty() {
+        println!("no memory cgroup of their own: the daemons ran in the bench's cgroup");
+    } else {
+        println!(
+            "memory cgroups ({}), what each holds: {}",
+            c.agents_cgroup_root,
+            in_cgroups.join("; ")
+        );
+    }
     println!("RSS of the kubelet: {kubelet_where}\nRSS of the crustlet: {crustlet_where}");
     for (name, n) in shared.into_iter().filter(|(_, n)| *n > 0) {
         println!(

@@ -14,7 +14,8 @@
 //! files over the `/proc/sys` tunables it writes at start, so the host's are never
 //! changed. crustd must live there too: it writes the CRI logs under `/var/log/pods`
 //! and bind-mounts the kubelet's volumes into containers. Pod cgroups go under a
-//! cgroup made below the test's own (the kubelet's `--cgroup-root`).
+//! cgroup made below the test's own (the kubelet's `--cgroup-root`); with
+//! [`Options::agent_cgroups`] each daemon runs in a memory cgroup of its own beside them.
 //!
 //! Dropping the cluster stops everything, also after a failed check or a panic: the
 //! kubelet, every pod through CRI, crustd, the control plane and the registry; then it
@@ -230,6 +231,12 @@ pub struct Options {
     /// nodes are [`crate::fleet`]'s, each in a namespace of its own. The
     /// controller-manager then gives every Node a pod CIDR out of `10.<n>.0.0/17`.
     pub control_plane_only: bool,
+    /// Each node agent and runtime (the kubelet, the crustlets, the crustds, containerd)
+    /// in a memory cgroup of its own below [`Cluster::agents_cgroup_root`], named as its
+    /// log ([`Cluster::agent_cgroup`]), each executable dropped from the page cache
+    /// first: what each daemon costs the node, for the pods benchmark (see
+    /// [`crate::agent_cgroups`]). Off, they run in the suite's own cgroup.
+    pub agent_cgroups: bool,
 }
 
 /// Who runs pods on the cluster's containerd.
@@ -299,6 +306,10 @@ pub struct Cluster {
     pub containerd_cgroup_root: String,
     containerd: Mutex<Option<Child>>,
     containerd_crustlet: Mutex<Option<Child>>,
+    /// With [`Options::agent_cgroups`], the parent of the daemons' cgroups (a sibling of
+    /// the pods' roots), and each daemon's cgroup by the name of its log.
+    pub agents_cgroup_root: String,
+    agent_cgroups: Vec<(String, PathBuf)>,
     /// Every pod, for [`Cluster::wait_pod`]: started by the first wait.
     pod_watch: std::sync::OnceLock<std::sync::Arc<crate::pod_watch::PodWatch>>,
 }
@@ -312,7 +323,7 @@ fn log_file(dir: &Path, name: &str) -> std::fs::File {
 }
 
 /// The mounts of every v1 hierarchy and the unified one: (controllers, mount dir).
-fn cgroup_mounts() -> Vec<(String, PathBuf)> {
+pub(crate) fn cgroup_mounts() -> Vec<(String, PathBuf)> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut v = Vec::new();
     for line in text.lines() {
@@ -525,6 +536,8 @@ impl Cluster {
             containerd_cgroup_root: pick_cgroup_root(&unique("crust-ctrd-")),
             containerd: Mutex::new(None),
             containerd_crustlet: Mutex::new(None),
+            agents_cgroup_root: pick_cgroup_root(&unique("crust-agents-")),
+            agent_cgroups: Vec::new(),
             pod_watch: std::sync::OnceLock::new(),
         };
         c.containerd_socket = c.path("ctrd-state/containerd.sock");
@@ -547,6 +560,9 @@ impl Cluster {
         if opts.containerd == Some(ContainerdFor::Crustlet) {
             let root = c.containerd_cgroup_root.clone();
             c.make_cgroup_root(&root);
+        }
+        if opts.agent_cgroups {
+            c.make_agent_cgroups();
         }
         c.write_cni_conf();
         if opts.containerd.is_some() {
@@ -682,6 +698,9 @@ impl Cluster {
 
     pub(crate) fn spawn_logged(&self, mut cmd: Command, name: &str) -> Child {
         let log = log_file(self.dir.path(), name);
+        if let Some(dir) = self.agent_cgroup(name) {
+            crate::agent_cgroups::join_on_exec(&mut cmd, dir);
+        }
         // The suite blocks SIGTERM, SIGINT and SIGHUP in its threads (for its own signal
         // thread), and a child inherits that mask through exec: a daemon must get them
         // unblocked, or SIGTERM (stop_kubelet, stop_crustlet) is never delivered.
@@ -1194,7 +1213,54 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
         }
     }
 
-    /// Every cgroup directory at or below the two cgroup roots, deepest first.
+    /// With [`Options::agent_cgroups`]: a memory cgroup below `agents_cgroup_root` for
+    /// each daemon the cluster runs, named as its log, and each daemon's executable out
+    /// of the page cache, so that the daemon reading it is charged for it.
+    fn make_agent_cgroups(&mut self) {
+        let Some((mount, v2)) = crate::agent_cgroups::memory_mount() else {
+            eprintln!("no memory cgroup controller: the daemons run in the suite's cgroup");
+            return;
+        };
+        let mut names = vec!["kubelet", "crustlet", "crustlet-crustd"];
+        let mut exes = vec![
+            self.bins.kubelet.clone(),
+            self.crustlet_bin.clone(),
+            self.crustd_bin.clone(),
+        ];
+        if self.opts.containerd != Some(ContainerdFor::Kubelet) {
+            names.push("crustd");
+        }
+        if self.opts.containerd.is_some() {
+            names.push("containerd");
+            exes.extend(
+                ["containerd", "containerd-shim-runc-v2", "runc"]
+                    .iter()
+                    .filter_map(|t| which(t)),
+            );
+        }
+        if self.opts.containerd == Some(ContainerdFor::Crustlet) {
+            names.push("ctrdlet");
+        }
+        for name in names {
+            let path = format!("{}/{name}", self.agents_cgroup_root);
+            let dir = crate::agent_cgroups::make(&mount, v2, &path, &mut self.made_cgroups);
+            self.agent_cgroups.push((name.to_string(), dir));
+        }
+        for exe in exes {
+            crate::agent_cgroups::uncache(&exe);
+        }
+    }
+
+    /// The memory cgroup of the daemon whose log is `name` (`kubelet`, `crustlet`,
+    /// `crustlet-crustd`, `containerd`, ...), with [`Options::agent_cgroups`].
+    pub fn agent_cgroup(&self, name: &str) -> Option<&Path> {
+        self.agent_cgroups
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, d)| d.as_path())
+    }
+
+    /// Every cgroup directory at or below the cluster's cgroup roots, deepest first.
     fn cgroup_dirs(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for (_, mount) in cgroup_mounts() {
@@ -1202,6 +1268,7 @@ openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -set_serial 0x$(openss
                 &self.cgroup_root,
                 &self.crustlet_cgroup_root,
                 &self.containerd_cgroup_root,
+                &self.agents_cgroup_root,
             ] {
                 let d = mount.join(root.trim_start_matches('/'));
                 crate::crustd::walk_dirs(&d, &mut out);

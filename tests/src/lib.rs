@@ -426,6 +426,7 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
     }
     unified
 }
+pub mod agent_cgroups;
 pub mod attach;
 
 /// The parent pid of process `pid`, from `/proc/PID/stat`; panics when it is gone.
