@@ -211,6 +211,7 @@ fn new_record(
         pid_start_time: 0,
         runtime: String::new(),
         rootfs_mounted: false,
+        user: None,
     }
 }
 
@@ -340,6 +341,19 @@ fn make(
     )?;
     write_spec(&bundle, &spec)?;
     failpoint!("create_container.after_spec");
+    rec.user = spec.process().as_ref().map(|p| {
+        let u = p.user();
+        crate::containers::store::RunAs {
+            uid: i64::from(u.uid()),
+            gid: i64::from(u.gid()),
+            groups: u
+                .additional_gids()
+                .iter()
+                .flatten()
+                .map(|g| i64::from(*g))
+                .collect(),
+        }
+    });
 
     let monitor = monitor_opts(crust, &id, rec, cfg, oom_events)?;
     // Whatever held a new cgroup (the systemd driver's placeholder) goes once the

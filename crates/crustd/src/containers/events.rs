@@ -57,7 +57,7 @@ impl Events {
     /// (exited, been removed). Only taken when someone listens.
     pub fn emit_container(&self, crust: &Crust, rec: &ContainerRecord, kind: ContainerEventType) {
         let own = (self.out.receiver_count() > 0)
-            .then(|| crate::containers::status::cri_status(crust, rec).0);
+            .then(|| crate::containers::status::cri_status(crust, rec, false).0);
         self.queue(&rec.id, &rec.sandbox_id, kind, own);
     }
 

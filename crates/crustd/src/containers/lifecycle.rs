@@ -3,10 +3,12 @@
 //! container ([`teardown`]), and the stop and removal of a pod's containers for
 //! StopPodSandbox and RemovePodSandbox.
 //!
-//! The monitor is crustd's child while crustd lives (a task per container waits on its
-//! pidfd and reaps it), and outlives crustd otherwise; what it writes into the exit
-//! record is folded into the container's record by [`refresh`], which every RPC that
-//! reports state runs first.
+//! The monitor is crustd's child while crustd lives, and outlives crustd otherwise; a
+//! task per container (after a restart too) waits on the monitor's pidfd and, when it
+//! ends, folds what it wrote into the exit record into the container's record by
+//! [`refresh`]. The RPCs that change a container run [`refresh`] first; those that only
+//! report state read the record as the task keeps it (one whose pidfd could not be
+//! watched is refreshed by them instead).
 
 use crate::containers::store::{Container, ContainerRecord, ContainerState};
 use crate::cri::error::{Error, Result};
@@ -180,6 +182,10 @@ pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
                 tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
             };
             if let Ok(afd) = afd {
+                // From here the monitor's end reaches the record through this task,
+                // and reads take the record as it is (a monitor already gone makes
+                // the pidfd readable at once: its exit is folded in right away).
+                c.watched.store(true, std::sync::atomic::Ordering::Release);
                 let _ = afd.readable().await;
                 // Reaping our child (nothing when crustd restarted since).
                 let _ = container::proc::pidfd_reap(afd.get_ref().as_fd(), true);

@@ -2,7 +2,7 @@
 //! without waiting for an operation in flight.
 
 use crate::containers::lifecycle::refresh;
-use crate::containers::store::{Container, ContainerRecord, ContainerState};
+use crate::containers::store::{Container, ContainerRecord, ContainerState, RunAs};
 use crate::cri::error::Result;
 use crate::cri::labels;
 use crate::daemon::Crust;
@@ -32,6 +32,7 @@ fn image_spec(rec: &ContainerRecord) -> ImageSpec {
 pub fn cri_status(
     crust: &Crust,
     rec: &ContainerRecord,
+    verbose: bool,
 ) -> (ContainerStatus, ContainerConfig, Option<serde_json::Value>) {
     let cfg = rec.config().unwrap_or_default();
     let image_ref = crust
@@ -39,18 +40,27 @@ pub fn cri_status(
         .resolve(&rec.image_id)
         .and_then(|i| i.repo_digests.first().cloned())
         .unwrap_or_else(|| rec.image_id.clone());
-    let spec: Option<serde_json::Value> =
-        std::fs::read(crust.containers.bundle(&rec.id).join("config.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-    let user = spec.as_ref().map(|s| ContainerUser {
-        linux: Some(LinuxContainerUser {
+    // The spec only for the verbose info, or for the user of a record from before it
+    // kept one: a status is asked for every container every time a kubelet syncs.
+    let spec: Option<serde_json::Value> = (verbose || rec.user.is_none())
+        .then(|| std::fs::read(crust.containers.bundle(&rec.id).join("config.json")).ok())
+        .flatten()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let run_as = rec.user.clone().or_else(|| {
+        spec.as_ref().map(|s| RunAs {
             uid: s["process"]["user"]["uid"].as_i64().unwrap_or(0),
             gid: s["process"]["user"]["gid"].as_i64().unwrap_or(0),
-            supplemental_groups: s["process"]["user"]["additionalGids"]
+            groups: s["process"]["user"]["additionalGids"]
                 .as_array()
                 .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
                 .unwrap_or_default(),
+        })
+    });
+    let user = run_as.map(|u| ContainerUser {
+        linux: Some(LinuxContainerUser {
+            uid: u.uid,
+            gid: u.gid,
+            supplemental_groups: u.groups,
         }),
     });
     let status = ContainerStatus {
@@ -86,32 +96,37 @@ pub fn cri_status(
 /// A container's record for ContainerStatus and ListContainers: refreshed (an exit the
 /// monitor recorded is taken in) when no operation holds it; else as the last one left
 /// it, without waiting for the one in flight (see `daemon::record`).
-fn read_rec(crust: &Crust, c: &Container) -> ContainerRecord {
+fn read_rec(crust: &Crust, c: &Container) -> Arc<ContainerRecord> {
+    // A watched container's record learns its exit by itself (the watch refreshes it
+    // when the monitor ends): no file or /proc read per call.
+    if c.watched.load(std::sync::atomic::Ordering::Acquire) {
+        return c.rec.view();
+    }
     match c.rec.try_lock() {
         Some(mut rec) => {
             refresh(crust, &mut rec);
-            rec.clone()
+            Arc::new(rec.clone())
         }
-        None => (*c.rec.view()).clone(),
+        None => c.rec.view(),
     }
 }
 
 /// [`read_rec`] for ContainerStatus, which waits for a container still being created
 /// (it has no state to show yet; ListContainers leaves it out instead).
-async fn status_rec(crust: &Crust, c: &Container) -> ContainerRecord {
+async fn status_rec(crust: &Crust, c: &Container) -> Arc<ContainerRecord> {
     let rec = read_rec(crust, c);
     if rec.state != ContainerState::Creating {
         return rec;
     }
     let mut rec = c.rec.lock().await;
     refresh(crust, &mut rec);
-    rec.clone()
+    Arc::new(rec.clone())
 }
 
 pub async fn status(crust: Arc<Crust>, id: &str, verbose: bool) -> Result<ContainerStatusResponse> {
     let c = crust.containers.get(id)?;
     let rec = status_rec(&crust, &c).await;
-    let (status, cfg, spec) = cri_status(&crust, &rec);
+    let (status, cfg, spec) = cri_status(&crust, &rec, verbose);
     let mut info = std::collections::HashMap::new();
     if verbose {
         let v = serde_json::json!({

@@ -102,6 +102,19 @@ pub struct ContainerRecord {
     /// runtimes only; crust's executor mounts it inside the container).
     #[serde(default)]
     pub rootfs_mounted: bool,
+    /// The process's user as the bundle's spec has it, for ContainerStatus without
+    /// reading the spec back on every call; None in records written before it was kept
+    /// (the spec is read then).
+    #[serde(default)]
+    pub user: Option<RunAs>,
+}
+
+/// uid, gid and additional gids of a container's process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunAs {
+    pub uid: i64,
+    pub gid: i64,
+    pub groups: Vec<i64>,
 }
 
 impl ContainerRecord {
@@ -130,6 +143,10 @@ pub struct Container {
     pub id: String,
     pub sandbox_id: String,
     pub rec: crate::daemon::record::Record<ContainerRecord>,
+    /// A task waits on the monitor's pidfd and folds its exit into the record when it
+    /// comes: the record is then current by itself, and reads need not look at the exit
+    /// record or `/proc` (see `lifecycle::watch`).
+    pub watched: std::sync::atomic::AtomicBool,
 }
 
 /// Writes `rec` to `path` durably (temp file, fsync, rename): [`Containers::save`],
@@ -252,6 +269,7 @@ impl Containers {
             id: rec.id.clone(),
             sandbox_id: rec.sandbox_id.clone(),
             rec: crate::daemon::record::Record::new(rec),
+            watched: Default::default(),
         });
         self.map.write().unwrap().insert(c.id.clone(), c.clone());
         c
