@@ -78,16 +78,14 @@ impl ImageStore {
             .filter(|e| e.pull && (e.resolve || named.digest().is_some()))
         {
             let ep_auth = match &identity {
-                Some(refresh) => {
-                    match token::access_token(ep, named.inner.repository(), refresh).await {
-                        Ok(access) => RegistryAuth::Bearer(access),
-                        Err(e) => {
-                            tracing::warn!(reference = %what, host = %ep.host, "identity token: {e}");
-                            errs.push((format!("{}://{}", ep.scheme, ep.host), e));
-                            continue;
-                        }
+                Some(refresh) => match token::access_token(ep, named.repository(), refresh).await {
+                    Ok(access) => RegistryAuth::Bearer(access),
+                    Err(e) => {
+                        tracing::warn!(reference = %what, host = %ep.host, "identity token: {e}");
+                        errs.push((format!("{}://{}", ep.scheme, ep.host), e));
+                        continue;
                     }
-                }
+                },
                 None => auth.clone(),
             };
             match self.pull_from(ep, &named, &ep_auth).await {
@@ -124,7 +122,14 @@ impl ImageStore {
 
     async fn pull_from(&self, ep: &Endpoint, named: &Named, auth: &RegistryAuth) -> Result<Image> {
         let fetcher = Fetcher::new(ep, auth, self.stall)?;
-        let mut r: Reference = named.inner.clone();
+        let (registry, repo) = (named.registry().to_string(), named.repository().to_string());
+        let mut r = match (named.tag(), named.digest()) {
+            (Some(t), Some(d)) => {
+                Reference::with_tag_and_digest(registry, repo, t.into(), d.into())
+            }
+            (None, Some(d)) => Reference::with_digest(registry, repo, d.into()),
+            (t, None) => Reference::with_tag(registry, repo, t.unwrap_or("latest").into()),
+        };
         if ep.host != named.registry()
             && !(named.registry() == "docker.io" && ep.host == "registry-1.docker.io")
         {
