@@ -287,6 +287,51 @@ fn identity_token_is_exchanged_at_the_token_service() {
     assert_eq!(last["client_id"], "crust");
 }
 
+/// A registry with token authentication and no hosts.toml: the pull's user and password
+/// go to the token service (GET, HTTP basic) for a pull token, which every request of
+/// the pull then carries, manifests and blobs alike. Without credentials, or with a
+/// wrong password, the pull is Unauthenticated, naming the image.
+#[test]
+fn bearer_token_for_user_and_password() {
+    if !require_root(&["docker-registry", "skopeo", "openssl"]) {
+        return;
+    }
+    let t = TempDir::new("img");
+    let tokens = crust_e2e::token_server::TokenServer::start("unused", "pusher", "pw");
+    let reg = Registry::start_token(&tokens, ("pusher", "pw"));
+    push(
+        &reg,
+        t.path(),
+        "private/bearer:v1",
+        vec![image(vec![(busybox_layer(), Compression::Gzip)], "b")],
+    );
+    let s = store(&t);
+    let r = reg.name("private/bearer:v1");
+    rt().block_on(async {
+        for auth in [
+            None,
+            Some(Auth {
+                username: "pusher".into(),
+                password: "nope".into(),
+                ..Default::default()
+            }),
+        ] {
+            let e = s.pull(&r, auth).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+            assert!(e.to_string().contains("private/bearer"), "{e}");
+        }
+        let right = Auth {
+            username: "pusher".into(),
+            password: "pw".into(),
+            ..Default::default()
+        };
+        let img = s.pull(&r, Some(right)).await.unwrap();
+        assert_eq!(img.repo_tags, vec![r.clone()]);
+        let layers = s.layer_dirs(&r).unwrap();
+        assert!(layers[0].join("bin/busybox").is_file());
+    });
+}
+
 #[test]
 fn mirror_from_hosts_toml() {
     if !require_root(TOOLS) {
@@ -442,8 +487,8 @@ fn hosts_toml_header_is_sent() {
     });
 }
 
-/// A host with `header` that also wants credentials: the 401 challenge is answered by
-/// crust's own fetcher, with the header on every request. HTTP basic (htpasswd) and a
+/// A host with `header` that also wants credentials: the 401 challenge is answered with
+/// the header on every request, the token service's included. HTTP basic (htpasswd) and a
 /// bearer token from the token service, for the caller's user and password; and an
 /// identity token traded for an access token (its probe of `/v2/` carries the header).
 #[test]
@@ -1109,7 +1154,7 @@ fn cri_image_service() {
 }
 
 /// A layer the registry serves corrupted or truncated: DataLoss naming the image, and
-/// nothing stored; from oci-client and from crust's own fetcher (a host with `header`).
+/// nothing stored; from a host without hosts.toml and from one with `header`.
 #[test]
 fn corrupt_and_truncated_layers() {
     if !require_root(TOOLS) {

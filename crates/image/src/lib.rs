@@ -21,7 +21,7 @@
 //! refers to it.
 //!
 //! The store's records, names and garbage collection are here; registry pulls are in
-//! `pull` (with its hosts, tokens and own fetcher), layer unpacking in `unpack` (with
+//! `pull` (with its hosts, tokens and registry client), layer unpacking in `unpack` (with
 //! the tar guard and `chain`, a layer over its parents' symlinks), container snapshots
 //! in `snapshot`, offline imports in `import`, and the writing of test images in
 //! `layout`.

@@ -340,6 +340,10 @@ mod registry {
         pub stall: HashSet<String>,
         /// Paths whose body never ends.
         pub endless: HashSet<String>,
+        /// Requests served, and how many came with the `x-test` header hosts.toml
+        /// configures.
+        pub requests: usize,
+        pub with_header: usize,
     }
 
     pub fn start(serve: Arc<Mutex<Serve>>) -> String {
@@ -357,6 +361,7 @@ mod registry {
                             return;
                         }
                         let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                        let mut header = false;
                         loop {
                             let mut h = String::new();
                             if r.read_line(&mut h).unwrap_or(0) == 0 {
@@ -365,6 +370,12 @@ mod registry {
                             if h.trim_end().is_empty() {
                                 break;
                             }
+                            header |= h.to_ascii_lowercase().trim_end() == "x-test: 1";
+                        }
+                        {
+                            let mut s = serve.lock().unwrap();
+                            s.requests += 1;
+                            s.with_header += header as usize;
                         }
                         let (body, no_length, stall, endless) = {
                             let s = serve.lock().unwrap();
@@ -479,11 +490,16 @@ fn nothing_recorded(store: &ImageStore, root: &Path) {
     assert_eq!(std::fs::read_dir(root.join("tmp")).unwrap().count(), 0);
 }
 
-/// A store whose pulls from `addr` go through crust's own fetcher (a hosts.toml with a
-/// `header`) when `own`, else through oci-client.
-fn pull_store(t: &Tmp, addr: &str, own: bool) -> (ImageStore, PathBuf) {
-    let root = t.0.join(if own { "store-own" } else { "store-oci" });
-    let hosts = if own {
+/// A store whose pulls from `addr` go through a hosts.toml with a `header` when `header`,
+/// else to the registry's default host: both ways of configuring a host take the same
+/// checks.
+fn pull_store(t: &Tmp, addr: &str, header: bool) -> (ImageStore, PathBuf) {
+    let root = t.0.join(if header {
+        "store-header"
+    } else {
+        "store-plain"
+    });
+    let hosts = if header {
         let d = t.0.join("certs.d").join(addr);
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(
@@ -501,8 +517,8 @@ fn pull_store(t: &Tmp, addr: &str, own: bool) -> (ImageStore, PathBuf) {
 /// Every descriptor's size is checked as well as its digest: a layer, config or index
 /// child whose length is not its descriptor's is refused (DataLoss, as a digest mismatch
 /// is), naming the blob and both sizes, whether the registry announces the length or
-/// not, through oci-client and through crust's own fetcher; nothing is recorded, and a
-/// true image pulls afterwards.
+/// not, from a host with hosts.toml `header` and from one without; nothing is recorded,
+/// and a true image pulls afterwards.
 #[tokio::test(flavor = "multi_thread")]
 async fn pull_refuses_a_blob_of_another_size() {
     if !root() {
@@ -584,16 +600,19 @@ async fn pull_refuses_a_blob_of_another_size() {
         let (bodies, _) = serve_image(tag, lies);
         s.bodies.extend(bodies);
     }
-    for own in [false, true] {
+    for header in [false, true] {
         for no_length in [false, true] {
-            serve.lock().unwrap().no_length = no_length;
-            let (store, root) = pull_store(&t, &addr, own);
+            {
+                let mut s = serve.lock().unwrap();
+                (s.no_length, s.requests, s.with_header) = (no_length, 0, 0);
+            }
+            let (store, root) = pull_store(&t, &addr, header);
             for (tag, _, blob) in &cases {
                 let e = store
                     .pull(&format!("{addr}/t/img:{tag}"), None)
                     .await
                     .unwrap_err();
-                let ctx = format!("{tag} own={own} no_length={no_length}: {e}");
+                let ctx = format!("{tag} header={header} no_length={no_length}: {e}");
                 assert_eq!(e.kind(), ErrorKind::DataLoss, "{ctx}");
                 let m = e.to_string();
                 assert!(m.contains("size mismatch: the descriptor says"), "{ctx}");
@@ -618,6 +637,13 @@ async fn pull_refuses_a_blob_of_another_size() {
             for tag in ["good", "good-index"] {
                 store.remove(&format!("{addr}/t/img:{tag}")).unwrap();
             }
+            // Every request of the header's store had it, the other's none.
+            let (n, with) = {
+                let s = serve.lock().unwrap();
+                (s.requests, s.with_header)
+            };
+            assert!(n > 0);
+            assert_eq!(with, if header { n } else { 0 }, "header={header}");
             drop(store);
             std::fs::remove_dir_all(&root).unwrap();
         }
@@ -642,8 +668,8 @@ async fn pull_of_a_stalled_layer_fails() {
         s.stall.insert(format!("/v2/t/img/blobs/{ld}"));
         ld
     };
-    for own in [false, true] {
-        let (mut store, root) = pull_store(&t, &addr, own);
+    for header in [false, true] {
+        let (mut store, root) = pull_store(&t, &addr, header);
         store.set_stall_timeout(std::time::Duration::from_millis(500));
         let started = std::time::Instant::now();
         let e = store
@@ -654,16 +680,16 @@ async fn pull_of_a_stalled_layer_fails() {
             started.elapsed() < std::time::Duration::from_secs(10),
             "{e}"
         );
-        assert_eq!(e.kind(), ErrorKind::Unavailable, "own={own}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "header={header}: {e}");
         let m = e.to_string();
-        assert!(m.contains(&format!("layer {ld}")), "own={own}: {m}");
-        assert!(m.contains("stalled"), "own={own}: {m}");
+        assert!(m.contains(&format!("layer {ld}")), "header={header}: {m}");
+        assert!(m.contains("stalled"), "header={header}: {m}");
         nothing_recorded(&store, &root);
     }
 }
 
 /// A manifest that never ends is cut at 4 MiB (containerd's limit), not held whole,
-/// through oci-client's hosts as through crust's own fetcher.
+/// from a host with hosts.toml `header` as from one without.
 #[tokio::test(flavor = "multi_thread")]
 async fn pull_of_an_endless_manifest_fails() {
     if !root() {
@@ -678,13 +704,13 @@ async fn pull_of_an_endless_manifest_fails() {
         s.bodies.extend(bodies);
         s.endless.insert("/v2/t/img/manifests/v1".into());
     }
-    for own in [false, true] {
-        let (store, root) = pull_store(&t, &addr, own);
+    for header in [false, true] {
+        let (store, root) = pull_store(&t, &addr, header);
         let e = store
             .pull(&format!("{addr}/t/img:v1"), None)
             .await
             .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "own={own}: {e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "header={header}: {e}");
         assert!(e.to_string().contains("larger than 4194304 bytes"), "{e}");
         nothing_recorded(&store, &root);
     }

@@ -1,8 +1,11 @@
-//! Getting manifests and blobs from one registry host. oci-client does it for most
-//! hosts, but it builds its own HTTP client and has no way to add request headers; a
-//! host whose hosts.toml has `header` entries (an API key a mirror wants, a tenant id)
-//! is served by crust's own small fetcher instead, which sends them with every request
-//! to that host, as containerd does. It speaks only what a pull needs:
+//! Getting an image's manifests and blobs from one registry host, for every host with
+//! crust's own small client on reqwest. A registry client crate did not fit: the one
+//! crust used (oci-client) builds its own HTTP client, so it could not send hosts.toml
+//! `header` entries with every request to a host (an API key a mirror wants, a tenant
+//! id; containerd sends them, the host's token service included) and read a manifest's
+//! body whole whatever its length; crust needed a client of its own for those hosts
+//! anyway, and two HTTP stacks with two token caches for one pull were one too many. The
+//! part of the distribution API a pull needs is small:
 //!
 //! ```text
 //!   GET /v2/<repo>/manifests/<tag|digest>   GET /v2/<repo>/blobs/<digest>
@@ -11,27 +14,24 @@
 //!                                   =repository:<repo>:pull (user:password if given)
 //!                                   ──> token ──> again with it
 //! ```
-//! The `Authorization` that worked is kept for the rest of the pull, as oci-client keeps
-//! its token; a token that expires mid-pull meets a new 401 and is fetched again.
-//! Blobs are checked against their digest as they stream, as oci-client checks them, and
-//! against their descriptor's size (a `Content-Length` or a body of another length is
-//! refused; nothing past the size is passed on). Manifests are read by crust's fetcher
-//! for every host, oci-client's too: oci-client would read a body of any length whole,
-//! crust stops at the size an index gives or at 4 MiB. Every read waits at most the
-//! store's stall timeout for the host's next bytes.
+//! The `Authorization` that worked is kept for the rest of the pull, so a pull meets the
+//! challenge once, not once per blob; a token that expires mid-pull meets a new 401 and
+//! is fetched again. Blobs are checked against their digest as they stream and against
+//! their descriptor's size (a `Content-Length` or a body of another length is refused;
+//! nothing past the size is passed on), so a hostile or broken host cannot make crust
+//! store or unpack what the manifest did not name. Manifests stop at the size an index
+//! gives or at 4 MiB. Every read waits at most the store's stall timeout for the host's
+//! next bytes.
 
 use super::hosts::Endpoint;
 use super::token;
 use crate::digest;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::ACCEPTED;
+use crate::Named;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::errors::OciDistributionError;
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE,
 };
@@ -49,53 +49,110 @@ const MAX_CONFIG: usize = 16 << 20;
 /// match its digest, Unavailable when the download broke off.
 pub(crate) type LayerStream = BoxStream<'static, Result<Bytes>>;
 
-/// How one pull talks to one host.
-pub(crate) enum Fetcher {
-    Oci {
-        client: Client,
-        auth: RegistryAuth,
-        stall: Duration,
-        /// Manifests are read by crust's fetcher for every host (see `manifest`).
-        manifests: OwnClient,
-    },
-    Own(OwnClient),
+/// What a pull offers a host to prove who it is: the CRI's credentials, reduced by
+/// `registry_auth` (mod.rs) to one of the forms a registry takes.
+#[derive(Clone, PartialEq)]
+pub(crate) enum RegistryAuth {
+    Anonymous,
+    /// User and password: sent as HTTP basic auth, or to the token service for a token.
+    Basic(String, String),
+    /// A token the caller already has, sent as it is.
+    Bearer(String),
+}
+
+/// Without the secrets: credentials must not reach a log through a `{:?}`.
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegistryAuth::Anonymous => write!(f, "Anonymous"),
+            RegistryAuth::Basic(u, _) => write!(f, "Basic({u:?}, <password>)"),
+            RegistryAuth::Bearer(_) => write!(f, "Bearer(<token>)"),
+        }
+    }
+}
+
+/// How one pull talks to one host about one repository.
+pub(crate) struct Fetcher {
+    http: reqwest::Client,
+    /// `scheme://host/v2/<repository>`: what every URL of the pull starts with.
+    base: String,
+    /// `?ns=<registry>` when the host is a mirror, so one mirror can serve several
+    /// registries (containerd's convention); else empty.
+    ns: String,
+    /// For the token's scope.
+    repository: String,
+    /// `host[:port]`, for messages.
+    host: String,
+    /// The host's hosts.toml `header`, for every request.
+    headers: HeaderMap,
+    auth: RegistryAuth,
+    /// What the host took last (or the caller's bearer token): later requests of the
+    /// pull send it at once instead of meeting the challenge again.
+    authz: std::sync::Mutex<Option<Authz>>,
+    /// The read timeout, for the message of a stalled download.
+    stall: Duration,
+}
+
+/// Whether `ep` serves `registry`'s images under another name, as a mirror does.
+/// Docker Hub's own API host is not a mirror of `docker.io`.
+fn is_mirror(ep: &Endpoint, registry: &str) -> bool {
+    ep.host != registry && !(registry == "docker.io" && ep.host == "registry-1.docker.io")
 }
 
 impl Fetcher {
     /// `stall`: how long a read may wait for the host's next bytes (headers or body)
     /// before the fetch fails; a big layer may take long, a stalled one not.
-    pub(crate) fn new(ep: &Endpoint, auth: &RegistryAuth, stall: Duration) -> Result<Fetcher> {
-        if ep.headers.is_empty() {
-            Ok(Fetcher::Oci {
-                client: oci_client_for(ep, stall)?,
-                auth: auth.clone(),
-                stall,
-                manifests: OwnClient::new(ep, auth.clone(), stall)?,
-            })
+    pub(crate) fn new(
+        ep: &Endpoint,
+        named: &Named,
+        auth: &RegistryAuth,
+        stall: Duration,
+    ) -> Result<Fetcher> {
+        let http = token::client_builder(ep)?
+            // Per read, not per request: a big layer may take long, a stalled one not.
+            .read_timeout(stall)
+            .build()
+            .map_err(|e| Error::Internal(format!("registry host {}: http client: {e}", ep.host)))?;
+        let authz = match auth {
+            RegistryAuth::Bearer(t) => Some(Authz::Bearer(bearer(t, &ep.host)?)),
+            _ => None,
+        };
+        let ns = if is_mirror(ep, named.registry()) {
+            format!("?ns={}", named.registry())
         } else {
-            Ok(Fetcher::Own(OwnClient::new(ep, auth.clone(), stall)?))
-        }
+            String::new()
+        };
+        Ok(Fetcher {
+            http,
+            base: format!("{}://{}/v2/{}", ep.scheme, ep.host, named.repository()),
+            ns,
+            repository: named.repository().to_string(),
+            host: ep.host.clone(),
+            headers: header_map(ep)?,
+            auth: auth.clone(),
+            authz: std::sync::Mutex::new(authz),
+            stall,
+        })
     }
 
-    /// The manifest or index `r` names (by digest if it has one, else by tag), as sent.
+    /// `kind` (`manifests` or `blobs`) `reference` (a tag or a digest) of the repository.
+    fn url(&self, kind: &str, reference: &str) -> String {
+        format!("{}/{kind}/{reference}{}", self.base, self.ns)
+    }
+
+    /// The manifest or index `reference` (a tag or a digest) names, as sent.
     /// `size`, when a descriptor gave one (an index's child): the length it must have;
     /// without one, at most containerd's 4 MiB.
     pub(crate) async fn manifest(
         &self,
-        r: &Reference,
+        reference: &str,
         size: Option<u64>,
         what: &str,
     ) -> Result<Bytes> {
-        // Read here for both: oci-client would read a body of any length whole.
-        let c = match self {
-            Fetcher::Oci { manifests, .. } => manifests,
-            Fetcher::Own(c) => c,
-        };
-        let res = c
+        let res = self
             .get(
-                &manifest_url(&c.scheme, r),
+                &self.url("manifests", reference),
                 Some(&ACCEPTED.join(", ")),
-                r,
                 what,
             )
             .await?;
@@ -105,7 +162,7 @@ impl Fetcher {
         let data = match size {
             // Nothing past the descriptor's size is read.
             Some(size) if size <= MAX_MANIFEST as u64 => {
-                read_limited(res, size as usize, c.stall, what)
+                read_limited(res, size as usize, self.stall, what)
                     .await
                     .map_err(|e| match e.kind() {
                         ErrorKind::InvalidArgument => {
@@ -114,7 +171,7 @@ impl Fetcher {
                         _ => e,
                     })?
             }
-            _ => read_limited(res, MAX_MANIFEST, c.stall, what).await?,
+            _ => read_limited(res, MAX_MANIFEST, self.stall, what).await?,
         };
         if let Some(size) = size {
             if data.len() as u64 != size {
@@ -125,19 +182,13 @@ impl Fetcher {
     }
 
     /// A small blob (the config), whole, of exactly `size` bytes (its descriptor's).
-    pub(crate) async fn blob(
-        &self,
-        r: &Reference,
-        digest: &str,
-        size: u64,
-        what: &str,
-    ) -> Result<Vec<u8>> {
+    pub(crate) async fn blob(&self, digest: &str, size: u64, what: &str) -> Result<Vec<u8>> {
         if size > MAX_CONFIG as u64 {
             return Err(Error::InvalidArgument(format!(
                 "{what}: {size} bytes, more than the {MAX_CONFIG} a config may have"
             )));
         }
-        let mut s = self.layer(r, digest, size, what).await?;
+        let mut s = self.layer(digest, size, what).await?;
         let mut out = Vec::with_capacity(size as usize);
         while let Some(chunk) = s.next().await {
             out.extend_from_slice(&chunk.map_err(|e| e.context(what))?);
@@ -148,59 +199,10 @@ impl Fetcher {
     /// A blob streamed, checked against its descriptor's digest and `size`: refused at
     /// once when the host announces another length, ended with DataLoss once more than
     /// `size` bytes arrive or when it ends short (nothing past `size` is passed on).
-    pub(crate) async fn layer(
-        &self,
-        r: &Reference,
-        digest: &str,
-        size: u64,
-        what: &str,
-    ) -> Result<LayerStream> {
-        let (stream, len) = match self {
-            Fetcher::Oci {
-                client,
-                auth,
-                stall,
-                ..
-            } => {
-                let stall = *stall;
-                // pull_manifest_raw would have stored it: the blob requests need it.
-                client
-                    .store_auth_if_needed(r.resolve_registry(), auth)
-                    .await;
-                let sized = client
-                    .pull_blob_stream(r, digest)
-                    .await
-                    .map_err(|e| map_err(e, what))?;
-                let stream = sized
-                    .stream
-                    .map(move |chunk| {
-                        chunk.map_err(|e| {
-                            // oci-client checks the digest and reports a mismatch as an
-                            // io error wrapping its DigestError.
-                            let mismatch = e.get_ref().is_some_and(|i| {
-                                i.downcast_ref::<oci_client::errors::DigestError>()
-                                    .is_some()
-                            });
-                            if mismatch {
-                                Error::DataLoss(e.to_string())
-                            } else {
-                                net_error(&e, stall)
-                            }
-                        })
-                    })
-                    .boxed();
-                (stream, sized.content_length)
-            }
-            Fetcher::Own(c) => {
-                let res = c
-                    .get(&blob_url(&c.scheme, r, digest), None, r, what)
-                    .await?;
-                let len = res.content_length();
-                (verified(res, digest.to_string(), c.stall), len)
-            }
-        };
-        check_length(len, size, what)?;
-        Ok(sized(stream, size))
+    pub(crate) async fn layer(&self, digest: &str, size: u64, what: &str) -> Result<LayerStream> {
+        let res = self.get(&self.url("blobs", digest), None, what).await?;
+        check_length(res.content_length(), size, what)?;
+        Ok(sized(verified(res, digest.to_string(), self.stall), size))
     }
 }
 
@@ -276,21 +278,6 @@ fn sized(inner: LayerStream, size: u64) -> LayerStream {
     .boxed()
 }
 
-/// The fetcher for hosts with hosts.toml `header`.
-pub(crate) struct OwnClient {
-    http: reqwest::Client,
-    /// `http` or `https`: the host's, as oci-client's `ClientProtocol` is.
-    scheme: String,
-    /// The host's hosts.toml `header`, for every request.
-    headers: HeaderMap,
-    auth: RegistryAuth,
-    /// What the host took last (or the caller's bearer token): later requests of the
-    /// pull send it at once instead of meeting the challenge again.
-    authz: std::sync::Mutex<Option<Authz>>,
-    /// The read timeout, for the message of a stalled download.
-    stall: Duration,
-}
-
 #[derive(Clone)]
 enum Authz {
     /// The caller's user and password.
@@ -351,63 +338,9 @@ pub(crate) fn header_map(ep: &Endpoint) -> Result<HeaderMap> {
     Ok(map)
 }
 
-/// The URLs oci-client would use: the host as `Reference::resolve_registry` gives it (the
-/// mirror's, when pull/mod.rs set one), the image's repository, and `?ns=<registry>` on a
-/// mirror.
-fn manifest_url(scheme: &str, r: &Reference) -> String {
-    let reference = r.digest().or(r.tag()).unwrap_or("latest");
-    format!(
-        "{scheme}://{}/v2/{}/manifests/{reference}{}",
-        r.resolve_registry(),
-        r.repository(),
-        ns(r)
-    )
-}
-
-fn blob_url(scheme: &str, r: &Reference, digest: &str) -> String {
-    format!(
-        "{scheme}://{}/v2/{}/blobs/{digest}{}",
-        r.resolve_registry(),
-        r.repository(),
-        ns(r)
-    )
-}
-
-fn ns(r: &Reference) -> String {
-    r.namespace()
-        .map(|n| format!("?ns={n}"))
-        .unwrap_or_default()
-}
-
-impl OwnClient {
-    fn new(ep: &Endpoint, auth: RegistryAuth, stall: Duration) -> Result<OwnClient> {
-        let http = token::client_builder(ep)?
-            // Per read, not per request: a big layer may take long, a stalled one not.
-            .read_timeout(stall)
-            .build()
-            .map_err(|e| Error::Internal(format!("registry host {}: http client: {e}", ep.host)))?;
-        let authz = match &auth {
-            RegistryAuth::Bearer(t) => Some(Authz::Bearer(bearer(t, &ep.host)?)),
-            _ => None,
-        };
-        Ok(OwnClient {
-            http,
-            scheme: ep.scheme.clone(),
-            headers: header_map(ep)?,
-            auth,
-            authz: std::sync::Mutex::new(authz),
-            stall,
-        })
-    }
-
+impl Fetcher {
     /// A successful GET of `url`, through the 401 challenge if the host makes one.
-    async fn get(
-        &self,
-        url: &str,
-        accept: Option<&str>,
-        r: &Reference,
-        what: &str,
-    ) -> Result<reqwest::Response> {
+    async fn get(&self, url: &str, accept: Option<&str>, what: &str) -> Result<reqwest::Response> {
         let mut challenged = false;
         loop {
             let authz = self.authz.lock().unwrap().clone();
@@ -440,8 +373,8 @@ impl OwnClient {
                 let next = match answer(&challenges, &self.auth) {
                     Answer::Basic => Some(Authz::Basic),
                     Answer::Token { realm, service } => {
-                        let t = self.token(&realm, service.as_deref(), r, what).await?;
-                        Some(Authz::Bearer(bearer(&t, r.resolve_registry())?))
+                        let t = self.token(&realm, service.as_deref(), what).await?;
+                        Some(Authz::Bearer(bearer(&t, &self.host)?))
                     }
                     Answer::GiveUp => None,
                 };
@@ -458,15 +391,9 @@ impl OwnClient {
         }
     }
 
-    /// A pull token for `r`'s repository from the realm of a `Bearer` challenge.
-    async fn token(
-        &self,
-        realm: &str,
-        service: Option<&str>,
-        r: &Reference,
-        what: &str,
-    ) -> Result<String> {
-        let scope = format!("repository:{}:pull", r.repository());
+    /// A pull token for the repository from the realm of a `Bearer` challenge.
+    async fn token(&self, realm: &str, service: Option<&str>, what: &str) -> Result<String> {
+        let scope = format!("repository:{}:pull", self.repository);
         let mut q = vec![];
         if let Some(s) = service {
             q.push(("service", s));
@@ -618,8 +545,8 @@ fn verified(res: reqwest::Response, want: String, stall: Duration) -> LayerStrea
     .boxed()
 }
 
-/// An answer other than 2xx as an error of the kind oci-client's would map to (see
-/// `map_err`): the distribution spec's error codes first, else the status.
+/// An answer other than 2xx as an error of its kind: the distribution spec's error codes
+/// first (registries differ in the status they send with them), else the status.
 fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
     #[derive(serde::Deserialize)]
     struct Envelope {
@@ -686,74 +613,6 @@ fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
     }
 }
 
-fn oci_client_for(ep: &Endpoint, stall: Duration) -> Result<Client> {
-    let extra = ep
-        .ca_pems()?
-        .into_iter()
-        .map(|(_, data)| Certificate {
-            encoding: CertificateEncoding::Pem,
-            data,
-        })
-        .collect();
-    Ok(Client::new(ClientConfig {
-        protocol: if ep.scheme == "http" {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        accept_invalid_certificates: ep.skip_verify,
-        extra_root_certificates: extra,
-        connect_timeout: Some(Duration::from_secs(10)),
-        read_timeout: Some(stall),
-        ..Default::default()
-    }))
-}
-
-/// oci-client's errors as ours, naming what was being fetched.
-fn map_err(e: OciDistributionError, what: &str) -> Error {
-    use OciDistributionError as E;
-    let m = format!("{what}: {e}");
-    match &e {
-        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => Error::Unauthenticated(m),
-        E::ImageManifestNotFoundError(_) => Error::NotFound(m),
-        E::RegistryError { envelope, .. } => {
-            use oci_client::errors::OciErrorCode as C;
-            let codes: Vec<&C> = envelope.errors.iter().map(|x| &x.code).collect();
-            if codes
-                .iter()
-                .any(|c| matches!(c, C::Unauthorized | C::Denied))
-            {
-                Error::Unauthenticated(m)
-            } else if codes.iter().any(|c| {
-                matches!(
-                    c,
-                    C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound
-                )
-            }) {
-                Error::NotFound(m)
-            } else if codes.iter().any(|c| matches!(c, C::Toomanyrequests)) {
-                Error::Unavailable(m)
-            } else {
-                Error::InvalidArgument(m)
-            }
-        }
-        E::ServerError { code, .. } => match code {
-            401 | 403 => Error::Unauthenticated(m),
-            404 => Error::NotFound(m),
-            400..=499 => Error::InvalidArgument(m),
-            _ => Error::Unavailable(m),
-        },
-        E::RequestError(_) | E::IoError(_) => Error::Unavailable(m),
-        E::DigestError(_) => Error::DataLoss(m),
-        E::UnsupportedMediaTypeError(_)
-        | E::UnsupportedSchemaVersionError(_)
-        | E::ManifestParsingError(_)
-        | E::VersionedParsingError(_)
-        | E::SpecViolationError(_) => Error::InvalidArgument(m),
-        _ => Error::Unavailable(m),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -775,6 +634,21 @@ mod tests {
         }
     }
 
+    fn fetcher(e: &Endpoint, name: &str, auth: RegistryAuth) -> Fetcher {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Fetcher::new(
+            e,
+            &Named::parse(name).unwrap(),
+            &auth,
+            Duration::from_secs(60),
+        )
+        .unwrap()
+    }
+
+    fn basic() -> RegistryAuth {
+        RegistryAuth::Basic("u".into(), "p".into())
+    }
+
     #[test]
     fn headers_every_value() {
         let m = header_map(&ep("h", &[("X-One", &["a"]), ("x-many", &["b", "c"])])).unwrap();
@@ -794,7 +668,6 @@ mod tests {
 
     #[test]
     fn answers_to_challenges() {
-        let basic = RegistryAuth::Basic("u".into(), "p".into());
         let anon = RegistryAuth::Anonymous;
         let tok = Answer::Token {
             realm: "https://auth/t".into(),
@@ -802,44 +675,81 @@ mod tests {
         };
         let bearer_c = r#"Bearer realm="https://auth/t",service="reg",scope="repository:a:pull""#;
         assert_eq!(answer(&[bearer_c], &anon), tok);
-        assert_eq!(answer(&[bearer_c], &basic), tok);
-        assert_eq!(answer(&[r#"Basic realm="x""#, bearer_c], &basic), tok);
-        assert_eq!(answer(&[r#"basic realm="x""#], &basic), Answer::Basic);
+        assert_eq!(answer(&[bearer_c], &basic()), tok);
+        assert_eq!(answer(&[r#"Basic realm="x""#, bearer_c], &basic()), tok);
+        assert_eq!(answer(&[r#"basic realm="x""#], &basic()), Answer::Basic);
         assert_eq!(answer(&[r#"Basic realm="x""#], &anon), Answer::GiveUp);
         assert_eq!(
             answer(&[bearer_c], &RegistryAuth::Bearer("t".into())),
             Answer::GiveUp
         );
-        assert_eq!(answer(&[], &basic), Answer::GiveUp);
+        assert_eq!(answer(&[], &basic()), Answer::GiveUp);
     }
 
-    /// The own fetcher asks for what oci-client asks for (its tests document the form).
     #[test]
-    fn urls_as_oci_client() {
-        let mut r: Reference = "webassembly.azurecr.io/hello-wasm:v1".parse().unwrap();
-        assert_eq!(
-            manifest_url("https", &r),
-            "https://webassembly.azurecr.io/v2/hello-wasm/manifests/v1"
+    fn credentials_stay_out_of_debug() {
+        let s = format!(
+            "{basic:?} {:?}",
+            RegistryAuth::Bearer("t0ken".into()),
+            basic = basic()
         );
-        r.set_mirror_registry("docker.mirror.io".into());
-        assert_eq!(
-            manifest_url("https", &r),
-            "https://docker.mirror.io/v2/hello-wasm/manifests/v1?ns=webassembly.azurecr.io"
-        );
-        assert_eq!(
-            blob_url("http", &r, "sha256:deadbeef"),
-            "http://docker.mirror.io/v2/hello-wasm/blobs/sha256:deadbeef?ns=webassembly.azurecr.io"
-        );
+        assert_eq!(s, r#"Basic("u", <password>) Bearer(<token>)"#);
+    }
+
+    /// The URLs of the distribution spec, on the host the endpoint names; a mirror is
+    /// told the image's registry with `?ns=` (containerd's convention), Docker Hub's own
+    /// API host is not a mirror of `docker.io`.
+    #[test]
+    fn urls() {
         let d = format!("sha256:{}", "a".repeat(64));
-        let r: Reference = format!("127.0.0.1:5000/a/b:v1@{d}").parse().unwrap();
-        assert_eq!(
-            manifest_url("http", &r),
-            format!("http://127.0.0.1:5000/v2/a/b/manifests/{d}")
+        let https = |host: &str| Endpoint {
+            scheme: "https".into(),
+            ..ep(host, &[])
+        };
+        let cases = [
+            (
+                https("webassembly.azurecr.io"),
+                "webassembly.azurecr.io/hello-wasm:v1",
+                "https://webassembly.azurecr.io/v2/hello-wasm/manifests/v1",
+            ),
+            (
+                https("docker.mirror.io"),
+                "webassembly.azurecr.io/hello-wasm:v1",
+                "https://docker.mirror.io/v2/hello-wasm/manifests/v1?ns=webassembly.azurecr.io",
+            ),
+            (
+                https("registry-1.docker.io"),
+                "busybox",
+                "https://registry-1.docker.io/v2/library/busybox/manifests/v1",
+            ),
+            (
+                https("mirror.gcr.io"),
+                "busybox",
+                "https://mirror.gcr.io/v2/library/busybox/manifests/v1?ns=docker.io",
+            ),
+            (
+                ep("127.0.0.1:5000", &[]),
+                "127.0.0.1:5000/a/b:t",
+                "http://127.0.0.1:5000/v2/a/b/manifests/v1",
+            ),
+            (
+                ep("[::1]:5000", &[]),
+                "[::1]:5000/a/b",
+                "http://[::1]:5000/v2/a/b/manifests/v1",
+            ),
+        ];
+        for (e, name, want) in cases {
+            let f = fetcher(&e, name, RegistryAuth::Anonymous);
+            assert_eq!(f.url("manifests", "v1"), want, "{name} from {}", e.host);
+        }
+        let f = fetcher(
+            &https("docker.mirror.io"),
+            "quay.io/a/b",
+            RegistryAuth::Anonymous,
         );
-        let r: Reference = "busybox".parse().unwrap();
         assert_eq!(
-            manifest_url("https", &r),
-            "https://index.docker.io/v2/library/busybox/manifests/latest"
+            f.url("blobs", &d),
+            format!("https://docker.mirror.io/v2/a/b/blobs/{d}?ns=quay.io")
         );
     }
 
@@ -863,8 +773,19 @@ mod tests {
         let env = r#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#;
         assert_eq!(k(404, env), K::NotFound);
         assert_eq!(k(400, env), K::NotFound);
+        for code in ["NAME_UNKNOWN", "BLOB_UNKNOWN", "NOT_FOUND"] {
+            let env = format!(r#"{{"errors":[{{"code":"{code}"}}]}}"#);
+            assert_eq!(k(400, &env), K::NotFound, "{code}");
+        }
         let denied = r#"{"errors":[{"code":"DENIED","message":"no"}]}"#;
         assert_eq!(k(400, denied), K::Unauthenticated);
+        let unauthorized = r#"{"errors":[{"code":"UNAUTHORIZED"}]}"#;
+        assert_eq!(k(400, unauthorized), K::Unauthenticated);
+        let many = r#"{"errors":[{"code":"TOOMANYREQUESTS"}]}"#;
+        assert_eq!(k(400, many), K::Unavailable);
+        let other = r#"{"errors":[{"code":"MANIFEST_INVALID"}]}"#;
+        assert_eq!(k(400, other), K::InvalidArgument);
+        assert_eq!(k(500, other), K::Unavailable);
         let e = status_error(StatusCode::NOT_FOUND, env.as_bytes(), "manifest: GET u");
         assert_eq!(
             e.to_string(),
@@ -892,21 +813,49 @@ mod tests {
         }
     }
 
-    /// A registry on 127.0.0.1 that wants a bearer token from its own `/token`, which
-    /// wants `u:p`; it serves one manifest, one good blob and one that does not match
-    /// its digest.
+    /// What the scripted registry wants before it serves.
+    #[derive(Clone, Copy)]
+    enum Wants {
+        /// `u:p` as HTTP basic auth.
+        Basic,
+        /// A bearer token from its own `/token` (which wants `u:p`), the one it issued
+        /// last, good for `uses` requests: then it has expired.
+        Bearer { uses: usize },
+    }
+
+    #[derive(Default)]
+    struct Log {
+        seen: Vec<Seen>,
+        /// Tokens issued so far: the last is `tok<issued>`.
+        issued: usize,
+        /// Requests the last token served.
+        used: usize,
+    }
+
+    impl Log {
+        fn tokens(&self) -> Vec<&Seen> {
+            self.seen
+                .iter()
+                .filter(|s| s.target.starts_with("/token?"))
+                .collect()
+        }
+    }
+
+    /// A registry on 127.0.0.1 that wants `wants`; it serves one manifest (repository
+    /// `a/b`, tag `v1`), one good blob and one that does not match its digest.
     fn scripted_registry(
+        wants: Wants,
         manifest: &'static [u8],
         good: (String, &'static [u8]),
         bad: String,
-    ) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    ) -> (String, Arc<Mutex<Log>>) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let (seen2, addr2) = (seen.clone(), addr.clone());
+        let log = Arc::new(Mutex::new(Log::default()));
+        let (log2, addr2) = (log.clone(), addr.clone());
         std::thread::spawn(move || {
             for conn in l.incoming().flatten() {
-                let (seen, addr) = (seen2.clone(), addr2.clone());
+                let (log, addr) = (log2.clone(), addr2.clone());
                 let (good, bad) = (good.clone(), bad.clone());
                 std::thread::spawn(move || {
                     let mut w = conn.try_clone().unwrap();
@@ -929,23 +878,43 @@ mod tests {
                             headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
                         }
                         let s = Seen { target, headers };
-                        seen.lock().unwrap().push(s.clone());
+                        let mut log = log.lock().unwrap();
+                        log.seen.push(s.clone());
                         let authz = s.all("authorization");
-                        let (status, extra, body): (u16, String, Vec<u8>) = if s
-                            .target
-                            .starts_with("/token?")
+                        // base64("u:p")
+                        let user = authz == ["Basic dTpw"];
+                        let refusal = match wants {
+                            _ if s.target.starts_with("/token?") => None,
+                            Wants::Basic if user => None,
+                            Wants::Basic => Some("Basic realm=\"r\"".to_string()),
+                            Wants::Bearer { uses } => {
+                                let last = format!("Bearer tok{}", log.issued);
+                                if log.issued > 0 && authz == [last.as_str()] && log.used < uses {
+                                    log.used += 1;
+                                    None
+                                } else {
+                                    Some(format!(
+                                        "Bearer realm=\"http://{addr}/token\",service=\"svc\""
+                                    ))
+                                }
+                            }
+                        };
+                        let (status, extra, body): (u16, String, Vec<u8>) = if let Some(c) = refusal
                         {
-                            // base64("u:p")
-                            if authz == ["Basic dTpw"] {
-                                (200, String::new(), br#"{"token":"tok"}"#.to_vec())
+                            (
+                                401,
+                                format!("WWW-Authenticate: {c}\r\n"),
+                                br#"{"errors":[{"code":"UNAUTHORIZED"}]}"#.to_vec(),
+                            )
+                        } else if s.target.starts_with("/token?") {
+                            if user {
+                                log.issued += 1;
+                                log.used = 0;
+                                let t = format!(r#"{{"token":"tok{}"}}"#, log.issued);
+                                (200, String::new(), t.into_bytes())
                             } else {
                                 (401, String::new(), vec![])
                             }
-                        } else if authz != ["Bearer tok"] {
-                            let c = format!(
-                                    "WWW-Authenticate: Bearer realm=\"http://{addr}/token\",service=\"svc\"\r\n"
-                                );
-                            (401, c, br#"{"errors":[{"code":"UNAUTHORIZED"}]}"#.to_vec())
                         } else if s.target == "/v2/a/b/manifests/v1" {
                             (200, String::new(), manifest.to_vec())
                         } else if s.target == format!("/v2/a/b/blobs/{}", good.0) {
@@ -955,6 +924,7 @@ mod tests {
                         } else {
                             (404, String::new(), vec![])
                         };
+                        drop(log);
                         let head = format!(
                             "HTTP/1.1 {status} X\r\n{extra}Content-Length: {}\r\n\r\n",
                             body.len()
@@ -966,71 +936,67 @@ mod tests {
                 });
             }
         });
-        (addr, seen)
+        (addr, log)
     }
 
+    /// A layer's bytes, or the error that ended them.
+    async fn drain(mut s: LayerStream) -> Result<Vec<u8>> {
+        let mut got = vec![];
+        while let Some(c) = s.next().await {
+            got.extend_from_slice(&c?);
+        }
+        Ok(got)
+    }
+
+    /// A host with hosts.toml `header` that wants a bearer token: the headers go with
+    /// every request (its token service's too), one challenge is met per pull, content
+    /// is checked against its digest and size, and each way a pull can be refused has
+    /// its kind.
     #[tokio::test]
-    async fn own_fetcher_sends_headers_and_answers_the_challenge() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+    async fn sends_headers_and_answers_the_bearer_challenge() {
         let good: &'static [u8] = b"config bytes";
         let good_d = digest::of(good);
         let bad_d = digest::of(b"something else");
-        let (addr, log) = scripted_registry(b"{\"m\":1}", (good_d.clone(), good), bad_d.clone());
+        let (addr, log) = scripted_registry(
+            Wants::Bearer { uses: usize::MAX },
+            b"{\"m\":1}",
+            (good_d.clone(), good),
+            bad_d.clone(),
+        );
         let e = ep(&addr, &[("X-Key", &["k1", "k2"])]);
-        let r: Reference = format!("{addr}/a/b:v1").parse().unwrap();
-        let f = Fetcher::new(
-            &e,
-            &RegistryAuth::Basic("u".into(), "p".into()),
-            Duration::from_secs(60),
-        )
-        .unwrap();
-        assert!(matches!(f, Fetcher::Own(_)));
+        let name = format!("{addr}/a/b:v1");
+        let f = fetcher(&e, &name, basic());
         assert_eq!(
-            &f.manifest(&r, None, "manifest").await.unwrap()[..],
+            &f.manifest("v1", None, "manifest").await.unwrap()[..],
             b"{\"m\":1}"
         );
         assert_eq!(
-            f.blob(&r, &good_d, good.len() as u64, "config")
-                .await
-                .unwrap(),
+            f.blob(&good_d, good.len() as u64, "config").await.unwrap(),
             good
         );
-        let mut s = f
-            .layer(&r, &good_d, good.len() as u64, "layer")
-            .await
-            .unwrap();
-        let mut got = vec![];
-        while let Some(c) = s.next().await {
-            got.extend_from_slice(&c.unwrap());
-        }
-        assert_eq!(got, good);
+        let s = f.layer(&good_d, good.len() as u64, "layer").await.unwrap();
+        assert_eq!(drain(s).await.unwrap(), good);
         // Content that is not what its digest says: DataLoss, as a blob and as a stream.
         let err = f
-            .blob(&r, &bad_d, BAD.len() as u64, "config x")
+            .blob(&bad_d, BAD.len() as u64, "config x")
             .await
             .unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::DataLoss, "{err}");
-        let mut s = f
-            .layer(&r, &bad_d, BAD.len() as u64, "layer")
-            .await
-            .unwrap();
-        let mut last = None;
-        while let Some(c) = s.next().await {
-            last = Some(c);
-        }
-        let err = last.unwrap().unwrap_err();
+        assert!(err.to_string().contains("digest mismatch"), "{err}");
+        let s = f.layer(&bad_d, BAD.len() as u64, "layer").await.unwrap();
+        let err = drain(s).await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::DataLoss, "{err}");
-        let err = f
-            .manifest(
-                &format!("{addr}/a/b:nope").parse().unwrap(),
-                None,
-                "manifest",
-            )
-            .await
-            .unwrap_err();
+        // A length other than the descriptor's: DataLoss before a byte is read.
+        let err = match f.layer(&good_d, good.len() as u64 + 1, "layer x").await {
+            Err(e) => e,
+            Ok(_) => panic!("a layer of another length was taken"),
+        };
+        assert_eq!(err.kind(), crate::ErrorKind::DataLoss, "{err}");
+        assert!(err.to_string().contains("size mismatch"), "{err}");
+        let err = f.manifest("nope", None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
 
-        let seen = log.lock().unwrap().clone();
+        let seen = log.lock().unwrap().seen.clone();
         for s in &seen {
             assert_eq!(s.all("x-key"), ["k1", "k2"], "{s:?}");
             assert!(s.all("user-agent")[0].starts_with("crust/"), "{s:?}");
@@ -1046,6 +1012,13 @@ mod tests {
             "/token?service=svc&scope=repository%3Aa%2Fb%3Apull"
         );
         assert_eq!(
+            seen.iter()
+                .filter(|s| s.all("authorization").is_empty())
+                .count(),
+            1,
+            "{seen:?}"
+        );
+        assert_eq!(
             seen[0].all("accept")[0],
             "application/vnd.oci.image.index.v1+json, \
              application/vnd.oci.image.manifest.v1+json, \
@@ -1054,39 +1027,105 @@ mod tests {
         );
 
         // Without credentials the token service refuses: Unauthenticated, naming it.
-        let f = Fetcher::new(&e, &RegistryAuth::Anonymous, Duration::from_secs(60)).unwrap();
-        let err = f.manifest(&r, None, "manifest").await.unwrap_err();
+        let f = fetcher(&e, &name, RegistryAuth::Anonymous);
+        let err = f.manifest("v1", None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
         assert!(err.to_string().contains("token service"), "{err}");
         // A caller's token is sent as it is; refused, it is not traded for another.
-        let f = Fetcher::new(
-            &e,
-            &RegistryAuth::Bearer("tok".into()),
-            Duration::from_secs(60),
-        )
-        .unwrap();
-        f.manifest(&r, None, "manifest").await.unwrap();
-        let f = Fetcher::new(
-            &e,
-            &RegistryAuth::Bearer("old".into()),
-            Duration::from_secs(60),
-        )
-        .unwrap();
-        let before = log.lock().unwrap().len();
-        let err = f.manifest(&r, None, "manifest").await.unwrap_err();
+        let f = fetcher(&e, &name, RegistryAuth::Bearer("tok1".into()));
+        f.manifest("v1", None, "manifest").await.unwrap();
+        let f = fetcher(&e, &name, RegistryAuth::Bearer("old".into()));
+        let before = log.lock().unwrap().seen.len();
+        let err = f.manifest("v1", None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
-        assert_eq!(log.lock().unwrap().len(), before + 1);
+        assert_eq!(log.lock().unwrap().seen.len(), before + 1);
     }
 
-    #[test]
-    fn without_headers_oci_client() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let f = Fetcher::new(
-            &ep("h", &[]),
-            &RegistryAuth::Anonymous,
-            Duration::from_secs(60),
-        )
-        .unwrap();
-        assert!(matches!(f, Fetcher::Oci { .. }));
+    /// A token that expires mid-pull meets a new 401 and is fetched again; a host that
+    /// refuses even a fresh token is answered with Unauthenticated, not asked forever.
+    #[tokio::test]
+    async fn a_token_that_expires_mid_pull_is_fetched_again() {
+        let good: &'static [u8] = b"layer bytes";
+        let good_d = digest::of(good);
+        let (addr, log) = scripted_registry(
+            Wants::Bearer { uses: 2 },
+            b"{}",
+            (good_d.clone(), good),
+            digest::of(b"x"),
+        );
+        let e = ep(&addr, &[]);
+        let f = fetcher(&e, &format!("{addr}/a/b:v1"), basic());
+        f.manifest("v1", None, "manifest").await.unwrap();
+        f.blob(&good_d, good.len() as u64, "config").await.unwrap();
+        // tok1 has served two requests: this one is refused, tok2 fetched, and it serves.
+        let s = f.layer(&good_d, good.len() as u64, "layer").await.unwrap();
+        assert_eq!(drain(s).await.unwrap(), good);
+        {
+            let l = log.lock().unwrap();
+            assert_eq!(l.issued, 2, "{:?}", l.seen);
+            let last: Vec<&str> = l.seen[l.seen.len() - 3..]
+                .iter()
+                .map(|s| s.all("authorization").first().copied().unwrap_or(""))
+                .collect();
+            assert_eq!(last, ["Bearer tok1", "Basic dTpw", "Bearer tok2"]);
+        }
+
+        let (addr, log) = scripted_registry(
+            Wants::Bearer { uses: 0 },
+            b"{}",
+            (good_d.clone(), good),
+            digest::of(b"x"),
+        );
+        let f = fetcher(&ep(&addr, &[]), &format!("{addr}/a/b:v1"), basic());
+        let err = f.manifest("v1", None, "manifest").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
+        let l = log.lock().unwrap();
+        assert_eq!((l.seen.len(), l.issued), (3, 1), "{:?}", l.seen);
+    }
+
+    /// A host that wants HTTP basic auth, without hosts.toml `header`: the challenge is
+    /// answered once with the caller's user and password, which then go with every
+    /// request at once; no header of another host's is sent; without credentials or
+    /// with wrong ones the pull is Unauthenticated.
+    #[tokio::test]
+    async fn answers_the_basic_challenge() {
+        let good: &'static [u8] = b"blob";
+        let good_d = digest::of(good);
+        let (addr, log) = scripted_registry(
+            Wants::Basic,
+            b"{}",
+            (good_d.clone(), good),
+            digest::of(b"x"),
+        );
+        let e = ep(&addr, &[]);
+        let name = format!("{addr}/a/b:v1");
+        let f = fetcher(&e, &name, basic());
+        f.manifest("v1", None, "manifest").await.unwrap();
+        f.blob(&good_d, good.len() as u64, "config").await.unwrap();
+        let s = f.layer(&good_d, good.len() as u64, "layer").await.unwrap();
+        assert_eq!(drain(s).await.unwrap(), good);
+        {
+            let l = log.lock().unwrap();
+            let authz: Vec<&str> = l
+                .seen
+                .iter()
+                .map(|s| s.all("authorization").first().copied().unwrap_or(""))
+                .collect();
+            assert_eq!(authz, ["", "Basic dTpw", "Basic dTpw", "Basic dTpw"]);
+            assert!(l.seen.iter().all(|s| s.all("x-key").is_empty()));
+            assert!(l.tokens().is_empty());
+        }
+        for auth in [
+            RegistryAuth::Anonymous,
+            RegistryAuth::Basic("u".into(), "wrong".into()),
+        ] {
+            let f = fetcher(&e, &name, auth.clone());
+            let err = f.manifest("v1", None, "manifest").await.unwrap_err();
+            assert_eq!(
+                err.kind(),
+                crate::ErrorKind::Unauthenticated,
+                "{auth:?}: {err}"
+            );
+        }
     }
 }

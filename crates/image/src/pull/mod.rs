@@ -1,5 +1,4 @@
-//! Pulling from a registry: with `oci-client`, or for hosts with hosts.toml `header`
-//! with crust's own fetcher (fetch.rs).
+//! Pulling from a registry, with crust's own registry client (fetch.rs) for every host.
 //!
 //! ```text
 //! reference ──> hosts (mirrors first, then the server)
@@ -12,7 +11,8 @@
 //! layer there. Two images sharing a layer share its per-layer lock.
 //!
 //! The hosts to try come from `hosts` (hosts.toml), a CRI identity token is traded for
-//! an access token in `token`, and a host with `header` entries is served by `fetch`.
+//! an access token in `token`, and `fetch` speaks to each host, its `header` entries,
+//! TLS settings and credential challenges included.
 
 mod fetch;
 pub mod hosts;
@@ -21,11 +21,9 @@ mod token;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{ConfigBlob, Descriptor, Manifest};
 use crate::{digest, Auth, Image, ImageStore, Named, Record};
-use fetch::Fetcher;
+use fetch::{Fetcher, RegistryAuth};
 use futures::StreamExt;
 use hosts::Endpoint;
-use oci_client::secrets::RegistryAuth;
-use oci_client::Reference;
 use std::io::Read;
 
 /// Layers fetched at once per pull.
@@ -78,16 +76,14 @@ impl ImageStore {
             .filter(|e| e.pull && (e.resolve || named.digest().is_some()))
         {
             let ep_auth = match &identity {
-                Some(refresh) => {
-                    match token::access_token(ep, named.inner.repository(), refresh).await {
-                        Ok(access) => RegistryAuth::Bearer(access),
-                        Err(e) => {
-                            tracing::warn!(reference = %what, host = %ep.host, "identity token: {e}");
-                            errs.push((format!("{}://{}", ep.scheme, ep.host), e));
-                            continue;
-                        }
+                Some(refresh) => match token::access_token(ep, named.repository(), refresh).await {
+                    Ok(access) => RegistryAuth::Bearer(access),
+                    Err(e) => {
+                        tracing::warn!(reference = %what, host = %ep.host, "identity token: {e}");
+                        errs.push((format!("{}://{}", ep.scheme, ep.host), e));
+                        continue;
                     }
-                }
+                },
                 None => auth.clone(),
             };
             match self.pull_from(ep, &named, &ep_auth).await {
@@ -123,15 +119,11 @@ impl ImageStore {
     }
 
     async fn pull_from(&self, ep: &Endpoint, named: &Named, auth: &RegistryAuth) -> Result<Image> {
-        let fetcher = Fetcher::new(ep, auth, self.stall)?;
-        let mut r: Reference = named.inner.clone();
-        if ep.host != named.registry()
-            && !(named.registry() == "docker.io" && ep.host == "registry-1.docker.io")
-        {
-            r.set_mirror_registry(ep.host.clone());
-        }
+        let fetcher = Fetcher::new(ep, named, auth, self.stall)?;
+        // By digest when the reference has one: a tag beside it is only a name.
+        let first = named.digest().or(named.tag()).unwrap_or("latest");
         // Its size is not known (a tag, or a digest alone): at most 4 MiB.
-        let data = fetcher.manifest(&r, None, "manifest").await?;
+        let data = fetcher.manifest(first, None, "manifest").await?;
         let top = digest::of(&data);
         if let Some(want) = named.digest() {
             if want != top {
@@ -147,9 +139,8 @@ impl ImageStore {
         let mut mdigest = top.clone();
         if m.is_index() {
             let d = m.pick_platform("index")?.clone();
-            let r2 = r.clone_with_digest(d.digest.clone());
             let data = fetcher
-                .manifest(&r2, Some(d.size), &format!("manifest {}", d.digest))
+                .manifest(&d.digest, Some(d.size), &format!("manifest {}", d.digest))
                 .await?;
             hold.add(&d.digest);
             self.put_blob(&d.digest, &data, &format!("manifest {}", d.digest))?;
@@ -167,7 +158,6 @@ impl ImageStore {
         digest::hex_of(&cdesc.digest)?;
         let cdata = fetcher
             .blob(
-                &r,
                 &cdesc.digest,
                 cdesc.size,
                 &format!("config {}", cdesc.digest),
@@ -196,9 +186,9 @@ impl ImageStore {
             .cloned()
             .zip(config.rootfs.diff_ids.iter().cloned())
             .collect();
-        let (fetcher_ref, r_ref) = (&fetcher, &r);
+        let fetcher = &fetcher;
         let results: Vec<Result<()>> = futures::stream::iter(jobs)
-            .map(move |(l, d)| async move { self.fetch_layer(fetcher_ref, r_ref, &l, &d).await })
+            .map(move |(l, d)| async move { self.fetch_layer(fetcher, &l, &d).await })
             .buffer_unordered(PARALLEL_LAYERS)
             .collect()
             .await;
@@ -229,13 +219,7 @@ impl ImageStore {
     }
 
     /// Downloads one layer and unpacks it as it arrives, unless the store has it.
-    async fn fetch_layer(
-        &self,
-        fetcher: &Fetcher,
-        r: &Reference,
-        l: &Descriptor,
-        diff_id: &str,
-    ) -> Result<()> {
+    async fn fetch_layer(&self, fetcher: &Fetcher, l: &Descriptor, diff_id: &str) -> Result<()> {
         digest::hex_of(&l.digest)?;
         let lock = Self::lock_key(&self.layer_locks, diff_id);
         let _g = lock.lock().await;
@@ -244,7 +228,7 @@ impl ImageStore {
         }
         let started = std::time::Instant::now();
         let mut stream = fetcher
-            .layer(r, &l.digest, l.size, &format!("layer {}", l.digest))
+            .layer(&l.digest, l.size, &format!("layer {}", l.digest))
             .await?;
         let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
         let root = self.root.clone();
@@ -315,7 +299,8 @@ impl Read for ChanReader {
     }
 }
 
-/// The CRI's credentials as oci-client's.
+/// The CRI's credentials as the form the registry is offered: a token the caller has,
+/// a user and password (given apart or as `auth`), or none.
 fn registry_auth(a: Auth, what: &str) -> Result<RegistryAuth> {
     if !a.registry_token.is_empty() {
         return Ok(RegistryAuth::Bearer(a.registry_token));

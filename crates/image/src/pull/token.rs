@@ -1,7 +1,8 @@
 //! The CRI `identity_token`: an OAuth2 refresh token (what `docker login` keeps as
 //! `identitytoken` for registries such as Azure's), traded at the registry's token
-//! service for an access token, which the pull then sends as a bearer token.
-//! oci-client has no refresh-token flow of its own.
+//! service for an access token, which the pull then sends as a bearer token. It is a
+//! step before the pull, once per host (a POST, where the pull's own challenges are
+//! answered with GETs), so it lives apart from the fetcher, which is handed its result.
 //!
 //! The flow (the distribution spec's token authentication with OAuth2):
 //! ```text
@@ -19,7 +20,8 @@ use crate::error::{Error, Result};
 /// The OAuth2 client id crust gives the token service.
 const CLIENT_ID: &str = "crust";
 
-/// How crust's own requests introduce themselves (oci-client's say `oci-client/VERSION`).
+/// How crust's requests introduce themselves, so a registry's operator can tell them
+/// apart in its logs.
 pub(crate) const USER_AGENT: &str = concat!("crust/", env!("CARGO_PKG_VERSION"));
 
 /// An access token for pulling `repository` from `ep`, for the refresh token `refresh`.
