@@ -110,7 +110,7 @@ pub struct ContainerRecord {
 }
 
 /// uid, gid and additional gids of a container's process.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunAs {
     pub uid: i64,
     pub gid: i64,
