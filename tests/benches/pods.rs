@@ -52,6 +52,10 @@
 //! monitors). Then where each agent's RSS is, by mapping (its executable, other files,
 //! anonymous mappings; threads).
 //!
+//! Then the CPU the idle node stack spends: each group's utime + stime over `BENCH_IDLE`
+//! seconds (default 60) with the pods up and nothing happening (issue 30's idle cost;
+//! the pods' own processes and pause, asleep on both sides, are left out).
+//!
 //! `BENCH_DELETE=1` deletes the pods at the end (for a profile of a node's whole round).
 //! `BENCH_INSPECT=<shell command>` runs that command once the memory is read, with the
 //! agents still up and `KUBELET_PID` and `CRUSTLET_PID` set (to look at their pages
@@ -306,6 +310,41 @@ fn sample(d: &Daemon) -> Figures {
         helpers_n: helpers.len() as u64,
         cgroup,
     }
+}
+
+/// utime + stime of a process so far, in seconds (`/proc/<pid>/stat`); None once gone.
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 / hz)
+}
+
+/// CPU seconds each daemon (its main processes, its helpers) spent over `span`, counted
+/// for the processes there at both ends.
+fn idle_cpu(daemons: &[Daemon], span: Duration) -> Vec<(f64, f64)> {
+    let take = |pids: &[u32]| -> HashMap<u32, f64> {
+        pids.iter()
+            .filter_map(|p| Some((*p, cpu_secs(*p)?)))
+            .collect()
+    };
+    let before: Vec<(HashMap<u32, f64>, HashMap<u32, f64>)> = daemons
+        .iter()
+        .map(|d| {
+            let (m, h) = (d.pids)();
+            (take(&m), take(&h))
+        })
+        .collect();
+    std::thread::sleep(span);
+    let spent = |b: &HashMap<u32, f64>| -> f64 {
+        b.iter()
+            .filter_map(|(p, t0)| Some(cpu_secs(*p)? - t0))
+            .sum()
+    };
+    before.iter().map(|(m, h)| (spent(m), spent(h))).collect()
 }
 
 /// Each daemon sampled `n` times 2 s apart (all at the same instants), the median of
@@ -593,6 +632,13 @@ fn main() {
         },
     ];
     let figures = sample_median(&daemons, 5);
+    // CPU with the pods up and nothing happening: what each daemon and its helpers
+    // spent (utime + stime) over BENCH_IDLE seconds (default 60).
+    let idle_secs: u64 = std::env::var("BENCH_IDLE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let idle = idle_cpu(&daemons, Duration::from_secs(idle_secs));
     let (kubelet, crustlet, containerd, crustd) = (figures[0], figures[1], figures[2], figures[3]);
     let in_cgroups: Vec<String> = ["kubelet", "crustlet", "containerd", "crustlet-crustd"]
         .iter()
@@ -720,6 +766,29 @@ fn main() {
             in_cgroups.join("; ")
         );
     }
+    println!(
+        "\nCPU over {idle_secs} s idle (utime + stime of each process; the pods' own processes and pause left out)"
+    );
+    println!("| | agent | runtime | shims / monitors | the node stack |");
+    println!("| --- | --- | --- | --- | --- |");
+    let cpu_row = |name: &str, agent: (f64, f64), rt: (f64, f64)| {
+        println!(
+            "| {name} | {:.2} s | {:.2} s | {:.2} s | {:.2} s |",
+            agent.0 + agent.1,
+            rt.0,
+            rt.1,
+            agent.0 + agent.1 + rt.0 + rt.1
+        );
+    };
+    cpu_row("kubelet + containerd", idle[0], idle[2]);
+    cpu_row("crustlet + crustd", idle[1], idle[3]);
+    let stack = |a: (f64, f64), r: (f64, f64)| a.0 + a.1 + r.0 + r.1;
+    println!(
+        "crust/incumbent idle CPU: node stack {:.2} (issue 30's target <= 0.1), agents {:.2}, runtimes with helpers {:.2}",
+        stack(idle[1], idle[3]) / stack(idle[0], idle[2]).max(1e-9),
+        (idle[1].0 + idle[1].1) / (idle[0].0 + idle[0].1).max(1e-9),
+        (idle[3].0 + idle[3].1) / (idle[2].0 + idle[2].1).max(1e-9),
+    );
     println!("RSS of the kubelet: {kubelet_where}\nRSS of the crustlet: {crustlet_where}");
     for (name, n) in shared.into_iter().filter(|(_, n)| *n > 0) {
         println!(
