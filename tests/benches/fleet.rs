@@ -23,7 +23,7 @@
 //! the crust fleet crust's own. The pod is busybox's shell sleeping, leaving at once on
 //! SIGTERM (a pod's time to go is then the node's, not a grace period's).
 
-use crust_e2e::cluster::{kube_bins, run_timeout};
+use crust_e2e::cluster::{kube_bins, run_timeout, watch_events};
 use crust_e2e::fleet::{Flavour, Fleet};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -67,35 +67,21 @@ fn running(p: &Value) -> bool {
 /// `kubectl get KIND --watch` of the bench namespace, each event handed to `note` as it
 /// arrives (with its arrival time).
 fn watch(f: &Fleet, kind: &str, seen: Shared, note: fn(&mut Seen, &str, &Value, Instant)) -> Child {
-    let mut child = f
-        .kubectl(&[
-            "-n",
-            NS,
-            "get",
-            kind,
-            "--watch",
-            "--output-watch-events",
-            "-o",
-            "json",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(out));
-        for ev in stream.into_iter::<Value>() {
-            let Ok(ev) = ev else { return };
-            let now = Instant::now();
-            let kind = ev["type"].as_str().unwrap_or_default().to_string();
-            let (m, cv) = &*seen;
-            note(&mut m.lock().unwrap(), &kind, &ev["object"], now);
-            cv.notify_all();
-        }
-    });
-    child
+    let args = [
+        "-n",
+        NS,
+        "get",
+        kind,
+        "--watch",
+        "--output-watch-events",
+        "-o",
+        "json",
+    ];
+    watch_events(f.kubectl(&args), move |kind, object, now| {
+        let (m, cv) = &*seen;
+        note(&mut m.lock().unwrap(), kind, object, now);
+        cv.notify_all();
+    })
 }
 
 fn note_pod(s: &mut Seen, kind: &str, p: &Value, now: Instant) {

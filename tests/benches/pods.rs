@@ -62,7 +62,7 @@
 //! more closely than smaps shows).
 
 use crust_e2e::agent_cgroups;
-use crust_e2e::cluster::{kube_bins, run_timeout, Cluster, ContainerdFor, Options};
+use crust_e2e::cluster::{kube_bins, run_timeout, watch_events, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -93,44 +93,30 @@ fn running(p: &Value) -> bool {
 
 /// `kubectl get pods --watch` of the bench namespace, its events noted as they arrive.
 fn watch(c: &Cluster, seen: Watched) -> std::process::Child {
-    let mut child = c
-        .kubectl(&[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "--watch",
-            "--output-watch-events",
-            "-o",
-            "json",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(out));
-        for ev in stream.into_iter::<Value>() {
-            let Ok(ev) = ev else { return };
-            let now = Instant::now();
-            let p = &ev["object"];
-            let Some(name) = p["metadata"]["name"].as_str() else {
-                continue;
-            };
-            let (m, cv) = &*seen;
-            let mut m = m.lock().unwrap();
-            let s = m.entry(name.to_string()).or_default();
-            s.added.get_or_insert(now);
-            if s.running.is_none() && running(p) {
-                s.running = Some(now);
-                s.object = Some(p.clone());
-            }
-            cv.notify_all();
+    let args = [
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "--watch",
+        "--output-watch-events",
+        "-o",
+        "json",
+    ];
+    watch_events(c.kubectl(&args), move |_, p, now| {
+        let Some(name) = p["metadata"]["name"].as_str() else {
+            return;
+        };
+        let (m, cv) = &*seen;
+        let mut m = m.lock().unwrap();
+        let s = m.entry(name.to_string()).or_default();
+        s.added.get_or_insert(now);
+        if s.running.is_none() && running(p) {
+            s.running = Some(now);
+            s.object = Some(p.clone());
         }
-    });
-    child
+        cv.notify_all();
+    })
 }
 
 fn pod(c: &Cluster, name: &str, node: &str) -> Value {

@@ -1956,3 +1956,29 @@ impl Drop for Cluster {
         self.teardown();
     }
 }
+
+/// Runs `kubectl ... get KIND --watch --output-watch-events -o json` (`cmd`, built by
+/// the caller) and hands each event to `on` as it arrives: its type (`ADDED`,
+/// `MODIFIED`, `DELETED`), the object, and the instant it was read (the benches time
+/// pods by it). The watch ends when the child is killed.
+pub fn watch_events(
+    mut cmd: Command,
+    mut on: impl FnMut(&str, &serde_json::Value, std::time::Instant) + Send + 'static,
+) -> std::process::Child {
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl watch");
+    let out = child.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(out));
+        for ev in stream.into_iter::<serde_json::Value>() {
+            let Ok(ev) = ev else { return };
+            let now = std::time::Instant::now();
+            on(ev["type"].as_str().unwrap_or_default(), &ev["object"], now);
+        }
+    });
+    child
+}
