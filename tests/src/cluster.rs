@@ -1,5 +1,5 @@
 //! A Kubernetes v1.28 cluster around crustd, for the kubelet suite
-//! (tests/tests/kubelet.rs): etcd, kube-apiserver, kube-controller-manager and
+//! (tests/tests/cluster/kubelet.rs): etcd, kube-apiserver, kube-controller-manager and
 //! kube-scheduler, the real kubelet with crustd as its runtime, the crustlet with a
 //! crustd of its own as a second node (tainted NoSchedule once it registers), with
 //! [`Options::containerd`] a third node on Debian's containerd + runc (the crustlet's
