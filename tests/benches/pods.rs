@@ -26,9 +26,10 @@
 //! Four groups: the kubelet, the crustlet, containerd with its shims, crustd with its
 //! monitors (crust's counterpart of the shims; only this cluster's crustd, found by its
 //! state dir). Each daemon runs in a memory cgroup of its own (`Options::agent_cgroups`:
-//! cgroup v2, or v1's `memory` hierarchy on a hybrid host; tests/src/agent_cgroups.rs);
-//! the shims and the monitors, forked by their runtime, stay in its cgroup (the bench
-//! lists what each cgroup holds), the containers and pauses are in the pods' cgroups.
+//! cgroup v2, or v1's `memory` hierarchy on a hybrid host;
+//! tests/src/cluster/agent_cgroups.rs); the shims and the monitors, forked by their
+//! runtime, stay in its cgroup (the bench lists what each cgroup holds), the containers
+//! and pauses are in the pods' cgroups.
 //! Per group:
 //! - from `/proc/<pid>/smaps_rollup`, summed over its processes: the RSS split into
 //!   file pages (executables, libraries: clean pages the kernel can drop and read
@@ -61,7 +62,7 @@
 //! agents still up and `KUBELET_PID` and `CRUSTLET_PID` set (to look at their pages
 //! more closely than smaps shows).
 
-use crust_e2e::agent_cgroups;
+use crust_e2e::cluster::agent_cgroups;
 use crust_e2e::cluster::{kube_bins, run_timeout, watch_events, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};

@@ -97,7 +97,7 @@ impl Cluster {
     /// each daemon the cluster runs, named as its log, and each daemon's executable out
     /// of the page cache, so that the daemon reading it is charged for it.
     pub(super) fn make_agent_cgroups(&mut self) {
-        let Some((mount, v2)) = crate::agent_cgroups::memory_mount() else {
+        let Some((mount, v2)) = super::agent_cgroups::memory_mount() else {
             eprintln!("no memory cgroup controller: the daemons run in the suite's cgroup");
             return;
         };
@@ -123,11 +123,11 @@ impl Cluster {
         }
         for name in names {
             let path = format!("{}/{name}", self.agents_cgroup_root);
-            let dir = crate::agent_cgroups::make(&mount, v2, &path, &mut self.made_cgroups);
+            let dir = super::agent_cgroups::make(&mount, v2, &path, &mut self.made_cgroups);
             self.agent_cgroups.push((name.to_string(), dir));
         }
         for exe in exes {
-            crate::agent_cgroups::uncache(&exe);
+            super::agent_cgroups::uncache(&exe);
         }
     }
 

@@ -1,5 +1,5 @@
 //! Clients of the cluster: kubectl as the admin, crictl against each runtime, the wait
-//! for a pod's state through one shared watch ([`crate::pod_watch`]), and a reader of
+//! for a pod's state through one shared watch ([`super::pod_watch`]), and a reader of
 //! `kubectl --watch` events.
 
 use super::process::run_timeout;
@@ -20,7 +20,7 @@ impl Cluster {
     }
 
     /// Waits until the pod `ns/name` satisfies `pred`, for at most `limit`, through one
-    /// watch of every pod that all waits share (see [`crate::pod_watch`]): the pod, or
+    /// watch of every pod that all waits share (see [`super::pod_watch`]): the pod, or
     /// the last state of it seen when time ran out.
     pub fn wait_pod(
         &self,
@@ -32,7 +32,7 @@ impl Cluster {
         let watch = self.pod_watch.get_or_init(|| {
             let (netns, kubectl) = (self.node.path().to_path_buf(), self.bins.kubectl.clone());
             let kubeconfig = format!("--kubeconfig={}", self.path("admin.kubeconfig").display());
-            crate::pod_watch::PodWatch::start(move |args| {
+            super::pod_watch::PodWatch::start(move |args| {
                 let mut c = Command::new("nsenter");
                 c.arg(format!("--net={}", netns.display()))
                     .arg("--")

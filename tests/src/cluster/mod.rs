@@ -29,7 +29,9 @@
 //! `control_plane` (PKI, etcd, the apiserver, controller-manager and scheduler), `images`
 //! (the registry and its images), `runtimes` (the crustds, containerd, their CNI
 //! configs), `agents` (the kubelet, the crustlets, kube-proxy), `clients` (kubectl,
-//! crictl, waiting for a pod) and `teardown`.
+//! crictl, waiting for a pod) and `teardown`; and two the others use, public for the
+//! benches: [`agent_cgroups`] (a daemon's memory cgroup and its figures) and
+//! [`pod_watch`] (one `kubectl --watch` of every pod, for the waits).
 
 mod agents;
 mod bins;
@@ -41,6 +43,9 @@ mod namespaces;
 mod process;
 mod runtimes;
 mod teardown;
+
+pub mod agent_cgroups;
+pub mod pod_watch;
 
 pub(crate) use agents::kubelet_common_args;
 pub use bins::{default_kube_bin_dir, kube_bin, kube_bins, skip_suite, suite_needs, KubeBins};
@@ -92,7 +97,7 @@ pub struct Options {
     /// in a memory cgroup of its own below [`Cluster::agents_cgroup_root`], named as its
     /// log ([`Cluster::agent_cgroup`]), each executable dropped from the page cache
     /// first: what each daemon costs the node, for the pods benchmark (see
-    /// [`crate::agent_cgroups`]). Off, they run in the suite's own cgroup.
+    /// [`agent_cgroups`]). Off, they run in the suite's own cgroup.
     pub agent_cgroups: bool,
 }
 
@@ -168,7 +173,7 @@ pub struct Cluster {
     pub agents_cgroup_root: String,
     agent_cgroups: Vec<(String, PathBuf)>,
     /// Every pod, for [`Cluster::wait_pod`]: started by the first wait.
-    pod_watch: std::sync::OnceLock<std::sync::Arc<crate::pod_watch::PodWatch>>,
+    pod_watch: std::sync::OnceLock<std::sync::Arc<pod_watch::PodWatch>>,
 }
 
 impl Cluster {

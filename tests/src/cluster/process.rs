@@ -135,7 +135,7 @@ impl Cluster {
     pub(crate) fn spawn_logged(&self, mut cmd: Command, name: &str) -> Child {
         let log = log_file(self.dir.path(), name);
         if let Some(dir) = self.agent_cgroup(name) {
-            crate::agent_cgroups::join_on_exec(&mut cmd, dir);
+            super::agent_cgroups::join_on_exec(&mut cmd, dir);
         }
         // The suite blocks SIGTERM, SIGINT and SIGHUP in its threads (for its own signal
         // thread), and a child inherits that mask through exec: a daemon must get them
