@@ -1,6 +1,6 @@
 //! Pod start latency through a real control plane: the crustlet on crustd against the
 //! real kubelet v1.28.7 on containerd + runc, in one cluster on the same machine
-//! (tests/src/cluster.rs with `Options::containerd = Kubelet`: the kubelet's node
+//! (tests/src/cluster/ with `Options::containerd = Kubelet`: the kubelet's node
 //! `crust-node` runs on containerd, the crustlet's `crustlet-node` on crustd). Run as
 //! root through `hack/bench-pods` (which installs what it needs and builds the release
 //! binaries), or `cargo bench -p crust-e2e --bench pods`. `BENCH_N` pods per node
