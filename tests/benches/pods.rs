@@ -2,7 +2,7 @@
 //! real kubelet v1.28.7 on containerd + runc, in one cluster on the same machine
 //! (tests/src/cluster/ with `Options::containerd = Kubelet`: the kubelet's node
 //! `crust-node` runs on containerd, the crustlet's `crustlet-node` on crustd). Run as
-//! root through `hack/bench-pods` (which installs what it needs and builds the release
+//! root through `hack/bench.d/pods` (which installs what it needs and builds the release
 //! binaries), or `cargo bench -p crust-e2e --bench pods`. `BENCH_N` pods per node
 //! (default 30).
 //!
