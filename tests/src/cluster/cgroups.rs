@@ -93,9 +93,10 @@ impl Cluster {
         }
     }
 
-    /// With [`Options::agent_cgroups`](super::Options::agent_cgroups): a memory cgroup below `agents_cgroup_root` for
-    /// each daemon the cluster runs, named as its log, and each daemon's executable out
-    /// of the page cache, so that the daemon reading it is charged for it.
+    /// With [`Options::agent_cgroups`](super::Options::agent_cgroups): a memory cgroup
+    /// below `agents_cgroup_root` for each daemon the cluster runs, named as its log, and
+    /// each daemon's executable out of the page cache, so that the daemon reading it is
+    /// charged for it.
     pub(super) fn make_agent_cgroups(&mut self) {
         let Some((mount, v2)) = super::agent_cgroups::memory_mount() else {
             eprintln!("no memory cgroup controller: the daemons run in the suite's cgroup");
@@ -132,7 +133,8 @@ impl Cluster {
     }
 
     /// The memory cgroup of the daemon whose log is `name` (`kubelet`, `crustlet`,
-    /// `crustlet-crustd`, `containerd`, ...), with [`Options::agent_cgroups`](super::Options::agent_cgroups).
+    /// `crustlet-crustd`, `containerd`, ...), with
+    /// [`Options::agent_cgroups`](super::Options::agent_cgroups).
     pub fn agent_cgroup(&self, name: &str) -> Option<&Path> {
         self.agent_cgroups
             .iter()
