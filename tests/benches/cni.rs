@@ -1,5 +1,5 @@
 //! ADD and DEL of crust's `bridge` + `host-local` against the reference plugins, on the
-//! same machine in one run, with `ipMasq` on. Run as root through `hack/bench-cni`
+//! same machine in one run, with `ipMasq` on. Run as root through `hack/bench.d/cni`
 //! (which builds the release binaries first), or `cargo bench -p crust-e2e --bench cni`.
 //!
 //! Each implementation gets its own node namespace, bridge, pod namespace and data

@@ -6,7 +6,7 @@
 //! OCI bundle of the same root file system, ExecSync of `/bin/true` in a running
 //! container, and the memory of a pod with two
 //! long-running containers: crustd's pause and monitors against containerd's shim and
-//! pause. Run as root through `hack/bench-container` (which installs containerd, runc
+//! pause. Run as root through `hack/bench.d/container` (which installs containerd, runc
 //! and crun and builds the release binaries first), or `cargo bench -p crust-e2e --bench
 //! container`.
 //!

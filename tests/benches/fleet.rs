@@ -2,7 +2,7 @@
 //! crust nodes (crustd and the crustlet) against the same fleet of the real kubelet
 //! v1.28.7 on containerd 1.6 + runc (tests/src/fleet.rs: the same control plane, fabric,
 //! CNI template and registry; one fleet up at a time), on the same machine. Run as root
-//! through `hack/bench-fleet` (which builds the release binaries), or `cargo bench -p
+//! through `hack/bench.d/fleet` (which builds the release binaries), or `cargo bench -p
 //! crust-e2e --bench fleet`.
 //!
 //! Each visit brings a fleet up (`BENCH_FLEET_NODES`, default 3), pulls the image on

@@ -1,8 +1,8 @@
 //! Pod start latency through a real control plane: the crustlet on crustd against the
 //! real kubelet v1.28.7 on containerd + runc, in one cluster on the same machine
-//! (tests/src/cluster.rs with `Options::containerd = Kubelet`: the kubelet's node
+//! (tests/src/cluster/ with `Options::containerd = Kubelet`: the kubelet's node
 //! `crust-node` runs on containerd, the crustlet's `crustlet-node` on crustd). Run as
-//! root through `hack/bench-pods` (which installs what it needs and builds the release
+//! root through `hack/bench.d/pods` (which installs what it needs and builds the release
 //! binaries), or `cargo bench -p crust-e2e --bench pods`. `BENCH_N` pods per node
 //! (default 30).
 //!
@@ -26,9 +26,10 @@
 //! Four groups: the kubelet, the crustlet, containerd with its shims, crustd with its
 //! monitors (crust's counterpart of the shims; only this cluster's crustd, found by its
 //! state dir). Each daemon runs in a memory cgroup of its own (`Options::agent_cgroups`:
-//! cgroup v2, or v1's `memory` hierarchy on a hybrid host; tests/src/agent_cgroups.rs);
-//! the shims and the monitors, forked by their runtime, stay in its cgroup (the bench
-//! lists what each cgroup holds), the containers and pauses are in the pods' cgroups.
+//! cgroup v2, or v1's `memory` hierarchy on a hybrid host;
+//! tests/src/cluster/agent_cgroups.rs); the shims and the monitors, forked by their
+//! runtime, stay in its cgroup (the bench lists what each cgroup holds), the containers
+//! and pauses are in the pods' cgroups.
 //! Per group:
 //! - from `/proc/<pid>/smaps_rollup`, summed over its processes: the RSS split into
 //!   file pages (executables, libraries: clean pages the kernel can drop and read
@@ -61,7 +62,7 @@
 //! agents still up and `KUBELET_PID` and `CRUSTLET_PID` set (to look at their pages
 //! more closely than smaps shows).
 
-use crust_e2e::agent_cgroups;
+use crust_e2e::cluster::agent_cgroups;
 use crust_e2e::cluster::{kube_bins, run_timeout, watch_events, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};

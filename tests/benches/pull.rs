@@ -1,6 +1,6 @@
 //! PullImage of a ~100 MB multi-layer image from a local registry: `crustd` against
 //! containerd 1.6 (its CRI plugin, overlayfs snapshotter) on the same machine in one
-//! run, through the same CRI client. Run as root through `hack/bench-pull`, or
+//! run, through the same CRI client. Run as root through `hack/bench.d/pull`, or
 //! `cargo bench -p crust-e2e --bench pull`. `BENCH_ROUNDS` pulls per daemon (default 3);
 //! `BENCH_VERBOSE=1` also prints crustd's per-layer timings; `BENCH_SIDES=crust` leaves
 //! containerd out (to look at crustd alone).
@@ -14,7 +14,7 @@
 //! (containerd deletes snapshot directories in the background). The daemons' order
 //! alternates from round to round, so neither always pulls right after the other's
 //! removal. Both image stores (crustd's `--root`, containerd's root) are temp dirs on the
-//! same filesystem (`$TMPDIR`, see `hack/bench-pull`); both volatile states (crustd's
+//! same filesystem (`$TMPDIR`, see `hack/bench.d/pull`); both volatile states (crustd's
 //! `--state`, containerd's `state`) on a tmpfs each, as `/run` is on a node. Reported:
 //! the median wall time of PullImage as the client sees it, and the median peak RSS of
 //! the daemon during the pull (and its RSS before), with crust/containerd ratios.

@@ -1,7 +1,7 @@
 //! RunPodSandbox, StopPodSandbox and RemovePodSandbox of `crustd` against containerd 1.6
 //! with runc, on the same machine in one run, through the same CRI client (`cri-api`),
 //! both with a `bridge` and `host-local` pod network (isGateway, ipMasq). Run as root
-//! through `hack/bench-sandbox` (which installs containerd and runc and builds the release
+//! through `hack/bench.d/sandbox` (which installs containerd and runc and builds the release
 //! binaries first), or `cargo bench -p crust-e2e --bench sandbox`. `BENCH_N` pods per
 //! round (default 50).
 //!

@@ -1,5 +1,6 @@
 //! Reading a ginkgo run of Kubernetes' e2e suite (its JUnit report) against an
-//! expected-failure list, for the conformance suite (tests/tests/node_conformance.rs).
+//! expected-failure list, for the conformance suite
+//! (tests/tests/cluster/node_conformance.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 

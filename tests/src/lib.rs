@@ -426,7 +426,6 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
     }
     unified
 }
-pub mod agent_cgroups;
 pub mod attach;
 
 /// The parent pid of process `pid`, from `/proc/PID/stat`; panics when it is gone.
@@ -504,7 +503,6 @@ pub mod crustd;
 pub mod fleet;
 pub mod header_proxy;
 pub mod kube_shim;
-pub mod pod_watch;
 pub mod prometheus;
 pub mod registry;
 pub mod terminal;

@@ -1,9 +1,9 @@
-//! Failpoints for the CNI crash suite (tests/tests/cni_crash.rs), in debug builds only:
-//! with `CRUST_CNI_FAILPOINT=<plugin>.<verb>.<step>` in its environment (read once), a
-//! plugin kills itself with SIGKILL the moment it passes that step, so none of its own
-//! rollback runs, as in a crash. `failpoint!("bridge.add.after_veth")` marks a step; the
-//! finisher child (see finish.rs), which may not allocate, asks `armed("..")` before the
-//! fork and kills itself with a bare `kill`. The steps are listed once, in
+//! Failpoints for the CNI crash suite (tests/tests/cni/cni_crash.rs), in debug builds
+//! only: with `CRUST_CNI_FAILPOINT=<plugin>.<verb>.<step>` in its environment (read
+//! once), a plugin kills itself with SIGKILL the moment it passes that step, so none of
+//! its own rollback runs, as in a crash. `failpoint!("bridge.add.after_veth")` marks a
+//! step; the finisher child (see finish.rs), which may not allocate, asks `armed("..")`
+//! before the fork and kills itself with a bare `kill`. The steps are listed once, in
 //! `failpoint_steps.rs`. In a release build the macro expands to nothing, `armed` is
 //! always false and the variable is never read.
 //!

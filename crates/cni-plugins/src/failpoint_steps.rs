@@ -1,9 +1,9 @@
 // The one list of the CNI plugins' failpoints (see `failpoint.rs`), by plugin and verb,
 // each step named after what was just made or removed: `bridge.add.after_veth` is "the
 // veth pair exists, its pod end already in the pod's namespace". Included by the plugins
-// (the names) and by the crash suite (one test per step: tests/tests/cni_crash.rs), so a
-// step added here is a test added there. Every step is a `failpoint!` mark with its name
-// in exactly one place of the source (checked by a unit test).
+// (the names) and by the crash suite (one test per step: tests/tests/cni/cni_crash.rs),
+// so a step added here is a test added there. Every step is a `failpoint!` mark with its
+// name in exactly one place of the source (checked by a unit test).
 //
 // `cni_failpoint_steps!(then)` calls the macro `then` with the list as
 // `plugin { verb { step, ... } ... } plugin { ... }`.

@@ -1,5 +1,5 @@
-//! Failpoints for the crash suite (tests/tests/crash.rs), in debug builds only: with
-//! `CRUST_FAILPOINT=<step>` in its environment (read once), crustd kills itself with
+//! Failpoints for the crash suite (tests/tests/faults/crash.rs), in debug builds only:
+//! with `CRUST_FAILPOINT=<step>` in its environment (read once), crustd kills itself with
 //! SIGKILL the moment it passes that step, so nothing of its own cleanup runs, as in
 //! a crash. `failpoint!("run_sandbox.after_pause")` marks a step; the steps are listed
 //! once, in `failpoint_steps.rs`. In a release build the macro expands to nothing and

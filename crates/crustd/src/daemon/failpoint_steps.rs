@@ -1,8 +1,9 @@
 // The one list of crustd's failpoints (see `failpoint.rs`), by RPC, each step named
 // after what was just made: `run_sandbox.after_pause` is "the pause process has
 // started". Included by crustd (the names) and by the crash suite (one test per step:
-// tests/tests/crash.rs), so a step added here is a test added there. Every step is a
-// `failpoint!` mark with its name in exactly one place of the source (checked by a unit test).
+// tests/tests/faults/crash.rs), so a step added here is a test added there. Every step is
+// a `failpoint!` mark with its name in exactly one place of the source (checked by a unit
+// test).
 //
 // `failpoint_steps!(then)` calls the macro `then` with the list as
 // `rpc { step, step, ... } rpc { ... }`.

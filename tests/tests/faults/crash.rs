@@ -22,7 +22,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
 
-include!("../../crates/crustd/src/daemon/failpoint_steps.rs");
+include!("../../../crates/crustd/src/daemon/failpoint_steps.rs");
 
 macro_rules! crash_tests {
     ($($rpc:ident { $($step:ident),* $(,)? })*) => {

@@ -1,5 +1,5 @@
 //! crustd under the real kubelet v1.28.7: one single-node cluster for the whole suite
-//! (tests/src/cluster.rs: etcd, kube-apiserver, controller-manager, scheduler, the
+//! (tests/src/cluster/: etcd, kube-apiserver, controller-manager, scheduler, the
 //! kubelet, crustd, a registry, all in a node network namespace the suite makes), and
 //! what a cluster user does with it, through the real kubectl (and the real crictl
 //! where a check looks under the kubelet).

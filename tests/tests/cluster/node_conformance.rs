@@ -1,6 +1,6 @@
 //! Kubernetes' own node conformance suite: the `[NodeConformance]` specs of `e2e.test`
 //! v1.28.7 (../shared/tools/kubernetes-e2e-v1.28.7), run by its ginkgo against one node
-//! of the kubelet suite's cluster (tests/src/cluster.rs) at a time: the crustlet on
+//! of the kubelet suite's cluster (tests/src/cluster/) at a time: the crustlet on
 //! crustd, then the real kubelet on crustd. The node under test is the cluster's only
 //! Node while its suite runs (the other agent is stopped and its Node deleted), so
 //! every pod the specs make lands on it. `registry.k8s.io` is mirrored by the cluster's registry,

@@ -1,5 +1,5 @@
-// The bridge tests' node, namespaces and what-is-left checks, shared by tests/tests/bridge.rs
-// and tests/tests/cni_crash.rs through `include!` (each brings its own `use`s).
+// The bridge tests' node, namespaces and what-is-left checks, shared by bridge.rs and
+// cni_crash.rs beside it through `include!` (each brings its own `use`s).
 
 /// The network name: host-local's folder under `dataDir`, and part of the masq comments.
 const NET: &str = "brnet";

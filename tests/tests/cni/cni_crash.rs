@@ -35,8 +35,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-include!("cni_node/helpers.rs");
-include!("../../crates/cni-plugins/src/failpoint_steps.rs");
+include!("node_helpers.rs");
+include!("../../../crates/cni-plugins/src/failpoint_steps.rs");
 
 macro_rules! crash_tests {
     ($($plugin:ident { $($verb:ident { $($step:ident),* $(,)? })* })*) => {

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-include!("cni_node/helpers.rs");
+include!("node_helpers.rs");
 
 // ---------------------------------------------------------------------------------------
 // ADD

@@ -1,7 +1,7 @@
-//! Each node agent and runtime of a [`crate::cluster::Cluster`] in a memory cgroup of its
-//! own (with [`crate::cluster::Options::agent_cgroups`], for the pods benchmark), and that
-//! cgroup's figures as the kubelet and cAdvisor read a container's: what the node pays
-//! for each daemon.
+//! Each node agent and runtime of a [`Cluster`](super::Cluster) in a memory cgroup of its
+//! own (with [`Options::agent_cgroups`](super::Options::agent_cgroups), for the pods
+//! benchmark), and that cgroup's figures as the kubelet and cAdvisor read a container's:
+//! what the node pays for each daemon.
 //!
 //! - The memory controller is taken where the host has it: v1's `memory` hierarchy (a
 //!   hybrid host's unified tree has no memory controller), else cgroup v2, with `memory`
@@ -25,7 +25,7 @@ use std::process::Command;
 
 /// The memory controller's mount: (mount dir, whether it is cgroup v2).
 pub(crate) fn memory_mount() -> Option<(PathBuf, bool)> {
-    let mounts = crate::cluster::cgroup_mounts();
+    let mounts = super::cgroup_mounts();
     if let Some((_, dir)) = mounts
         .iter()
         .find(|(c, _)| c.split(',').any(|c| c == "memory"))
