@@ -254,11 +254,23 @@ fn visit(
         wait_for_default_sa(&f);
         warm_up(&f);
         let seen: Shared = Default::default();
-        let mut pods = watch(&f, "pods", seen.clone(), note_pod);
-        let mut deps = watch(&f, "deployments", seen.clone(), note_deployment);
         // The watches are open before anything is made (an empty namespace: nothing to
-        // wait for; a moment for the requests to reach the apiserver).
-        std::thread::sleep(Duration::from_secs(2));
+        // wait for; a moment for the requests to reach the apiserver). A kubectl that
+        // gave up at once (seen once: the pod watch ended right after it started, and
+        // the visit waited out its limit for deletions it could no longer see) is
+        // started again.
+        let open = |kind: &str, note: fn(&mut Seen, &str, &Value, Instant)| {
+            for _ in 0..5 {
+                let mut child = watch(&f, kind, seen.clone(), note);
+                std::thread::sleep(Duration::from_secs(2));
+                if child.try_wait().ok().flatten().is_none() {
+                    return child;
+                }
+            }
+            panic!("kubectl get {kind} --watch keeps ending");
+        };
+        let mut pods = open("pods", note_pod);
+        let mut deps = open("deployments", note_deployment);
         let total = nodes * per_node;
         let t0 = Instant::now();
         kubectl_ok(&f, &["apply", "-f", "-"], Some(&deployment(total)));
