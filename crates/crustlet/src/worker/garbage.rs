@@ -19,7 +19,14 @@ impl Worker {
                 self.probes.remove(&old.id);
             }
         }
-        let live: Vec<&String> = instances.values().flatten().map(|i| &i.id).collect();
-        self.probes.retain(|id, _| live.contains(&id));
+        // Probes are of running instances only: an exited one's state would keep a due
+        // time in the past, and the worker's sleep (`next_sync`) would come to nothing.
+        let running: Vec<&String> = instances
+            .values()
+            .flatten()
+            .filter(|i| i.running())
+            .map(|i| &i.id)
+            .collect();
+        self.probes.retain(|id, _| running.contains(&id));
     }
 }

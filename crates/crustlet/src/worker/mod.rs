@@ -328,7 +328,10 @@ impl Worker {
                 .into_iter()
                 .flatten()
             {
-                next = next.min(s.next);
+                // Computed right after a sync, which ran every probe then due: one still
+                // past due is not run by a sync (its container is not running), and must
+                // not make the worker spin.
+                next = next.min(s.next.max(now + POLL));
             }
         }
         let backoffs = self
@@ -495,6 +498,8 @@ impl Worker {
     /// and sent until the apiserver has it (it may be away when the pod ends).
     async fn finish(&mut self, pod: &Arc<Pod>) {
         self.ctx.ports.release(spec::uid(pod));
+        // Nothing is probed any more (nor waited for by `next_sync`).
+        self.probes.clear();
         if let Some(sb) = self.sandbox.take() {
             let _ = self
                 .cri()
