@@ -6,10 +6,14 @@
 //! `InvalidArgument` and leaves nothing behind; a 32-bit (i386) binary runs under
 //! `RuntimeDefault`, which holds on its ABI too. And `RuntimeDefault` against
 //! containerd's default, syscall by syscall: the filter each runtime installed in a
-//! running container, read back with ptrace and evaluated for every call number.
+//! running container, read back with ptrace and evaluated for every call number. And
+//! every profile the suites run, crust's filter against the one libseccomp (what runc,
+//! crun and youki compile with) makes of the same spec, on every ABI.
 
 #[path = "seccomp/filters.rs"]
 mod filters;
+#[path = "seccomp/libseccomp.rs"]
+mod libseccomp;
 
 use cri_api::*;
 use crust_e2e::containerd::Containerd;
@@ -278,12 +282,12 @@ const VARIANTS: &[&[&str]] = &[
 /// A difference from containerd 1.6's default (the one installed here) kept on purpose
 /// (on x86_64, x32 and i386 alike: crust compiles the profile for the three ABIs),
 /// most of them where crust follows containerd's later defaults: the probes it covers,
-/// what crust answers there and (when it is one answer) what containerd does. Each
+/// what crust and containerd answer there (when each is one answer). Each
 /// entry must still be needed: one no probe uses fails the test.
 struct Known {
     why: &'static str,
     covers: fn(&Data, &Names) -> bool,
-    crust: &'static str,
+    crust: Option<&'static str>,
     containerd: Option<&'static str>,
 }
 
@@ -292,7 +296,7 @@ const KNOWN: &[Known] = &[
         why: "a foreign arch (unreachable on x86_64): crust kills the process, runc's \
               libseccomp the thread",
         covers: |d, _| d.arch == AUDIT_ARCH_AARCH64,
-        crust: "KILL_PROCESS",
+        crust: Some("KILL_PROCESS"),
         containerd: Some("KILL_THREAD"),
     },
     Known {
@@ -302,7 +306,7 @@ const KNOWN: &[Known] = &[
                 .iter()
                 .any(|c| n.is(d, c))
         },
-        crust: "ERRNO(EPERM)",
+        crust: Some("ERRNO(EPERM)"),
         containerd: Some("ALLOW"),
     },
     Known {
@@ -311,7 +315,7 @@ const KNOWN: &[Known] = &[
         covers: |d, n| {
             n.is(d, "socket") && (d.args[0] == 40 || (bits32(d) && d.args[0] as u32 == 40))
         },
-        crust: "ERRNO(EPERM)",
+        crust: Some("ERRNO(EPERM)"),
         containerd: Some("ALLOW"),
     },
     Known {
@@ -321,21 +325,31 @@ const KNOWN: &[Known] = &[
                 .iter()
                 .any(|c| n.is(d, c))
         },
-        crust: "ALLOW",
+        crust: Some("ALLOW"),
         containerd: Some("ERRNO(EPERM)"),
     },
     Known {
         why: "set_mempolicy_home_node is newer than containerd 1.6's list: runc answers ENOSYS \
               above the highest number its profile names",
         covers: |d, n| n.is(d, "set_mempolicy_home_node"),
-        crust: "ERRNO(EPERM)",
+        crust: Some("ERRNO(EPERM)"),
         containerd: Some("ERRNO(ENOSYS)"),
     },
     Known {
         why: "set_mempolicy_home_node with CAP_SYS_NICE (see above; on x32, whose numbers in \
               containerd's list go higher, runc answers the default EPERM)",
         covers: |d, n| n.is(d, "set_mempolicy_home_node"),
-        crust: "ALLOW",
+        crust: Some("ALLOW"),
+        containerd: None,
+    },
+    Known {
+        why: "calls newer than containerd 1.6's list (Linux 6.5 to 6.10): crust's \
+              RuntimeDefault allows cachestat, fchmodat2, futex_wake/wait/requeue, \
+              map_shadow_stack and mseal as containerd's later defaults do (and so answers \
+              the default, not ENOSYS, to the numbers between them); containerd 1.6's runc \
+              answers ENOSYS above the highest number its profile names (EPERM on x32)",
+        covers: |d, _| (451..=462).contains(&(d.nr & !filters::X32_SYSCALL_BIT)),
+        crust: None,
         containerd: None,
     },
 ];
@@ -431,11 +445,21 @@ async fn sleeper(
     name: &str,
     caps: &[&str],
 ) -> i32 {
-    let mut cfg = ctr(
-        name,
-        &["sleep", "3600"],
-        profile(security_profile::ProfileType::RuntimeDefault, ""),
-    );
+    let rd = profile(security_profile::ProfileType::RuntimeDefault, "");
+    sleeper_with(c, pod, name, rd, caps).await.0
+}
+
+/// Runs `sleep` with `seccomp` and `caps` added in `pod` on a daemon: its pid and the
+/// runtime spec's `linux.seccomp` the daemon made of the profile (from the verbose
+/// status, which carries the spec on crustd as on containerd).
+async fn sleeper_with(
+    c: &mut Client,
+    pod: &(String, PodSandboxConfig),
+    name: &str,
+    seccomp: Option<SecurityProfile>,
+    caps: &[&str],
+) -> (i32, serde_json::Value) {
+    let mut cfg = ctr(name, &["sleep", "3600"], seccomp);
     sc(&mut cfg).capabilities = Some(Capability {
         add_capabilities: caps.iter().map(|c| c.to_string()).collect(),
         ..Default::default()
@@ -466,7 +490,7 @@ async fn sleeper(
     let info: serde_json::Value = serde_json::from_str(&st.info["info"]).unwrap();
     let pid = info["pid"].as_i64().unwrap_or(0) as i32;
     assert!(pid > 0, "no pid for {name}: {info}");
-    pid
+    (pid, info["runtimeSpec"]["linux"]["seccomp"].clone())
 }
 
 /// A pod on a daemon: the same config for both, containerd's under its cgroup parent.
@@ -566,7 +590,9 @@ async fn runtime_default_matches_containerds_syscall_by_syscall() {
                 continue;
             }
             let known = KNOWN.iter().find(|k| {
-                (k.covers)(d, &names) && k.crust == a && k.containerd.is_none_or(|c| c == b)
+                (k.covers)(d, &names)
+                    && k.crust.is_none_or(|c| c == a)
+                    && k.containerd.is_none_or(|c| c == b)
             });
             match known {
                 Some(k) => *used.entry(k.why).or_default() += 1,
@@ -603,3 +629,318 @@ async fn runtime_default_matches_containerds_syscall_by_syscall() {
         );
     }
 }
+
+/// The profiles compared with libseccomp besides RuntimeDefault: a Localhost OCI
+/// deny-list, a Docker-format one, every operator and action on three ABIs, and a
+/// KILL_PROCESS-default allow-list (RuntimeDefault's own list, written as a file).
+fn local_profiles(runtime_default: &serde_json::Value) -> Vec<(&'static str, serde_json::Value)> {
+    use serde_json::json;
+    let mut kill_default = runtime_default.clone();
+    kill_default["defaultAction"] = json!("SCMP_ACT_KILL_PROCESS");
+    kill_default
+        .as_object_mut()
+        .unwrap()
+        .remove("defaultErrnoRet");
+    let e = |names: &[&str], action: &str, args: serde_json::Value| json!({"names": names, "action": action, "args": args});
+    let arg = |index: u64, value: u64, op: &str| json!({"index": index, "value": value, "op": op});
+    let mut mknodat = e(
+        &["mknodat"],
+        "SCMP_ACT_KILL_PROCESS",
+        json!([{"index": 2, "value": 0o170000, "valueTwo": 0o020000, "op": "SCMP_CMP_MASKED_EQ"}]),
+    );
+    mknodat["errnoRet"] = json!(5);
+    let mut trace = e(&["mbind", "acct"], "SCMP_ACT_TRACE", json!([]));
+    trace["errnoRet"] = json!(22);
+    let operators = vec![
+        e(
+            &["kcmp"],
+            "SCMP_ACT_ERRNO",
+            json!([arg(0, 5, "SCMP_CMP_EQ"), arg(1, 7, "SCMP_CMP_NE")]),
+        ),
+        mknodat,
+        e(
+            &["fchownat"],
+            "SCMP_ACT_TRAP",
+            json!([
+                arg(2, 1000, "SCMP_CMP_GT"),
+                arg(3, 0xffff_ffff_0000_0001, "SCMP_CMP_LE")
+            ]),
+        ),
+        e(
+            &["setpriority"],
+            "SCMP_ACT_ERRNO",
+            json!([
+                arg(2, 5, "SCMP_CMP_LT"),
+                arg(2, 0x1_0000_0000, "SCMP_CMP_GE")
+            ]),
+        ),
+        e(
+            &["ioprio_set"],
+            "SCMP_ACT_LOG",
+            json!([arg(0, 3, "SCMP_CMP_GE")]),
+        ),
+        trace,
+        e(
+            &["personality"],
+            "SCMP_ACT_ERRNO",
+            json!([arg(0, 0xffff_ffff, "SCMP_CMP_EQ")]),
+        ),
+        e(
+            &["uselib", "mmap2", "no_such_syscall"],
+            "SCMP_ACT_KILL_THREAD",
+            json!([]),
+        ),
+        e(&["vhangup"], "SCMP_ACT_ALLOW", json!([])),
+        e(
+            &["swapon"],
+            "SCMP_ACT_ERRNO",
+            json!([arg(1, 0x8000, "SCMP_CMP_MASKED_EQ")]),
+        ),
+    ];
+    vec![
+        (
+            "no-mkdir",
+            json!({"defaultAction": "SCMP_ACT_ALLOW",
+                   "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}),
+        ),
+        (
+            "docker",
+            json!({"defaultAction": "SCMP_ACT_ALLOW",
+                   "archMap": [{"architecture": "SCMP_ARCH_X86_64",
+                                "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]}],
+                   "syscalls": [{"name": "mkdir", "action": "SCMP_ACT_ERRNO", "args": []},
+                                {"name": "mkdirat", "action": "SCMP_ACT_KILL_PROCESS"}]}),
+        ),
+        (
+            "operators",
+            json!({"defaultAction": "SCMP_ACT_ALLOW",
+                   "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+                   "syscalls": operators}),
+        ),
+        ("kill-default", kill_default),
+    ]
+}
+
+/// Arguments that tell the checks of `seccomp`'s rules apart: for each rule with
+/// checks, on each ABI the profile lists, its call with each check's value, the values
+/// next to it, its high and low halves apart, and the masked patterns.
+fn arg_probes(seccomp: &serde_json::Value, names: &Names) -> Vec<Data> {
+    let listed = |a: &str| {
+        seccomp["architectures"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|x| x == a))
+    };
+    let mut abis = vec![("x86_64", AUDIT_ARCH_X86_64)];
+    if listed("SCMP_ARCH_X86") {
+        abis.push(("i386", AUDIT_ARCH_I386));
+    }
+    if listed("SCMP_ARCH_X32") {
+        abis.push(("x32", AUDIT_ARCH_X86_64));
+    }
+    let mut v = vec![];
+    for s in seccomp["syscalls"].as_array().into_iter().flatten() {
+        let Some(args) = s["args"].as_array().filter(|a| !a.is_empty()) else {
+            continue;
+        };
+        // Per argument index, the values worth asking.
+        let mut by_index: BTreeMap<usize, BTreeSet<u64>> = BTreeMap::new();
+        for a in args {
+            let i = a["index"].as_u64().unwrap_or(0) as usize;
+            let (x, y) = (
+                a["value"].as_u64().unwrap_or(0),
+                a["valueTwo"].as_u64().unwrap_or(0),
+            );
+            let set = by_index.entry(i).or_default();
+            for w in [
+                0,
+                u64::MAX,
+                x,
+                x.wrapping_sub(1),
+                x.wrapping_add(1),
+                x & 0xffff_ffff,
+                x | 0xffff_ffff_0000_0000,
+                x ^ 0x1_0000_0000,
+                (x >> 32) << 32,
+                y,
+                y | !x,
+                y ^ (x & x.wrapping_neg()),
+            ] {
+                set.insert(w);
+            }
+        }
+        let indexes: Vec<(usize, Vec<u64>)> = by_index
+            .into_iter()
+            .map(|(i, s)| (i, s.into_iter().collect()))
+            .collect();
+        let mut combos: Vec<[u64; 6]> = vec![[0; 6]];
+        for (i, values) in &indexes {
+            combos = combos
+                .iter()
+                .flat_map(|c| {
+                    values.iter().map(move |w| {
+                        let mut c = *c;
+                        c[*i] = *w;
+                        c
+                    })
+                })
+                .collect();
+        }
+        for name in s["names"].as_array().into_iter().flatten() {
+            for (abi, arch) in &abis {
+                let Some(nr) = names.nr_on(abi, name.as_str().unwrap_or_default()) else {
+                    continue;
+                };
+                v.extend(combos.iter().map(|args| Data::new(*arch, nr, *args)));
+            }
+        }
+    }
+    v
+}
+
+/// Every profile the suites run (RuntimeDefault with each capability variant, Localhost
+/// profiles in OCI and Docker format, every operator and action on the three x86 ABIs,
+/// a KILL_PROCESS default) is compiled by crust and by libseccomp from the same spec
+/// (the `linux.seccomp` crustd wrote, taken from its verbose status): crust's filter,
+/// read back from the running container with ptrace, and libseccomp's (compiled here as
+/// runc compiles it) must give the same verdict for every call number on x86_64, x32,
+/// i386 and a foreign arch, and for every argument pattern that tells each rule's checks
+/// apart, but for the differences [`LIBSECCOMP_KNOWN`] explains.
+#[tokio::test]
+async fn every_profile_gives_the_verdicts_of_libseccomps_filter() {
+    if !root() {
+        return;
+    }
+    let lib = libseccomp::Lib::open().unwrap_or_else(|e| panic!("{e}"));
+    let names = Names::load();
+    let mut e = setup().await;
+    let logs = TempDir::new("sclogs");
+    let pod = pod(&mut e.c, "sclibseccomp", &logs, "").await;
+    let dir = TempDir::new("scprofiles");
+    let mut specs = vec![];
+    for (i, caps) in VARIANTS.iter().enumerate() {
+        let rd = profile(security_profile::ProfileType::RuntimeDefault, "");
+        let (pid, spec) = sleeper_with(&mut e.c, &pod, &format!("rd{i}"), rd, caps).await;
+        specs.push((format!("RuntimeDefault +{caps:?}"), pid, spec));
+    }
+    let runtime_default = specs[0].2.clone();
+    for (name, text) in local_profiles(&runtime_default) {
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, text.to_string()).unwrap();
+        let p = profile(
+            security_profile::ProfileType::Localhost,
+            path.to_str().unwrap(),
+        );
+        let (pid, spec) = sleeper_with(&mut e.c, &pod, name, p, &[]).await;
+        specs.push((format!("Localhost {name}"), pid, spec));
+    }
+
+    let base = probes(&names);
+    let mut unexplained = vec![];
+    let mut used: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut same = 0;
+    for (what, pid, spec) in &specs {
+        assert!(spec.is_object(), "{what}: no linux.seccomp in the spec");
+        let crust = &the_filter(*pid, what)[0];
+        let runc =
+            libseccomp::Runc::new(&lib, spec).unwrap_or_else(|e| panic!("{what}: libseccomp: {e}"));
+        let mut seen = BTreeSet::new();
+        let probes = base.iter().copied().chain(arg_probes(spec, &names));
+        for d in probes {
+            let a = filters::run(crust, &d);
+            let b = runc.verdict(d.arch, d.nr, filters::run(&runc.program, &d));
+            if a == b {
+                same += 1;
+                continue;
+            }
+            let c = Case {
+                what,
+                d: &d,
+                lib: &lib,
+                crust: a,
+                runc: b,
+            };
+            match LIBSECCOMP_KNOWN.iter().find(|k| (k.covers)(&c)) {
+                Some(k) => *used.entry(k.why).or_default() += 1,
+                None => {
+                    let (a, b) = (filters::show(a), filters::show(b));
+                    if seen.insert((d.arch, d.nr, a.clone(), b.clone())) {
+                        unexplained.push(format!(
+                            "{what}: arch {:#x} {} args {:x?}: crust {a}, libseccomp {b}",
+                            d.arch,
+                            names.of(&d),
+                            d.args
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "libseccomp {}: {} profiles, {same} verdicts the same; known differences: {used:?}",
+        lib.version,
+        specs.len()
+    );
+    assert!(
+        unexplained.is_empty(),
+        "{} differences from libseccomp {}:\n{}",
+        unexplained.len(),
+        lib.version,
+        unexplained.join("\n")
+    );
+    for k in LIBSECCOMP_KNOWN {
+        assert!(
+            used.contains_key(k.why),
+            "a known difference no longer seen (a newer libseccomp?): {}",
+            k.why
+        );
+    }
+}
+
+/// One probe whose verdicts differ.
+struct Case<'a> {
+    what: &'a str,
+    d: &'a Data,
+    lib: &'a libseccomp::Lib,
+    crust: u32,
+    runc: u32,
+}
+
+impl Case<'_> {
+    /// The call is one of those newer than libseccomp's tables that crust's have
+    /// (Linux 6.7 to 6.17): libseccomp has no name for its number.
+    fn newer_than_libseccomp(&self) -> bool {
+        (457..=469).contains(&(self.d.nr & !filters::X32_SYSCALL_BIT))
+            && !self.lib.names(self.d.arch, self.d.nr)
+    }
+}
+
+/// A difference from libseccomp kept on purpose.
+struct LibseccompKnown {
+    why: &'static str,
+    covers: fn(&Case) -> bool,
+}
+
+const LIBSECCOMP_KNOWN: &[LibseccompKnown] = &[
+    LibseccompKnown {
+        why: "a call newer than libseccomp 2.5's tables (mseal, statmount, ...): where a \
+              profile names one (RuntimeDefault allows mseal, as containerd's current default \
+              does), libseccomp skips the name, and runc's ENOSYS stub starts above the \
+              highest call libseccomp could name; crust knows the calls up to Linux 6.17",
+        covers: |c| c.newer_than_libseccomp(),
+    },
+    LibseccompKnown {
+        why: "libseccomp 2.5.4 miscompiles two range checks on one 64-bit argument \
+              (setpriority: arg2 < 5 or arg2 >= 2^32): its program compares the low half \
+              with the high half's constant and denies 5, 6, ... that neither check holds \
+              for (the kernel, running libseccomp's program, agrees with it); crust answers \
+              by the arithmetic",
+        covers: |c| {
+            c.what == "Localhost operators"
+                && c.d.arch == AUDIT_ARCH_X86_64
+                && c.d.nr == 141
+                && (5..1 << 32).contains(&c.d.args[2])
+                && filters::show(c.crust) == "ALLOW"
+                && filters::show(c.runc) == "ERRNO(EPERM)"
+        },
+    },
+];

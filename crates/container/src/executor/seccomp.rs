@@ -7,7 +7,8 @@
 //!
 //! ```text
 //!  x86_64:  arch != AUDIT_ARCH_X86_64 or nr >= 0x40000000   → next section
-//!           nr >  last x86_64 nr this build knows          → ERRNO(ENOSYS) (deny defaults only)
+//!             (but nr == -1 when x32 is unlisted            → the rules, past the stub)
+//!           nr >  the highest x86_64 nr the profile names  → ERRNO(ENOSYS) (deny defaults only)
 //!           per syscall named by a rule, by number:
 //!             nr == N?  rule 1: arg checks → its action; rule 2: ...; no rule matched → default
 //!           default action
@@ -33,9 +34,14 @@
 //!   architecture the filter does not list.
 //! - **Unknown names are skipped**, as runc skips names libseccomp or the kernel lacks:
 //!   a profile written for a newer kernel still loads.
-//! - **Newer syscalls get `ENOSYS`** when the default action denies: a number above
-//!   every number this build knows (on that ABI) returns `ENOSYS` (not the default
-//!   `EPERM`), so libc falls back to the older call, as runc's ENOSYS stub does.
+//! - **Newer syscalls get `ENOSYS`** when the default action denies (anything but
+//!   ALLOW, LOG and TRACE, as runc decides): a number above the highest one the
+//!   profile names on that ABI returns `ENOSYS`, not the default `EPERM`, so libc falls
+//!   back to an older call, as runc's stub after libseccomp's filter does. A profile
+//!   cannot mean to deny a call newer than every call it names.
+//! - **Syscall -1** (what a tracer sets to skip a call) is the native ABI's when no
+//!   other ABI shares its arch (x32 unlisted): it gets the default action, as in
+//!   libseccomp's filter, not the unlisted ABI's kill.
 //! - **Rules**: an entry's names share its action and its argument checks. Checks on
 //!   distinct argument indexes are ANDed; when two checks name the same index, each
 //!   check is a rule of its own (ORed), as runc does. For one syscall, the first rule
@@ -126,9 +132,12 @@ fn action(a: LinuxSeccompAction, errno_ret: Option<u32>) -> Result<u32, String> 
     })
 }
 
-/// Whether an action lets the call run (the ENOSYS stub is only for denying defaults).
+/// Whether a default action lets calls run, so that a call newer than the profile needs
+/// no ENOSYS: ALLOW, LOG and (a tracer answers for itself) TRACE, as runc has it.
 fn permits(ret: u32) -> bool {
-    ret == libc::SECCOMP_RET_ALLOW || ret == libc::SECCOMP_RET_LOG
+    ret == libc::SECCOMP_RET_ALLOW
+        || ret == libc::SECCOMP_RET_LOG
+        || ret & libc::SECCOMP_RET_ACTION_FULL == libc::SECCOMP_RET_TRACE
 }
 
 /// The number of a syscall by name, on the native ABI.
@@ -353,14 +362,14 @@ fn rules_of(abi: Abi, entries: &[Entry]) -> HashMap<u32, Vec<Rule>> {
 /// The section of one ABI: it checks its arch (and, when another ABI shares that arch,
 /// the bit of the number that tells them apart, as x86_64 and x32 do) and jumps past its end to the next section when the call is not
 /// its own; otherwise its rules decide, then the default action.
-fn section(abi: Abi, entries: &[Entry], default: u32) -> Result<Vec<Insn>, String> {
+/// `alone`: no other compiled section shares the arch (x32 unlisted beside x86_64).
+fn section(abi: Abi, entries: &[Entry], default: u32, alone: bool) -> Result<Vec<Insn>, String> {
     let rules = rules_of(abi, entries);
     let mut nrs: Vec<u32> = rules.keys().copied().collect();
     // Low numbers are the busy ones (read, write, mmap...): checked first.
     nrs.sort_unstable();
     let mut body = vec![];
-    if !permits(default) {
-        let last = abi.table().iter().map(|(_, n)| *n).max().unwrap_or(0);
+    if let (false, Some(&last)) = (permits(default), nrs.last()) {
         body.push(insn(JMP_JGT_K, last, 0, 1));
         body.push(insn(
             RET_K,
@@ -369,7 +378,7 @@ fn section(abi: Abi, entries: &[Entry], default: u32) -> Result<Vec<Insn>, Strin
             0,
         ));
     }
-    for nr in nrs {
+    for &nr in &nrs {
         let mut block = vec![];
         let mut unconditional = false;
         for r in &rules[&nr] {
@@ -405,10 +414,24 @@ fn section(abi: Abi, entries: &[Entry], default: u32) -> Result<Vec<Insn>, Strin
         insn(LD_W_ABS, OFF_ARCH, 0, 0),
         insn(JMP_JEQ_K, abi.audit_arch(), 1, 0),
     ];
+    let stub: u8 = if permits(default) || nrs.is_empty() {
+        0
+    } else {
+        2
+    };
     match abi.nr_bit {
         None => {
             prog.push(out(1 + body.len()));
             prog.push(insn(LD_W_ABS, OFF_NR, 0, 0));
+        }
+        // The native ABI alone on its arch: syscall -1 past the ENOSYS stub to the
+        // rules (none names it) and the default, as libseccomp lets it through.
+        Some((bit, false)) if alone => {
+            prog.push(out(4 + body.len()));
+            prog.push(insn(LD_W_ABS, OFF_NR, 0, 0));
+            prog.push(insn(JMP_JEQ_K, u32::MAX, 2 + stub, 0));
+            prog.push(insn(JMP_JGE_K, bit, 0, 1));
+            prog.push(out(body.len()));
         }
         // Another ABI on the same arch (x32 beside x86_64): numbers at or above the
         // bit are the ABI's whose numbers have it set.
@@ -469,8 +492,12 @@ pub(crate) fn compile(s: &LinuxSeccomp) -> Result<Filter, String> {
         });
     }
     let mut prog = vec![];
-    for abi in abis(s) {
-        prog.extend(section(abi, &entries, default)?);
+    let abis = abis(s);
+    for &abi in &abis {
+        let alone = !abis
+            .iter()
+            .any(|o| *o != abi && o.audit_arch() == abi.audit_arch());
+        prog.extend(section(abi, &entries, default, alone)?);
         if prog.len() > MAX_INSNS {
             return Err(too_long());
         }
@@ -558,6 +585,7 @@ mod tests {
 
     const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
     const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    const ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
     // The kernel's values (<linux/audit.h>, <asm/unistd_x32.h>) written out, not the
     // syscall tables' constants: the filters are checked against what the kernel passes them, not
     // against the constants they are built from.
@@ -693,7 +721,10 @@ mod tests {
             run(&f.program, &data("mkdir", [0; 6])),
             libc::SECCOMP_RET_ERRNO | libc::EACCES as u32
         );
-        assert_eq!(run(&f.program, &data("unshare", [0; 6])), EPERM);
+        // Below the highest number the profile names (mkdir, 83): the default; above it
+        // (a call the profile cannot have meant to deny): ENOSYS, as runc's stub gives.
+        assert_eq!(run(&f.program, &data("close", [0; 6])), EPERM);
+        assert_eq!(run(&f.program, &data("unshare", [0; 6])), ENOSYS);
 
         let f = profile(
             A::ScmpActAllow,
@@ -783,6 +814,41 @@ mod tests {
         assert_eq!(run(&f.program, &x32_mkdir), libc::SECCOMP_RET_KILL_PROCESS);
     }
 
+    /// Syscall -1 (a tracer's skipped call): the default action when x32 is unlisted
+    /// (not the unlisted ABI's kill, not the ENOSYS stub), as libseccomp's filter has it;
+    /// x32's when x32 is listed.
+    #[test]
+    fn syscall_minus_one_gets_the_default() {
+        use LinuxSeccompAction as A;
+        let minus_one = Data {
+            nr: u32::MAX,
+            arch: AUDIT_ARCH_X86_64,
+            args: [0; 6],
+        };
+        let allow = profile(
+            A::ScmpActAllow,
+            vec![rule(&["mkdir"], A::ScmpActErrno, None, vec![])],
+        );
+        assert_eq!(run(&allow.program, &minus_one), ALLOW);
+        let deny = profile(
+            A::ScmpActErrno,
+            vec![rule(&["read"], A::ScmpActAllow, None, vec![])],
+        );
+        assert_eq!(run(&deny.program, &minus_one), EPERM);
+        let all3 = profile_on(
+            &ALL3,
+            A::ScmpActErrno,
+            vec![rule(&["read"], A::ScmpActAllow, None, vec![])],
+        );
+        assert_eq!(run(&all3.program, &minus_one), ENOSYS);
+        // Other numbers at or above the x32 bit are still an unlisted ABI's.
+        let x32 = Data {
+            nr: u32::MAX - 1,
+            ..minus_one
+        };
+        assert_eq!(run(&deny.program, &x32), libc::SECCOMP_RET_KILL_PROCESS);
+    }
+
     fn profile_on(
         archs: &[Arch],
         default: LinuxSeccompAction,
@@ -863,9 +929,11 @@ mod tests {
                 "{abi:?}"
             );
             assert_eq!(run(&f.program, &on(abi, "write", [0; 6])), EPERM, "{abi:?}");
+            assert_eq!(run(&f.program, &on(abi, "chdir", [7; 6])), EPERM, "{abi:?}");
+            // Above exit_group, the highest the profile names on the ABI.
             assert_eq!(
                 run(&f.program, &on(abi, "unshare", [7; 6])),
-                EPERM,
+                ENOSYS,
                 "{abi:?}"
             );
         }

@@ -56,6 +56,7 @@ impl std::fmt::Debug for Abi {
 
 impl Abi {
     /// (name, number), sorted by name.
+    #[cfg(test)]
     pub(crate) fn table(self) -> &'static [(&'static str, u32)] {
         self.table
     }
