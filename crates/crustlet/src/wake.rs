@@ -20,9 +20,11 @@ use tokio::sync::Notify;
 
 /// How often a worker syncs while the runtime's events cannot wake it.
 pub const POLL: Duration = Duration::from_secs(1);
-/// The longest a settled worker sleeps with the events up: what the events do not cover
-/// (a sandbox whose pause died without an event, a missed event) is seen within it.
-pub const SETTLED: Duration = Duration::from_secs(10);
+/// The longest a settled worker sleeps with the events up, the kubelet's own sync period
+/// (`--sync-frequency`, 1 min): a safety net, as the events cover what changes in the
+/// runtime (a container's exit, and on crustd a pause's death too; a lost event on a
+/// lagging stream wakes every worker).
+pub const SETTLED: Duration = Duration::from_secs(60);
 
 /// The workers' wake-ups, by pod uid.
 #[derive(Default)]

@@ -1133,8 +1133,36 @@ async fn restart_after_sigkill_gives_the_same_answers() {
     assert_nothing_left(&d, &empty, "stop and remove after a restart");
 }
 
-/// A sandbox whose pause process was killed reports NOTREADY (and no pid), also after
-/// a restart of crustd; stop and remove still clean up its network and pins.
+/// Waits for the CONTAINER_STOPPED_EVENT of sandbox `id` on `events`, whose pod status
+/// must say NOTREADY.
+async fn sandbox_stopped_event(events: &mut tonic::Streaming<ContainerEventResponse>, id: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let ev = tokio::time::timeout_at(deadline, events.message())
+            .await
+            .unwrap_or_else(|_| panic!("no stopped event for sandbox {id}"))
+            .expect("the event stream")
+            .expect("an event");
+        if ev.container_id == id
+            && ev.container_event_type == ContainerEventType::ContainerStoppedEvent as i32
+        {
+            let s = ev.pod_sandbox_status.expect("the sandbox's status");
+            assert_eq!(s.state, PodSandboxState::SandboxNotready as i32);
+            return;
+        }
+    }
+}
+
+/// Kills the pause `pid` of a sandbox the test made and waits until it is gone.
+fn kill_pause(pid: i32) {
+    // SAFETY: killing the pause process of a sandbox this test made.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    assert!(wait_gone(pid));
+}
+
+/// A sandbox whose pause process was killed reports NOTREADY (and no pid), and its
+/// death is an event (the agent need not poll), also after a restart of crustd; stop
+/// and remove still clean up its network and pins.
 #[tokio::test]
 async fn dead_pause_is_notready_also_after_restart() {
     if !root() {
@@ -1144,10 +1172,15 @@ async fn dead_pause_is_notready_also_after_restart() {
     let mut c = d.client().await;
     let empty = d.leftovers();
     let id = run(&mut c, pod_config("mortal", "uid-mortal")).await;
+    let later = run(&mut c, pod_config("later", "uid-later")).await;
     let pid = pause_pid(&mut c, &id).await;
-    // SAFETY: killing the pause process of a sandbox this test made.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    assert!(wait_gone(pid));
+    let mut events = c
+        .get_container_events(GetEventsRequest {})
+        .await
+        .expect("GetContainerEvents")
+        .into_inner();
+    kill_pause(pid);
+    sandbox_stopped_event(&mut events, &id).await;
     assert_eq!(state(&mut c, &id).await, PodSandboxState::SandboxNotready);
     assert_eq!(status(&mut c, &id).await.1["pid"], 0);
     let notready = list_ids(
@@ -1167,6 +1200,21 @@ async fn dead_pause_is_notready_also_after_restart() {
     d.spawn();
     let mut c = d.client().await;
     assert_eq!(state(&mut c, &id).await, PodSandboxState::SandboxNotready);
+    // A pause that dies after the restart: the recovered sandbox is watched too.
+    assert_eq!(state(&mut c, &later).await, PodSandboxState::SandboxReady);
+    let mut events = c
+        .get_container_events(GetEventsRequest {})
+        .await
+        .expect("GetContainerEvents")
+        .into_inner();
+    kill_pause(pause_pid(&mut c, &later).await);
+    sandbox_stopped_event(&mut events, &later).await;
+    assert_eq!(
+        state(&mut c, &later).await,
+        PodSandboxState::SandboxNotready
+    );
+    stop(&mut c, &later).await;
+    remove(&mut c, &later).await;
     // The namespace outlived the pause through its pin; stop tears the network down.
     assert_eq!(d.leftovers().veths.len(), 1);
     stop(&mut c, &id).await;

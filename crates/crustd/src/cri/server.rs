@@ -52,6 +52,7 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
         })
         .await?;
         crate::containers::recovery::watch_all(&crust);
+        crate::sandboxes::liveness::watch_all(&crust);
     }
     // Pods do not depend on it: without it, only Exec, Attach and PortForward fail.
     if let Err(e) = crate::streaming::server::start(crust.clone()).await {

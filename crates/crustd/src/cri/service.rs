@@ -73,6 +73,9 @@ impl RuntimeService for Service {
             .map(|id| RunPodSandboxResponse { pod_sandbox_id: id });
         if let Ok(r) = &res {
             let id = &r.pod_sandbox_id;
+            if let Ok(sb) = self.crust.store.get(id) {
+                crate::sandboxes::liveness::watch(self.crust.clone(), sb);
+            }
             for kind in [
                 ContainerEventType::ContainerCreatedEvent,
                 ContainerEventType::ContainerStartedEvent,
@@ -379,8 +382,16 @@ impl RuntimeService for Service {
                             return; // the client went away
                         }
                     }
+                    // A client that missed events must not go on as if it had not: the
+                    // stream ends with an error, and the client, reconnecting, looks at
+                    // everything again (the kubelet relists; the crustlet wakes every
+                    // worker).
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::debug!(missed = n, "a GetContainerEvents client fell behind");
+                        tracing::warn!(missed = n, "a GetContainerEvents client fell behind");
+                        let msg =
+                            format!("the event stream fell {n} events behind; subscribe again");
+                        let _ = tx.send(Err(Status::resource_exhausted(msg))).await;
+                        return;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }

@@ -4,7 +4,7 @@ use crate::cri::error::Result;
 use crate::cri::labels;
 use crate::daemon::util;
 use crate::daemon::Crust;
-use crate::sandboxes::store::{SandboxRecord, SandboxState};
+use crate::sandboxes::store::{Sandbox, SandboxRecord, SandboxState};
 use cri_api::{
     LinuxPodSandboxStatus, Namespace, NamespaceOption, PodIp, PodSandbox, PodSandboxFilter,
     PodSandboxMetadata, PodSandboxNetworkStatus, PodSandboxState, PodSandboxStatus,
@@ -14,14 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A ready sandbox whose pause died is not ready, whatever the record says.
-fn state_of(rec: &SandboxRecord) -> PodSandboxState {
+fn state_of(sb: &Sandbox, rec: &SandboxRecord) -> PodSandboxState {
     match rec.state {
-        SandboxState::Ready
-            if rec
-                .pause
-                .map(|p| container::pause::alive(p.pid, p.start_time))
-                .unwrap_or(false) =>
-        {
+        SandboxState::Ready if rec.pause.is_some_and(|p| sb.liveness.alive(p)) => {
             PodSandboxState::SandboxReady
         }
         _ => PodSandboxState::SandboxNotready,
@@ -51,7 +46,7 @@ pub async fn status(
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.namespace_options.clone())
         .unwrap_or_default();
-    let state = state_of(&rec);
+    let state = state_of(&sb, &rec);
     let network = (!rec.host_network).then(|| PodSandboxNetworkStatus {
         ip: rec.ips.first().cloned().unwrap_or_default(),
         additional_ips: rec
@@ -152,7 +147,7 @@ pub async fn list(crust: Arc<Crust>, filter: Option<PodSandboxFilter>) -> Result
     let mut out = Vec::new();
     for sb in crust.store.list() {
         let rec = (*sb.rec.view()).clone();
-        let state = state_of(&rec);
+        let state = state_of(&sb, &rec);
         if let Some(f) = &filter {
             if !f.id.is_empty() && !rec.id.starts_with(&f.id) {
                 continue;

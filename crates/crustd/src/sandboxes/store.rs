@@ -112,6 +112,8 @@ pub fn name_key(name: &str, namespace: &str, uid: &str, attempt: u32) -> String 
 pub struct Sandbox {
     pub id: String,
     pub rec: crate::daemon::record::Record<SandboxRecord>,
+    /// Whether its pause runs, as its pidfd tells (`liveness`).
+    pub liveness: crate::sandboxes::liveness::Liveness,
 }
 
 pub struct Store {
@@ -199,6 +201,7 @@ impl Store {
         let sb = Arc::new(Sandbox {
             id: rec.id.clone(),
             rec: crate::daemon::record::Record::new(rec),
+            liveness: Default::default(),
         });
         self.map.write().unwrap().insert(sb.id.clone(), sb.clone());
         sb
