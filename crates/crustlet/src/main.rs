@@ -93,9 +93,12 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     limit_malloc_arenas();
-    // A worker per core, not one thread: a pod worker's file system calls and the
-    // server's disk usage walks (/stats/summary) block the thread they run on.
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    // One thread: the crustlet waits on the apiserver and the runtime, and a thread per
+    // core (tokio's default) would cost a node of 64 cores 64 stacks and their caches
+    // for nothing. What can take long off it goes to tokio's blocking threads, which
+    // exist only while needed: the disk usage walks of /stats/summary, the node's
+    // readings, cgroup removal, log follows.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");

@@ -427,14 +427,20 @@ pub async fn rotate(
     for f in old.iter().take(old.len().saturating_sub(keep)) {
         let _ = std::fs::remove_file(f);
     }
-    // As the kubelet: every rotated file but the newest is compressed.
-    for f in rotated(current) {
-        if f.extension().is_none_or(|e| e != "gz") {
+    // As the kubelet: every rotated file but the newest is compressed (megabytes of
+    // gzip: off the shared thread).
+    let to_compress: Vec<PathBuf> = rotated(current)
+        .into_iter()
+        .filter(|f| f.extension().is_none_or(|e| e != "gz"))
+        .collect();
+    let _ = tokio::task::spawn_blocking(move || {
+        for f in to_compress {
             if let Err(e) = compress(&f) {
                 tracing::warn!(log = %f.display(), "compressing a rotated log: {e}");
             }
         }
-    }
+    })
+    .await;
     let stamp = Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string();
     let to = PathBuf::from(format!("{}.{stamp}", current.display()));
     if to.exists() || std::fs::rename(current, &to).is_err() {

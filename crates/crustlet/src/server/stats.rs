@@ -448,22 +448,29 @@ pub async fn summary(
         node_storage(&mut node, &t, node_fs.as_ref(), image_fs.as_ref());
     }
     let created = created_at(ctx).await;
-    let view = PodView {
-        cfg,
-        hs: &hs,
-        t: &t,
-        created: &created,
-        image_fs: image_fs.as_ref(),
-        node_fs: node_fs.as_ref(),
-        logs_fs: logs_fs.as_ref(),
-        only_cpu_and_memory,
-    };
-    let mut pods = vec![];
-    for p in pod_readings(ctx).await? {
-        if let Some(pod) = pod_json(&view, &p) {
-            pods.push(pod);
-        }
-    }
+    let readings = pod_readings(ctx).await?;
+    // The pods' disk usage is a walk of their volumes and logs, as long as they are
+    // big: off the runtime's thread, which every pod's worker shares.
+    let cfg = ctx.cfg.clone();
+    let t2 = t.clone();
+    let pods = tokio::task::spawn_blocking(move || {
+        let view = PodView {
+            cfg: &cfg,
+            hs: &hs,
+            t: &t2,
+            created: &created,
+            image_fs: image_fs.as_ref(),
+            node_fs: node_fs.as_ref(),
+            logs_fs: logs_fs.as_ref(),
+            only_cpu_and_memory,
+        };
+        readings
+            .iter()
+            .filter_map(|p| pod_json(&view, p))
+            .collect::<Vec<_>>()
+    })
+    .await?;
+    let mut pods = pods;
     pods.sort_by(|a, b| {
         let k = |v: &Value| format!("{}/{}", v["podRef"]["namespace"], v["podRef"]["name"]);
         k(a).cmp(&k(b))

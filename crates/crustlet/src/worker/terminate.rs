@@ -110,7 +110,10 @@ impl Worker {
             self.ctx.cri.remove_sandbox(&s.id).await;
         }
         crate::cgroup::remove_pod(&self.ctx.cfg, &uid).await;
-        crate::inputs::tmpfs::remove_pod_dir(&self.ctx.cfg.pod_dir(&uid));
+        // A pod's volumes can be large (an emptyDir): removed off the shared thread.
+        let dir = self.ctx.cfg.pod_dir(&uid);
+        let _ =
+            tokio::task::spawn_blocking(move || crate::inputs::tmpfs::remove_pod_dir(&dir)).await;
         self.ctx.seen.gone(&uid);
         if delete {
             if let Some(client) = self.ctx.client.clone() {
