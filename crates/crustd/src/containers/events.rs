@@ -7,8 +7,10 @@
 //! the operation that caused the event may still hold, so they are read by one task
 //! that turns the queue, in order, into full events for every subscriber, and show them
 //! as they are when the event is published. Sandboxes have events too, under their own id.
-//! A subscriber that falls more than `BACKLOG` events behind misses the oldest ones (the
-//! kubelet relists then); nothing waits for a slow subscriber.
+//! A subscriber that falls more than `BACKLOG` events behind has its stream ended with
+//! RESOURCE_EXHAUSTED, so that it subscribes again and looks at everything (the kubelet
+//! relists, the crustlet wakes every worker) rather than go on without the events it
+//! missed; nothing waits for a slow subscriber.
 
 use crate::containers::store::ContainerRecord;
 use crate::daemon::Crust;
