@@ -32,6 +32,10 @@ use tokio::sync::watch;
 
 /// How often the host and the runtime are read (the kubelet's `nodeStatusUpdateFrequency`).
 const STATUS_PERIOD: Duration = Duration::from_secs(10);
+/// How often the status is synced from the start until the node is first Ready, as the
+/// kubelet's fast status update at start: a pod range the controller-manager assigns, a
+/// runtime or network that becomes ready, reach the Node within a second, not a period.
+const STARTING_PERIOD: Duration = Duration::from_secs(1);
 /// How often the status is posted when nothing changed (`nodeStatusReportFrequency`).
 const REPORT_PERIOD: Duration = Duration::from_secs(5 * 60);
 /// The Lease: renewed every 10 s, valid for 40 (the kubelet's `nodeLeaseDurationSeconds`,
@@ -199,6 +203,8 @@ struct NodeSync {
     /// Posts the node's events (none in unit tests).
     recorder: Option<Arc<crate::events::Recorder>>,
     started_event: bool,
+    /// The node has been reported Ready since the crustlet started.
+    ready_once: bool,
 }
 
 impl NodeSync {
@@ -223,6 +229,7 @@ impl NodeSync {
             uid,
             recorder: None,
             started_event: false,
+            ready_once: false,
         }
     }
 
@@ -232,7 +239,11 @@ impl NodeSync {
             let wait = match self.sync().await {
                 Ok(()) => {
                     retry = RETRY_MIN;
-                    STATUS_PERIOD
+                    if self.ready_once {
+                        STATUS_PERIOD
+                    } else {
+                        STARTING_PERIOD
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(node = %self.cfg.node_name, "node status: {e:#}");
@@ -269,6 +280,7 @@ impl NodeSync {
         self.sync_pod_cidr(&node).await;
         let current = node.status.as_ref();
         let desired = self.status(current, &readings, &runtime);
+        self.ready_once |= is_ready(Some(&desired));
         let due = self
             .last_report
             .is_none_or(|t| t.elapsed() >= REPORT_PERIOD);
@@ -544,6 +556,12 @@ impl NodeSync {
 }
 
 /// Logs the Ready condition's flips (the kubelet's "Node became not ready").
+fn is_ready(s: Option<&NodeStatus>) -> bool {
+    s.and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
 fn log_ready_change(current: Option<&NodeStatus>, desired: &NodeStatus) {
     let ready = |s: Option<&NodeStatus>| {
         s.and_then(|s| s.conditions.as_ref())
