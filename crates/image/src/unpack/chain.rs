@@ -9,8 +9,8 @@
 //! containerd's overlayfs snapshotter, its default, does not do this: it applies each
 //! layer into that layer's own folder, following only the layer's own symlinks, so the
 //! implied `bin/` hides the base's symlink there. crust keeps the image working
-//! instead; `usrmerge_layers_against_containerd` (tests/tests/crustd/images.rs) compares
-//! both snapshotters on the same layers and lists where overlayfs differs.
+//! instead; `usrmerge_layers_against_containerd` (tests/tests/crustd/images/layers.rs)
+//! compares both snapshotters on the same layers and lists where overlayfs differs.
 //!
 //! Layers are unpacked alone and in parallel, keyed by their diff id, and shared by
 //! every image that has them; the unpacker notes the folders it had to imply
