@@ -442,39 +442,36 @@ pub async fn summary(
     let system = system_containers(cfg, &hs, sampler, &t, mem_total);
     node.insert("systemContainers".into(), json!(system));
     let image_fs = image_fs(ctx, &t).await;
-    let node_fs = fs_stats(&cfg.root_dir, &t);
-    let logs_fs = fs_stats(&cfg.pod_logs_dir, &t);
-    if !only_cpu_and_memory {
-        node_storage(&mut node, &t, node_fs.as_ref(), image_fs.as_ref());
-    }
     let created = created_at(ctx).await;
     let readings = pod_readings(ctx).await?;
-    // The pods' disk usage is a walk of their volumes and logs, as long as they are
-    // big: off the runtime's thread, which every pod's worker shares.
+    // statvfs can hang on a dead network file system, and the pods' disk usage is a walk
+    // of their volumes and logs, as long as they are big: both off the runtime's thread,
+    // which every pod's worker shares.
     let cfg = ctx.cfg.clone();
-    let t2 = t.clone();
-    let pods = tokio::task::spawn_blocking(move || {
+    let (node, pods) = tokio::task::spawn_blocking(move || {
+        let node_fs = fs_stats(&cfg.root_dir, &t);
+        let logs_fs = fs_stats(&cfg.pod_logs_dir, &t);
+        if !only_cpu_and_memory {
+            node_storage(&mut node, &t, node_fs.as_ref(), image_fs.as_ref());
+        }
         let view = PodView {
             cfg: &cfg,
             hs: &hs,
-            t: &t2,
+            t: &t,
             created: &created,
             image_fs: image_fs.as_ref(),
             node_fs: node_fs.as_ref(),
             logs_fs: logs_fs.as_ref(),
             only_cpu_and_memory,
         };
-        readings
-            .iter()
-            .filter_map(|p| pod_json(&view, p))
-            .collect::<Vec<_>>()
+        let mut pods: Vec<Value> = readings.iter().filter_map(|p| pod_json(&view, p)).collect();
+        pods.sort_by(|a, b| {
+            let k = |v: &Value| format!("{}/{}", v["podRef"]["namespace"], v["podRef"]["name"]);
+            k(a).cmp(&k(b))
+        });
+        (node, pods)
     })
     .await?;
-    let mut pods = pods;
-    pods.sort_by(|a, b| {
-        let k = |v: &Value| format!("{}/{}", v["podRef"]["namespace"], v["podRef"]["name"]);
-        k(a).cmp(&k(b))
-    });
     Ok(json!({"node": node, "pods": pods}))
 }
 
