@@ -369,7 +369,10 @@ fn section(abi: Abi, entries: &[Entry], default: u32, alone: bool) -> Result<Vec
     // Low numbers are the busy ones (read, write, mmap...): checked first.
     nrs.sort_unstable();
     let mut body = vec![];
-    if let (false, Some(&last)) = (permits(default), nrs.last()) {
+    // The ENOSYS stub: above the highest number the profile names, when the default
+    // denies.
+    let stub_above = nrs.last().copied().filter(|_| !permits(default));
+    if let Some(last) = stub_above {
         body.push(insn(JMP_JGT_K, last, 0, 1));
         body.push(insn(
             RET_K,
@@ -414,11 +417,7 @@ fn section(abi: Abi, entries: &[Entry], default: u32, alone: bool) -> Result<Vec
         insn(LD_W_ABS, OFF_ARCH, 0, 0),
         insn(JMP_JEQ_K, abi.audit_arch(), 1, 0),
     ];
-    let stub: u8 = if permits(default) || nrs.is_empty() {
-        0
-    } else {
-        2
-    };
+    let stub: u8 = if stub_above.is_some() { 2 } else { 0 };
     match abi.nr_bit {
         None => {
             prog.push(out(1 + body.len()));
