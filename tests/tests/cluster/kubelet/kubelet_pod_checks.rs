@@ -382,6 +382,15 @@ pub fn init_containers_in_order(c: &Cluster) {
         p["spec"]["containers"][0]["volumeMounts"] = mount;
     });
     let p = run_pod(c, p);
+    // Running says the main container was started, not that its `cat` has run yet.
+    wait_for(
+        "the main container's log",
+        Duration::from_secs(30),
+        |last| {
+            *last = kubectl(c, &["logs", "init"]);
+            (!last.is_empty()).then_some(())
+        },
+    );
     assert_eq!(kubectl(c, &["logs", "init"]), "first\nsecond\n");
     let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
     assert_eq!(inits.len(), 2);
