@@ -51,6 +51,12 @@ impl Cluster {
     }
 
     pub fn start_kubelet(&self) {
+        self.start_kubelet_with(&[]);
+    }
+
+    /// [`Cluster::start_kubelet`] with flags added last (they win over the defaults:
+    /// `--max-pods=250` for the density benchmark).
+    pub fn start_kubelet_with(&self, extra: &[String]) {
         let mut guard = self.kubelet.lock().unwrap();
         assert!(guard.is_none(), "kubelet already running");
         std::fs::write(self.path("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
@@ -70,7 +76,8 @@ impl Cluster {
             .args(kubelet_common_args())
             // `SyncPod enter`/`exit` of each pod (kubelet.go's V(4), that file alone): the
             // restart checks wait for the syncs after a restart, not for a while.
-            .arg("--vmodule=kubelet=4");
+            .arg("--vmodule=kubelet=4")
+            .args(extra);
         *guard = Some(self.spawn_logged(cmd, "kubelet"));
     }
 
@@ -129,6 +136,11 @@ impl Cluster {
     /// cluster's dir): its own node name and IP, root and pod logs dirs, cgroup root and
     /// a folder of static pod manifests.
     pub fn start_crustlet(&self) {
+        self.start_crustlet_with(&[]);
+    }
+
+    /// [`Cluster::start_crustlet`] with flags added last.
+    pub fn start_crustlet_with(&self, extra: &[String]) {
         let mut guard = self.crustlet.lock().unwrap();
         assert!(guard.is_none(), "crustlet already running");
         let p = |r: &str| self.path(r).display().to_string();
@@ -153,7 +165,8 @@ impl Cluster {
             // Routes to the pod CIDRs of other Nodes: none here has one but the peers
             // of the kubelet suite's pod routes check.
             .arg("--pod-routes")
-            .args(["--v", "2"]);
+            .args(["--v", "2"])
+            .args(extra);
         *guard = Some(self.spawn_logged(cmd, "crustlet"));
     }
 
