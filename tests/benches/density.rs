@@ -29,6 +29,9 @@
 //! 5. the Deployment scaled to 0: the time until the last pod is gone from the API,
 //!    and until the node has no shim or monitor and no pause left.
 //!
+//! `BENCH_INSPECT=<shell command>` runs that command once the full stack's memory is
+//! read, with `AGENT_PID` and `RUNTIME_PID` set (to look closer than smaps_rollup).
+//!
 //! Both nodes run all along (the empty one idles beside the visit, the same for every
 //! visit). `BENCH_CRUST_MAX` and `BENCH_KUBELET_MAX` (comma list) change the limits.
 
@@ -54,6 +57,9 @@ struct Seen {
     running: HashMap<String, Instant>,
     /// The pods the API still has.
     present: HashMap<String, String>,
+    /// When the watch was last started again: the new one lists what is there, and a
+    /// pod deleted in between is never seen DELETED, so `present` starts anew.
+    relisted: Option<Instant>,
 }
 
 type Shared = Arc<(Mutex<Seen>, Condvar)>;
@@ -112,12 +118,20 @@ fn wait(
         {
             let (m, cv) = &**seen;
             let g = m.lock().unwrap();
-            if done(&g) {
+            let listed = g
+                .relisted
+                .is_none_or(|t| t.elapsed() > Duration::from_secs(3));
+            if listed && done(&g) {
                 return;
             }
             let _ = cv.wait_timeout(g, Duration::from_millis(500)).unwrap();
         }
         if w.try_wait().ok().flatten().is_some() {
+            {
+                let mut g = seen.0.lock().unwrap();
+                g.present.clear();
+                g.relisted = Some(Instant::now());
+            }
             *w = watch(c, seen.clone());
         }
         assert!(Instant::now() < deadline, "{what}: not in {limit:?}");
@@ -302,6 +316,7 @@ fn main() {
             m.join(", ")
         )
     });
+    let signals = crust_e2e::block_signals();
     let started = Instant::now();
     let c = Cluster::start_with(
         bins,
@@ -310,9 +325,12 @@ fn main() {
         Options {
             containerd: Some(ContainerdFor::Kubelet),
             agent_cgroups: true,
+            crustd_log: Some("info"),
             ..Options::default()
         },
     );
+    let c = Arc::new(c);
+    Cluster::teardown_on_signal(&c, signals, "density");
     c.wait_node_ready(Duration::from_secs(120));
     println!(
         "cluster up in {:.1}s: kubelet v1.28.7 + containerd + runc on {NODE}, crustlet + crustd on {CRUSTLET_NODE} (the reference CNI plugins for both)",
@@ -397,7 +415,7 @@ fn main() {
             ("kubelet", "containerd")
         };
         let root = cgroup_root.clone();
-        let (sock, state) = (sock.clone(), state.clone());
+        let (sock, state, pause_state) = (sock.clone(), state.clone(), state.clone());
         let daemons = [
             Daemon {
                 pids: Box::new(move || {
@@ -427,8 +445,12 @@ fn main() {
             },
             Daemon {
                 pids: Box::new(move || {
-                    let comm = if v.crust { "crust-pause" } else { "pause" };
-                    (vec![], pids_in(comm, &root))
+                    if v.crust {
+                        // Run from this crustd's state dir: another cluster's are not.
+                        (vec![], pids_of("crust-pause", &pause_state))
+                    } else {
+                        (vec![], pids_in("pause", &root))
+                    }
                 }),
                 cgroup: None,
             },
@@ -481,6 +503,16 @@ fn main() {
         println!("{pods} pods Running in {:.1} s", up.as_secs_f64());
         std::thread::sleep(settle);
         let full = sample_median(&daemons, 5);
+        if let Some(cmd) = std::env::var_os("BENCH_INSPECT") {
+            let (rt, _) = (daemons[1].pids)();
+            let (agent, _) = (daemons[0].pids)();
+            let _ = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .env("AGENT_PID", agent.first().map_or(0, |p| *p).to_string())
+                .env("RUNTIME_PID", rt.first().map_or(0, |p| *p).to_string())
+                .status();
+        }
         let spent = idle_cpu(&daemons, idle_span);
         let idle = [spent[0].0, spent[1].0, spent[1].1, spent[2].1];
         println!(
@@ -594,6 +626,25 @@ fn report(results: &[Result], idle_span: Duration) {
             per_pod(r, |m| m.pss),
             per_pod_ws(r),
         );
+    }
+    println!("\nper pod, by group (full less empty, divided by the pods): anonymous / PSS");
+    for r in results {
+        let groups = ["agent", "runtime", "shims or monitors", "pauses"];
+        let figs = [
+            (r.full[0].main, r.empty[0].main),
+            (r.full[1].main, r.empty[1].main),
+            (r.full[1].helpers, r.empty[1].helpers),
+            (r.full[2].helpers, r.empty[2].helpers),
+        ];
+        let cells: Vec<String> = groups
+            .iter()
+            .zip(figs)
+            .map(|(g, (f, e))| {
+                let d = |a: u64, b: u64| (a as f64 - b as f64) / r.pods as f64;
+                format!("{g} {:.0}/{:.0} KiB", d(f.anon, e.anon), d(f.pss, e.pss))
+            })
+            .collect();
+        println!("  {}: {}", r.visit.name(), cells.join(", "));
     }
     println!(
         "\n### Idle: CPU of the full node stack over {} s (utime + stime)",

@@ -253,6 +253,7 @@ fn main() {
         Options {
             containerd: Some(ContainerdFor::Kubelet),
             agent_cgroups: true,
+            crustd_log: Some("info"),
             ..Options::default()
         },
     );

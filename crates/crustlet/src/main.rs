@@ -111,6 +111,13 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// How many requests to the apiserver wait for their response headers at once. The
+/// client speaks HTTP/1.1, one request per connection: without a bound, a node full of
+/// pods starting at once opens a connection (with its TLS state and buffers, some
+/// 40 KiB) per pod worker writing a status, and malloc keeps the memory after they
+/// close. A watch holds its slot only until its response starts streaming.
+const API_CONCURRENCY: usize = 16;
+
 /// glibc gives each thread that allocates its own heap ("arena", up to 8 per core),
 /// each keeping its own free memory (a second arena held 1.8 MiB with 30 pods); the
 /// crustlet allocates little and seldom from several threads at once, so all of its
@@ -140,7 +147,11 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)?;
             let c = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-            Some(kube::Client::try_from(c)?)
+            Some(
+                kube::client::ClientBuilder::try_from(c)?
+                    .with_layer(&tower::limit::ConcurrencyLimitLayer::new(API_CONCURRENCY))
+                    .build(),
+            )
         }
         None => None,
     };

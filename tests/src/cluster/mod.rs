@@ -99,6 +99,9 @@ pub struct Options {
     /// first: what each daemon costs the node, for the pods benchmark (see
     /// [`agent_cgroups`]). Off, they run in the suite's own cgroup.
     pub agent_cgroups: bool,
+    /// crustd's `--log-level` (default `debug`, for the suites' logs): the benchmarks
+    /// run it at `info`, as containerd runs, since logging each call costs CPU.
+    pub crustd_log: Option<&'static str>,
 }
 
 /// Who runs pods on the cluster's containerd.

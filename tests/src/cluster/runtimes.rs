@@ -80,7 +80,8 @@ impl Cluster {
         for d in &self.cni_bin_dirs {
             cmd.arg("--cni-bin-dir").arg(d);
         }
-        cmd.args(["--cgroup-root", "/", "--log-level", "debug"]);
+        let level = self.opts.crustd_log.unwrap_or("debug");
+        cmd.args(["--cgroup-root", "/", "--log-level", level]);
         let name = format!("{prefix}crustd");
         *guard = Some(self.spawn_serving(cmd, &name, socket));
     }

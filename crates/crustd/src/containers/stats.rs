@@ -236,7 +236,7 @@ async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSan
     let mut containers = vec![];
     for c in crust.containers.of_sandbox(&rec.id) {
         // A copy: the lock is not held while the writable layer is measured.
-        let r = (*c.rec.view()).clone();
+        let r = c.rec.view();
         if let Some(s) = container_stats(crust, &r) {
             containers.push(s);
         }
@@ -269,7 +269,7 @@ async fn sandbox_stats(crust: &Arc<Crust>, rec: &SandboxRecord) -> Option<PodSan
 
 pub async fn container(crust: Arc<Crust>, id: &str) -> Result<ContainerStatsResponse> {
     let c = crust.containers.get(id)?;
-    let rec = (*c.rec.view()).clone();
+    let rec = c.rec.view();
     let stats = container_stats(&crust, &rec).ok_or_else(|| {
         Error::NotFound(format!(
             "container {} has no stats: it is not running",
@@ -300,7 +300,7 @@ pub async fn list_containers(
         if sandbox.as_ref().is_some_and(|s| *s != c.sandbox_id) {
             continue;
         }
-        let rec = (*c.rec.view()).clone();
+        let rec = c.rec.view();
         if !labels::selected(&f.label_selector, &rec.labels) {
             continue;
         }
@@ -313,7 +313,7 @@ pub async fn list_containers(
 
 pub async fn sandbox(crust: Arc<Crust>, id: &str) -> Result<PodSandboxStatsResponse> {
     let sb = crust.store.get(id)?;
-    let rec = (*sb.rec.view()).clone();
+    let rec = sb.rec.view();
     let stats = sandbox_stats(&crust, &rec).await.ok_or_else(|| {
         Error::NotFound(format!("sandbox {} has no stats: it is not ready", rec.id))
     })?;
@@ -330,7 +330,7 @@ pub async fn list_sandboxes(
         if !f.id.is_empty() && !sb.id.starts_with(&f.id) {
             continue;
         }
-        let rec = (*sb.rec.view()).clone();
+        let rec = sb.rec.view();
         if !labels::selected(&f.label_selector, &rec.labels) {
             continue;
         }

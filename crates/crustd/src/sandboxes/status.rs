@@ -38,7 +38,7 @@ pub async fn status(
     verbose: bool,
 ) -> Result<(PodSandboxStatus, HashMap<String, String>)> {
     let sb = crust.store.get(id)?;
-    let rec = (*sb.rec.view()).clone();
+    let rec = sb.rec.view();
     let cfg = rec.config().unwrap_or_default();
     let ns_opts = cfg
         .linux
@@ -146,7 +146,7 @@ fn config_json(cfg: &cri_api::PodSandboxConfig) -> Value {
 pub async fn list(crust: Arc<Crust>, filter: Option<PodSandboxFilter>) -> Result<Vec<PodSandbox>> {
     let mut out = Vec::new();
     for sb in crust.store.list() {
-        let rec = (*sb.rec.view()).clone();
+        let rec = sb.rec.view();
         let state = state_of(&sb, &rec);
         if let Some(f) = &filter {
             if !f.id.is_empty() && !rec.id.starts_with(&f.id) {

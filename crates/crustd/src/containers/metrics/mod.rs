@@ -64,13 +64,13 @@ pub fn descriptors() -> Vec<MetricDescriptor> {
 pub async fn list(crust: Arc<Crust>) -> Result<Vec<PodSandboxMetrics>> {
     let mut pods = vec![];
     for sb in crust.store.list() {
-        let rec = (*sb.rec.view()).clone();
+        let rec = sb.rec.view();
         if rec.state != SandboxState::Ready {
             continue;
         }
         let mut containers = vec![];
         for c in crust.containers.of_sandbox(&rec.id) {
-            let r = (*c.rec.view()).clone();
+            let r = c.rec.view();
             if matches!(r.state, ContainerState::Created | ContainerState::Running) {
                 containers.push(r);
             }
@@ -86,7 +86,11 @@ pub async fn list(crust: Arc<Crust>) -> Result<Vec<PodSandboxMetrics>> {
     .map_err(Error::internal)
 }
 
-fn pod(crust: &Crust, sb: &SandboxRecord, containers: &[ContainerRecord]) -> PodSandboxMetrics {
+fn pod(
+    crust: &Crust,
+    sb: &SandboxRecord,
+    containers: &[Arc<ContainerRecord>],
+) -> PodSandboxMetrics {
     let labels = |container: &str, id: &str, image: &str| {
         [&sb.name, &sb.namespace, container, id, image].map(str::to_string)
     };
