@@ -22,7 +22,10 @@
 //!
 //! Then what the run left. Before the first round of a stack (after a warm-up pod on
 //! each node, run, deleted and gone, and `BENCH_SETTLE` seconds, default 30) and after
-//! its last (every pod deleted and gone from the API, then `BENCH_SETTLE` seconds):
+//! its last (every pod deleted and gone from the API, then `BENCH_SETTLE` seconds, and
+//! more, every 5 s, while a count is not back yet, up to [`SETTLE_MAX`]: a connection
+//! pool's idle timeout or a once-a-minute garbage collection is not a leak; the same
+//! for both stacks):
 //! - for crustd and the crustlet (containerd and the kubelet): RSS and its anonymous
 //!   part (`/proc/<pid>/smaps_rollup`), open fds (`/proc/<pid>/fd`), threads; crustd's
 //!   monitors (containerd's shims) still running;
@@ -518,6 +521,8 @@ struct Counter {
     name: String,
     value: u64,
     kind: Kind,
+    /// What the count is made of (fds by kind, threads by name), printed when it grew.
+    detail: String,
 }
 
 /// A field of `/proc/<pid>/<file>` (`Rss:`, `Threads:`): its first number.
@@ -555,12 +560,103 @@ fn process(out: &mut Vec<Counter>, who: &str, pid: u32) {
             Kind::Count,
         ),
     ] {
+        let detail = match what {
+            "open fds" => tally(fd_kinds(pid)),
+            "threads" => tally(thread_names(pid)),
+            _ => String::new(),
+        };
         out.push(Counter {
             name: format!("{who} {what}"),
             value,
             kind,
+            detail,
         });
     }
+}
+
+/// What each open fd of `pid` is: a path's dir, or the kind of a socket, pipe or anon
+/// inode (`socket`, `anon_inode:[eventpoll]`).
+fn fd_kinds(pid: u32) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return vec![];
+    };
+    let sockets = sockets(pid);
+    rd.flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| {
+            let t = t.to_string_lossy().into_owned();
+            if let Some(inode) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                return sockets
+                    .get(inode)
+                    .cloned()
+                    .unwrap_or_else(|| "socket".into());
+            }
+            match t.split_once(':') {
+                Some((kind, _)) if !t.starts_with('/') && kind != "anon_inode" => kind.into(),
+                _ if t.starts_with('/') => Path::new(&t)
+                    .parent()
+                    .map_or(t.clone(), |p| p.display().to_string()),
+                _ => t,
+            }
+        })
+        .collect()
+}
+
+/// The sockets of `pid`'s network namespace by inode: `tcp to port 6443`, `tcp from
+/// port 10250` (a listener's or a served connection's), `unix /path`.
+fn sockets(pid: u32) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    for f in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).unwrap_or_default();
+        for l in text.lines().skip(1) {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let port = |a: &str| {
+                a.rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+                    .unwrap_or(0)
+            };
+            let (Some(local), Some(remote), Some(inode)) = (w.get(1), w.get(2), w.get(9)) else {
+                continue;
+            };
+            // A client's local port is ephemeral: name it by its peer's.
+            let what = if port(local) >= 32768 {
+                format!("tcp to port {}", port(remote))
+            } else {
+                format!("tcp from port {}", port(local))
+            };
+            m.insert(inode.to_string(), what);
+        }
+    }
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
+    for l in text.lines().skip(1) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if let Some(inode) = w.get(6) {
+            let path = w.get(7).map_or("(unnamed)".to_string(), |p| p.to_string());
+            m.insert(inode.to_string(), format!("unix {path}"));
+        }
+    }
+    m
+}
+
+/// The names of `pid`'s threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
+    };
+    rd.flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// `3 socket, 1 pipe`: how many of each.
+fn tally(items: Vec<String>) -> String {
+    let mut m: std::collections::BTreeMap<String, usize> = Default::default();
+    for i in items {
+        *m.entry(i).or_default() += 1;
+    }
+    let v: Vec<String> = m.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    v.join(", ")
 }
 
 /// The pids whose command line starts with `prog` (a path ending in it) and names `arg`.
@@ -656,6 +752,7 @@ fn counters(c: &Cluster, stack: Stack) -> Vec<Counter> {
             name: name.to_string(),
             value,
             kind: Kind::Count,
+            detail: String::new(),
         })
     };
     let p = |r: &str| c.path(r);
@@ -736,6 +833,37 @@ fn counters(c: &Cluster, stack: Stack) -> Vec<Counter> {
     out
 }
 
+/// How long after the last pod is gone a count may take to come back: the crustlet's
+/// API client keeps an idle connection for 90 s (hyper's pool; the kubelet's Go client
+/// multiplexes one HTTP/2 connection instead), the kubelet removes a deleted pod's logs
+/// in its once-a-minute garbage collection.
+const SETTLE_MAX: Duration = Duration::from_secs(150);
+
+/// The counters of `stack` once its counts are back where `before` has them: read
+/// `settle` after the last pod was gone, then every 5 s until they are or
+/// [`SETTLE_MAX`] has passed (memory is not waited for). The counters, and how long
+/// after the last pod they were read.
+fn settled(
+    c: &Cluster,
+    stack: Stack,
+    before: &[Counter],
+    settle: Duration,
+) -> (Vec<Counter>, Duration) {
+    let start = Instant::now();
+    std::thread::sleep(settle);
+    loop {
+        let now = counters(c, stack);
+        let back = before
+            .iter()
+            .zip(&now)
+            .all(|(b, a)| b.kind != Kind::Count || a.value <= b.value);
+        if back || start.elapsed() >= SETTLE_MAX.max(settle) {
+            return (now, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
+
 fn show(v: u64, kind: Kind) -> String {
     match kind {
         Kind::Kib => format!("{:.1} MiB", v as f64 / 1024.0),
@@ -782,6 +910,12 @@ fn table(stack: Stack, before: &[Counter], after: &[Counter]) -> Vec<String> {
                 show(a.value, a.kind),
                 show_delta(b.value, a.value, a.kind)
             ));
+            if !a.detail.is_empty() {
+                grew.push(format!(
+                    "    before: {}\n    after:  {}",
+                    b.detail, a.detail
+                ));
+            }
         }
     }
     grew
@@ -829,6 +963,7 @@ fn sampler(
                 name: name.into(),
                 value: a.load(Ordering::SeqCst),
                 kind: Kind::Count,
+                detail: String::new(),
             });
         }
         for r in rows {
@@ -918,6 +1053,7 @@ fn main() {
     let mut loads: HashMap<&str, Load> = HashMap::new();
     let mut before: HashMap<&str, Vec<Counter>> = HashMap::new();
     let mut after: HashMap<&str, Vec<Counter>> = HashMap::new();
+    let mut settled_after: HashMap<&str, Duration> = HashMap::new();
     std::thread::scope(|scope| {
         if let Some(csv) = std::env::var_os("BENCH_SAMPLES_CSV") {
             let every = Duration::from_secs(env_or("BENCH_SAMPLE_SECS", 30));
@@ -946,8 +1082,9 @@ fn main() {
                     &c, &api, &watch, stack, round, secs, inflight, &progress, load,
                 );
                 if round == rounds - 1 {
-                    std::thread::sleep(settle);
-                    after.insert(stack.tag, counters(&c, stack));
+                    let (now, waited) = settled(&c, stack, &before[stack.tag], settle);
+                    after.insert(stack.tag, now);
+                    settled_after.insert(stack.tag, waited);
                 }
             }
         }
@@ -961,6 +1098,10 @@ fn main() {
     for s in [CRUST, INCUMBENT] {
         if let (Some(b), Some(a)) = (before.get(s.tag), after.get(s.tag)) {
             grew.extend(table(s, b, a));
+            println!(
+                "(after: read {:.0} s after its last pod was gone)",
+                settled_after[s.tag].as_secs_f64()
+            );
         }
     }
     println!(
