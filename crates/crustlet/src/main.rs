@@ -9,6 +9,7 @@ mod events;
 mod gc;
 mod inputs;
 mod node;
+mod pod_logs;
 mod pods;
 mod quantity;
 mod routes;

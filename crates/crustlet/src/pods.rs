@@ -57,6 +57,8 @@ pub async fn run(ctx: Arc<Ctx>) {
     let expected =
         usize::from(ctx.client.is_some()) + usize::from(ctx.cfg.pod_manifest_path.is_some());
     let mut orphans_checked = false;
+    // Pods' log dirs changed since are not orphans, whatever the first lists say.
+    let started = std::time::SystemTime::now();
     let mut burstable = BurstableShare::default();
     while let Some(u) = rx.recv().await {
         match u {
@@ -98,7 +100,7 @@ pub async fn run(ctx: Arc<Ctx>) {
                 if !orphans_checked && known.len() == expected {
                     orphans_checked = true;
                     let all: HashSet<String> = known.values().flatten().cloned().collect();
-                    tokio::spawn(remove_orphans(ctx.clone(), all));
+                    tokio::spawn(remove_orphans(ctx.clone(), all, started));
                 }
             }
         }
@@ -419,8 +421,9 @@ async fn unmirror(client: &kube::Client, pod: &Pod) {
     }
 }
 
-/// Removes sandboxes of pods no source knows (deleted while the crustlet was down).
-async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>) {
+/// Removes sandboxes and logs of pods no source knows (deleted while the crustlet was
+/// down).
+async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>, started: std::time::SystemTime) {
     let mut rt = ctx.cri.runtime.clone();
     let Ok(list) = rt
         .list_pod_sandbox(cri_api::ListPodSandboxRequest { filter: None })
@@ -440,6 +443,12 @@ async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>) {
         crate::cgroup::remove_pod(&ctx.cfg, uid).await;
         crate::inputs::tmpfs::remove_pod_dir(&ctx.cfg.pod_dir(uid));
     }
+    // Logs of pods whose sandbox is gone already (the crustlet stopped in between).
+    let logs = ctx.cfg.pod_logs_dir.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        crate::pod_logs::remove_unknown(&logs, &known, started)
+    })
+    .await;
 }
 
 #[cfg(test)]

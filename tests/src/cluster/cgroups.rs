@@ -160,6 +160,16 @@ impl Cluster {
         out
     }
 
+    /// Every cgroup directory at or below `root` (a cgroup path, the crustlet's root
+    /// say), in every hierarchy: what a node agent made for its pods and left.
+    pub fn cgroups_below(&self, root: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for (_, mount) in cgroup_mounts() {
+            crate::crustd::walk_dirs(&mount.join(root.trim_start_matches('/')), &mut out);
+        }
+        out
+    }
+
     /// The directory named `name` below the kubelet's cgroup root in the v1 hierarchy of
     /// `controller` (or the unified one for `""`).
     pub fn cgroup_dir_named(&self, controller: &str, name: &str) -> Option<PathBuf> {

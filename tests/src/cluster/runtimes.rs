@@ -106,6 +106,15 @@ impl Cluster {
         self.crustd.lock().unwrap().as_ref().map(|c| c.id())
     }
 
+    /// The crustlet's crustd (nsenter execs it: the child's pid is crustd's).
+    pub fn crustlet_crustd_pid(&self) -> Option<u32> {
+        self.crustlet_crustd
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| c.id())
+    }
+
     /// containerd's configuration: its own root, state and socket; the CRI plugin with
     /// runc (cgroupfs: the pods' cgroup parents come from their kubelet), the reference
     /// CNI plugins on its own conflist, the registry's pause image as the sandbox image

@@ -17,9 +17,37 @@ use cri_api::*;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
+/// The last sample of each cgroup's CPU time, for the rate.
+static SAMPLES: LazyLock<Mutex<CpuSamples>> = LazyLock::new(Default::default);
+
 /// The last (timestamp ns, cumulative CPU ns) per cgroup path.
-static SAMPLES: LazyLock<Mutex<HashMap<String, (i64, u64)>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+#[derive(Default)]
+struct CpuSamples(HashMap<String, (i64, u64)>);
+
+impl CpuSamples {
+    /// Records `usage` ns of CPU of cgroup `cg` at `ts`; the rate since the previous
+    /// sample (ns of CPU per second), none for the first.
+    fn rate(&mut self, cg: &str, ts: i64, usage: u64) -> Option<u64> {
+        let (pts, pusage) = self.0.insert(cg.to_string(), (ts, usage))?;
+        let dt = ts.checked_sub(pts).filter(|d| *d > 0)? as u64;
+        (usage >= pusage).then(|| ((usage - pusage) as u128 * 1_000_000_000 / dt as u128) as u64)
+    }
+
+    /// Forgets the cgroups that `exists` says are gone: without it, every container
+    /// and pod that came and went would keep its entry (the churn benchmark's load).
+    fn forget_gone(&mut self, exists: impl Fn(&str) -> bool) {
+        self.0.retain(|cg, _| exists(cg));
+    }
+}
+
+/// After a list of stats (every few seconds from the kubelet): the samples of cgroups
+/// removed since go.
+fn forget_gone_cgroups(crust: &Crust) {
+    SAMPLES
+        .lock()
+        .unwrap()
+        .forget_gone(|cg| cgroups::CgroupPath::new(cg).is_ok_and(|p| crust.cgroups.exists(&p)));
+}
 
 fn u(v: u64) -> Option<UInt64Value> {
     Some(UInt64Value { value: v })
@@ -33,15 +61,7 @@ fn usage(crust: &Crust, cg: &str) -> Option<(CpuUsage, MemoryUsage, SwapUsage, u
     }
     let st = crust.cgroups.stats(&path).ok()?;
     let ts = util::now_ns();
-    let nano_cores = {
-        let mut s = SAMPLES.lock().unwrap();
-        let prev = s.insert(cg.to_string(), (ts, st.cpu.usage_ns));
-        prev.and_then(|(pts, pusage)| {
-            let dt = (ts - pts) as u64;
-            (dt > 0 && st.cpu.usage_ns >= pusage)
-                .then(|| ((st.cpu.usage_ns - pusage) as u128 * 1_000_000_000 / dt as u128) as u64)
-        })
-    };
+    let nano_cores = SAMPLES.lock().unwrap().rate(cg, ts, st.cpu.usage_ns);
     let cpu = CpuUsage {
         timestamp: ts,
         usage_core_nano_seconds: u(st.cpu.usage_ns),
@@ -308,6 +328,7 @@ pub async fn list_containers(
             out.push(s);
         }
     }
+    forget_gone_cgroups(&crust);
     Ok(out)
 }
 
@@ -338,12 +359,32 @@ pub async fn list_sandboxes(
             out.push(s);
         }
     }
+    forget_gone_cgroups(&crust);
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_rate_from_the_previous_sample_and_gone_cgroups_forgotten() {
+        let mut s = CpuSamples::default();
+        assert_eq!(s.rate("/kubepods/pod1", 1_000_000_000, 0), None);
+        // Half a core over two seconds.
+        assert_eq!(
+            s.rate("/kubepods/pod1", 3_000_000_000, 1_000_000_000),
+            Some(500_000_000)
+        );
+        assert_eq!(s.rate("/kubepods/pod2", 3_000_000_000, 5), None);
+        // A counter gone backwards (a cgroup made anew under the same path): no rate.
+        assert_eq!(s.rate("/kubepods/pod2", 4_000_000_000, 1), None);
+        s.forget_gone(|cg| cg != "/kubepods/pod1");
+        assert_eq!(s.0.len(), 1);
+        assert!(s.0.contains_key("/kubepods/pod2"));
+        // A forgotten cgroup starts again with no rate.
+        assert_eq!(s.rate("/kubepods/pod1", 5_000_000_000, 2_000_000_000), None);
+    }
 
     #[test]
     fn net_dev_columns_and_no_loopback() {

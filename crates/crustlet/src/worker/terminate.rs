@@ -110,10 +110,15 @@ impl Worker {
             self.ctx.cri.remove_sandbox(&s.id).await;
         }
         crate::cgroup::remove_pod(&self.ctx.cfg, &uid).await;
-        // A pod's volumes can be large (an emptyDir): removed off the shared thread.
+        // A pod's volumes can be large (an emptyDir), and so can its logs: removed off
+        // the shared thread.
         let dir = self.ctx.cfg.pod_dir(&uid);
-        let _ =
-            tokio::task::spawn_blocking(move || crate::inputs::tmpfs::remove_pod_dir(&dir)).await;
+        let logs = std::path::PathBuf::from(spec::log_directory(&self.ctx.cfg, pod));
+        let _ = tokio::task::spawn_blocking(move || {
+            crate::inputs::tmpfs::remove_pod_dir(&dir);
+            crate::pod_logs::remove(&logs);
+        })
+        .await;
         self.ctx.seen.gone(&uid);
         if delete {
             if let Some(client) = self.ctx.client.clone() {
