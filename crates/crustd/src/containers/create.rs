@@ -195,12 +195,12 @@ fn new_record(
         reason: String::new(),
         message: String::new(),
         log_path: None,
-        config_pb: util::hex(&cfg.encode_to_vec()),
+        config_pb: util::HexBytes(cfg.encode_to_vec()),
         resources_pb: cfg
             .linux
             .as_ref()
             .and_then(|l| l.resources.as_ref())
-            .map(|r| util::hex(&r.encode_to_vec()))
+            .map(|r| util::HexBytes(r.encode_to_vec()))
             .unwrap_or_default(),
         cgroup: None,
         snapshot: false,

@@ -74,10 +74,10 @@ pub struct ContainerRecord {
     /// The host path of the CRI log (sandbox `log_directory` + `log_path`), if any.
     pub log_path: Option<PathBuf>,
     /// The ContainerConfig as protobuf bytes in hex.
-    pub config_pb: String,
+    pub config_pb: util::HexBytes,
     /// The resources now in force (UpdateContainerResources replaces them), protobuf hex.
     #[serde(default)]
-    pub resources_pb: String,
+    pub resources_pb: util::HexBytes,
     /// The container's cgroup path (under the pod's).
     pub cgroup: Option<String>,
     /// A snapshot of the image is the root file system (keyed by the container id).
@@ -120,17 +120,15 @@ pub struct RunAs {
 impl ContainerRecord {
     pub fn config(&self) -> Option<cri_api::ContainerConfig> {
         use prost::Message;
-        util::unhex(&self.config_pb)
-            .and_then(|b| cri_api::ContainerConfig::decode(b.as_slice()).ok())
+        cri_api::ContainerConfig::decode(self.config_pb.0.as_slice()).ok()
     }
 
     pub fn resources(&self) -> Option<cri_api::LinuxContainerResources> {
         use prost::Message;
-        if self.resources_pb.is_empty() {
+        if self.resources_pb.0.is_empty() {
             return None;
         }
-        util::unhex(&self.resources_pb)
-            .and_then(|b| cri_api::LinuxContainerResources::decode(b.as_slice()).ok())
+        cri_api::LinuxContainerResources::decode(self.resources_pb.0.as_slice()).ok()
     }
 }
 

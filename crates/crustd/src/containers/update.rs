@@ -35,6 +35,6 @@ pub async fn update_resources(
         let res = cgroup_resources(&crust, &what, &path, &r)?;
         crust.cgroups.apply(&path, &res).map_err(cgroup_err(what))?;
     }
-    rec.resources_pb = util::hex(&r.encode_to_vec());
+    rec.resources_pb = util::HexBytes(r.encode_to_vec());
     crust.containers.save(&rec)
 }

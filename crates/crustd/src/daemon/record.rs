@@ -8,21 +8,27 @@
 //! operation held a record, one relist took seconds and the pods' lifecycles (a
 //! finished pod's termination, its phase) slowed down with it. containerd answers
 //! reads from its store without waiting on operations in flight; so does this: each
-//! guard publishes a copy of the record when it is dropped, and [`Record::view`]
-//! returns that copy: the state as the last finished step left it.
+//! guard publishes the record when it is dropped, and [`Record::view`] returns it: the
+//! state as the last finished step left it.
+//!
+//! The record and its view share one allocation while nothing changes: a change
+//! copies the record first (copy on write, [`Arc::make_mut`]), and the guard's drop
+//! publishes that copy. A node with 250 pods keeps one copy of each record, not two,
+//! and a guard that only read copies nothing.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
 pub struct Record<T: Clone> {
-    lock: tokio::sync::Mutex<T>,
+    lock: tokio::sync::Mutex<Arc<T>>,
     view: Mutex<Arc<T>>,
 }
 
 impl<T: Clone> Record<T> {
     pub fn new(t: T) -> Self {
+        let t = Arc::new(t);
         Record {
-            view: Mutex::new(Arc::new(t.clone())),
+            view: Mutex::new(t.clone()),
             lock: tokio::sync::Mutex::new(t),
         }
     }
@@ -50,7 +56,7 @@ impl<T: Clone> Record<T> {
 }
 
 pub struct Guard<'a, T: Clone> {
-    inner: tokio::sync::MutexGuard<'a, T>,
+    inner: tokio::sync::MutexGuard<'a, Arc<T>>,
     view: &'a Mutex<Arc<T>>,
 }
 
@@ -63,13 +69,13 @@ impl<T: Clone> Deref for Guard<'_, T> {
 
 impl<T: Clone> DerefMut for Guard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        &mut self.inner
+        Arc::make_mut(&mut self.inner)
     }
 }
 
 impl<T: Clone> Drop for Guard<'_, T> {
     fn drop(&mut self) {
-        let now = Arc::new(self.inner.clone());
+        let now = Arc::clone(&self.inner);
         *self.view.lock().unwrap_or_else(|p| p.into_inner()) = now;
     }
 }
@@ -90,5 +96,21 @@ mod tests {
         assert_eq!(*r.view(), 2);
         *r.try_lock().unwrap() = 3;
         assert_eq!(*r.view(), 3);
+    }
+
+    #[tokio::test]
+    async fn one_copy_at_rest_and_a_read_copies_nothing() {
+        let r = Record::new(vec![1]);
+        let before = r.view();
+        drop(r.lock().await);
+        // A guard that only read publishes the same allocation.
+        assert!(Arc::ptr_eq(&before, &r.view()));
+        r.lock().await.push(2);
+        let after = r.view();
+        assert!(!Arc::ptr_eq(&before, &after));
+        assert_eq!(*before, [1]);
+        // The lock and the view share the record again.
+        let g = r.lock().await;
+        assert!(std::ptr::eq(&*g, &*after));
     }
 }

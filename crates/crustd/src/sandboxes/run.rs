@@ -101,7 +101,7 @@ pub fn run(crust: &Crust, req: RunPodSandboxRequest) -> Result<String> {
         annotations: cfg.annotations.clone().into_iter().collect(),
         runtime_handler: req.runtime_handler.clone(),
         created_at: util::now_ns(),
-        config_pb: util::hex(&cfg.encode_to_vec()),
+        config_pb: util::HexBytes(cfg.encode_to_vec()),
         host_network,
         host_pid,
         host_ipc,

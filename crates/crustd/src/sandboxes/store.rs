@@ -72,7 +72,7 @@ pub struct SandboxRecord {
     pub created_at: i64,
     /// The PodSandboxConfig as protobuf bytes in hex: the whole request survives
     /// restarts without a second schema to keep in step.
-    pub config_pb: String,
+    pub config_pb: util::HexBytes,
     pub host_network: bool,
     pub host_pid: bool,
     pub host_ipc: bool,
@@ -99,8 +99,7 @@ impl SandboxRecord {
 
     pub fn config(&self) -> Option<cri_api::PodSandboxConfig> {
         use prost::Message;
-        util::unhex(&self.config_pb)
-            .and_then(|b| cri_api::PodSandboxConfig::decode(b.as_slice()).ok())
+        cri_api::PodSandboxConfig::decode(self.config_pb.0.as_slice()).ok()
     }
 }
 
@@ -286,7 +285,7 @@ mod tests {
             annotations: BTreeMap::new(),
             runtime_handler: String::new(),
             created_at: 1,
-            config_pb: String::new(),
+            config_pb: util::HexBytes::default(),
             host_network: false,
             host_pid: false,
             host_ipc: false,
