@@ -40,7 +40,8 @@ mod stack;
 use crust_e2e::cluster::{kube_bins, run_timeout, watch_events, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};
-use stack::{idle_cpu, mib, pids_in, pids_of, sample_median, Daemon, Figures, Mem};
+use stack::{cpu_with_children, idle_cpu, mib, pids_in, pids_of, sample_median};
+use stack::{Daemon, Figures, Mem};
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::{Child, Stdio};
@@ -243,6 +244,9 @@ struct Result {
     pod_p99: f64,
     empty: Vec<Figures>,
     full: Vec<Figures>,
+    /// CPU seconds over the scale-up: agent, runtime with its reaped children, shims or
+    /// monitors (those there at the end, with what they reaped).
+    up_cpu: [f64; 3],
     /// CPU seconds over the idle span: agent, runtime, its shims or monitors, pauses.
     idle: [f64; 4],
     gone_api: Duration,
@@ -465,6 +469,16 @@ fn main() {
             if v.crust { "crust" } else { "kubelet" },
             v.max
         );
+        // CPU of the agent and the runtime (with what they ran and reaped: CNI plugins,
+        // runc under the shims) and of the shims or monitors, over the scale-up.
+        let up_cpu = |d: &[Daemon]| -> [f64; 3] {
+            let sum =
+                |pids: &[u32]| -> f64 { pids.iter().filter_map(|p| cpu_with_children(*p)).sum() };
+            let (agent, _) = (d[0].pids)();
+            let (rt, helpers) = (d[1].pids)();
+            [sum(&agent), sum(&rt), sum(&helpers)]
+        };
+        let cpu0 = up_cpu(&daemons);
         let t0 = Instant::now();
         kubectl_ok(
             &c,
@@ -500,7 +514,15 @@ fn main() {
                 .collect();
             (last - t0, per)
         };
-        println!("{pods} pods Running in {:.1} s", up.as_secs_f64());
+        let cpu1 = up_cpu(&daemons);
+        let up_spent = [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], cpu1[2] - cpu0[2]];
+        println!(
+            "{pods} pods Running in {:.1} s; CPU meanwhile: agent {:.1} s, runtime and its children {:.1} s, shims or monitors {:.1} s",
+            up.as_secs_f64(),
+            up_spent[0],
+            up_spent[1],
+            up_spent[2]
+        );
         std::thread::sleep(settle);
         let full = sample_median(&daemons, 5);
         if let Some(cmd) = std::env::var_os("BENCH_INSPECT") {
@@ -566,6 +588,7 @@ fn main() {
             visit: v,
             pods,
             up,
+            up_cpu: up_spent,
             pod_p50: pct(&per_pod, 50.0),
             pod_p99: pct(&per_pod, 99.0),
             empty,
@@ -585,16 +608,19 @@ fn main() {
 /// against each of the kubelet's.
 fn report(results: &[Result], idle_span: Duration) {
     println!("\n### Density: a Deployment filled to the node's pod limit");
-    println!("| stack | pods | all Running | pod p50 | pod p99 | scaled to 0: gone from the API | gone from the node |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| stack | pods | all Running | pod p50 | pod p99 | CPU while they started: agent, runtime + children, shims or monitors | scaled to 0: gone from the API | gone from the node |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in results {
         println!(
-            "| {} | {} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {:.1} s |",
+            "| {} | {} | {:.1} s | {:.1} s | {:.1} s | {:.1} s, {:.1} s, {:.1} s | {:.1} s | {:.1} s |",
             r.visit.name(),
             r.pods,
             r.up.as_secs_f64(),
             r.pod_p50,
             r.pod_p99,
+            r.up_cpu[0],
+            r.up_cpu[1],
+            r.up_cpu[2],
             r.gone_api.as_secs_f64(),
             r.gone_node.as_secs_f64()
         );

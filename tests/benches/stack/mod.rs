@@ -112,6 +112,20 @@ pub fn cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks as f64 / hz)
 }
 
+/// utime + stime of a process and of its children it has reaped (`cutime`, `cstime`:
+/// the CNI plugins a runtime ran, the runc a shim ran), in seconds; None once gone.
+pub fn cpu_with_children(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let mut ticks = 0u64;
+    for i in 11..15 {
+        ticks += f.get(i)?.parse::<u64>().ok()?;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 / hz)
+}
+
 /// CPU seconds each daemon (its main processes, its helpers) spent over `span`, counted
 /// for the processes there at both ends.
 pub fn idle_cpu(daemons: &[Daemon], span: Duration) -> Vec<(f64, f64)> {

@@ -372,31 +372,9 @@ impl RuntimeService for Service {
         &self,
         _r: Request<GetEventsRequest>,
     ) -> std::result::Result<Response<Self::GetContainerEventsStream>, Status> {
-        let mut sub = self.crust.events.subscribe();
+        let sub = self.crust.events.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                match sub.recv().await {
-                    Ok(ev) => {
-                        if tx.send(Ok(ev)).await.is_err() {
-                            return; // the client went away
-                        }
-                    }
-                    // A client that missed events must not go on as if it had not: the
-                    // stream ends with an error, and the client, reconnecting, looks at
-                    // everything again (the kubelet relists; the crustlet wakes every
-                    // worker).
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(missed = n, "a GetContainerEvents client fell behind");
-                        let msg =
-                            format!("the event stream fell {n} events behind; subscribe again");
-                        let _ = tx.send(Err(Status::resource_exhausted(msg))).await;
-                        return;
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
+        tokio::spawn(forward_events(sub, tx));
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
@@ -431,5 +409,91 @@ impl RuntimeService for Service {
         _r: Request<RuntimeConfigRequest>,
     ) -> std::result::Result<Response<RuntimeConfigResponse>, Status> {
         Ok(Response::new(runtime_info::runtime_config(&self.crust)))
+    }
+}
+
+/// Feeds one GetContainerEvents client from the daemon's broadcast of events, until the
+/// client goes away. A client that missed events must not go on as if it had not: when
+/// it falls behind the broadcast's backlog, its stream ends with RESOURCE_EXHAUSTED, and
+/// the client, subscribing again, looks at everything (the kubelet relists; the
+/// crustlet wakes every worker).
+async fn forward_events(
+    mut sub: tokio::sync::broadcast::Receiver<ContainerEventResponse>,
+    tx: tokio::sync::mpsc::Sender<std::result::Result<ContainerEventResponse, Status>>,
+) {
+    loop {
+        match sub.recv().await {
+            Ok(ev) => {
+                if tx.send(Ok(ev)).await.is_err() {
+                    return; // the client went away
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(missed = n, "a GetContainerEvents client fell behind");
+                let msg = format!("the event stream fell {n} events behind; subscribe again");
+                let _ = tx.send(Err(Status::resource_exhausted(msg))).await;
+                return;
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod event_stream_tests {
+    use super::*;
+
+    fn event(id: &str) -> ContainerEventResponse {
+        ContainerEventResponse {
+            container_id: id.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_fell_behind_gets_resource_exhausted_and_its_stream_ends() {
+        let (out, sub) = tokio::sync::broadcast::channel(4);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        out.send(event("first")).unwrap();
+        let task = tokio::spawn(forward_events(sub, tx));
+        assert_eq!(rx.recv().await.unwrap().unwrap().container_id, "first");
+        // The client keeps up: every event reaches it, in order.
+        for i in 0..3 {
+            out.send(event(&i.to_string())).unwrap();
+            assert_eq!(rx.recv().await.unwrap().unwrap().container_id, i.to_string());
+        }
+        // Its forwarder cannot hand events on (the client stopped reading and its
+        // buffer is full), and the broadcast goes past its backlog of 4.
+        let (tx, mut slow) = tokio::sync::mpsc::channel(1);
+        let sub = out.subscribe();
+        let task2 = tokio::spawn(forward_events(sub, tx));
+        for i in 0..10 {
+            out.send(event(&format!("burst-{i}"))).unwrap();
+            tokio::task::yield_now().await;
+        }
+        let mut got = vec![];
+        let drain = async {
+            while let Some(item) = slow.recv().await {
+                got.push(item);
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), drain)
+            .await
+            .expect("the lagging client's stream ends");
+        let last = got.pop().unwrap().unwrap_err();
+        assert_eq!(last.code(), tonic::Code::ResourceExhausted, "{last:?}");
+        assert!(got.iter().all(|e| e.is_ok()), "only events before the error");
+        assert!(got.len() < 10, "events were missed: {}", got.len());
+        task2.await.unwrap();
+        // The first client, which kept up, got the burst whole and still gets events.
+        for i in 0..10 {
+            let ev = rx.recv().await.unwrap().unwrap();
+            assert_eq!(ev.container_id, format!("burst-{i}"));
+        }
+        out.send(event("after")).unwrap();
+        assert_eq!(rx.recv().await.unwrap().unwrap().container_id, "after");
+        drop(out);
+        task.await.unwrap();
+        assert!(rx.recv().await.is_none(), "the stream ends with the daemon's broadcast");
     }
 }
