@@ -50,11 +50,13 @@
 
 #[path = "churn/counters.rs"]
 mod counters;
+mod stack;
 
 use counters::*;
 use crust_e2e::cluster::{kube_bins, run_timeout, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};
+use stack::pids_of;
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -569,19 +571,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    if !crust_e2e::require_root(&[
-        "ip",
-        "nsenter",
-        "unshare",
-        "iptables",
-        "busybox",
-        "docker-registry",
-        "skopeo",
-        "openssl",
-        "containerd",
-        "containerd-shim-runc-v2",
-        "runc",
-    ]) {
+    if !crust_e2e::require_root(&stack::CLUSTER_TOOLS) {
         return;
     }
     let secs: u64 = env_or("BENCH_CHURN_SECS", 600);

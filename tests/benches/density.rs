@@ -43,8 +43,7 @@ use serde_json::{json, Value};
 use stack::{cpu_with_children, idle_cpu, mib, pids_in, pids_of, sample_median};
 use stack::{Daemon, Figures, Mem};
 use std::collections::HashMap;
-use std::io::Write;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -140,24 +139,7 @@ fn wait(
 }
 
 fn kubectl_ok(c: &Cluster, args: &[&str], stdin: Option<&Value>) {
-    let mut child = c
-        .kubectl(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(v) = stdin {
-        input.write_all(v.to_string().as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crust_e2e::cluster::run_ok(c.kubectl(args), stdin);
 }
 
 fn deployment(c: &Cluster, name: &str, node: &str, replicas: usize) -> Value {
@@ -270,19 +252,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    if !crust_e2e::require_root(&[
-        "ip",
-        "nsenter",
-        "unshare",
-        "iptables",
-        "busybox",
-        "docker-registry",
-        "skopeo",
-        "openssl",
-        "containerd",
-        "containerd-shim-runc-v2",
-        "runc",
-    ]) {
+    if !crust_e2e::require_root(&stack::CLUSTER_TOOLS) {
         return;
     }
     let crust_max = env_u64("BENCH_CRUST_MAX", 250) as usize;

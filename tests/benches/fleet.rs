@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,24 +120,7 @@ fn wait(seen: &Shared, what: &str, done: impl Fn(&Seen) -> bool) {
 }
 
 fn kubectl_ok(f: &Fleet, args: &[&str], stdin: Option<&Value>) {
-    let mut child = f
-        .kubectl(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(v) = stdin {
-        input.write_all(v.to_string().as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crust_e2e::cluster::run_ok(f.kubectl(args), stdin);
 }
 
 fn deployment(replicas: usize) -> Value {

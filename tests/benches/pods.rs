@@ -213,19 +213,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    if !crust_e2e::require_root(&[
-        "ip",
-        "nsenter",
-        "unshare",
-        "iptables",
-        "busybox",
-        "docker-registry",
-        "skopeo",
-        "openssl",
-        "containerd",
-        "containerd-shim-runc-v2",
-        "runc",
-    ]) {
+    if !crust_e2e::require_root(&stack::CLUSTER_TOOLS) {
         return;
     }
     let n: usize = std::env::var("BENCH_N")

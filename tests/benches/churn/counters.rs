@@ -155,25 +155,6 @@ pub(super) fn tally(items: Vec<String>) -> String {
     v.join(", ")
 }
 
-/// The pids whose command line starts with `prog` (a path ending in it) and names `arg`.
-pub(super) fn pids_of(prog: &str, arg: &str) -> Vec<u32> {
-    let mut v = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmd
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.first().is_some_and(|a| a.ends_with(prog)) && args.iter().any(|a| a.contains(arg)) {
-            v.push(pid);
-        }
-    }
-    v
-}
-
 /// Files, dirs and links at or below `dir` (links not followed; the host's view: what
 /// the node namespace mounts there is not seen, its mounts are counted apart).
 pub(super) fn entries(dir: &Path) -> u64 {

@@ -5,6 +5,21 @@
 #![allow(dead_code)]
 
 use crust_e2e::cluster::agent_cgroups;
+
+/// What a bench's cluster with containerd beside crust needs on the machine.
+pub const CLUSTER_TOOLS: [&str; 11] = [
+    "ip",
+    "nsenter",
+    "unshare",
+    "iptables",
+    "busybox",
+    "docker-registry",
+    "skopeo",
+    "openssl",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "runc",
+];
 use std::collections::HashMap;
 use std::time::Duration;
 

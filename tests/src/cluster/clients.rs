@@ -119,3 +119,28 @@ pub fn watch_events(
     });
     child
 }
+
+/// Runs `cmd` (a kubectl built by the caller) with `stdin` (a JSON object, for `apply -f
+/// -`) and panics with its stderr unless it succeeds: the benches' creates and scales.
+pub fn run_ok(mut cmd: Command, stdin: Option<&serde_json::Value>) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut input = child.stdin.take().expect("piped stdin");
+    if let Some(v) = stdin {
+        input.write_all(v.to_string().as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -50,7 +50,7 @@ pub mod pod_watch;
 pub(crate) use agents::kubelet_common_args;
 pub use bins::{default_kube_bin_dir, kube_bin, kube_bins, skip_suite, suite_needs, KubeBins};
 pub(crate) use cgroups::{cgroup_mounts, pick_cgroup_root};
-pub use clients::watch_events;
+pub use clients::{run_ok, watch_events};
 pub(crate) use namespaces::KUBELET_DIRS;
 pub(crate) use process::stop_child;
 pub use process::{run_timeout, wait_for};

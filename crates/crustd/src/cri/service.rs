@@ -460,7 +460,10 @@ mod event_stream_tests {
         // The client keeps up: every event reaches it, in order.
         for i in 0..3 {
             out.send(event(&i.to_string())).unwrap();
-            assert_eq!(rx.recv().await.unwrap().unwrap().container_id, i.to_string());
+            assert_eq!(
+                rx.recv().await.unwrap().unwrap().container_id,
+                i.to_string()
+            );
         }
         // Its forwarder cannot hand events on (the client stopped reading and its
         // buffer is full), and the broadcast goes past its backlog of 4.
@@ -482,7 +485,10 @@ mod event_stream_tests {
             .expect("the lagging client's stream ends");
         let last = got.pop().unwrap().unwrap_err();
         assert_eq!(last.code(), tonic::Code::ResourceExhausted, "{last:?}");
-        assert!(got.iter().all(|e| e.is_ok()), "only events before the error");
+        assert!(
+            got.iter().all(|e| e.is_ok()),
+            "only events before the error"
+        );
         assert!(got.len() < 10, "events were missed: {}", got.len());
         task2.await.unwrap();
         // The first client, which kept up, got the burst whole and still gets events.
@@ -494,6 +500,9 @@ mod event_stream_tests {
         assert_eq!(rx.recv().await.unwrap().unwrap().container_id, "after");
         drop(out);
         task.await.unwrap();
-        assert!(rx.recv().await.is_none(), "the stream ends with the daemon's broadcast");
+        assert!(
+            rx.recv().await.is_none(),
+            "the stream ends with the daemon's broadcast"
+        );
     }
 }
