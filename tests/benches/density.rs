@@ -40,7 +40,7 @@ mod stack;
 use crust_e2e::cluster::{kube_bins, run_timeout, watch_events, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};
-use stack::{cpu_with_children, idle_cpu, mib, pids_in, pids_of, sample_median};
+use stack::{cpu_with_children, idle_cpu, mib, pids_in, pids_of, running, sample_median};
 use stack::{Daemon, Figures, Mem};
 use std::collections::HashMap;
 use std::process::Child;
@@ -63,13 +63,6 @@ struct Seen {
 }
 
 type Shared = Arc<(Mutex<Seen>, Condvar)>;
-
-fn running(p: &Value) -> bool {
-    p["status"]["phase"] == "Running"
-        && p["status"]["containerStatuses"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty() && a.iter().all(|s| s["state"]["running"].is_object()))
-}
 
 /// `kubectl get pods --watch` of the bench namespace, each event noted as it arrives.
 fn watch(c: &Cluster, seen: Shared) -> Child {

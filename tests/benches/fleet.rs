@@ -23,9 +23,12 @@
 //! the crust fleet crust's own. The pod is busybox's shell sleeping, leaving at once on
 //! SIGTERM (a pod's time to go is then the node's, not a grace period's).
 
+mod stack;
+
 use crust_e2e::cluster::{kube_bins, run_timeout, watch_events};
 use crust_e2e::fleet::{Flavour, Fleet};
 use serde_json::{json, Value};
+use stack::running;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -56,13 +59,6 @@ struct Pod {
 }
 
 type Shared = Arc<(Mutex<Seen>, Condvar)>;
-
-fn running(p: &Value) -> bool {
-    p["status"]["phase"] == "Running"
-        && p["status"]["containerStatuses"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty() && a.iter().all(|s| s["state"]["running"].is_object()))
-}
 
 /// `kubectl get KIND --watch` of the bench namespace, each event handed to `note` as it
 /// arrives (with its arrival time).
@@ -342,20 +338,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    if !crust_e2e::require_root(&[
-        "ip",
-        "nsenter",
-        "unshare",
-        "iptables",
-        "busybox",
-        "docker-registry",
-        "skopeo",
-        "openssl",
-        "xz",
-        "containerd",
-        "containerd-shim-runc-v2",
-        "runc",
-    ]) {
+    let tools: Vec<&str> = stack::CLUSTER_TOOLS.into_iter().chain(["xz"]).collect();
+    if !crust_e2e::require_root(&tools) {
         return;
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

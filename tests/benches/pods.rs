@@ -67,7 +67,7 @@ mod stack;
 use crust_e2e::cluster::{kube_bins, run_timeout, watch_events, Cluster, ContainerdFor, Options};
 use crust_e2e::cluster::{CRUSTLET_NODE, CRUSTLET_TAINT, NODE};
 use serde_json::{json, Value};
-use stack::{breakdown, cgroup_procs, idle_cpu, mib, mib_or_na, pids_of, ratio};
+use stack::{breakdown, cgroup_procs, idle_cpu, mib, mib_or_na, pids_of, ratio, running};
 use stack::{sample_median, sharers, Daemon, Figures, Mem};
 use std::collections::HashMap;
 use std::io::Write;
@@ -87,13 +87,6 @@ struct Seen {
 }
 
 type Watched = Arc<(Mutex<HashMap<String, Seen>>, Condvar)>;
-
-fn running(p: &Value) -> bool {
-    p["status"]["phase"] == "Running"
-        && p["status"]["containerStatuses"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty() && a.iter().all(|s| s["state"]["running"].is_object()))
-}
 
 /// `kubectl get pods --watch` of the bench namespace, its events noted as they arrive.
 fn watch(c: &Cluster, seen: Watched) -> std::process::Child {

@@ -329,3 +329,11 @@ pub fn pids_in(comm: &str, under: &str) -> Vec<u32> {
     }
     v
 }
+
+/// A pod Running with each of its containers running (as a watch event shows it).
+pub fn running(p: &serde_json::Value) -> bool {
+    p["status"]["phase"] == "Running"
+        && p["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|s| s["state"]["running"].is_object()))
+}
