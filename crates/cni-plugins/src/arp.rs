@@ -7,7 +7,9 @@
 //! exists: a probe or a Service's first connections time out. Announcing the address
 //! from its new MAC once it is configured updates every existing entry on the segment at
 //! once (the kernel takes a gratuitous request for an address it has an entry for even
-//! with `arp_accept` off), as the reference plugin does after configuring the pod's side.
+//! with `arp_accept` off), as the reference plugin does after configuring the pod's side;
+//! best effort: the bridge drops it until the kernel marks the new port up. The node's
+//! own entry is set directly (bridge's `announce`), so it needs no frame.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -71,6 +73,9 @@ pub fn announce(ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> io::Result<()> {
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
+    // Closing a packet socket waits for an RCU grace period (`synchronize_net` in
+    // `packet_release`): ~10 ms an ADD would pay. The finishing child closes it.
+    crate::finish::defer_close(sock);
     Ok(())
 }
 

@@ -414,6 +414,25 @@ impl Netlink {
             .collect())
     }
 
+    /// `ip` reached at `mac` through link `index`, in the neighbour table as STALE (used
+    /// at once, confirmed by the kernel on use), replacing what was there.
+    pub async fn replace_neigh(&self, index: u32, ip: IpAddr, mac: &[u8]) -> CniResult<()> {
+        self.h
+            .neighbours()
+            .add(index, ip)
+            .link_layer_address(mac)
+            .state(netlink_packet_route::neighbour::NeighbourState::Stale)
+            .replace()
+            .execute()
+            .await
+            .map_err(|e| {
+                nl_err(
+                    format_args!("failed to set the neighbour {ip} on link {index}"),
+                    e,
+                )
+            })
+    }
+
     pub async fn add_addr(&self, index: u32, net: IpNetwork) -> CniResult<()> {
         match self
             .h

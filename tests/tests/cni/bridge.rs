@@ -15,8 +15,9 @@
 //! Known, intentional differences from the reference, not compared: ipMasq uses nftables
 //! (`table inet crust_cni`) when `nft` exists (the reference: iptables only), the bridge's
 //! MAC is pinned when it is created, DEL with a namespace path that no longer exists
-//! succeeds, and the gratuitous ARP for a pod's address waits for the host end's port to
-//! forward (the reference 1.1.1 sends it at once, and the bridge drops it).
+//! succeeds, and ADD sets the node's neighbour entry for the pod's addresses to the pod's
+//! MAC (the reference 1.1.1 relies on its gratuitous ARP, which the bridge drops while
+//! the new port is not yet forwarding).
 //!
 //! Submodules by topic, in bridge/: `masq_del_check`, `refused`, `reference`; ADD here.
 
@@ -297,13 +298,12 @@ fn hairpin_mode_on_the_port() {
 }
 
 /// A pod that gets an address a gone pod had (host-local's range wrapped) is reachable
-/// from the node at once: the plugin announces the address from the new MAC (gratuitous
-/// ARP), so the node's neighbour entry, still holding the old pod's MAC, is corrected
-/// before anything is sent; without it the node sends to the old MAC for seconds (the
-/// kubelet's probes of such a pod time out). The reference plugin means to do the same,
-/// but Debian's 1.1.1 sends its announcement before the host end's port forwards, and the
-/// bridge drops it (here it leaves the old MAC in place; later releases wait for the
-/// port, as crust's does): ours only.
+/// from the node at once: the plugin sets the node's neighbour entry, still holding the
+/// old pod's MAC, to the new one before ADD answers; without it the node sends to the old
+/// MAC for seconds (the kubelet's probes of such a pod time out). The reference plugin
+/// means to do the same with a gratuitous ARP, but Debian's 1.1.1 sends it before the
+/// host end's port forwards, and the bridge drops it (here it leaves the old MAC in
+/// place): ours only.
 #[test]
 fn reused_address_is_announced_to_the_node() {
     if !root() {
