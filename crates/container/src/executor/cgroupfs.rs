@@ -1,6 +1,8 @@
 //! What a spec's `cgroup` mount becomes inside the container. Planned from the host's
-//! `/proc/self/mountinfo` and the init's `/proc/self/cgroup` (read by the init, so a
-//! cgroup it was placed in before it was cloned counts); pure, so it is unit-tested.
+//! cgroup mounts ([`host`]: `/proc/self/mountinfo`, read by the creating process and
+//! kept while `/sys/fs/cgroup` looks the same) and the init's `/proc/self/cgroup` (read
+//! by the init, so a cgroup it was placed in before it was cloned counts); the planning
+//! itself is pure, so it is unit-tested.
 //!
 //! - A unified (v2-only) host, `/sys/fs/cgroup` itself a `cgroup2` mount: with a cgroup
 //!   namespace of its own the container mounts `cgroup2` (the kernel roots it at the
@@ -17,7 +19,9 @@
 //! `/sys/fs/cgroup` get an empty tmpfs.
 
 use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -162,15 +166,74 @@ fn v1_data(h: &Hierarchy, proc_cgroup: &str) -> String {
     opts.join(",")
 }
 
-/// The plan for one `cgroup` mount. `links` are the symlinks in the host's
-/// `/sys/fs/cgroup` (name, target).
+/// The host's cgroup mounts at or under `/sys/fs/cgroup` and the symlinks there
+/// (name, target), what a container's `cgroup` mount is planned from.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Host {
+    pub hierarchies: Vec<Hierarchy>,
+    pub links: Vec<(OsString, PathBuf)>,
+}
+
+/// What [`host`] last read, and the look of `/sys/fs/cgroup` it was read under.
+static HOST: Mutex<Option<(Vec<Entry>, Arc<Host>)>> = Mutex::new(None);
+
+/// One entry of `/sys/fs/cgroup` (the directory itself first, named ""): its name,
+/// the device of what is mounted there, and a symlink's target.
+type Entry = (OsString, u64, Option<PathBuf>);
+
+/// The host's cgroup mounts, read from `/proc/self/mountinfo` once and kept while the
+/// entries of `/sys/fs/cgroup` (names, devices, link targets) stay the same: a
+/// hierarchy mounted or unmounted there changes an entry's device or the list. The
+/// mountinfo grows with every mount on the node (each pod's namespace pins, its
+/// `/dev/shm`), so reading it in every container's init made each create cost more on
+/// a fuller node; the entries are a dozen `stat`s.
+pub(crate) fn host() -> std::io::Result<Arc<Host>> {
+    let look = entries(Path::new(CGROUP_ROOT));
+    let mut cached = HOST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((seen, h)) = cached.as_ref() {
+        if *seen == look {
+            return Ok(h.clone());
+        }
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let links = look
+        .iter()
+        .filter_map(|(n, _, t)| Some((n.clone(), t.clone()?)))
+        .collect();
+    let h = Arc::new(Host {
+        hierarchies: hierarchies(&mountinfo),
+        links,
+    });
+    *cached = Some((look, h.clone()));
+    Ok(h)
+}
+
+/// `dir` and its entries as [`Entry`]s, sorted; empty when `dir` cannot be read.
+fn entries(dir: &Path) -> Vec<Entry> {
+    let Ok(top) = std::fs::metadata(dir) else {
+        return vec![];
+    };
+    let mut v = vec![(OsString::new(), top.dev(), None)];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_symlink() {
+            v.push((e.file_name(), 0, std::fs::read_link(e.path()).ok()));
+        } else if let Ok(m) = std::fs::metadata(e.path()) {
+            v.push((e.file_name(), m.dev(), None));
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The plan for one `cgroup` mount over the host's hierarchies `hs`. `links` are the
+/// symlinks in the host's `/sys/fs/cgroup` (name, target).
 pub(crate) fn plan(
-    mountinfo: &str,
+    hs: &[Hierarchy],
     proc_cgroup: &str,
     new_cgroup_ns: bool,
     links: &[(OsString, PathBuf)],
 ) -> Vec<Step> {
-    let hs = hierarchies(mountinfo);
     if let Some(h) = hs.iter().find(|h| h.mount_point == Path::new(CGROUP_ROOT)) {
         if h.fstype == "cgroup2" {
             if new_cgroup_ns {
@@ -225,6 +288,37 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
 
+    /// What the cache is keyed on changes when an entry comes, goes or points
+    /// elsewhere, and not otherwise.
+    #[test]
+    fn the_look_of_the_cgroup_dir_tells_a_change() {
+        let d = std::env::temp_dir().join(format!("crust-cgroupfs-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("cpu,cpuacct")).unwrap();
+        std::os::unix::fs::symlink("cpu,cpuacct", d.join("cpu")).unwrap();
+        let first = entries(&d);
+        assert_eq!(first, entries(&d));
+        assert!(first
+            .iter()
+            .any(|(n, _, t)| n == "cpu" && t.as_deref() == Some(Path::new("cpu,cpuacct"))));
+        std::fs::create_dir(d.join("net_cls")).unwrap();
+        let second = entries(&d);
+        assert_ne!(first, second);
+        std::fs::remove_file(d.join("cpu")).unwrap();
+        std::os::unix::fs::symlink("cpu,cpuacct,x", d.join("cpu")).unwrap();
+        assert_ne!(second, entries(&d));
+        std::fs::remove_dir_all(&d).unwrap();
+        assert!(entries(&d).is_empty());
+    }
+
+    /// The same host read twice is the same one, not read again.
+    #[test]
+    fn the_host_is_read_once_while_nothing_changes() {
+        let (Ok(a), Ok(b)) = (host(), host()) else {
+            panic!("no /proc/self/mountinfo");
+        };
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+
     /// This machine's layout: v1 controllers, a cgroup2 with only hugetlb at `unified`.
     const HYBRID: &str = "\
 23 1 0:21 / /sys rw,nosuid - sysfs sysfs rw
@@ -268,7 +362,7 @@ mod tests {
     #[test]
     fn v1_without_cgroup_ns_binds_own_dirs() {
         let links = [(OsString::from("cpu"), PathBuf::from("cpu,cpuacct"))];
-        let steps = plan(HYBRID, HYBRID_CGROUP, false, &links);
+        let steps = plan(&hierarchies(HYBRID), HYBRID_CGROUP, false, &links);
         assert_eq!(
             steps,
             [
@@ -299,7 +393,7 @@ mod tests {
 
     #[test]
     fn v1_with_cgroup_ns_mounts_each_hierarchy() {
-        let steps = plan(HYBRID, HYBRID_CGROUP, true, &[]);
+        let steps = plan(&hierarchies(HYBRID), HYBRID_CGROUP, true, &[]);
         let data: Vec<_> = steps
             .iter()
             .filter_map(|s| match s {
@@ -325,7 +419,7 @@ mod tests {
         let mi = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
         let cg = "0::/kubepods/pod1/c1\n";
         assert_eq!(
-            plan(mi, cg, true, &[]),
+            plan(&hierarchies(mi), cg, true, &[]),
             [Step::Mount {
                 name: None,
                 fstype: "cgroup2".into(),
@@ -333,7 +427,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            plan(mi, cg, false, &[]),
+            plan(&hierarchies(mi), cg, false, &[]),
             [Step::Bind {
                 name: None,
                 source: "/sys/fs/cgroup/kubepods/pod1/c1".into()
@@ -342,7 +436,7 @@ mod tests {
         // A host whose cgroup2 mount is rooted below the hierarchy's root.
         let mi = "30 23 0:26 /kubepods /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
         assert_eq!(
-            plan(mi, cg, false, &[]),
+            plan(&hierarchies(mi), cg, false, &[]),
             [Step::Bind {
                 name: None,
                 source: "/sys/fs/cgroup/pod1/c1".into()

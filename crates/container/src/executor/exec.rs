@@ -64,7 +64,10 @@ pub struct ExecOpts {
 /// Starts a process in the running container `c`; returns its pid once it has
 /// `execve`d. The caller is its parent and must reap it.
 pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
+    // Cumulative times of the steps, logged at debug (hack/bench's phase table).
+    let t0 = Instant::now();
     let plan = spec::plan(&c.id, &c.bundle, &opts.spec, None)?;
+    let t_plan = t0.elapsed();
     if plan.terminal {
         return Err(exec_err(
             &c.id,
@@ -95,12 +98,17 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
         &cgroups,
         opts.controlling_tty,
     );
+    let t_opened = t0.elapsed();
     let pid = fork_intermediate(&c.id, &plan, &fds)?;
+    let t_forked = t0.elapsed();
     drop((child_sock, stdio, cgroups, namespaces));
     let deadline = Instant::now() + EXEC_TIMEOUT;
 
     let child = process_pid(&c.id, &sock, pid, deadline)?;
-    await_execve(&c.id, &sock, child, deadline)
+    let t_joined = t0.elapsed();
+    let r = await_execve(&c.id, &sock, child, deadline);
+    tracing::debug!(id = %c.id, ?t_plan, ?t_opened, ?t_forked, ?t_joined, t_execve = ?t0.elapsed(), "exec steps");
+    r
 }
 
 /// Exec's failures are told as `create`'s are, by step and path (`Error::Create`).

@@ -463,6 +463,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         on_init,
     } = opts;
     let plan = spec::plan(&id, &bundle, &spec, rootfs_mount.as_ref())?;
+    let t_plan = begun.elapsed();
     let err = |step, path: String, source| Error::Create {
         id: id.clone(),
         step,
@@ -483,6 +484,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
     };
     let cgroups = crate::cgroup_join::CgroupJoin::open(&cgroup_dirs)
         .map_err(|(p, e)| err(Step::Cgroup, p.display().to_string(), e))?;
+    let t_opened = begun.elapsed();
 
     let spawned = process::spawn(
         &plan,
@@ -497,6 +499,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         begun + process::CREATE_TIMEOUT,
     )?;
     let pid = spawned.init;
+    let t_spawned = begun.elapsed();
     let saved = match state::start_time(pid) {
         Some(start_time) => {
             let c = Container {
@@ -527,7 +530,7 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
     match saved {
         Ok(c) => {
             guard.0 = None;
-            tracing::debug!(id, pid, elapsed = ?begun.elapsed(), "container created");
+            tracing::debug!(id, pid, ?t_plan, ?t_opened, ?t_spawned, t_saved = ?begun.elapsed(), "create steps");
             Ok(c)
         }
         Err(e) => {

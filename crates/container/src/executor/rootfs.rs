@@ -394,30 +394,18 @@ fn set_recursive_attrs(fd: BorrowedFd<'_>, set: u64, clr: u64) -> io::Result<()>
     Err(e)
 }
 
-/// Symlinks in the host's `/sys/fs/cgroup` (`cpu -> cpu,cpuacct`).
-fn host_cgroup_links() -> Vec<(OsString, PathBuf)> {
-    let Ok(rd) = fs::read_dir("/sys/fs/cgroup") else {
-        return vec![];
-    };
-    let mut v: Vec<_> = rd
-        .flatten()
-        .filter(|e| e.file_type().map(|t| t.is_symlink()).unwrap_or(false))
-        .filter_map(|e| Some((e.file_name(), fs::read_link(e.path()).ok()?)))
-        .collect();
-    v.sort();
-    v
-}
-
 fn mount_cgroup(p: &Plan, root: BorrowedFd<'_>, m: &MountPlan) -> Result<(), Fail> {
     let dest = &m.destination;
-    let mi =
-        fs::read_to_string("/proc/self/mountinfo").at(Step::MountCgroup, "/proc/self/mountinfo")?;
+    let host = match &p.cgroup_host {
+        Some(h) => h.clone(),
+        None => cgroupfs::host().at(Step::MountCgroup, "/proc/self/mountinfo")?,
+    };
     let cg = fs::read_to_string("/proc/self/cgroup").at(Step::MountCgroup, "/proc/self/cgroup")?;
     let steps = cgroupfs::plan(
-        &mi,
+        &host.hierarchies,
         &cg,
         p.is_new(LinuxNamespaceType::Cgroup),
-        &host_cgroup_links(),
+        &host.links,
     );
     let sub = |name: &Option<OsString>| match name {
         Some(n) => dest.join(n),

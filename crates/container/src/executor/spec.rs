@@ -126,6 +126,9 @@ pub(crate) struct Plan {
     pub env: Vec<CString>,
     /// `PATH` from `env`, searched for `args[0]` when it has no slash.
     pub path_env: String,
+    /// The host's cgroup mounts, when a mount is of type `cgroup` (read by the
+    /// creating process, see [`super::cgroupfs::host`]).
+    pub cgroup_host: Option<std::sync::Arc<super::cgroupfs::Host>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,6 +411,11 @@ fn plan_inner(
     let seccomp = plan_seccomp(&linux)?;
     let command = plan_command(process)?;
 
+    let cgroup_host = if mounts.iter().any(|m| matches!(m.kind, MountKind::Cgroup)) {
+        Some(super::cgroupfs::host().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?)
+    } else {
+        None
+    };
     let user = process.user();
     Ok(Plan {
         id: id.to_string(),
@@ -439,6 +447,7 @@ fn plan_inner(
         env: command.env,
         path_env: command.path_env,
         namespaces,
+        cgroup_host,
     })
 }
 
@@ -588,11 +597,37 @@ fn plan_seccomp(linux: &oci_spec::runtime::Linux) -> Str<Option<super::seccomp::
     Ok(match linux.seccomp() {
         None => None,
         Some(s) => {
-            let f = super::seccomp::compile(s)?;
+            let f = compiled(s)?;
             super::seccomp::check_flags(f.flags)?;
             Some(f)
         }
     })
+}
+
+/// The profiles compiled last, newest first: nearly every container of a node has the
+/// same one (the runtime's default), and compiling it (a few hundred rules) was a
+/// tenth of each ExecSync and of each create.
+static COMPILED: std::sync::Mutex<Vec<(oci_spec::runtime::LinuxSeccomp, super::seccomp::Filter)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// How many profiles [`COMPILED`] keeps.
+const COMPILED_KEPT: usize = 8;
+
+/// `s` compiled, from [`COMPILED`] when it is there (equal, rule for rule).
+fn compiled(s: &oci_spec::runtime::LinuxSeccomp) -> Str<super::seccomp::Filter> {
+    let mut kept = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = kept.iter().position(|(k, _)| k == s) {
+        let hit = kept.remove(i);
+        let f = hit.1.clone();
+        kept.insert(0, hit);
+        return Ok(f);
+    }
+    drop(kept);
+    let f = super::seccomp::compile(s)?;
+    let mut kept = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    kept.insert(0, (s.clone(), f.clone()));
+    kept.truncate(COMPILED_KEPT);
+    Ok(f)
 }
 
 /// The mount of the root file system itself (an overlay), its options parsed.
@@ -864,6 +899,40 @@ mod tests {
         LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, MountBuilder,
         ProcessBuilder, RootBuilder,
     };
+
+    /// A profile compiled again comes from the kept ones, the same filter as a fresh
+    /// compile; a profile that differs in one name is its own; no more than
+    /// `COMPILED_KEPT` are kept.
+    #[test]
+    fn seccomp_profiles_are_compiled_once_and_kept_few() {
+        use oci_spec::runtime::{
+            LinuxSeccompAction as A, LinuxSeccompBuilder, LinuxSyscallBuilder,
+        };
+        let profile = |name: &str| {
+            LinuxSeccompBuilder::default()
+                .default_action(A::ScmpActErrno)
+                .syscalls(vec![LinuxSyscallBuilder::default()
+                    .names(vec!["read".to_string(), name.to_string()])
+                    .action(A::ScmpActAllow)
+                    .build()
+                    .unwrap()])
+                .build()
+                .unwrap()
+        };
+        let a = profile("write");
+        let fresh = super::super::seccomp::compile(&a).unwrap();
+        assert_eq!(compiled(&a).unwrap(), fresh);
+        assert_eq!(compiled(&a).unwrap(), fresh);
+        let b = profile("openat");
+        assert_ne!(compiled(&b).unwrap(), fresh);
+        for n in [
+            "close", "mmap", "brk", "exit", "dup", "pipe", "poll", "kill", "getpid",
+        ] {
+            compiled(&profile(n)).unwrap();
+        }
+        assert!(COMPILED.lock().unwrap().len() <= COMPILED_KEPT);
+        assert_eq!(compiled(&a).unwrap(), fresh);
+    }
 
     fn bundle(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("crust-spec-unit-{tag}-{}", std::process::id()));
