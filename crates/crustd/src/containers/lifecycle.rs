@@ -296,10 +296,26 @@ fn signal_init(rec: &ContainerRecord, sig: i32) {
 }
 
 /// Waits until the container's process is gone: its monitor wrote the exit record (or
-/// is gone without one). Polls finely at first, when a killed init is usually gone.
+/// is gone without one). On the monitor's pidfd; where none can be had, polls, finely
+/// at first, when a killed init is usually gone.
 async fn wait_monitor(crust: &Crust, rec: &ContainerRecord, timeout: Duration) -> bool {
     let exit = crust.containers.exit_file(&rec.id);
     let begun = Instant::now();
+    // The monitor's exit, as the kernel tells it (it writes the record, then exits):
+    // StopPodSandbox and StopContainer return as soon as the container is gone, not
+    // at the next tick of a poll.
+    if let Ok(fd) = container::proc::pidfd_open(rec.monitor_pid) {
+        // Checked after opening: the pidfd is the monitor's, not a reused pid's.
+        if start_time(rec.monitor_pid) == Some(rec.monitor_start_time) && !exit.exists() {
+            // SAFETY: an OwnedFd: it stays open, the same fd, for the AsyncFd's life.
+            let afd = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            };
+            if let Ok(afd) = afd {
+                return tokio::time::timeout(timeout, afd.readable()).await.is_ok();
+            }
+        }
+    }
     while monitor_alive(rec) && !exit.exists() {
         let waited = begun.elapsed();
         if waited >= timeout {
@@ -417,6 +433,22 @@ pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()
 }
 
 /// Stops every container of a sandbox (StopPodSandbox) with SIGKILL.
+/// SIGKILL to every container of a sandbox that runs (or waits at its start gate),
+/// without waiting: StopPodSandbox sends it first, so that a crash later in the stop
+/// still leaves them exited, then waits for them ([`stop_all`]) while it tears the
+/// sandbox down.
+pub async fn kill_all(crust: &Crust, sandbox_id: &str) {
+    for c in crust.containers.of_sandbox(sandbox_id) {
+        let mut rec = c.rec.lock().await;
+        refresh(crust, &mut rec);
+        if matches!(rec.state, ContainerState::Running | ContainerState::Created)
+            && monitor_alive(&rec)
+        {
+            signal_init(&rec, libc::SIGKILL);
+        }
+    }
+}
+
 pub async fn stop_all(crust: Arc<Crust>, sandbox_id: &str) -> Result<()> {
     for c in crust.containers.of_sandbox(sandbox_id) {
         let mut rec = c.rec.lock().await;

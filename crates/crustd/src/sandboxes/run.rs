@@ -382,24 +382,40 @@ pub fn teardown(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
 /// StopPodSandbox's work: the pause ends, the network is torn down, the namespaces
 /// are unpinned. The record says what is left when an error stops it half way.
 pub fn stop(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
-    if let Some(p) = rec.pause {
-        container::pause::stop(
-            p.pid,
-            p.start_time,
-            Duration::from_secs(crust.cfg.stop_timeout_seconds),
-        )
-        .map_err(|e| Error::Internal(format!("stopping the pause process {}: {e}", p.pid)))?;
-        failpoint!("stop_sandbox.after_pause");
-    }
-    if let Some(net) = rec.network.clone() {
-        if !net.torn_down {
-            crust.network.del(&net, &rec.id, rec.netns())?;
-            failpoint!("stop_sandbox.after_cni_del");
-            if let Some(n) = rec.network.as_mut() {
-                n.torn_down = true;
+    let t0 = std::time::Instant::now();
+    // The pause ends while CNI DEL runs: DEL needs the pinned namespace, not the pause.
+    let pause = rec.pause;
+    let stop_pause = || -> Result<std::time::Duration> {
+        if let Some(p) = pause {
+            container::pause::stop(
+                p.pid,
+                p.start_time,
+                Duration::from_secs(crust.cfg.stop_timeout_seconds),
+            )
+            .map_err(|e| Error::Internal(format!("stopping the pause process {}: {e}", p.pid)))?;
+            failpoint!("stop_sandbox.after_pause");
+        }
+        Ok(t0.elapsed())
+    };
+    let net = rec.network.clone().filter(|n| !n.torn_down);
+    let (t_pause, deleted) = match &net {
+        Some(net) => crate::daemon::util::beside(stop_pause, || {
+            let r = crust.network.del(net, &rec.id, rec.netns());
+            if r.is_ok() {
+                failpoint!("stop_sandbox.after_cni_del");
             }
+            r
+        }),
+        None => (stop_pause(), Ok(())),
+    };
+    if net.is_some() && deleted.is_ok() {
+        if let Some(n) = rec.network.as_mut() {
+            n.torn_down = true;
         }
     }
+    let t_pause = t_pause?;
+    deleted?;
+    let t_cni = t0.elapsed();
     if let Some(shm) = rec.shm.clone() {
         container::ns::unmount_shm(&shm)
             .map_err(|e| Error::Internal(format!("unmounting the pod's /dev/shm: {e}")))?;
@@ -414,5 +430,6 @@ pub fn stop(crust: &Crust, rec: &mut SandboxRecord) -> Result<()> {
     if rec.state != SandboxState::Creating {
         rec.state = SandboxState::NotReady;
     }
+    tracing::debug!(sandbox = %rec.id, ?t_pause, ?t_cni, t_unpin = ?t0.elapsed(), "stop work phases");
     Ok(())
 }

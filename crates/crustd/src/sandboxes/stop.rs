@@ -21,6 +21,7 @@ enum Containers {
 /// decides what to keep. `Ok(())` for an unknown id.
 async fn with_sandbox(
     crust: Arc<Crust>,
+    what: &'static str,
     id: &str,
     containers: Containers,
     work: fn(&Crust, &mut SandboxRecord) -> Result<()>,
@@ -31,7 +32,10 @@ async fn with_sandbox(
         Err(Error::NotFound(_)) => return Ok(()),
         Err(e) => return Err(e),
     };
+    // Cumulative times of the steps, logged at debug (hack/bench's phase table).
+    let t0 = std::time::Instant::now();
     let mut rec = sb.rec.lock().await;
+    let t_locked = t0.elapsed();
     // A RemovePodSandbox that held the lock before us removed it meanwhile: there is
     // nothing left to do, and saving the record would bring it back on disk (a race
     // suite's StopPodSandbox did).
@@ -46,27 +50,45 @@ async fn with_sandbox(
     // container is in the store, so none can be made in this pod between this step and
     // the work (one made just before a removal took the pod outlived it, and its cgroup
     // kept the pod's from being removed).
-    match containers {
+    //
+    // A stop sends SIGKILL to the containers, then waits for their ends while the
+    // sandbox is torn down (pause, CNI DEL, pins): the two do not depend on each other,
+    // and the kubelet's StopPodSandbox waits for both. A removal removes the
+    // containers first: their snapshots and cgroups go before the pod's.
+    let before = rec.state;
+    let mut copy = rec.clone();
+    let c = crust.clone();
+    let work = move || {
+        tokio::task::spawn_blocking(move || {
+            let r = work(&c, &mut copy);
+            (copy, r)
+        })
+    };
+    let t_containers;
+    let (containers_done, worked) = match containers {
         Containers::Stop => {
-            crate::containers::lifecycle::stop_all(crust.clone(), &sb.id).await?;
+            crate::containers::lifecycle::kill_all(&crust, &sb.id).await;
+            t_containers = t0.elapsed();
+            let (stopped, worked) = tokio::join!(
+                crate::containers::lifecycle::stop_all(crust.clone(), &sb.id),
+                work()
+            );
             failpoint!("stop_sandbox.after_containers");
+            (stopped, worked)
         }
         Containers::Remove => {
             crate::containers::lifecycle::remove_all(crust.clone(), &sb.id).await?;
             failpoint!("remove_sandbox.after_containers");
+            t_containers = t0.elapsed();
+            (Ok(()), work().await)
         }
-    }
-    let before = rec.state;
-    let mut copy = rec.clone();
-    let c = crust.clone();
-    let (copy, res) = tokio::task::spawn_blocking(move || {
-        let r = work(&c, &mut copy);
-        (copy, r)
-    })
-    .await
-    .map_err(Error::internal)?;
+    };
+    let (copy, res) = worked.map_err(Error::internal)?;
+    let res = containers_done.and(res);
+    let t_work = t0.elapsed();
     let kept = finish(&crust, before, &copy, &res);
     *rec = copy;
+    tracing::debug!(sandbox = %id, ?t_locked, ?t_containers, ?t_work, t_end = ?t0.elapsed(), "{what} phases");
     res.and(kept)
 }
 
@@ -74,6 +96,7 @@ pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
     // Whatever got done is recorded, also when a later part failed.
     with_sandbox(
         crust,
+        "stop",
         id,
         Containers::Stop,
         run::stop,
@@ -96,6 +119,7 @@ pub async fn stop(crust: Arc<Crust>, id: &str) -> Result<()> {
 pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
     with_sandbox(
         crust,
+        "remove",
         id,
         Containers::Remove,
         run::teardown,
