@@ -223,6 +223,8 @@ type Pods = Arc<(Mutex<HashMap<String, Seen>>, Condvar)>;
 /// in the gap is seen then).
 struct Watch {
     pods: Pods,
+    /// `kubectl` in the node's network namespace, for [`Watch::gone`]'s list.
+    list: Box<dyn Fn() -> Option<Vec<String>> + Send + Sync>,
     stop: Arc<AtomicBool>,
     child: Arc<Mutex<Option<Child>>>,
     restarts: Arc<AtomicU64>,
@@ -233,6 +235,24 @@ impl Watch {
     fn start(c: &Cluster) -> Watch {
         let (netns, kubectl) = (c.node.path().to_path_buf(), c.bins.kubectl.clone());
         let kubeconfig = format!("--kubeconfig={}", c.path("admin.kubeconfig").display());
+        let (n2, k2, c2) = (netns.clone(), kubectl.clone(), kubeconfig.clone());
+        let list = Box::new(move || {
+            let out = Command::new("nsenter")
+                .arg(format!("--net={}", n2.display()))
+                .arg("--")
+                .arg(&k2)
+                .arg(&c2)
+                .args(["-n", NS, "get", "pods", "-o", "name"])
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            out.status.success().then(|| {
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(|l| l.trim_start_matches("pod/").to_string())
+                    .collect()
+            })
+        });
         let pods: Pods = Arc::new((Mutex::new(HashMap::new()), Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let child: Arc<Mutex<Option<Child>>> = Arc::new(Mutex::new(None));
@@ -273,6 +293,7 @@ impl Watch {
         });
         Watch {
             pods,
+            list,
             stop,
             child,
             restarts,
@@ -303,9 +324,12 @@ impl Watch {
 
     /// Waits (`limit` at most) until every pod of `names` is gone from the API; the
     /// names of those that are not.
+    /// A pod deleted while the watch was being started again has no DELETED event: every
+    /// 10 s of waiting, the pods the API lists tell which of those left are gone.
     fn gone(&self, names: &[String], limit: Duration) -> Vec<String> {
         let (m, cv) = &*self.pods;
         let deadline = Instant::now() + limit;
+        let mut listed = Instant::now();
         let mut g = m.lock().unwrap();
         loop {
             let left: Vec<String> = names
@@ -317,7 +341,22 @@ impl Watch {
             if left.is_empty() || time.is_zero() {
                 return left;
             }
-            g = cv.wait_timeout(g, time).unwrap().0;
+            if listed.elapsed() >= Duration::from_secs(10) {
+                drop(g);
+                let present = (self.list)();
+                g = m.lock().unwrap();
+                listed = Instant::now();
+                if let Some(present) = present {
+                    for n in left.iter().filter(|n| !present.contains(n)) {
+                        g.entry(n.clone()).or_default().gone = true;
+                    }
+                    continue;
+                }
+            }
+            g = cv
+                .wait_timeout(g, time.min(Duration::from_secs(10)))
+                .unwrap()
+                .0;
         }
     }
 
@@ -601,6 +640,8 @@ fn main() {
         Options {
             containerd: Some(ContainerdFor::Kubelet),
             agent_cgroups: true,
+            // As the kubelet's daemons run: an hour at debug writes gigabytes.
+            crustd_log: Some("info"),
             ..Options::default()
         },
     );

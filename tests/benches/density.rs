@@ -34,6 +34,12 @@
 //!
 //! Both nodes run all along (the empty one idles beside the visit, the same for every
 //! visit). `BENCH_CRUST_MAX` and `BENCH_KUBELET_MAX` (comma list) change the limits.
+//!
+//! `BENCH_CNI=crust` runs crust's bridge and host-local on both nodes (containerd's CNI
+//! directory then links to them, and to the reference plugins for the rest) instead of
+//! the reference plugins (`reference`, the default): the same plugins on both sides
+//! either way. A filled node spends most of crust's CPU in the plugins; which plugins
+//! a node runs is its operator's choice, hence both.
 
 mod stack;
 
@@ -283,12 +289,26 @@ fn main() {
             m.join(", ")
         )
     });
+    let crust_cni = match std::env::var("BENCH_CNI").as_deref() {
+        Ok("crust") => true,
+        Ok("reference") | Err(_) => false,
+        Ok(other) => panic!("BENCH_CNI={other}: crust or reference"),
+    };
+    let plugins = if crust_cni {
+        "crust's bridge and host-local"
+    } else {
+        "the reference CNI plugins"
+    };
+    let mut cni_dirs = vec![std::path::PathBuf::from("/usr/lib/cni")];
+    if crust_cni {
+        cni_dirs.insert(0, crust_e2e::bin_dir());
+    }
     let signals = crust_e2e::block_signals();
     let started = Instant::now();
     let c = Cluster::start_with(
         bins,
         crust_e2e::bin("crustd"),
-        vec![std::path::PathBuf::from("/usr/lib/cni")],
+        cni_dirs,
         Options {
             containerd: Some(ContainerdFor::Kubelet),
             agent_cgroups: true,
@@ -300,7 +320,7 @@ fn main() {
     Cluster::teardown_on_signal(&c, signals, "density");
     c.wait_node_ready(Duration::from_secs(120));
     println!(
-        "cluster up in {:.1}s: kubelet v1.28.7 + containerd + runc on {NODE}, crustlet + crustd on {CRUSTLET_NODE} (the reference CNI plugins for both)",
+        "cluster up in {:.1}s: kubelet v1.28.7 + containerd + runc on {NODE}, crustlet + crustd on {CRUSTLET_NODE} ({plugins} for both)",
         started.elapsed().as_secs_f32()
     );
     kubectl_ok(
@@ -563,14 +583,16 @@ fn main() {
     }
     let _ = w.kill();
     let _ = w.wait();
-    report(&results, idle_span);
+    report(&results, idle_span, plugins);
     c.teardown();
 }
 
 /// The tables: density, memory, idle CPU; and the ratios of the crustlet's visit
 /// against each of the kubelet's.
-fn report(results: &[Result], idle_span: Duration) {
-    println!("\n### Density: a Deployment filled to the node's pod limit");
+fn report(results: &[Result], idle_span: Duration, plugins: &str) {
+    println!(
+        "\n### Density: a Deployment filled to the node's pod limit ({plugins} on both nodes)"
+    );
     println!("| stack | pods | all Running | pod p50 | pod p99 | CPU while they started: agent, runtime + children, shims or monitors | scaled to 0: gone from the API | gone from the node |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in results {

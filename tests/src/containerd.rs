@@ -379,6 +379,7 @@ impl Containerd {
             runc_root: &run.join("runc"),
             certs: None,
             conf_template: None,
+            cni_bin_dir: None,
         })
     }
 
@@ -666,6 +667,9 @@ pub struct Config<'a> {
     /// The CNI config template rendered with the Node's pod range
     /// (`UpdateRuntimeConfig`), if any.
     pub conf_template: Option<&'a Path>,
+    /// Where the CNI plugins are (containerd takes one directory); the reference
+    /// plugins' `/usr/lib/cni` when `None`.
+    pub cni_bin_dir: Option<&'a Path>,
 }
 
 /// containerd 1.6's configuration as the suites and benches run it: its own root, state
@@ -718,7 +722,7 @@ disabled_plugins = [
   netns_mounts_under_state_dir = true
 
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "{cni_bin}"
     conf_dir = "{cni}"
     max_conf_num = 1{template}
 
@@ -740,6 +744,7 @@ disabled_plugins = [
         level = c.log_level,
         pause = c.pause_image,
         cni = c.cni_conf_dir.display(),
+        cni_bin = c.cni_bin_dir.unwrap_or(Path::new("/usr/lib/cni")).display(),
         runc = which("runc").unwrap_or_default().display(),
         runc_root = c.runc_root.display(),
         template = c

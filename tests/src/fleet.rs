@@ -358,6 +358,7 @@ impl Fleet {
                 runc_root: &node.dir.join("runc"),
                 certs: Some(&certs),
                 conf_template: Some(&tpl),
+                cni_bin_dir: None,
             }),
         )
         .unwrap();

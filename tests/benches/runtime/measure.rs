@@ -416,3 +416,51 @@ pub(crate) fn containerd_server_times(text: &str) -> HashMap<&'static str, Vec<D
     }
     out
 }
+
+/// crustd's phase lines (`run phases`, `create phases`, ...), each step's own time.
+pub(crate) const PHASE_LINES: [&str; 8] = [
+    "run phases",
+    "create phases",
+    "create steps",
+    "exec phases",
+    "exec steps",
+    "stop phases",
+    "stop work phases",
+    "remove phases",
+];
+
+/// Per phase line: its steps in the order logged, and for each the step's own time in
+/// ms (the cumulative `t_x` less the step before), one value per call.
+pub(crate) type Phases = Vec<(&'static str, Vec<(String, Vec<f64>)>)>;
+
+/// The phase lines of `text` (crustd's log at debug).
+pub(crate) fn crustd_phases(text: &str) -> Phases {
+    let mut out: Phases = PHASE_LINES.iter().map(|k| (*k, Vec::new())).collect();
+    for l in text.lines() {
+        let Some(slot) = out.iter_mut().find(|(k, _)| {
+            l.split_once(k)
+                .is_some_and(|(before, _)| before.is_empty() || before.ends_with(' '))
+        }) else {
+            continue;
+        };
+        let mut prev = 0.0;
+        for w in l.split_whitespace() {
+            let Some((name, v)) = w.split_once('=') else {
+                continue;
+            };
+            if !name.starts_with("t_") {
+                continue;
+            }
+            let Some(ms) = parse_debug_ms(v) else {
+                continue;
+            };
+            let step = (ms - prev).max(0.0);
+            prev = ms;
+            match slot.1.iter_mut().find(|(n, _)| n == name) {
+                Some((_, vs)) => vs.push(step),
+                None => slot.1.push((name.to_string(), vec![step])),
+            }
+        }
+    }
+    out
+}

@@ -146,3 +146,50 @@ pub(crate) fn memory_table(r: &mut Report, mems: &[(&'static str, PodMem, Option
         ));
     }
 }
+
+/// crustd's own account of each call, step by step (its debug phase lines), p50 of each
+/// step's own time: where each remaining millisecond goes.
+pub(crate) fn phase_table(r: &mut Report, mode: &str, res: &[(&'static str, Phases)]) {
+    r.line("");
+    r.line(format!(
+        "crustd's phases, {mode}, ms p50 of each step's own time (steps in order; the first from the call's start):"
+    ));
+    for (i, kind) in PHASE_LINES.iter().enumerate() {
+        let Some((_, steps)) = res.first().map(|(_, p)| &p[i]) else {
+            continue;
+        };
+        if steps.is_empty() {
+            continue;
+        }
+        r.line("");
+        r.line(format!(
+            "| {kind} | {} | calls |",
+            steps
+                .iter()
+                .map(|(n, _)| n.trim_start_matches("t_").to_string())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
+        r.line(format!("| --- |{} --- |", " --- |".repeat(steps.len())));
+        for (name, phases) in res {
+            let mine = &phases[i].1;
+            let cells: Vec<String> = steps
+                .iter()
+                .map(|(step, _)| match mine.iter().find(|(n, _)| n == step) {
+                    Some((_, v)) if !v.is_empty() => {
+                        let mut v = v.clone();
+                        v.sort_by(|a, b| a.total_cmp(b));
+                        format!("{:.2}", v[v.len() / 2])
+                    }
+                    _ => "-".into(),
+                })
+                .collect();
+            let calls = mine.first().map_or(0, |(_, v)| v.len());
+            r.line(format!(
+                "| {} | {} | {calls} |",
+                label(name),
+                cells.join(" | ")
+            ));
+        }
+    }
+}

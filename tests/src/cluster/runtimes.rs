@@ -4,7 +4,7 @@
 
 use super::Cluster;
 use crate::which;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -116,10 +116,11 @@ impl Cluster {
     }
 
     /// containerd's configuration: its own root, state and socket; the CRI plugin with
-    /// runc (cgroupfs: the pods' cgroup parents come from their kubelet), the reference
-    /// CNI plugins on its own conflist, the registry's pause image as the sandbox image
-    /// and the registry over plain HTTP.
+    /// runc (cgroupfs: the pods' cgroup parents come from their kubelet), the same CNI
+    /// plugins as crustd on its own conflist, the registry's pause image as the sandbox
+    /// image and the registry over plain HTTP.
     fn containerd_config(&self) -> String {
+        let cni_bin = self.containerd_cni_bin();
         crate::containerd::config_toml(&crate::containerd::Config {
             root: &self.path("ctrd-root"),
             state: &self.path("ctrd-state"),
@@ -130,7 +131,30 @@ impl Cluster {
             runc_root: &self.path("ctrd-runc"),
             certs: Some(&self.path("ctrd-certs.d")),
             conf_template: None,
+            cni_bin_dir: Some(&cni_bin),
         })
+    }
+
+    /// containerd takes one CNI plugin directory where crustd searches several in
+    /// order: one made of links to the plugin each of crustd's directories would find
+    /// first, so both run the same plugins.
+    fn containerd_cni_bin(&self) -> PathBuf {
+        let dir = self.path("ctrd-cni-bin");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for d in &self.cni_bin_dirs {
+            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+                use std::os::unix::fs::PermissionsExt;
+                // Executables only: a build directory also holds `deps/`, `*.d`...
+                let runs = std::fs::metadata(e.path())
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+                let link = dir.join(e.file_name());
+                if runs && !link.exists() {
+                    std::os::unix::fs::symlink(e.path(), &link).unwrap();
+                }
+            }
+        }
+        dir
     }
 
     /// Starts containerd in the node's namespaces and waits for its socket.
