@@ -677,6 +677,16 @@ fn main() {
     let mut after: HashMap<&str, Vec<Counter>> = HashMap::new();
     let mut settled_after: HashMap<&str, Duration> = HashMap::new();
     std::thread::scope(|scope| {
+        // The scope waits for the sampler, which runs until `stop`: set also when this
+        // closure panics (a failed check), or the bench would hang there with its
+        // cluster up instead of failing and tearing it down.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _stop_sampler = StopOnDrop(&stop);
         if let Some(csv) = std::env::var_os("BENCH_SAMPLES_CSV") {
             let every = Duration::from_secs(env_or("BENCH_SAMPLE_SECS", 30));
             let (c, progress, stop) = (&c, &progress, &stop);
