@@ -223,8 +223,6 @@ type Pods = Arc<(Mutex<HashMap<String, Seen>>, Condvar)>;
 /// in the gap is seen then).
 struct Watch {
     pods: Pods,
-    /// `kubectl` in the node's network namespace, for [`Watch::gone`]'s list.
-    list: Box<dyn Fn() -> Option<Vec<String>> + Send + Sync>,
     stop: Arc<AtomicBool>,
     child: Arc<Mutex<Option<Child>>>,
     restarts: Arc<AtomicU64>,
@@ -235,24 +233,6 @@ impl Watch {
     fn start(c: &Cluster) -> Watch {
         let (netns, kubectl) = (c.node.path().to_path_buf(), c.bins.kubectl.clone());
         let kubeconfig = format!("--kubeconfig={}", c.path("admin.kubeconfig").display());
-        let (n2, k2, c2) = (netns.clone(), kubectl.clone(), kubeconfig.clone());
-        let list = Box::new(move || {
-            let out = Command::new("nsenter")
-                .arg(format!("--net={}", n2.display()))
-                .arg("--")
-                .arg(&k2)
-                .arg(&c2)
-                .args(["-n", NS, "get", "pods", "-o", "name"])
-                .stderr(Stdio::null())
-                .output()
-                .ok()?;
-            out.status.success().then(|| {
-                String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .map(|l| l.trim_start_matches("pod/").to_string())
-                    .collect()
-            })
-        });
         let pods: Pods = Arc::new((Mutex::new(HashMap::new()), Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let child: Arc<Mutex<Option<Child>>> = Arc::new(Mutex::new(None));
@@ -293,7 +273,6 @@ impl Watch {
         });
         Watch {
             pods,
-            list,
             stop,
             child,
             restarts,
@@ -326,7 +305,19 @@ impl Watch {
     /// names of those that are not.
     /// A pod deleted while the watch was being started again has no DELETED event: every
     /// 10 s of waiting, the pods the API lists tell which of those left are gone.
-    fn gone(&self, names: &[String], limit: Duration) -> Vec<String> {
+    fn gone(&self, c: &Cluster, names: &[String], limit: Duration) -> Vec<String> {
+        let list = || {
+            let out = run_timeout(
+                &mut c.kubectl(&["-n", NS, "get", "pods", "-o", "name"]),
+                Duration::from_secs(20),
+            );
+            out.status.success().then(|| {
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(|l| l.trim_start_matches("pod/").to_string())
+                    .collect::<Vec<_>>()
+            })
+        };
         let (m, cv) = &*self.pods;
         let deadline = Instant::now() + limit;
         let mut listed = Instant::now();
@@ -343,7 +334,7 @@ impl Watch {
             }
             if listed.elapsed() >= Duration::from_secs(10) {
                 drop(g);
-                let present = (self.list)();
+                let present = list();
                 g = m.lock().unwrap();
                 listed = Instant::now();
                 if let Some(present) = present {
@@ -523,7 +514,7 @@ fn churn(
     progress.inflight.store(0, Ordering::SeqCst);
     load.secs += secs as f64;
     load.created += all.len() as u64;
-    let left = watch.gone(&all, STUCK);
+    let left = watch.gone(c, &all, STUCK);
     assert!(
         left.is_empty(),
         "{} pod(s) of {} still in the API {} s after the window: {:?}",
@@ -547,7 +538,7 @@ fn warm_up(c: &Cluster, api: &Api, watch: &Watch, stack: Stack) {
         assert!(Instant::now() < deadline, "warm-up pod {name} not finished");
     }
     api.delete(&name);
-    let left = watch.gone(&names, STUCK);
+    let left = watch.gone(c, &names, STUCK);
     assert!(left.is_empty(), "warm-up pod {name} not gone");
 }
 

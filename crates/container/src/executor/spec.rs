@@ -921,7 +921,11 @@ mod tests {
         };
         let a = profile("write");
         let fresh = super::super::seccomp::compile(&a).unwrap();
+        let kept = |p: &oci_spec::runtime::LinuxSeccomp| {
+            COMPILED.lock().unwrap().iter().any(|(k, _)| k == p)
+        };
         assert_eq!(compiled(&a).unwrap(), fresh);
+        assert!(kept(&a), "a compiled profile is kept");
         assert_eq!(compiled(&a).unwrap(), fresh);
         let b = profile("openat");
         assert_ne!(compiled(&b).unwrap(), fresh);

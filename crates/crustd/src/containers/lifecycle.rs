@@ -334,12 +334,8 @@ async fn wait_monitor(crust: &Crust, rec: &ContainerRecord, timeout: Duration) -
 /// Ends a container under its lock: SIGKILL (the grace period, if any, is over) and the
 /// wait for its exit; `refresh` then ends what it left in a shared PID namespace.
 async fn kill_locked(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
-    refresh(crust, rec);
-    if rec.state == ContainerState::Exited || rec.state == ContainerState::Creating {
+    if !send_kill(crust, rec) {
         return Ok(());
-    }
-    if monitor_alive(rec) {
-        signal_init(rec, libc::SIGKILL);
     }
     if !wait_monitor(crust, rec, KILL_WAIT).await {
         return Err(Error::Internal(format!(
@@ -439,14 +435,21 @@ pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()
 /// sandbox down.
 pub async fn kill_all(crust: &Crust, sandbox_id: &str) {
     for c in crust.containers.of_sandbox(sandbox_id) {
-        let mut rec = c.rec.lock().await;
-        refresh(crust, &mut rec);
-        if matches!(rec.state, ContainerState::Running | ContainerState::Created)
-            && monitor_alive(&rec)
-        {
-            signal_init(&rec, libc::SIGKILL);
-        }
+        send_kill(crust, &mut *c.rec.lock().await);
     }
+}
+
+/// SIGKILL to a created or running container's init while its monitor lives; whether
+/// there is an end to wait for (none for one exited or still being made).
+fn send_kill(crust: &Crust, rec: &mut ContainerRecord) -> bool {
+    refresh(crust, rec);
+    if rec.state == ContainerState::Exited || rec.state == ContainerState::Creating {
+        return false;
+    }
+    if monitor_alive(rec) {
+        signal_init(rec, libc::SIGKILL);
+    }
+    true
 }
 
 pub async fn stop_all(crust: Arc<Crust>, sandbox_id: &str) -> Result<()> {

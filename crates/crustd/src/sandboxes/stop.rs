@@ -58,7 +58,7 @@ async fn with_sandbox(
     let before = rec.state;
     let mut copy = rec.clone();
     let c = crust.clone();
-    let work = move || {
+    let run_work = move || {
         tokio::task::spawn_blocking(move || {
             let r = work(&c, &mut copy);
             (copy, r)
@@ -71,7 +71,7 @@ async fn with_sandbox(
             t_containers = t0.elapsed();
             let (stopped, worked) = tokio::join!(
                 crate::containers::lifecycle::stop_all(crust.clone(), &sb.id),
-                work()
+                run_work()
             );
             failpoint!("stop_sandbox.after_containers");
             (stopped, worked)
@@ -80,7 +80,7 @@ async fn with_sandbox(
             crate::containers::lifecycle::remove_all(crust.clone(), &sb.id).await?;
             failpoint!("remove_sandbox.after_containers");
             t_containers = t0.elapsed();
-            (Ok(()), work().await)
+            (Ok(()), run_work().await)
         }
     };
     let (copy, res) = worked.map_err(Error::internal)?;
