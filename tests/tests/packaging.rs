@@ -24,6 +24,7 @@ const FIXED_FILES: &[(&str, u32)] = &[
     ("usr/bin/crustlet", 0o755),
     ("opt/cni/bin/bridge", 0o755),
     ("opt/cni/bin/host-local", 0o755),
+    ("opt/cni/bin/portmap", 0o755),
     ("usr/lib/systemd/system/crustd.service", 0o644),
     ("usr/lib/systemd/system/crustlet.service", 0o644),
     ("etc/crust/config.toml", 0o644),
@@ -58,7 +59,14 @@ const CONFFILES: &[&str] = &[
     "etc/cni/net.d/10-crust.conflist",
 ];
 
-const BINARIES: &[&str] = &["crustd", "crustctl", "crustlet", "bridge", "host-local"];
+const BINARIES: &[&str] = &[
+    "crustd",
+    "crustctl",
+    "crustlet",
+    "bridge",
+    "host-local",
+    "portmap",
+];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,4 +1,4 @@
-//! crust's CNI plugins, `bridge` and `host-local`, as a library their thin binaries call.
+//! crust's CNI plugins, `bridge`, `host-local` and `portmap`, as a library their thin binaries call.
 
 pub mod arp;
 pub mod bridge;
@@ -10,4 +10,5 @@ pub mod masq;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
+pub mod portmap;
 pub mod rawnl;

@@ -268,14 +268,20 @@ pub fn spoof_present(network: &str, container_id: &str) -> CniResult<bool> {
 /// digits of SHA-512 over the network name and container id, so a node that switches
 /// plugins finds (and DEL removes) the chains the other one made.
 pub fn iptables_chain(network: &str, container_id: &str) -> String {
+    hashed_chain("CNI-", network, container_id)
+}
+
+/// `prefix` filled to iptables' 28 characters with hex digits of SHA-512 over the
+/// network name and container id, as the reference plugins name their chains.
+pub fn hashed_chain(prefix: &str, network: &str, container_id: &str) -> String {
     use sha2::{Digest, Sha512};
     let digest = Sha512::digest(format!("{network}{container_id}").as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("CNI-{}", &hex[..24])
+    format!("{prefix}{}", &hex[..28 - prefix.len()])
 }
 
 /// Splits an `iptables -S` line into arguments, honouring double quotes.
-fn shell_words(s: &str) -> Vec<String> {
+pub fn shell_words(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut in_q = false;

@@ -27,11 +27,13 @@ const DELRULE: u16 = 8;
 
 pub const INET: u8 = 1;
 pub const BRIDGE: u8 = 7;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
+/// The `ip` and `ip6` families (the portmap plugin's tables).
+pub const NFPROTO_IPV4: u8 = 2;
+pub const NFPROTO_IPV6: u8 = 10;
 
 // Attribute numbers of linux/netfilter/nf_tables.h.
 const TABLE_NAME: u16 = 1;
+const TABLE_USERDATA: u16 = 6;
 const CHAIN_TABLE: u16 = 1;
 const CHAIN_NAME: u16 = 3;
 const CHAIN_HOOK: u16 = 4;
@@ -56,15 +58,30 @@ const NF_DROP: u32 = 0;
 const NF_ACCEPT: u32 = 1;
 const META_IIFNAME: u32 = 6;
 const META_NFPROTO: u32 = 15;
+const META_L4PROTO: u32 = 16;
+const PAYLOAD_TRANSPORT: u32 = 2;
+const REG_2: u32 = 2;
+const NF_JUMP: i32 = -3;
+const VERDICT_CHAIN: u16 = 2;
+const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
+const NFTA_FIB_F_DADDR: u32 = 1 << 1;
+const RTN_LOCAL: u32 = 2;
+const NFT_NAT_DNAT: u32 = 1;
+const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
 const PAYLOAD_LL: u32 = 0;
 const PAYLOAD_NETWORK: u32 = 1;
 const CMP_EQ: u32 = 0;
 const CMP_NEQ: u32 = 1;
 
-/// A base chain: where it hooks and how.
+/// A chain: its family and name, and for a base chain where it hooks and how.
 pub struct ChainSpec {
     pub family: u8,
     pub name: &'static str,
+    pub base: Option<Base>,
+}
+
+/// A base chain's type, hook and priority.
+pub struct Base {
     pub kind: &'static str,
     pub hook: u32,
     pub priority: i32,
@@ -74,19 +91,27 @@ pub struct ChainSpec {
 pub const POSTROUTING: ChainSpec = ChainSpec {
     family: INET,
     name: crate::masq::NFT_CHAIN,
-    kind: "nat",
-    hook: 4, // NF_INET_POST_ROUTING
-    priority: 100,
+    base: Some(Base {
+        kind: "nat",
+        hook: HOOK_POSTROUTING,
+        priority: 100,
+    }),
 };
 
 /// `type filter hook prerouting priority -300` in `table bridge crust_cni`.
 pub const MACSPOOF: ChainSpec = ChainSpec {
     family: BRIDGE,
     name: crate::masq::NFT_SPOOF_CHAIN,
-    kind: "filter",
-    hook: 0, // NF_BR_PRE_ROUTING
-    priority: -300,
+    base: Some(Base {
+        kind: "filter",
+        hook: 0, // NF_BR_PRE_ROUTING
+        priority: -300,
+    }),
 };
+
+pub const HOOK_PREROUTING: u32 = 0;
+pub const HOOK_OUTPUT: u32 = 3;
+pub const HOOK_POSTROUTING: u32 = 4;
 
 /// One rule to add: its chain, expressions (already encoded) and comment.
 pub struct Rule {
@@ -148,6 +173,149 @@ impl Rule {
             comment: comment.to_string(),
         }
     }
+}
+
+/// The portmap plugin's rules, in tables of the `ip` or `ip6` family, where an
+/// address match needs no protocol check before it.
+impl Rule {
+    /// `fib daddr type local jump TARGET`.
+    pub fn jump_if_local(chain: &'static ChainSpec, target: &str) -> Rule {
+        let mut e = Builder::default();
+        expr(&mut e, "fib", |b| {
+            // NFTA_FIB_DREG, _RESULT, _FLAGS
+            b.be32(1, REG_1)
+                .be32(2, NFT_FIB_RESULT_ADDRTYPE)
+                .be32(3, NFTA_FIB_F_DADDR);
+        });
+        // The address type is compared in host byte order, as nft encodes it.
+        cmp(&mut e, CMP_EQ, &RTN_LOCAL.to_ne_bytes());
+        jump(&mut e, target);
+        Rule {
+            chain,
+            exprs: e,
+            comment: String::new(),
+        }
+    }
+
+    /// `jump TARGET`.
+    pub fn jump(chain: &'static ChainSpec, target: &str) -> Rule {
+        let mut e = Builder::default();
+        jump(&mut e, target);
+        Rule {
+            chain,
+            exprs: e,
+            comment: String::new(),
+        }
+    }
+
+    /// `[ip daddr HOST] PROTO dport PORT dnat to ADDR:TO_PORT`, `proto` an IP
+    /// protocol number (tcp 6, udp 17, sctp 132).
+    pub fn dnat(
+        chain: &'static ChainSpec,
+        host: Option<IpAddr>,
+        (proto, port): (u8, u16),
+        (to, to_port): (IpAddr, u16),
+        comment: &str,
+    ) -> Rule {
+        let mut e = Builder::default();
+        if let Some(h) = host {
+            daddr_eq(&mut e, h);
+        }
+        meta(&mut e, META_L4PROTO);
+        cmp(&mut e, CMP_EQ, &[proto]);
+        payload(&mut e, PAYLOAD_TRANSPORT, 2, 2);
+        cmp(&mut e, CMP_EQ, &port.to_be_bytes());
+        immediate(&mut e, REG_1, &addr_bytes(to));
+        immediate(&mut e, REG_2, &to_port.to_be_bytes());
+        let family = match to {
+            IpAddr::V4(_) => NFPROTO_IPV4,
+            IpAddr::V6(_) => NFPROTO_IPV6,
+        };
+        expr(&mut e, "nat", |b| {
+            // NFTA_NAT_TYPE, _FAMILY, _REG_ADDR_MIN, _REG_PROTO_MIN, _FLAGS
+            b.be32(1, NFT_NAT_DNAT)
+                .be32(2, family as u32)
+                .be32(3, REG_1)
+                .be32(5, REG_2)
+                .be32(7, NF_NAT_RANGE_PROTO_SPECIFIED);
+        });
+        Rule {
+            chain,
+            exprs: e,
+            comment: comment.to_string(),
+        }
+    }
+
+    /// `[ip saddr SRC] ip daddr DST masquerade`.
+    pub fn masquerade_to(
+        chain: &'static ChainSpec,
+        src: Option<IpAddr>,
+        dst: IpAddr,
+        comment: &str,
+    ) -> Rule {
+        let mut e = Builder::default();
+        if let Some(s) = src {
+            let b = addr_bytes(s);
+            payload(
+                &mut e,
+                PAYLOAD_NETWORK,
+                if s.is_ipv4() { 12 } else { 8 },
+                b.len() as u32,
+            );
+            cmp(&mut e, CMP_EQ, &b);
+        }
+        daddr_eq(&mut e, dst);
+        expr(&mut e, "masq", |_| {});
+        Rule {
+            chain,
+            exprs: e,
+            comment: comment.to_string(),
+        }
+    }
+}
+
+fn daddr_eq(e: &mut Builder, ip: IpAddr) {
+    let b = addr_bytes(ip);
+    payload(
+        e,
+        PAYLOAD_NETWORK,
+        if ip.is_ipv4() { 16 } else { 24 },
+        b.len() as u32,
+    );
+    cmp(e, CMP_EQ, &b);
+}
+
+fn immediate(e: &mut Builder, reg: u32, data: &[u8]) {
+    expr(e, "immediate", |b| {
+        // NFTA_IMMEDIATE_DREG, _DATA
+        b.be32(1, reg).nest(2).attr(DATA_VALUE, data).unnest();
+    });
+}
+
+fn jump(e: &mut Builder, target: &str) {
+    expr(e, "immediate", |b| {
+        b.be32(1, REG_VERDICT)
+            .nest(2)
+            .nest(DATA_VERDICT)
+            .be32(VERDICT_CODE, NF_JUMP as u32)
+            .str(VERDICT_CHAIN, target)
+            .unnest()
+            .unnest();
+    });
+}
+
+/// One step of a transaction (`Nft::apply`); tables and chains are created if
+/// missing and left as they are otherwise.
+pub enum Op<'a> {
+    Table {
+        family: u8,
+        name: &'a str,
+        comment: &'a str,
+    },
+    Chain(&'a str, &'a ChainSpec),
+    /// Empties the chain.
+    Flush(&'a str, &'a ChainSpec),
+    Rule(&'a str, &'a Rule),
 }
 
 fn addr_bytes(ip: IpAddr) -> Vec<u8> {
@@ -301,28 +469,55 @@ impl Nft {
                 )
                 .str(TABLE_NAME, table)
                 .end();
-                *seq += 1;
-                b.begin(
-                    SUBSYS | NEWCHAIN,
-                    rawnl::NLM_F_REQUEST | rawnl::NLM_F_CREATE | rawnl::NLM_F_ACK,
-                    *seq,
-                    &nfgen(c.family),
-                )
-                .str(CHAIN_TABLE, table)
-                .str(CHAIN_NAME, c.name)
-                .nest(CHAIN_HOOK)
-                .be32(HOOK_NUM, c.hook)
-                .be32(HOOK_PRIORITY, c.priority as u32)
-                .unnest()
-                .be32(CHAIN_POLICY, NF_ACCEPT)
-                .str(CHAIN_TYPE, c.kind)
-                .end();
+                push_chain(b, seq, table, c);
             }
             for r in rules {
                 Self::push_rule(b, seq, table, r);
             }
         })
         .map_err(|e| nft_err("adding tables, chains and rules", e))
+    }
+
+    /// Applies `ops` as one transaction: all of them or none.
+    pub fn apply(&mut self, ops: &[Op]) -> CniResult<()> {
+        self.batch(|b, seq| {
+            for op in ops {
+                match op {
+                    Op::Table {
+                        family,
+                        name,
+                        comment,
+                    } => {
+                        *seq += 1;
+                        b.begin(
+                            SUBSYS | NEWTABLE,
+                            rawnl::NLM_F_REQUEST | rawnl::NLM_F_CREATE | rawnl::NLM_F_ACK,
+                            *seq,
+                            &nfgen(*family),
+                        )
+                        .str(TABLE_NAME, name)
+                        .attr(TABLE_USERDATA, &userdata(comment))
+                        .end();
+                    }
+                    Op::Chain(table, c) => push_chain(b, seq, table, c),
+                    Op::Flush(table, c) => {
+                        // DELRULE naming a chain and no handle empties the chain.
+                        *seq += 1;
+                        b.begin(
+                            SUBSYS | DELRULE,
+                            rawnl::NLM_F_REQUEST | rawnl::NLM_F_ACK,
+                            *seq,
+                            &nfgen(c.family),
+                        )
+                        .str(RULE_TABLE, table)
+                        .str(RULE_CHAIN, c.name)
+                        .end();
+                    }
+                    Op::Rule(table, r) => Self::push_rule(b, seq, table, r),
+                }
+            }
+        })
+        .map_err(|e| nft_err("applying a transaction", e))
     }
 
     fn push_rule(b: &mut Builder, seq: &mut u32, table: &str, r: &Rule) {
@@ -337,10 +532,20 @@ impl Nft {
         .str(RULE_CHAIN, r.chain.name)
         .nest(RULE_EXPRESSIONS);
         b.buf.extend_from_slice(&r.exprs.buf);
-        b.unnest().attr(RULE_USERDATA, &userdata(&r.comment)).end();
+        b.unnest();
+        if !r.comment.is_empty() {
+            b.attr(RULE_USERDATA, &userdata(&r.comment));
+        }
+        b.end();
     }
 
-    /// Every rule in `table` (of the inet and bridge families) whose comment is
+    /// Every rule in `table` (of the inet and bridge families, crust's own tables)
+    /// whose comment is `comment`.
+    pub fn find(&mut self, table: &str, comment: &str) -> CniResult<Vec<Found>> {
+        self.find_in(&[INET, BRIDGE], table, comment)
+    }
+
+    /// Every rule in the tables named `table` of `families` whose comment is
     /// `comment`.
     ///
     /// Each family is dumped on its own: a dump of every family by table name stops
@@ -348,9 +553,14 @@ impl Nft {
     /// The kernel resumes a dump that spans several reads by position, so rules
     /// deleted by another plugin meanwhile can make it skip ours; it flags such a dump
     /// (NLM_F_DUMP_INTR), and then the dump is taken again.
-    pub fn find(&mut self, table: &str, comment: &str) -> CniResult<Vec<Found>> {
+    pub fn find_in(
+        &mut self,
+        families: &[u8],
+        table: &str,
+        comment: &str,
+    ) -> CniResult<Vec<Found>> {
         let mut out = Vec::new();
-        'family: for family in [INET, BRIDGE] {
+        'family: for &family in families {
             for _ in 0..20 {
                 if let Some(found) = self.find_once(family, table, comment)? {
                     out.extend(found);
@@ -436,9 +646,14 @@ impl Nft {
     /// listed again and retried. Done only when a listing finds none left, so a rule
     /// a listing missed is not left behind.
     pub fn delete(&mut self, table: &str, comment: &str) -> CniResult<bool> {
+        self.delete_in(&[INET, BRIDGE], table, comment)
+    }
+
+    /// `delete` in the tables named `table` of `families`.
+    pub fn delete_in(&mut self, families: &[u8], table: &str, comment: &str) -> CniResult<bool> {
         let mut deleted = false;
         for _ in 0..6 {
-            let found = self.find(table, comment)?;
+            let found = self.find_in(families, table, comment)?;
             if found.is_empty() {
                 return Ok(deleted);
             }
@@ -507,6 +722,27 @@ impl Nft {
             e => Err(e),
         }
     }
+}
+
+fn push_chain(b: &mut Builder, seq: &mut u32, table: &str, c: &ChainSpec) {
+    *seq += 1;
+    b.begin(
+        SUBSYS | NEWCHAIN,
+        rawnl::NLM_F_REQUEST | rawnl::NLM_F_CREATE | rawnl::NLM_F_ACK,
+        *seq,
+        &nfgen(c.family),
+    )
+    .str(CHAIN_TABLE, table)
+    .str(CHAIN_NAME, c.name);
+    if let Some(base) = &c.base {
+        b.nest(CHAIN_HOOK)
+            .be32(HOOK_NUM, base.hook)
+            .be32(HOOK_PRIORITY, base.priority as u32)
+            .unnest()
+            .be32(CHAIN_POLICY, NF_ACCEPT)
+            .str(CHAIN_TYPE, base.kind);
+    }
+    b.end();
 }
 
 fn nfgen(family: u8) -> [u8; 4] {

@@ -120,7 +120,7 @@ impl Plugin for Bridge {
 /// prevResult. Ours says the same, so a runtime sees one code from either plugin; a
 /// missing netns stays 3 (the spec's code for it), and an IPAM plugin's own error
 /// (host-local's 11 for an exhausted range) is passed on as it came.
-fn as_reference<T>(r: CniResult<T>) -> CniResult<T> {
+pub(crate) fn as_reference<T>(r: CniResult<T>) -> CniResult<T> {
     r.map_err(|e| match e.code {
         code::INVALID_ENVIRONMENT
         | code::IO_FAILURE

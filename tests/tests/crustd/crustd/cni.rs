@@ -300,25 +300,46 @@ async fn missing_plugin_keeps_the_sandbox_until_remove_succeeds() {
 }
 
 /// A pod's `hostPort` through a chain of crust's bridge and the reference `portmap`
-/// plugin (the conflist a node with hostPort support has): the port mapping of the
-/// sandbox config reaches portmap as its `portMappings` capability, a connection to the
-/// node's port lands in the pod, and StopPodSandbox runs DEL down the chain so
+/// plugin (a node that keeps the portmap its Kubernetes install left): the port mapping
+/// of the sandbox config reaches portmap as its `portMappings` capability, a connection
+/// to the node's port lands in the pod, and StopPodSandbox runs DEL down the chain so
 /// portmap's rules go with the pod.
 #[tokio::test]
 async fn host_port_through_the_reference_portmap_plugin() {
-    if !root() || !require_root(&["iptables"]) {
+    host_port_through(false).await
+}
+
+/// The same through crust's own `portmap` (the conflist crust installs), whose rules
+/// are nftables ones.
+#[tokio::test]
+async fn host_port_through_crusts_portmap_plugin() {
+    host_port_through(true).await
+}
+
+async fn host_port_through(ours: bool) {
+    if !root() || !require_root(&["iptables", "nft"]) {
         return;
     }
     let Some(portmap) = crust_e2e::reference_plugin("portmap") else {
         return;
     };
+    let reference_dir = portmap.parent().unwrap();
+    // crustd takes the first plugin of each name: crust's bridge and host-local, then
+    // either portmap, and the reference firewall and tuning.
+    let plugins = TempDir::new("plugins");
+    for p in ["bridge", "host-local", "portmap"] {
+        let from = if p != "portmap" || ours {
+            crust_e2e::bin(p)
+        } else {
+            portmap.clone()
+        };
+        std::os::unix::fs::symlink(from, plugins.path().join(p)).unwrap();
+    }
+    let subnet = if ours { 72 } else { 71 };
     let d = Crustd::start_with(Options {
         cni_conf: false,
-        subnet: 71,
-        extra_args: vec![
-            "--cni-bin-dir".into(),
-            portmap.parent().unwrap().display().to_string(),
-        ],
+        subnet,
+        cni_bin_dirs: vec![plugins.path().to_path_buf(), reference_dir.to_path_buf()],
         ..Default::default()
     });
     let mut conf = d.cni_conf();
@@ -344,7 +365,7 @@ async fn host_port_through_the_reference_portmap_plugin() {
     }];
     let id = run(&mut c, cfg).await;
     let (ip, _) = ips(&mut c, &id).await;
-    assert!(ip.starts_with("10.71.0."), "{ip}");
+    assert!(ip.starts_with(&format!("10.{subnet}.0.")), "{ip}");
 
     // A server on the pod's port 8080, inside the pod's network namespace.
     let pod_net = d.pin(&id, "net");
@@ -364,7 +385,7 @@ async fn host_port_through_the_reference_portmap_plugin() {
     // The node dials its own address on the host port (the bridge's gateway address),
     // and its loopback, as the conformance suite does (portmap's snat makes it work).
     let node = d.node.path();
-    let dial = move |addr: &'static str| {
+    let dial = move |addr: String| {
         let node = node.clone();
         std::thread::spawn(move || {
             crust_e2e::enter_netns(&node);
@@ -379,10 +400,28 @@ async fn host_port_through_the_reference_portmap_plugin() {
         .join()
         .unwrap()
     };
-    assert_eq!(dial("10.71.0.1:18080").as_deref(), Ok("from the pod\n"));
-    assert_eq!(dial("127.0.0.1:18080").as_deref(), Ok("from the pod\n"));
-    let nat = d.node.sh(&["iptables", "-t", "nat", "-S"]);
-    assert!(nat.contains(&id), "portmap's rules name the pod: {nat}");
+    let gw = format!("10.{subnet}.0.1:18080");
+    assert_eq!(dial(gw.clone()).as_deref(), Ok("from the pod\n"));
+    assert_eq!(
+        dial("127.0.0.1:18080".into()).as_deref(),
+        Ok("from the pod\n")
+    );
+    // crust's portmap keeps its rules in nftables, the reference 1.1.1 in iptables.
+    let nat = || {
+        if ours {
+            let out =
+                crust_e2e::run(
+                    d.node
+                        .cmd("nft")
+                        .args(["list", "table", "ip", "cni_hostport"]),
+                );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        } else {
+            d.node.sh(&["iptables", "-t", "nat", "-S"])
+        }
+    };
+    let rules = nat();
+    assert!(rules.contains(&id), "portmap's rules name the pod: {rules}");
     // The plugins after portmap read the result it passed on: firewall admits the pod's
     // address, tuning finds the pod's interface.
     let filter = d.node.sh(&["iptables", "-S", "CNI-FORWARD"]);
@@ -395,20 +434,17 @@ async fn host_port_through_the_reference_portmap_plugin() {
     assert_eq!(arp, "1", "tuning's sysctl in the pod");
 
     stop(&mut c, &id).await;
-    let nat = d.node.sh(&["iptables", "-t", "nat", "-S"]);
+    let rules = nat();
     assert!(
-        !nat.contains(&id),
-        "portmap's rules outlived the pod: {nat}"
+        !rules.contains(&id),
+        "portmap's rules outlived the pod: {rules}"
     );
     let filter = d.node.sh(&["iptables", "-S", "CNI-FORWARD"]);
     assert!(
         !filter.contains(&ip),
         "firewall's rules outlived the pod: {filter}"
     );
-    assert!(
-        dial("10.71.0.1:18080").is_err(),
-        "the host port still reaches somewhere"
-    );
+    assert!(dial(gw).is_err(), "the host port still reaches somewhere");
     remove(&mut c, &id).await;
 }
 
