@@ -5,8 +5,8 @@
 //!   `bridge`, `host-local`, `portmap`);
 //! - `crust`: crustd with the very same reference plugins and the same conflist, so the
 //!   ratio of these two rows is the runtimes' alone;
-//! - `crust-own`: crustd with crust's own `bridge` and `host-local` (and the reference
-//!   `portmap`, which crust does not ship), as a node runs it.
+//! - `crust-own`: crustd with crust's own `bridge`, `host-local` and `portmap`, as a
+//!   node runs it.
 //!
 //! Every request is shaped as the kubelet v1.28 sends it for a Burstable pod (cpu request
 //! 100m, limit 200m; memory request 64Mi, limit 128Mi): the pod cgroup

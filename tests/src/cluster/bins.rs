@@ -66,7 +66,8 @@ pub fn skip_suite(suite: &str, why: String) -> ! {
 }
 
 /// What every cluster suite needs before it starts: root, `tools` on `PATH`, the
-/// Kubernetes binaries and the reference `portmap` plugin (returned with its folder);
+/// Kubernetes binaries and the reference plugins (their folder is returned: containerd's
+/// node runs them, crustd's nodes look there after crust's own);
 /// else [`skip_suite`].
 pub fn suite_needs(suite: &str, tools: &[&str]) -> (KubeBins, PathBuf) {
     // SAFETY: geteuid has no preconditions.

@@ -157,7 +157,8 @@ pub struct Cluster {
     crustlet_crustd: Mutex<Option<Child>>,
     crustlet: Mutex<Option<Child>>,
     crustlet_bin: PathBuf,
-    /// crust's plugins first, then the reference `portmap` (for hostPort).
+    /// crust's plugins first (`portmap` included), then the reference plugins' folder
+    /// (containerd's node runs those).
     cni_bin_dirs: Vec<PathBuf>,
     pub opts: Options,
     /// The pause image in the registry (containerd's sandbox image).

@@ -50,6 +50,17 @@ impl Drop for Setup {
 }
 
 fn setup(subnet: u32) -> Setup {
+    setup_with(json!({"subnet": format!("10.{subnet}.0.0/24"), "routes": [{"dst": "0.0.0.0/0"}]}))
+}
+
+/// A dual-stack pod: 10.N.0.0/24 and fd00:N::/64, default routes in both.
+fn setup_dual(subnet: u32) -> Setup {
+    let mut ipam = dual(subnet);
+    ipam["routes"] = json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]);
+    setup_with(ipam)
+}
+
+fn setup_with(ipam: Value) -> Setup {
     let node = Node::ours();
     node.ns
         .sh(&["ip", "addr", "add", &format!("{NODE_IP}/32"), "dev", "lo"]);
@@ -57,7 +68,7 @@ fn setup(subnet: u32) -> Setup {
     let bridge_conf = node.conf(
         "1.0.0",
         json!({"isGateway": true, "hairpinMode": true}),
-        json!({"subnet": format!("10.{subnet}.0.0/24"), "routes": [{"dst": "0.0.0.0/0"}]}),
+        ipam,
     );
     let prev = node.add(&bridge_conf, "pm1", &pod);
     let pod_ip = prev["ips"][0]["address"]
@@ -440,4 +451,74 @@ fn iptables_rules_are_the_reference_plugins() {
     );
     assert_not_forwarded(&s);
     s.node.del(&s.bridge_conf, "pm1", &s.pod);
+}
+
+/// A dual-stack pod gets its host ports on both families: the IPv6 rules go to the
+/// ip6 table (or ip6tables), the node reaches the pod through its IPv6 gateway address,
+/// the pod reaches itself through it, and DEL removes both families' rules.
+#[test]
+fn dual_stack_pods_get_both_families() {
+    if !ready() {
+        return;
+    }
+    for (i, backend) in ["nftables", "iptables"].iter().enumerate() {
+        let n = 237 + i as u32;
+        let s = setup_dual(n);
+        let pod_ip6 = s.prev["ips"][1]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(pod_ip6.starts_with("fd00:"), "{pod_ip6}");
+        let conf = pm_conf(&s, json!({ "backend": backend }), mappings());
+        call(&ours(), &s, "ADD", &conf, "pm1").ok();
+        let want = Some("from the pod\n".to_string());
+        let gw6 = format!("http://[fd00:{n}::1]:8080/f");
+        assert_eq!(
+            fetch(&s.node.ns, &gw6),
+            want,
+            "{backend}: node to [gw]:8080"
+        );
+        assert_eq!(fetch(&s.pod, &gw6), want, "{backend}: hairpin over IPv6");
+        assert_eq!(
+            fetch(&s.node.ns, &format!("http://10.{n}.0.1:8080/f")),
+            want,
+            "{backend}: IPv4 beside"
+        );
+        call(&ours(), &s, "CHECK", &conf, "pm1").ok();
+        match *backend {
+            "nftables" => {
+                let l = nft_lines(&s.node);
+                assert!(
+                    l.iter()
+                        .any(|l| l.starts_with("ip6 ")
+                            && l.contains(&format!("dnat to [{pod_ip6}]:80"))),
+                    "{l:?}"
+                );
+            }
+            _ => {
+                let l = s.node.ipt_rules();
+                assert!(
+                    l.iter().any(|l| l.starts_with("ip6tables ")
+                        && l.contains(&format!("--to-destination [{pod_ip6}]:80"))),
+                    "{l:?}"
+                );
+            }
+        }
+        call(&ours(), &s, "DEL", &conf, "pm1").ok();
+        assert_eq!(fetch(&s.node.ns, &gw6), None, "{backend}: after DEL");
+        assert!(
+            !nft_lines(&s.node).iter().any(|l| l.contains("\"pm1\"")),
+            "{:?}",
+            nft_lines(&s.node)
+        );
+        assert!(
+            !s.node.ipt_rules().iter().any(|l| l.contains("CNI-DN-")),
+            "{:?}",
+            s.node.ipt_rules()
+        );
+        s.node.del(&s.bridge_conf, "pm1", &s.pod);
+    }
 }

@@ -82,20 +82,55 @@ pub struct PortMapConf {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct RuntimeConfig {
     #[serde(rename = "portMappings", default)]
-    pub port_mappings: Option<Vec<RawMapping>>,
+    pub port_mappings: Option<Vec<serde_json::Map<String, serde_json::Value>>>,
 }
 
 /// A mapping as the runtime sends it (CNI's `portMappings` convention).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub struct RawMapping {
-    #[serde(rename = "hostPort", default)]
     pub host_port: i64,
-    #[serde(rename = "containerPort", default)]
     pub container_port: i64,
-    #[serde(default)]
     pub protocol: String,
-    #[serde(rename = "hostIP", default)]
     pub host_ip: String,
+}
+
+impl RawMapping {
+    /// Reads a mapping's keys as Go's `encoding/json` does, which the reference plugin
+    /// relies on: the exact name, else any spelling that differs only in case.
+    /// containerd (go-cni) sends `{"HostPort": 8080, "ContainerPort": 80, "Protocol":
+    /// "tcp", "HostIP": ""}`, its struct having no JSON tags.
+    pub fn from_map(m: &serde_json::Map<String, serde_json::Value>) -> CniResult<RawMapping> {
+        let get = |key: &str| {
+            m.get(key).or_else(|| {
+                m.iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                    .map(|(_, v)| v)
+            })
+        };
+        let int = |key: &str| -> CniResult<i64> {
+            match get(key) {
+                None | Some(serde_json::Value::Null) => Ok(0),
+                Some(v) => v.as_i64().ok_or_else(|| {
+                    CniError::decode(format!("portMappings: {key} is not an integer: {v}"))
+                }),
+            }
+        };
+        let text = |key: &str| -> CniResult<String> {
+            match get(key) {
+                None | Some(serde_json::Value::Null) => Ok(String::new()),
+                Some(serde_json::Value::String(s)) => Ok(s.clone()),
+                Some(v) => Err(CniError::decode(format!(
+                    "portMappings: {key} is not a string: {v}"
+                ))),
+            }
+        };
+        Ok(RawMapping {
+            host_port: int("hostPort")?,
+            container_port: int("containerPort")?,
+            protocol: text("protocol")?,
+            host_ip: text("hostIP")?,
+        })
+    }
 }
 
 /// A checked mapping.
@@ -225,6 +260,7 @@ impl Conf {
             .and_then(|r| r.port_mappings)
             .unwrap_or_default();
         for m in raw_maps {
+            let m = RawMapping::from_map(&m)?;
             let container_port = port("container", m.container_port)?;
             let host_port = port("host", m.host_port)?;
             let proto = protocol(&m.protocol).ok_or_else(|| {
@@ -694,6 +730,28 @@ mod tests {
             let e = conf(bad.clone(), true).unwrap_err();
             assert_eq!(e.code, 7, "{bad}: {}", e.msg);
         }
+    }
+
+    #[test]
+    fn mapping_keys_are_read_in_any_case_as_go_does() {
+        let c = conf(
+            json!({"runtimeConfig": {"portMappings": [
+                {"HostPort": 8080, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
+                {"hostport": 8081, "containerport": 81, "PROTOCOL": "udp", "hostIp": "192.0.2.1"},
+            ]}}),
+            true,
+        )
+        .unwrap();
+        assert_eq!(c.mappings[0].host_port, 8080);
+        assert_eq!(c.mappings[0].container_port, 80);
+        assert_eq!(c.mappings[1].protocol, "udp");
+        assert_eq!(c.mappings[1].host_ip, Some("192.0.2.1".parse().unwrap()));
+        let e = conf(
+            json!({"runtimeConfig": {"portMappings": [{"hostPort": "80", "containerPort": 80}]}}),
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, 6, "{}", e.msg);
     }
 
     #[test]
