@@ -317,51 +317,32 @@ fn bad_configurations_are_refused() {
         return;
     }
     let s = setup(234);
+    // (settings, mappings): every one refused.
     let cases = [
         (
-            pm_conf(
-                &s,
-                json!({}),
-                json!([{"hostPort": 0, "containerPort": 80, "protocol": "tcp"}]),
-            ),
-            999,
+            json!({}),
+            json!([{"hostPort": 0, "containerPort": 80, "protocol": "tcp"}]),
         ),
         (
-            pm_conf(
-                &s,
-                json!({}),
-                json!([{"hostPort": 80, "containerPort": 80, "protocol": "icmp"}]),
-            ),
-            999,
+            json!({}),
+            json!([{"hostPort": 80, "containerPort": 80, "protocol": "icmp"}]),
         ),
-        (pm_conf(&s, json!({"backend": "ebpf"}), mappings()), 999),
+        (json!({"backend": "ebpf"}), mappings()),
         (
-            pm_conf(
-                &s,
-                json!({"backend": "nftables", "conditionsV4": ["-s", "10.0.0.0/8"]}),
-                mappings(),
-            ),
-            999,
+            json!({"backend": "nftables", "conditionsV4": ["-s", "10.0.0.0/8"]}),
+            mappings(),
         ),
         (
-            pm_conf(
-                &s,
-                json!({"markMasqBit": 14, "externalSetMarkChain": "KUBE-MARK-MASQ"}),
-                mappings(),
-            ),
-            999,
+            json!({"markMasqBit": 14, "externalSetMarkChain": "KUBE-MARK-MASQ"}),
+            mappings(),
         ),
         (
-            pm_conf(
-                &s,
-                json!({"runtimeConfig": {"portMappings": "8080"}}),
-                Value::Null,
-            ),
-            999,
+            json!({"runtimeConfig": {"portMappings": "8080"}}),
+            Value::Null,
         ),
     ];
-    for (conf, code) in cases {
-        call(&ours(), &s, "ADD", &conf, "pm1").err(code);
+    for (settings, maps) in cases {
+        call(&ours(), &s, "ADD", &pm_conf(&s, settings, maps), "pm1").err(999);
     }
     // Not chained: no prevResult.
     let mut conf = pm_conf(&s, json!({}), mappings());
