@@ -503,3 +503,60 @@ fn dual_stack_pods_get_both_families() {
         s.node.del(&s.bridge_conf, "pm1", &s.pod);
     }
 }
+
+/// A UDP flow that reached the node's port before the mapping existed keeps going to
+/// the node as long as its conntrack entry lives (NAT is decided by a flow's first
+/// packet): ADD of a UDP mapping deletes such entries, and only those.
+#[test]
+fn stale_udp_entries_of_a_new_host_port_are_deleted() {
+    if !ready() || !require_root(&["python3"]) {
+        return;
+    }
+    let s = setup(240);
+    // A first mapping makes the nat chains, and with them conntrack in the node.
+    let tcp_only = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    call(&ours(), &s, "ADD", &pm_conf(&s, json!({}), tcp_only), "pm1").ok();
+    let send = |port: u16| {
+        s.node.ns.sh(&[
+            "python3",
+            "-c",
+            &format!(
+                "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); \
+                 s.sendto(b'x', ('{NODE_IP}', {port}))"
+            ),
+        ]);
+    };
+    send(5353);
+    send(5454);
+    let entries = || s.node.ns.sh(&["cat", "/proc/net/nf_conntrack"]);
+    let has = |port: u16| {
+        entries()
+            .lines()
+            .any(|l| l.contains("udp") && l.contains(&format!("dport={port} ")))
+    };
+    assert!(
+        has(5353) && has(5454),
+        "no UDP entries to start with: {}",
+        entries()
+    );
+    // The mapping of 5353 (and the TCP one again): 5353's entry goes, 5454's stays.
+    call(
+        &ours(),
+        &s,
+        "ADD",
+        &pm_conf(&s, json!({}), mappings()),
+        "pm1",
+    )
+    .ok();
+    assert!(!has(5353), "the stale entry is still there: {}", entries());
+    assert!(has(5454), "another port's entry went too: {}", entries());
+    call(
+        &ours(),
+        &s,
+        "DEL",
+        &pm_conf(&s, json!({}), mappings()),
+        "pm1",
+    )
+    .ok();
+    s.node.del(&s.bridge_conf, "pm1", &s.pod);
+}

@@ -31,12 +31,16 @@
 //! Errors past the skeleton's own checks are code 999, as the reference plugin
 //! reports them (its config loading and verbs return plain Go errors).
 //!
+//! For UDP mappings ADD then deletes the conntrack entries of the host port that
+//! predate the rules (conntrack.rs), which would keep their flows off the pod.
+//!
 //! Without port mappings ADD passes the previous result on and DEL does nothing, as
 //! the reference plugin: nearly every pod, so that path starts no tool and opens no
 //! socket. DEL removes the container's rules from both backends (whichever made
 //! them): the nftables ones over netlink, the iptables ones only when the
 //! attachment's chain exists.
 
+mod conntrack;
 mod iptables;
 
 use crate::bridge::as_reference;
@@ -382,6 +386,22 @@ fn add(args: &Args) -> CniResult<AddResult> {
             match conf.backend {
                 Backend::Nftables => nft_forward(&conf, &args.container_id, ip)?,
                 Backend::Iptables => iptables::forward(&conf, &args.container_id, ip)?,
+            }
+            let udp: Vec<u16> = conf
+                .mappings_for(ip.is_ipv4())
+                .filter(|m| m.protocol == "udp")
+                .map(|m| m.host_port)
+                .collect();
+            let family = if ip.is_ipv4() {
+                libc::AF_INET
+            } else {
+                libc::AF_INET6
+            };
+            if let Err(e) = conntrack::delete_udp(family as u8, &udp) {
+                eprintln!(
+                    "portmap: stale UDP conntrack entries not deleted: {}",
+                    e.msg
+                );
             }
         }
         if let (true, Some(ip)) = (conf.snat, v4) {
