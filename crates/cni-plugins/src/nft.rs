@@ -15,7 +15,8 @@ use ipnetwork::IpNetwork;
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 
-const NETLINK_NETFILTER: i32 = 12;
+/// The netfilter netlink protocol (nf_tables here, ctnetlink in portmap/conntrack.rs).
+pub const NETLINK_NETFILTER: i32 = 12;
 const SUBSYS: u16 = 10 << 8; // NFNL_SUBSYS_NFTABLES
 const BATCH_BEGIN: u16 = 0x10;
 const BATCH_END: u16 = 0x11;

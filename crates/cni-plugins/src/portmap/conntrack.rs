@@ -8,10 +8,10 @@
 //! port are deleted, as the reference plugin does; best effort (a failure is only
 //! reported on stderr). TCP needs nothing: a new connection is a new entry.
 
+use crate::nft::NETLINK_NETFILTER;
 use crate::rawnl::{self, Builder, Socket, NLMSG_DONE, NLMSG_ERROR};
 use cni::CniResult;
 
-const NETLINK_NETFILTER: i32 = 12;
 const CTNETLINK: u16 = 1 << 8;
 const CT_GET: u16 = 1;
 const CT_DELETE: u16 = 2;
