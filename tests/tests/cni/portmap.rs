@@ -560,3 +560,26 @@ fn stale_udp_entries_of_a_new_host_port_are_deleted() {
     .ok();
     s.node.del(&s.bridge_conf, "pm1", &s.pod);
 }
+
+/// An ADD that fails after its mappings went in (nft refuses the conditions of the hook
+/// rules, which come last) leaves none of the container's rules.
+#[test]
+fn a_failed_add_leaves_no_rules() {
+    if !ready() {
+        return;
+    }
+    let s = setup(241);
+    let bad = pm_conf(
+        &s,
+        json!({"conditionsV4": ["ip", "saddr", "no-such-address"]}),
+        mappings(),
+    );
+    call(&ours(), &s, "ADD", &bad, "pm1").err(999);
+    assert!(
+        !nft_lines(&s.node).iter().any(|l| l.contains("\"pm1\"")),
+        "{:?}",
+        nft_lines(&s.node)
+    );
+    assert_eq!(fetch(&s.node.ns, &format!("http://{NODE_IP}:8080/f")), None);
+    s.node.del(&s.bridge_conf, "pm1", &s.pod);
+}

@@ -414,8 +414,25 @@ fn add(args: &Args) -> CniResult<AddResult> {
         }
         Ok(())
     })();
+    // A failed ADD leaves none of its rules (one family's may be in, or the mappings
+    // without the hook rules that nft refused).
+    if res.is_err() {
+        let _ = remove_rules(&conf, &args.container_id);
+    }
     let done = Finish::default().run();
     res.and(done).map(|_| prev)
+}
+
+/// Every rule of the container, in both backends: the nftables ones by their comment,
+/// the iptables chain where it exists.
+fn remove_rules(conf: &Conf, container_id: &str) -> CniResult<()> {
+    if nftables_present() {
+        let mut n = Nft::open()?;
+        let r = n.delete_in(&[NFPROTO_IPV4, NFPROTO_IPV6], NFT_TABLE, container_id);
+        finish::defer_close(n.into_fd());
+        r?;
+    }
+    iptables::teardown(conf, container_id)
 }
 
 fn del(args: &Args) -> CniResult<()> {
@@ -423,15 +440,7 @@ fn del(args: &Args) -> CniResult<()> {
     if conf.mappings.is_empty() {
         return Ok(());
     }
-    let res = (|| {
-        if nftables_present() {
-            let mut n = Nft::open()?;
-            let r = n.delete_in(&[NFPROTO_IPV4, NFPROTO_IPV6], NFT_TABLE, &args.container_id);
-            finish::defer_close(n.into_fd());
-            r?;
-        }
-        iptables::teardown(&conf, &args.container_id)
-    })();
+    let res = remove_rules(&conf, &args.container_id);
     let done = Finish::default().run();
     res.and(done)
 }
