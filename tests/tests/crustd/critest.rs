@@ -1,0 +1,137 @@
+//! The CRI conformance suite (critest 1.36 of ../shared/tools/kubernetes-e2e-v1.28.7)
+//! against crustd as a node runs it: crust's own `bridge`, `host-local` and `portmap`
+//! from the packaged conflist, images pulled from a registry on the node's loopback
+//! that mirrors `registry.k8s.io` (the offline stand-ins pushed there by the tools'
+//! `install`). critest runs in the node's network namespace (and the host's mount
+//! namespace, as crustd), so its port-mapping and port-forward specs dial the node as a
+//! user on it would.
+//!
+//! Skipped, and only these: the specs whose images are cri-tools' own test images on
+//! gcr.io or `k8s.gcr.io/pause`, of which there are no offline stand-ins (every one
+//! fails with "failed to pull image" here whatever the runtime).
+
+use crust_e2e::crustd::{Crustd, Options};
+use crust_e2e::registry::Registry;
+use crust_e2e::{require_root, run, TempDir};
+use std::path::{Path, PathBuf};
+
+/// The specs that pull images only the Internet has.
+const NEEDS_THE_INTERNET: &[&str] = &[
+    r"Image Manager",
+    r"Image Consistency",
+    r"Image Identifier Consistency",
+    r"Image Volume",
+    r"SupplementalGroupsPolicy",
+    r"portforward in host network",
+];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn critest_passes_with_crusts_plugins() {
+    if !require_root(&["docker-registry", "skopeo", "xz", "nsenter"]) {
+        return;
+    }
+    let tools = workspace().join("../shared/tools/kubernetes-e2e-v1.28.7");
+    let e2e_bin = std::env::var_os("CRUST_E2E_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/e2e-bin"));
+    assert!(
+        tools.join("install").is_file() && e2e_bin.join("critest").is_file(),
+        "critest needs {} unpacked into {} (hack/deps does it)",
+        tools.display(),
+        e2e_bin.display()
+    );
+    let certs = TempDir::new("crcerts");
+    let d = Crustd::start_with(Options {
+        cni_conf: false,
+        subnet: 73,
+        extra_args: vec![
+            "--registry-config-dir".into(),
+            certs.path().display().to_string(),
+        ],
+        ..Default::default()
+    });
+    // The packaged conflist, on this node's bridge and subnet.
+    let mut conf: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace().join("packaging/cni/10-crust.conflist")).unwrap(),
+    )
+    .unwrap();
+    conf["plugins"][0]["bridge"] = d.bridge.clone().into();
+    conf["plugins"][0]["ipam"]["ranges"] = serde_json::json!([[{"subnet": "10.73.0.0/16"}]]);
+    conf["plugins"][0]["ipam"]["dataDir"] = d.ipam_data.path().display().to_string().into();
+    assert_eq!(conf["plugins"][1]["type"], "portmap");
+    std::fs::write(
+        d.conf_dir.path().join("10-crust.conflist"),
+        conf.to_string(),
+    )
+    .unwrap();
+
+    let reg = Registry::start_with(None, Some(&d.node));
+    let mirror = certs.path().join("registry.k8s.io");
+    std::fs::create_dir_all(&mirror).unwrap();
+    std::fs::write(
+        mirror.join("hosts.toml"),
+        format!(
+            "server = \"https://registry.k8s.io\"\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            reg.addr
+        ),
+    )
+    .unwrap();
+    let unpacked = TempDir::new("crbin");
+    let out = run(d
+        .node
+        .cmd(tools.join("install"))
+        .arg(unpacked.path())
+        .arg(&reg.addr));
+    assert!(
+        out.status.success(),
+        "pushing the e2e images: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let report = TempDir::new("crreport");
+    // Only the network namespace is entered (`ip netns exec` would also give critest
+    // a mount namespace of its own, hiding the host mounts its propagation specs make
+    // from crustd).
+    let out = run(std::process::Command::new("nsenter")
+        .arg(format!("--net={}", d.node.path().display()))
+        .arg(e2e_bin.join("critest"))
+        .arg(format!("-runtime-endpoint=unix://{}", d.socket.display()))
+        .arg(format!("-image-endpoint=unix://{}", d.socket.display()))
+        .arg(format!("-ginkgo.skip={}", NEEDS_THE_INTERNET.join("|")))
+        .arg("-ginkgo.no-color")
+        .arg(format!("-report-dir={}", report.path().display()))
+        .current_dir(report.path()));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let summary = text
+        .lines()
+        .filter(|l| l.contains("Passed") && l.contains("Failed"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        out.status.success(),
+        "critest failed ({summary}):\n{}",
+        text.lines()
+            .filter(|l| l.contains("[FAIL]") || l.contains("[FAILED]") || l.contains("error"))
+            .take(60)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // It ran the suite, not an empty focus.
+    let passed: usize = summary
+        .split_whitespace()
+        .zip(summary.split_whitespace().skip(1))
+        .find(|(_, w)| *w == "Passed")
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        passed >= 80,
+        "critest passed only {passed} specs: {summary}"
+    );
+    println!("critest: {summary}");
+}
