@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = IpamConfig::parse(data, &[]);
     if let Ok(raw) = cni::types::decode::<PortMapConf>(data, "portmap configuration") {
         for nft_here in [true, false] {
-            if let Ok(c) = PortmapConf::from_raw("net", raw.clone(), nft_here) {
+            if let Ok(c) = PortmapConf::from_raw("net", raw.clone(), || nft_here) {
                 let _ = (c.mappings_for(true).count(), c.mappings_for(false).count());
             }
         }

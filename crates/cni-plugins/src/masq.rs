@@ -77,22 +77,40 @@ pub fn comment(backend: Backend, network: &str, container_id: &str) -> String {
     }
 }
 
-fn run_tool(tool: &str, args: &[&str]) -> CniResult<String> {
+/// How a run of a tool ended: its exit code (-1: killed) and what it said.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `tool` (found by [`find_tool`]) with `args` and no stdin.
+pub fn run_tool_status(tool: &str, args: &[&str]) -> CniResult<Ran> {
     let path = find_tool(tool)
-        .ok_or_else(|| CniError::io(format!("ipMasq needs `{tool}`, which is not installed")))?;
+        .ok_or_else(|| CniError::io(format!("`{tool}` is needed but not installed")))?;
     let out = Command::new(&path)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| CniError::io(format!("failed to run {tool}: {e}")))?;
-    if !out.status.success() {
+    Ok(Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    })
+}
+
+/// Runs `tool` and requires success; its stdout.
+pub fn run_tool(tool: &str, args: &[&str]) -> CniResult<String> {
+    let r = run_tool_status(tool, args)?;
+    if r.code != 0 {
         return Err(CniError::io(format!(
             "{tool} {} failed: {}",
             args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim(),
+            r.stderr
         )));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(r.stdout)
 }
 
 fn multicast(net: &IpNetwork) -> &'static str {

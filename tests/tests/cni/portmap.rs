@@ -196,6 +196,16 @@ fn assert_forwarded(s: &Setup) {
     );
 }
 
+/// None of the container's rules in either backend: no nftables rule commented with
+/// its id, no iptables chain of an attachment.
+fn assert_no_rules_of(s: &Setup, id: &str) {
+    let nft = nft_lines(&s.node);
+    let mark = format!("\"{id}\"");
+    assert!(!nft.iter().any(|l| l.contains(&mark)), "{nft:?}");
+    let ipt = s.node.ipt_rules();
+    assert!(!ipt.iter().any(|l| l.contains("CNI-DN-")), "{ipt:?}");
+}
+
 fn assert_not_forwarded(s: &Setup) {
     assert_eq!(fetch(&s.node.ns, &format!("http://{NODE_IP}:8080/f")), None);
     assert_eq!(fetch(&s.node.ns, "http://127.0.0.1:8080/f"), None);
@@ -267,16 +277,7 @@ fn host_ports_reach_the_pod_in_each_backend() {
         let del = call(&ours(), &s, "DEL", &conf, "pm1");
         assert!(del.stdout.trim().is_empty(), "DEL printed {}", del.stdout);
         del.ok();
-        assert!(
-            !nft_lines(&s.node).iter().any(|l| l.contains("\"pm1\"")),
-            "{backend}: {:?}",
-            nft_lines(&s.node)
-        );
-        assert!(
-            !s.node.ipt_rules().iter().any(|l| l.contains("CNI-DN-")),
-            "{backend}: {:?}",
-            s.node.ipt_rules()
-        );
+        assert_no_rules_of(&s, "pm1");
         assert_not_forwarded(&s);
         call(&ours(), &s, "CHECK", &conf, "pm1").err(999);
         // DEL again (the runtime retries): nothing there is not an error.
@@ -408,11 +409,7 @@ fn iptables_rules_are_the_reference_plugins() {
     call(&ours(), &s, "CHECK", &ipt_conf, "pm1").ok();
     // Our DEL, set to its default backend (nftables), removes the reference's chain.
     call(&ours(), &s, "DEL", &conf, "pm1").ok();
-    assert!(
-        !s.node.ipt_rules().iter().any(|l| l.contains("CNI-DN-")),
-        "{:?}",
-        s.node.ipt_rules()
-    );
+    assert_no_rules_of(&s, "pm1");
     assert_not_forwarded(&s);
 
     call(&ours(), &s, "ADD", &ipt_conf, "pm1").ok();
@@ -425,11 +422,7 @@ fn iptables_rules_are_the_reference_plugins() {
     assert_forwarded(&s);
     // The reference's DEL removes them.
     call(&reference, &s, "DEL", &conf, "pm1").ok();
-    assert!(
-        !s.node.ipt_rules().iter().any(|l| l.contains("CNI-DN-")),
-        "{:?}",
-        s.node.ipt_rules()
-    );
+    assert_no_rules_of(&s, "pm1");
     assert_not_forwarded(&s);
     s.node.del(&s.bridge_conf, "pm1", &s.pod);
 }
@@ -490,16 +483,7 @@ fn dual_stack_pods_get_both_families() {
         }
         call(&ours(), &s, "DEL", &conf, "pm1").ok();
         assert_eq!(fetch(&s.node.ns, &gw6), None, "{backend}: after DEL");
-        assert!(
-            !nft_lines(&s.node).iter().any(|l| l.contains("\"pm1\"")),
-            "{:?}",
-            nft_lines(&s.node)
-        );
-        assert!(
-            !s.node.ipt_rules().iter().any(|l| l.contains("CNI-DN-")),
-            "{:?}",
-            s.node.ipt_rules()
-        );
+        assert_no_rules_of(&s, "pm1");
         s.node.del(&s.bridge_conf, "pm1", &s.pod);
     }
 }
@@ -575,11 +559,7 @@ fn a_failed_add_leaves_no_rules() {
         mappings(),
     );
     call(&ours(), &s, "ADD", &bad, "pm1").err(999);
-    assert!(
-        !nft_lines(&s.node).iter().any(|l| l.contains("\"pm1\"")),
-        "{:?}",
-        nft_lines(&s.node)
-    );
+    assert_no_rules_of(&s, "pm1");
     assert_eq!(fetch(&s.node.ns, &format!("http://{NODE_IP}:8080/f")), None);
     s.node.del(&s.bridge_conf, "pm1", &s.pod);
 }

@@ -14,10 +14,9 @@
 //! ```
 
 use super::Conf;
-use crate::masq::find_tool;
+use crate::masq::{find_tool, run_tool, run_tool_status, Ran};
 use cni::{CniError, CniResult};
 use ipnetwork::IpNetwork;
-use std::process::{Command, Stdio};
 
 const TOP_DNAT: &str = "CNI-HOSTPORT-DNAT";
 const SET_MARK: &str = "CNI-HOSTPORT-SETMARK";
@@ -27,13 +26,6 @@ struct Ipt {
     tool: &'static str,
 }
 
-/// How a run of the tool ended: its exit code and what it said.
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 impl Ipt {
     fn for_ip(v4: bool) -> Ipt {
         Ipt {
@@ -41,38 +33,14 @@ impl Ipt {
         }
     }
 
+    /// `TOOL -w -t nat ARGS`, however it ends.
     fn run(&self, args: &[&str]) -> CniResult<Ran> {
-        let path = find_tool(self.tool).ok_or_else(|| {
-            CniError::io(format!(
-                "the iptables backend needs `{}`, which is not installed",
-                self.tool
-            ))
-        })?;
-        let out = Command::new(path)
-            .args(["-w", "-t", "nat"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| CniError::io(format!("failed to run {}: {e}", self.tool)))?;
-        Ok(Ran {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        })
+        run_tool_status(self.tool, &nat(args))
     }
 
     /// Runs and requires success.
     fn must(&self, args: &[&str]) -> CniResult<String> {
-        let r = self.run(args)?;
-        if r.code != 0 {
-            return Err(CniError::io(format!(
-                "{} -t nat {} failed: {}",
-                self.tool,
-                args.join(" "),
-                r.stderr
-            )));
-        }
-        Ok(r.stdout)
+        run_tool(self.tool, &nat(args))
     }
 
     fn chain_exists(&self, chain: &str) -> CniResult<bool> {
@@ -131,6 +99,13 @@ struct Chain {
     entry_rules: Vec<Vec<String>>,
     rules: Vec<Vec<String>>,
     prepend_entry: bool,
+}
+
+/// `-w -t nat` before `args`: wait for the xtables lock, in the nat table.
+fn nat<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["-w", "-t", "nat"];
+    v.extend_from_slice(args);
+    v
 }
 
 fn words(s: &[&str]) -> Vec<String> {
@@ -425,7 +400,7 @@ mod tests {
                 {"hostPort": 9090, "containerPort": 90, "protocol": "tcp", "hostIP": "2001:db8::1"},
             ]}}))
             .unwrap(),
-            true,
+            || true,
         )
         .unwrap();
         let c = filled_dnat_chain(&conf, "cid", "10.88.0.5/16".parse().unwrap());

@@ -200,11 +200,22 @@ fn conditions_backend(c: &[String]) -> Option<Backend> {
 impl Conf {
     pub fn parse(args: &Args) -> CniResult<Conf> {
         let raw: PortMapConf = cni::types::decode(&args.stdin, "portmap configuration")?;
-        Conf::from_raw(&args.conf.name, raw, nftables_present())
+        Conf::from_raw(&args.conf.name, raw, nftables_present)
     }
 
-    /// `nft_here`: whether the node has nftables (the backend when none is asked).
-    pub fn from_raw(network: &str, raw: PortMapConf, nft_here: bool) -> CniResult<Conf> {
+    /// `nft_here`: whether the node has nftables (the backend when none is asked);
+    /// asked only when the choice rests on it and there is something to map, so the
+    /// ADD of a pod without host ports looks nothing up.
+    pub fn from_raw(
+        network: &str,
+        raw: PortMapConf,
+        nft_here: impl FnOnce() -> bool,
+    ) -> CniResult<Conf> {
+        let has_mappings = raw
+            .runtime_config
+            .as_ref()
+            .and_then(|r| r.port_mappings.as_ref())
+            .is_some_and(|m| !m.is_empty());
         if raw.mark_masq_bit.is_some() && raw.external_set_mark_chain.is_some() {
             return Err(CniError::config(
                 "cannot specify both externalSetMarkChain and markMasqBit",
@@ -239,7 +250,7 @@ impl Conf {
             }
             None => match only.first() {
                 Some((b, _)) => *b,
-                None if nft_here => Backend::Nftables,
+                None if has_mappings && nft_here() => Backend::Nftables,
                 None => Backend::Iptables,
             },
         };
@@ -717,16 +728,21 @@ mod tests {
     use serde_json::json;
 
     fn conf(v: serde_json::Value, nft_here: bool) -> CniResult<Conf> {
-        Conf::from_raw("net", serde_json::from_value(v).unwrap(), nft_here)
+        Conf::from_raw("net", serde_json::from_value(v).unwrap(), || nft_here)
     }
 
     #[test]
     fn defaults_and_backend_choice() {
-        let c = conf(json!({}), true).unwrap();
+        let one = json!({"runtimeConfig": {"portMappings": [
+            {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}});
+        let c = conf(one.clone(), true).unwrap();
         assert!(c.snat);
         assert_eq!(c.mark_bit, 13);
         assert_eq!(c.backend, Backend::Nftables);
-        assert_eq!(conf(json!({}), false).unwrap().backend, Backend::Iptables);
+        assert_eq!(conf(one, false).unwrap().backend, Backend::Iptables);
+        // Nothing to map: the node is not asked.
+        let c = Conf::from_raw("net", PortMapConf::default(), || panic!("asked")).unwrap();
+        assert!(c.mappings.is_empty());
         // Options of one backend choose it when none is named...
         let c = conf(json!({"conditionsV4": ["-s", "1.2.3.4"]}), true).unwrap();
         assert_eq!(c.backend, Backend::Iptables);
