@@ -187,10 +187,10 @@ fn create(
         failpoint!("run_sandbox.after_cni_add");
         rec.ips = network::pod_ips(&result);
         if let Some(n) = rec.network.as_mut() {
-            n.result = result
-                .to_value(&result.cni_version.clone())
-                .ok()
-                .or_else(|| serde_json::to_value(&result).ok());
+            n.result = match result.to_value(&result.cni_version.clone()) {
+                Ok(v) => util::RawJson::from_value(&v),
+                Err(_) => util::RawJson::from_value(&result),
+            };
         }
     }
 

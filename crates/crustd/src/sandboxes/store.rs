@@ -51,7 +51,7 @@ pub struct NetworkRef {
     pub ifname: String,
     /// The CNI result JSON, for the verbose status.
     #[serde(default)]
-    pub result: Option<serde_json::Value>,
+    pub result: Option<util::RawJson>,
     /// DEL succeeded; nothing left to tear down.
     #[serde(default)]
     pub torn_down: bool,
@@ -324,5 +324,32 @@ mod tests {
         s.delete_files("abcdef").unwrap();
         s.delete_files("abcdef").unwrap();
         let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn the_cni_result_is_kept_as_its_json_text_and_written_as_json() {
+        let mut r = rec("abc");
+        let result =
+            serde_json::json!({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]});
+        r.network = Some(NetworkRef {
+            conf_path: "/etc/cni/net.d/10-x.conflist".into(),
+            conf: "{}".into(),
+            args: vec![],
+            capability_args: Default::default(),
+            ifname: "eth0".into(),
+            result: util::RawJson::from_value(&result),
+            torn_down: false,
+        });
+        let text = serde_json::to_value(&r).unwrap();
+        // An object in the file, as records written before it was raw text.
+        assert_eq!(text["network"]["result"], result);
+        let back: SandboxRecord =
+            serde_json::from_slice(&serde_json::to_vec(&text).unwrap()).unwrap();
+        assert_eq!(back, r);
+        let raw = back.network.unwrap().result.unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(raw.0.get()).unwrap(),
+            result
+        );
     }
 }
