@@ -12,8 +12,17 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// What makes two events the same: the object (namespace, name, uid), type, reason and
-/// message.
-type Key = (String, String, String, &'static str, String, String);
+/// message, kept as a 64-bit hash of them. The strings themselves took about a
+/// kilobyte per remembered event (three or more for every pod a node ran); two keys
+/// sharing a hash would only count one event on the other's.
+type Key = u64;
+
+fn key(parts: (&str, &str, &str, &str, &str, &str)) -> Key {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
 
 /// At most this many events are remembered for counting; past it, the memory starts over.
 const REMEMBERED: usize = 4096;
@@ -46,14 +55,14 @@ impl Recorder {
         // A Node's events go to `default`, as the kubelet's.
         let ns = object.namespace.clone().unwrap_or_else(|| "default".into());
         let name = object.name.clone().unwrap_or_default();
-        let key = (
-            ns.clone(),
-            name.clone(),
-            object.uid.clone().unwrap_or_default(),
+        let key = key((
+            &ns,
+            &name,
+            object.uid.as_deref().unwrap_or_default(),
             type_,
-            reason.to_string(),
-            message.to_string(),
-        );
+            reason,
+            message,
+        ));
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         let now = Timestamp::now();
         let before = self.posted.lock().unwrap().get(&key).cloned();

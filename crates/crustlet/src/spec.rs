@@ -44,8 +44,11 @@ pub fn uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or("")
 }
 
-pub fn spec(pod: &Pod) -> PodSpec {
-    pod.spec.clone().unwrap_or_default()
+/// The pod's spec, borrowed: a clone is a deep copy of every container, volume and
+/// toleration, which a sync of each of 250 pods would make several times over.
+pub fn spec(pod: &Pod) -> &PodSpec {
+    static EMPTY: std::sync::LazyLock<PodSpec> = std::sync::LazyLock::new(PodSpec::default);
+    pod.spec.as_ref().unwrap_or(&EMPTY)
 }
 
 /// `namespace/name`, for logs and events.
@@ -178,13 +181,13 @@ pub fn sandbox_config(
         },
         log_directory: log_directory(cfg, pod),
         dns_config: Some(dns_config(cfg, pod)),
-        port_mappings: port_mappings(&spec),
+        port_mappings: port_mappings(spec),
         labels,
         annotations,
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: cfg.pod_cgroup(&qos(pod), uid(pod)),
             security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespaces(&spec)),
+                namespace_options: Some(namespaces(spec)),
                 run_as_user: psc.run_as_user.map(|value| cri::Int64Value { value }),
                 run_as_group: psc.run_as_group.map(|value| cri::Int64Value { value }),
                 supplemental_groups: supplemental_groups(&psc),
@@ -217,6 +220,7 @@ pub fn hostname_and_domain(cfg: &Config, pod: &Pod) -> (String, Option<String>) 
     let hostname = hostname.trim_end_matches(['-', '.']).to_string();
     let domain = spec
         .subdomain
+        .clone()
         .filter(|s| !s.is_empty())
         .map(|s| format!("{s}.{}.svc.{}", namespace(pod), cfg.cluster_domain));
     (hostname, domain)
@@ -247,7 +251,7 @@ pub fn hosts_file(cfg: &Config, pod: &Pod, ips: &[String], node_hosts: &str) -> 
             }
         }
     }
-    let aliases = spec.host_aliases.unwrap_or_default();
+    let aliases = spec.host_aliases.clone().unwrap_or_default();
     if !aliases.is_empty() {
         out.push_str("\n# Entries added by HostAliases.\n");
         for a in aliases {
@@ -381,16 +385,17 @@ pub fn dns_config(cfg: &Config, pod: &Pod) -> cri::DnsConfig {
             options: hopts,
         },
     };
-    if let Some(extra) = spec.dns_config {
-        d.servers.extend(extra.nameservers.unwrap_or_default());
-        d.searches.extend(extra.searches.unwrap_or_default());
-        for o in extra.options.unwrap_or_default() {
-            let Some(name) = o.name else { continue };
+    if let Some(extra) = &spec.dns_config {
+        d.servers
+            .extend(extra.nameservers.iter().flatten().cloned());
+        d.searches.extend(extra.searches.iter().flatten().cloned());
+        for o in extra.options.iter().flatten() {
+            let Some(name) = &o.name else { continue };
             d.options
                 .retain(|x| x.split(':').next() != Some(name.as_str()));
-            d.options.push(match o.value {
+            d.options.push(match &o.value {
                 Some(v) => format!("{name}:{v}"),
-                None => name,
+                None => name.clone(),
             });
         }
     }
@@ -773,7 +778,7 @@ pub fn container_config(
                     ..Default::default()
                 }),
                 privileged: sc.privileged.unwrap_or(false),
-                namespace_options: Some(namespaces(&spec)),
+                namespace_options: Some(namespaces(spec)),
                 run_as_user: sc
                     .run_as_user
                     .or(psc.run_as_user)

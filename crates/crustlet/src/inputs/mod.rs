@@ -198,6 +198,7 @@ impl Inputs<'_> {
         let d = dir(plugin);
         let fs_group = spec::spec(self.pod)
             .security_context
+            .as_ref()
             .and_then(|s| s.fs_group);
         write_atomically(&d, &files, fs_group).map_err(|e| io(&d, e))?;
         Ok(d)
@@ -337,6 +338,7 @@ impl Inputs<'_> {
     ) -> Result<String, InputError> {
         let sa = spec::spec(self.pod)
             .service_account_name
+            .clone()
             .unwrap_or_else(|| "default".into());
         let api: Api<ServiceAccount> =
             Api::namespaced(self.client("a service account token")?.clone(), self.ns());
@@ -377,8 +379,11 @@ impl Inputs<'_> {
             "metadata.uid" => spec::uid(self.pod).into(),
             "metadata.labels" => kv(m.labels.as_ref()),
             "metadata.annotations" => kv(m.annotations.as_ref()),
-            "spec.nodeName" => spec.node_name.unwrap_or_else(|| self.node_name.into()),
-            "spec.serviceAccountName" => spec.service_account_name.unwrap_or_default(),
+            "spec.nodeName" => spec
+                .node_name
+                .clone()
+                .unwrap_or_else(|| self.node_name.into()),
+            "spec.serviceAccountName" => spec.service_account_name.clone().unwrap_or_default(),
             "status.hostIP" => status.host_ip.unwrap_or_else(|| self.node_ip.into()),
             "status.podIP" => status.pod_ip.unwrap_or_default(),
             p => {

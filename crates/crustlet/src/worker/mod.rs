@@ -398,9 +398,9 @@ impl Worker {
             return Ok(());
         };
         let instances = self.instances(&sandbox_id).await?;
-        let initialized = self.init_containers(pod, &spec, &policy, &instances).await;
+        let initialized = self.init_containers(pod, spec, &policy, &instances).await;
         if initialized {
-            self.app_containers(pod, &spec, &policy, &instances).await;
+            self.app_containers(pod, spec, &policy, &instances).await;
         }
 
         let instances = self.instances(&sandbox_id).await?;

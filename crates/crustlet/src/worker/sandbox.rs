@@ -149,7 +149,10 @@ impl Worker {
             .runtime
             .run_pod_sandbox(cri::RunPodSandboxRequest {
                 config: Some(config.clone()),
-                runtime_handler: spec::spec(pod).runtime_class_name.unwrap_or_default(),
+                runtime_handler: spec::spec(pod)
+                    .runtime_class_name
+                    .clone()
+                    .unwrap_or_default(),
             })
             .await;
         match r {

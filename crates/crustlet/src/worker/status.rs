@@ -72,6 +72,7 @@ fn waiting_state(pod: &Pod, waiting: Option<&(String, String)>) -> ContainerStat
             || {
                 if spec::spec(pod)
                     .init_containers
+                    .as_ref()
                     .is_some_and(|i| !i.is_empty())
                 {
                     "PodInitializing".into()
