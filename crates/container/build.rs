@@ -11,9 +11,12 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The flags that make `_start` the entry point and the binaries static and position
-/// dependent (see crates/pause/src/sys.rs).
-const PAUSE_RUSTFLAGS: &str =
-    "-C link-arg=-nostartfiles -C link-arg=-static -C relocation-model=static";
+/// dependent (see crates/pause/src/sys.rs). `-z norelro`: no loader ever write-protects
+/// a RELRO segment in a binary without libc, and with one the kernel zero-fills the
+/// rest of the page after its few GOT bytes: a dirty page in every pod's monitor. Without
+/// it the GOT shares its page with the start of `.bss`, which is dirtied anyway.
+const PAUSE_RUSTFLAGS: &str = "-C link-arg=-nostartfiles -C link-arg=-static \
+    -C link-arg=-Wl,-z,norelro -C relocation-model=static";
 
 /// The target arches crates/pause has an entry point and syscall numbers for (its
 /// `sys.rs`); the executor's seccomp tables are per arch too (`src/executor/syscalls/`).
