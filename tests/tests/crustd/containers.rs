@@ -517,6 +517,64 @@ impl Drop for HostMounts {
     }
 }
 
+/// A CreateContainer whose caller is gone before it ends (its deadline passed, or a
+/// kubelet restarted in the middle of the call) still ends as it would have: the
+/// container is made and listed, or not made and its name free. It was once made,
+/// its name reserved and nothing listing it, so that every retry of the kubelet's
+/// failed on the name ("failed to reserve container name") for as long as crustd ran.
+#[tokio::test]
+async fn a_create_whose_caller_left_is_listed_or_undone() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("left").await;
+    // crustd answers 5 ms before the deadline: past the call's start, well before a
+    // debug build has made a container (tens of milliseconds).
+    let (mut c, conn) = client_with_grpc_timeout(&e.d.socket, "10m").await;
+    let err = c
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(ctr("c", &["sleep", "1000"])),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .expect_err("past its deadline");
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    drop(c);
+    conn.await.unwrap().expect("the connection closes cleanly");
+    // The call, wherever it was cut, has ended within this (a create takes well under
+    // a second here, seconds under emulation).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        let listed: Vec<_> = list_containers(&mut e.c)
+            .await
+            .into_iter()
+            .filter(|x| x.metadata.as_ref().is_some_and(|m| m.name == "c"))
+            .collect();
+        if !listed.is_empty() || Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    match listed.as_slice() {
+        [made] => {
+            // Made: it is a container like any other, and the name is taken by it.
+            let again = e.try_create(&pod, ctr("c", &["sleep", "1000"])).await;
+            let err = again.expect_err("the name is taken");
+            assert!(err.message().contains(&made.id), "{err:?}");
+            e.start(&made.id).await;
+            e.stop(&made.id, 0).await;
+            e.remove(&made.id).await;
+        }
+        [] => {}
+        more => panic!("one call made {} containers", more.len()),
+    }
+    // Either way the name is free now.
+    let id = e.create(&pod, ctr("c", &["sleep", "1000"])).await;
+    e.remove(&id).await;
+}
+
 /// A CRI client that leaves its deadline to the server: tonic's generated client on a
 /// bare HTTP/2 connection (hyper) to `socket` whose every request carries
 /// `grpc-timeout: timeout`. (A tonic `Channel` enforces that header itself and answers

@@ -40,6 +40,19 @@ fn done<T>(
     }
 }
 
+/// Runs a call that changes the node to its end, even when its caller is gone. tonic
+/// drops a handler's future when the client's deadline passes or its connection
+/// closes (a kubelet restarted in the middle of a call): a CreateContainer dropped
+/// between making the container and putting it in the store left it made, its name
+/// reserved and nothing listing it, and every retry failed on the name. Run apart, the
+/// call finishes (or rolls back) as it would have; its answer then goes nowhere, and
+/// what it did is in the store for the caller's next List.
+async fn detached<T: Send + 'static>(
+    call: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(call).await.map_err(Error::internal)?
+}
+
 fn later<T>(what: &str) -> std::result::Result<Response<T>, Status> {
     Err(Error::Unimplemented(format!("{what} is not implemented in crust yet")).into())
 }
@@ -66,23 +79,24 @@ impl RuntimeService for Service {
             .map(|m| format!("{}/{}", m.namespace, m.name))
             .unwrap_or_default();
         let crust = self.crust.clone();
-        let res = tokio::task::spawn_blocking(move || run::run(&crust, req))
-            .await
-            .map_err(Error::internal)
-            .and_then(|r| r)
-            .map(|id| RunPodSandboxResponse { pod_sandbox_id: id });
-        if let Ok(r) = &res {
-            let id = &r.pod_sandbox_id;
-            if let Ok(sb) = self.crust.store.get(id) {
-                crate::sandboxes::liveness::watch(self.crust.clone(), sb);
+        let res = detached(async move {
+            let c = crust.clone();
+            let id = tokio::task::spawn_blocking(move || run::run(&c, req))
+                .await
+                .map_err(Error::internal)??;
+            if let Ok(sb) = crust.store.get(&id) {
+                crate::sandboxes::liveness::watch(crust.clone(), sb);
             }
             for kind in [
                 ContainerEventType::ContainerCreatedEvent,
                 ContainerEventType::ContainerStartedEvent,
             ] {
-                self.crust.events.emit(id, id, kind);
+                crust.events.emit(&id, &id, kind);
             }
-        }
+            Ok(id)
+        })
+        .await
+        .map(|id| RunPodSandboxResponse { pod_sandbox_id: id });
         let id = res
             .as_ref()
             .map(|r| r.pod_sandbox_id.clone())
@@ -96,7 +110,8 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StopPodSandboxResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().pod_sandbox_id;
-        let res = stop::stop(self.crust.clone(), &id)
+        let (crust, i) = (self.crust.clone(), id.clone());
+        let res = detached(async move { stop::stop(crust, &i).await })
             .await
             .map(|_| StopPodSandboxResponse {});
         done("StopPodSandbox", &id, t, res)
@@ -108,7 +123,8 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<RemovePodSandboxResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().pod_sandbox_id;
-        let res = stop::remove(self.crust.clone(), &id)
+        let (crust, i) = (self.crust.clone(), id.clone());
+        let res = detached(async move { stop::remove(crust, &i).await })
             .await
             .map(|_| RemovePodSandboxResponse {});
         done("RemovePodSandbox", &id, t, res)
@@ -149,7 +165,7 @@ impl RuntimeService for Service {
         let t = Instant::now();
         let req = r.into_inner();
         let sandbox = req.pod_sandbox_id.clone();
-        let res = containers::create::create(self.crust.clone(), req)
+        let res = detached(containers::create::create(self.crust.clone(), req))
             .await
             .map(|container_id| CreateContainerResponse { container_id });
         let id = res
@@ -165,7 +181,8 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StartContainerResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = containers::lifecycle::start(self.crust.clone(), &id)
+        let (crust, i) = (self.crust.clone(), id.clone());
+        let res = detached(async move { containers::lifecycle::start(crust, &i).await })
             .await
             .map(|()| StartContainerResponse {});
         done("StartContainer", &id, t, res)
@@ -177,9 +194,11 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<StopContainerResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
-        let res = containers::lifecycle::stop(self.crust.clone(), &req.container_id, req.timeout)
-            .await
-            .map(|()| StopContainerResponse {});
+        let (crust, i) = (self.crust.clone(), req.container_id.clone());
+        let res =
+            detached(async move { containers::lifecycle::stop(crust, &i, req.timeout).await })
+                .await
+                .map(|()| StopContainerResponse {});
         done("StopContainer", &req.container_id, t, res)
     }
 
@@ -189,7 +208,8 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<RemoveContainerResponse>, Status> {
         let t = Instant::now();
         let id = r.into_inner().container_id;
-        let res = containers::lifecycle::remove(self.crust.clone(), &id)
+        let (crust, i) = (self.crust.clone(), id.clone());
+        let res = detached(async move { containers::lifecycle::remove(crust, &i).await })
             .await
             .map(|()| RemoveContainerResponse {});
         done("RemoveContainer", &id, t, res)
@@ -223,10 +243,13 @@ impl RuntimeService for Service {
     ) -> std::result::Result<Response<UpdateContainerResourcesResponse>, Status> {
         let t = Instant::now();
         let req = r.into_inner();
+        let (crust, i) = (self.crust.clone(), req.container_id.clone());
         let res =
-            containers::update::update_resources(self.crust.clone(), &req.container_id, req.linux)
-                .await
-                .map(|()| UpdateContainerResourcesResponse {});
+            detached(
+                async move { containers::update::update_resources(crust, &i, req.linux).await },
+            )
+            .await
+            .map(|()| UpdateContainerResourcesResponse {});
         done("UpdateContainerResources", &req.container_id, t, res)
     }
 
