@@ -255,8 +255,7 @@ impl Crustd {
     /// SIGTERM and wait, as an operator's restart does.
     pub fn terminate(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            crate::signal_child(&mut c, libc::SIGTERM);
             let _ = c.wait();
         }
     }

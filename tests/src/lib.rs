@@ -428,6 +428,18 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
 }
 pub mod attach;
 
+/// Sends `sig` to our child `c` unless it has been reaped already (a `try_wait` that
+/// saw it end): a reaped child's pid is free, and on a busy machine (pid_max 32768, a
+/// build beside) soon another process's, or a thread's of a Go daemon, which kill(2)
+/// reaches as its whole process. A child that ends after the check stays a zombie
+/// until reaped, so its pid cannot be reused in between.
+pub fn signal_child(c: &mut std::process::Child, sig: i32) {
+    if let Ok(None) = c.try_wait() {
+        // SAFETY: our own child, not reaped (just checked).
+        unsafe { libc::kill(c.id() as i32, sig) };
+    }
+}
+
 /// The parent pid of process `pid`, from `/proc/PID/stat`; panics when it is gone.
 pub fn parent_of(pid: i64) -> i64 {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -53,7 +53,7 @@ pub(crate) use cgroups::{cgroup_mounts, pick_cgroup_root};
 pub use clients::{run_ok, watch_events};
 pub(crate) use namespaces::KUBELET_DIRS;
 pub(crate) use process::stop_child;
-pub use process::{run_timeout, wait_for};
+pub use process::{run_timeout, run_timeout_input, wait_for};
 
 use crate::registry::Registry;
 use crate::{unique, Netns, TempDir};

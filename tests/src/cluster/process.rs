@@ -19,8 +19,7 @@ fn log_file(dir: &Path, name: &str) -> std::fs::File {
 /// SIGTERM to our child `c`, SIGKILL once `grace` has passed: its exit status if it
 /// ended by itself in time.
 pub(crate) fn stop_child(mut c: Child, grace: Duration) -> Option<std::process::ExitStatus> {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    crate::signal_child(&mut c, libc::SIGTERM);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if let Ok(Some(st)) = c.try_wait() {
@@ -36,13 +35,30 @@ pub(crate) fn stop_child(mut c: Child, grace: Duration) -> Option<std::process::
 /// Runs `cmd`, killing it after `limit`: (exit status or None when killed, stdout,
 /// stderr).
 pub fn run_timeout(cmd: &mut Command, limit: Duration) -> Output {
-    use std::io::Read;
+    run_timeout_input(cmd, None, limit)
+}
+
+/// [`run_timeout`] with `input` on the command's stdin (then closed), or none. The
+/// deadline is kept by polling `try_wait`, never by a timer thread's kill(2): a child
+/// reaped just before such a kill leaves its pid to whatever process takes it next.
+pub fn run_timeout_input(cmd: &mut Command, input: Option<&[u8]>, limit: Duration) -> Output {
+    use std::io::{Read, Write};
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let o = std::thread::spawn(move || {
@@ -115,6 +131,33 @@ impl Cluster {
             .arg("--")
             .arg(program);
         c
+    }
+
+    /// The node daemons that have ended though nobody stopped them, each as "NAME exited
+    /// (STATUS); its log ends: ..." (its last 30 lines). A suite's failures after a
+    /// daemon died say so, with why, where its logs are not kept (CI prints the output).
+    pub fn exited_daemons(&self) -> Vec<String> {
+        let slots: [(&str, &std::sync::Mutex<Option<Child>>); 7] = [
+            ("kubelet", &self.kubelet),
+            ("crustd", &self.crustd),
+            ("crustlet", &self.crustlet),
+            ("crustlet-crustd", &self.crustlet_crustd),
+            ("containerd", &self.containerd),
+            ("ctrdlet", &self.containerd_crustlet),
+            ("kube-proxy", &self.kube_proxy),
+        ];
+        let mut out = Vec::new();
+        for (name, slot) in slots {
+            let mut guard = slot.lock().unwrap();
+            let Some(Ok(Some(st))) = guard.as_mut().map(|c| c.try_wait()) else {
+                continue;
+            };
+            let log = self.log(name);
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+            out.push(format!("{name} exited ({st}); its log ends:\n{tail}"));
+        }
+        out
     }
 
     /// [`Cluster::spawn_logged`] of a daemon serving on unix socket `socket`: returns

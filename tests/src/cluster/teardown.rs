@@ -71,8 +71,7 @@ impl Cluster {
         // containerd: SIGTERM, then SIGKILL; its shims and pauses are in the mount
         // namespace, killed below.
         if let Some(mut c) = self.containerd.lock().unwrap().take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            crate::signal_child(&mut c, libc::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
             while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));

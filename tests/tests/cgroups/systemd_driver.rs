@@ -419,8 +419,7 @@ impl Kubelet {
     /// 30 s; how it ended (`None`: not running).
     fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        crust_e2e::signal_child(&mut c, libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(st)) = c.try_wait() {

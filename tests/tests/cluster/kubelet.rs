@@ -37,7 +37,7 @@ use kubelet_node_checks::*;
 use kubelet_pod_checks::*;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -75,34 +75,7 @@ fn ok(mut cmd: Command) -> String {
 
 /// Runs `cmd` with `input` on stdin, a minute at most.
 fn with_input(mut cmd: Command, input: &[u8]) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let pid = child.id();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + T;
-        while Instant::now() < deadline {
-            if d.load(std::sync::atomic::Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // SAFETY: our own child, not reaped while `done` is false.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    });
-    let out = child.wait_with_output().unwrap();
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    out
+    crust_e2e::cluster::run_timeout_input(&mut cmd, Some(input), T)
 }
 
 fn kubectl(c: &Cluster, args: &[&str]) -> String {
@@ -447,6 +420,8 @@ fn nothing_left_in_crustd(c: &Cluster) {
 struct Results {
     passed: Vec<&'static str>,
     failed: Vec<(&'static str, String)>,
+    /// The daemons found dead so far (their logs told once).
+    dead: std::collections::BTreeSet<String>,
 }
 
 fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
@@ -468,14 +443,29 @@ fn run_one(c: &Cluster, ch: &Check, results: &Mutex<Results>) {
         format!("{}\n  at {at}", panic_text(&*e))
     });
     let secs = start.elapsed().as_secs_f32();
+    let gone = if r.is_err() {
+        c.exited_daemons()
+    } else {
+        Vec::new()
+    };
     let mut res = results.lock().unwrap();
     match r {
         Ok(()) => {
             println!("test {} ... ok ({secs:.1}s)", ch.name);
             res.passed.push(ch.name);
         }
-        Err(e) => {
+        Err(mut e) => {
             println!("test {} ... FAILED ({secs:.1}s)", ch.name);
+            // A daemon found dead is told once, with its log, at the first check
+            // that failed after it; the later ones name it.
+            for gone in gone {
+                let name = gone.split(' ').next().unwrap_or_default().to_string();
+                if res.dead.insert(name.clone()) {
+                    e.push_str(&format!("\n  by then {gone}"));
+                } else {
+                    e.push_str(&format!("\n  ({name} had exited)"));
+                }
+            }
             res.failed.push((ch.name, e));
         }
     }
@@ -665,6 +655,7 @@ fn main() {
     let results = Mutex::new(Results {
         passed: vec![],
         failed: vec![],
+        dead: Default::default(),
     });
     let cluster = std::panic::catch_unwind(|| {
         Cluster::start_with(

@@ -70,8 +70,7 @@ impl Crustlet {
     }
 
     fn stop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        crust_e2e::signal_child(&mut self.child, libc::SIGTERM);
         let status = self.child.wait().unwrap();
         assert!(
             status.success(),
