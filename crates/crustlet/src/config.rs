@@ -63,6 +63,10 @@ pub struct Flags {
     /// Pods this node takes at most (its `pods` capacity).
     #[arg(long)]
     pub max_pods: Option<u32>,
+    /// Pods being started at once at most (sandbox, containers); the rest wait their
+    /// turn. Default: four per core.
+    #[arg(long)]
+    pub max_parallel_pod_starts: Option<u32>,
     /// Sysctls pods may set besides the safe ones (names, or prefixes ending in `*`,
     /// comma-separated); each must be known to be namespaced.
     #[arg(long, value_delimiter = ',')]
@@ -155,6 +159,7 @@ struct File {
     cluster_dns: Vec<String>,
     cluster_domain: Option<String>,
     max_pods: Option<u32>,
+    max_parallel_pod_starts: Option<u32>,
     #[serde(default)]
     allowed_unsafe_sysctls: Vec<String>,
     image_gc_high_threshold: Option<u8>,
@@ -271,6 +276,12 @@ pub struct Config {
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     pub max_pods: u32,
+    /// Pods being started at once at most: a node filled at once (a Deployment scaled
+    /// up, the crustlet restarted) would otherwise have every pod's sync, with its CRI
+    /// calls and buffers, in flight together, and the heap they leave behind holes
+    /// between the pods' long-lived state (63 KiB resident per pod at 250 pods, against
+    /// 31 KiB with 8 at once, and no slower: the runtime's cores are the bound).
+    pub max_parallel_pod_starts: usize,
     /// The sysctls pods may set: the safe ones and `--allowed-unsafe-sysctls`.
     pub sysctls: crate::worker::admit::Sysctls,
     /// `--allowed-unsafe-sysctls` as given (for `/configz`).
@@ -375,6 +386,11 @@ impl Config {
                 .or(file.cluster_domain)
                 .unwrap_or_else(|| "cluster.local".to_string()),
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
+            max_parallel_pod_starts: flags
+                .max_parallel_pod_starts
+                .or(file.max_parallel_pod_starts)
+                .map(|n| n.max(1) as usize)
+                .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(1, |n| n.get())),
             sysctls: crate::worker::admit::Sysctls::for_node(
                 crate::worker::admit::kernel_version(),
                 &unsafe_sysctls,
@@ -614,6 +630,13 @@ mod tests {
         assert_eq!(c.pod_cgroup("Burstable", "u1"), "/kubepods/burstable/podu1");
         assert_eq!((c.cgroup_driver, c.driver()), (None, Driver::Cgroupfs));
         assert_eq!(c.qos_cgroup("besteffort"), "/kubepods/besteffort");
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(c.max_parallel_pod_starts, 4 * cores);
+        std::fs::write(&f, "kubeconfig = \"/k\"\nmax-parallel-pod-starts = 3\n").unwrap();
+        let c = parse(&["--config", f.to_str().unwrap()]).unwrap();
+        assert_eq!(c.max_parallel_pod_starts, 3);
+        let c = parse(&["--kubeconfig=k", "--max-parallel-pod-starts=0"]).unwrap();
+        assert_eq!(c.max_parallel_pod_starts, 1, "0 would start nothing");
         let f = Flags::try_parse_from(["crustlet", "--kubeconfig=k", "--anonymous-auth=false"])
             .unwrap();
         let (_, s) = Config::resolve_all(f).unwrap();

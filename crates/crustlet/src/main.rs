@@ -39,6 +39,8 @@ pub struct Ctx {
     pub ports: worker::admit::HostPorts,
     /// The workers' wake-ups from the runtime's container events.
     pub wakers: Arc<wake::Wakers>,
+    /// The slots of pods being started (`--max-parallel-pod-starts`).
+    pub starts: Arc<tokio::sync::Semaphore>,
 }
 
 impl Ctx {
@@ -196,6 +198,7 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         seen: Default::default(),
         ports: Default::default(),
         wakers,
+        starts: Arc::new(tokio::sync::Semaphore::new(cfg.max_parallel_pod_starts)),
     });
     server::start(ctx.clone(), server_cfg).await?;
     // SIGTERM and SIGINT end the crustlet; its pods keep running in the runtime and are

@@ -951,6 +951,7 @@ mod tests {
             cluster_dns: vec!["10.96.0.10".into()],
             cluster_domain: "cluster.local".into(),
             max_pods: 110,
+            max_parallel_pod_starts: 8,
             sysctls: Default::default(),
             image_gc_high: 85,
             eviction_hard: Default::default(),

@@ -16,6 +16,8 @@ const NODE: &str = "n1";
 
 struct Crustlet {
     child: Child,
+    /// Flags added to every start of this crustlet.
+    extra: Vec<String>,
     manifests: TempDir,
     root: TempDir,
     logs: TempDir,
@@ -26,8 +28,13 @@ struct Crustlet {
 
 impl Crustlet {
     fn start(d: &Crustd) -> Crustlet {
+        Crustlet::start_with(d, &[])
+    }
+
+    fn start_with(d: &Crustd, extra: &[&str]) -> Crustlet {
         let mut c = Crustlet {
             child: Command::new("true").spawn().unwrap(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             manifests: TempDir::new("cm"),
             root: TempDir::new("cr"),
             logs: TempDir::new("cp"),
@@ -62,6 +69,7 @@ impl Crustlet {
             .args(["--address", "127.0.0.1", "--port", "0"])
             .args(["--read-only-port", &self.port.to_string()])
             .args(["--v", "4"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -484,4 +492,78 @@ spec:
     let mode = std::fs::metadata(&term).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o666, "{}", term.display());
     assert!(log.ends_with(" stdout P DONE\n"), "{log:?}");
+}
+
+/// With one pod started at a time (`--max-parallel-pod-starts=1`), a pod whose
+/// postStart hook runs long does not hold up the next: the slot is given back while the
+/// hook runs, as it is during an image pull. Held, the second pod would wait the
+/// hook's two minutes.
+#[tokio::test]
+async fn a_long_post_start_hook_does_not_hold_the_start_slot() {
+    if !root() {
+        return;
+    }
+    let d = Crustd::start();
+    import_busybox(&d);
+    let mut c = d.client().await;
+    let cl = Crustlet::start_with(&d, &["--max-parallel-pod-starts=1"]);
+    cl.manifest(
+        "hooked",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hooked}
+spec:
+  # The hook may run as long as the grace period.
+  terminationGracePeriodSeconds: 150
+  containers:
+  - name: main
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    lifecycle:
+      postStart:
+        exec: {command: ["sh", "-c", "touch /tmp/hook-began; sleep 120"]}
+"#,
+    );
+    // The hook runs (its container is there, running) before the second pod comes.
+    wait_until(
+        "the hooked pod's container to run",
+        &cl,
+        Duration::from_secs(60),
+        async || {
+            let (_, k) = pod_state(&mut c, "hooked").await;
+            k.get("main")
+                .filter(|v| v.iter().any(|x| x.2 == RUNNING))
+                .cloned()
+        },
+    )
+    .await;
+    cl.manifest(
+        "next",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: next}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:e2e
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+"#,
+    );
+    wait_until(
+        "the second pod's container to run while the first's hook does",
+        &cl,
+        Duration::from_secs(60),
+        async || {
+            let (_, k) = pod_state(&mut c, "next").await;
+            k.get("main")
+                .filter(|v| v.iter().any(|x| x.2 == RUNNING))
+                .cloned()
+        },
+    )
+    .await;
 }

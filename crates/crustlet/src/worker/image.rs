@@ -73,6 +73,7 @@ impl Worker {
         let auth = self.inputs(pod).pull_auth(&image).await.ok().flatten();
         self.event(pod, false, "Pulling", format!("Pulling image {image:?}"));
         let started = Instant::now();
+        let had_slot = self.lend_start_slot();
         let r = images
             .pull_image(cri::PullImageRequest {
                 image: Some(cri::ImageSpec {
@@ -83,6 +84,7 @@ impl Worker {
                 sandbox_config: self.sandbox.as_ref().map(|s| s.config.clone()),
             })
             .await;
+        self.take_start_slot(had_slot).await;
         match r {
             Ok(_) => {
                 self.pull_backoff.remove(&c.name);

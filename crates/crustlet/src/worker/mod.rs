@@ -139,6 +139,10 @@ pub struct Worker {
     carried: HashMap<String, Instance>,
     /// The last status could not be sent, or the last sync failed: try again soon.
     behind: bool,
+    /// The pod's slot among those being started (`Ctx::starts`), held through a sync
+    /// that makes its sandbox, given back while it waits on what is not the node's
+    /// start work (an image pull, a postStart hook).
+    start_slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// The worker's wake-up, given back when the worker ends.
@@ -178,6 +182,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
         last_pod: None,
         carried: HashMap::new(),
         behind: false,
+        start_slot: None,
     };
     // The worker waits most of its life: sync and terminate are boxed so that their
     // (large) state exists only while they run, not in every idle pod's task.
@@ -204,22 +209,32 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
             }
             Some(pod) => {
                 w.last_pod = Some(pod.clone());
+                // A pod to start waits for a slot; deleted or changed meanwhile, it is
+                // looked at again.
+                if w.sandbox.is_none() && w.finished.is_none() {
+                    tokio::select! {
+                        p = w.ctx.starts.clone().acquire_owned() => w.start_slot = p.ok(),
+                        r = rx.changed() => {
+                            if r.is_err() {
+                                w.dropped().await;
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                }
                 let started = Instant::now();
                 if let Err(e) = Box::pin(w.sync(&pod)).await {
                     tracing::warn!(pod = %spec::key(&pod), "sync: {e:#}");
                     w.behind = true;
                 }
+                w.start_slot = None;
                 w.ctx.seen.metrics.sync(started.elapsed());
             }
         }
         tokio::select! {
             r = rx.changed() => if r.is_err() {
-                // The manager dropped the pod.
-                let last = w.last_pod.take();
-                if let Some(p) = last {
-                    Box::pin(w.terminate(&p, Some(2), false)).await;
-                    w.ctx.ports.release(spec::uid(&p));
-                }
+                w.dropped().await;
                 return;
             },
             _ = wake.notified() => {}
@@ -252,6 +267,28 @@ fn by_name<'a>(cs: &'a [Container], name: &str) -> Option<&'a Container> {
 impl Worker {
     fn cri(&self) -> Cri {
         self.ctx.cri.clone()
+    }
+
+    /// The manager dropped the pod: what it has is stopped.
+    async fn dropped(&mut self) {
+        if let Some(p) = self.last_pod.take() {
+            Box::pin(self.terminate(&p, Some(2), false)).await;
+            self.ctx.ports.release(spec::uid(&p));
+        }
+    }
+
+    /// Gives the pod's start slot back while it waits on something slow that is not
+    /// the node's own start work (an image pull, a postStart hook), so that it does
+    /// not hold up the pods behind it; whether it had one, to take again after.
+    fn lend_start_slot(&mut self) -> bool {
+        self.start_slot.take().is_some()
+    }
+
+    /// Takes a start slot again after [`Worker::lend_start_slot`] gave one back.
+    async fn take_start_slot(&mut self, had: bool) {
+        if had {
+            self.start_slot = self.ctx.starts.clone().acquire_owned().await.ok();
+        }
     }
 
     fn event(&self, pod: &Pod, warning: bool, reason: &str, note: String) {

@@ -262,7 +262,11 @@ impl Worker {
             return;
         };
         self.waiting.remove(&c.name);
-        self.post_start(pod, c, &id, &pod_ip).await;
+        if c.lifecycle.as_ref().is_some_and(|l| l.post_start.is_some()) {
+            let had_slot = self.lend_start_slot();
+            self.post_start(pod, c, &id, &pod_ip).await;
+            self.take_start_slot(had_slot).await;
+        }
     }
 
     /// The container's mounts: its volumes, the file for its termination message and
