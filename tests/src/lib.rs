@@ -428,6 +428,12 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
 }
 pub mod attach;
 
+/// The last `n` lines of `text` (a daemon's log in a failure message).
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Sends `sig` to our child `c` unless it has been reaped already (a `try_wait` that
 /// saw it end): a reaped child's pid is free, and on a busy machine (pid_max 32768, a
 /// build beside) soon another process's, or a thread's of a Go daemon, which kill(2)

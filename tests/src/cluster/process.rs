@@ -152,9 +152,7 @@ impl Cluster {
             let Some(Ok(Some(st))) = guard.as_mut().map(|c| c.try_wait()) else {
                 continue;
             };
-            let log = self.log(name);
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+            let tail = crate::tail(&self.log(name), 30);
             out.push(format!("{name} exited ({st}); its log ends:\n{tail}"));
         }
         out

@@ -15,6 +15,7 @@ use cgroups::{CgroupManager, CgroupPath, Hierarchy};
 use cri_api::*;
 use crust_e2e::cri::*;
 use crust_e2e::crustd::{Crustd, Options};
+use crust_e2e::tail;
 use std::time::{Duration, Instant};
 use tonic::Code;
 
@@ -342,12 +343,6 @@ struct Kubelet {
     child: Option<std::process::Child>,
     dir: crust_e2e::TempDir,
     crustd_log: std::path::PathBuf,
-}
-
-/// The tail of `text`, `n` lines.
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 impl Kubelet {

@@ -28,6 +28,7 @@ mod kubelet_node_checks;
 mod kubelet_pod_checks;
 
 use crust_e2e::cluster::{run_timeout, wait_for, Cluster, ContainerdFor, Options};
+use crust_e2e::tail;
 use crust_e2e::terminal::{shell_words, Terminal};
 use crustlet_auth_checks::*;
 use crustlet_checks::*;
@@ -332,11 +333,6 @@ pub(crate) fn delete_and_time(mut delete: Command, running: &dyn Fn() -> Command
 }
 
 // ---- g. the kubelet's log ----------------------------------------------------------------
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
 
 /// A quoted klog value starting at `text` (just after its opening quote), unescaped.
 fn quoted(text: &str) -> String {

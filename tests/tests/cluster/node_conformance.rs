@@ -40,6 +40,7 @@
 use crust_e2e::cluster::{run_timeout, Cluster, ContainerdFor, Options, CRUSTLET_NODE, NODE};
 use crust_e2e::conformance::{judge, parse_expected, parse_junit, skip_regex, Outcome};
 use crust_e2e::fleet::{Flavour, Fleet};
+use crust_e2e::tail;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -228,11 +229,6 @@ fn only_node(c: &Cluster, target: Target) -> Result<(), String> {
         c.start_kube_proxy(node, ip);
     }
     Ok(())
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 fn main() {

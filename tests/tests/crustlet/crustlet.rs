@@ -494,6 +494,24 @@ spec:
     assert!(log.ends_with(" stdout P DONE\n"), "{log:?}");
 }
 
+/// The id of static pod `pod`'s running container `main`, once it runs.
+async fn running_main(c: &mut Client, pod: &str) -> Option<String> {
+    let (_, k) = pod_state(c, pod).await;
+    k.get("main")?
+        .iter()
+        .find(|x| x.2 == RUNNING)
+        .map(|x| x.0.clone())
+}
+
+/// Whether file `path` exists in container `id` (ExecSync of the shell's `test -e`:
+/// the image has no `test` applet).
+async fn exists_in(c: &mut Client, id: &str, path: &str) -> bool {
+    let cmd = format!("test -e {path}");
+    crust_e2e::cri::exec_sync(c, id, &["sh", "-c", &cmd], 10)
+        .await
+        .is_ok_and(|r| r.exit_code == 0)
+}
+
 /// With one pod started at a time (`--max-parallel-pod-starts=1`), a pod whose
 /// postStart hook runs long does not hold up the next: the slot is given back while the
 /// hook runs, as it is during an image pull. Held, the second pod would wait the
@@ -507,63 +525,51 @@ async fn a_long_post_start_hook_does_not_hold_the_start_slot() {
     import_busybox(&d);
     let mut c = d.client().await;
     let cl = Crustlet::start_with(&d, &["--max-parallel-pod-starts=1"]);
-    cl.manifest(
-        "hooked",
-        r#"
+    let pod = |name: &str, grace: u32, hook: &str| {
+        format!(
+            r#"
 apiVersion: v1
 kind: Pod
-metadata: {name: hooked}
+metadata: {{name: {name}}}
 spec:
-  # The hook may run as long as the grace period.
-  terminationGracePeriodSeconds: 150
+  terminationGracePeriodSeconds: {grace}
   containers:
   - name: main
     image: busybox:e2e
     imagePullPolicy: IfNotPresent
     command: ["sleep", "3600"]
-    lifecycle:
+{hook}"#
+        )
+    };
+    // The hook may run as long as the grace period.
+    let hook = r#"    lifecycle:
       postStart:
-        exec: {command: ["sh", "-c", "touch /tmp/hook-began; sleep 120"]}
-"#,
-    );
-    // The hook runs (its container is there, running) before the second pod comes.
-    wait_until(
-        "the hooked pod's container to run",
+        exec: {command: ["sh", "-c", "touch /tmp/hook-began; sleep 120; touch /tmp/hook-ended"]}
+"#;
+    cl.manifest("hooked", &pod("hooked", 150, hook));
+    // The hook runs before the second pod comes.
+    let hooked = wait_until(
+        "the hooked pod's postStart hook to begin",
         &cl,
         Duration::from_secs(60),
         async || {
-            let (_, k) = pod_state(&mut c, "hooked").await;
-            k.get("main")
-                .filter(|v| v.iter().any(|x| x.2 == RUNNING))
-                .cloned()
+            let id = running_main(&mut c, "hooked").await?;
+            exists_in(&mut c, &id, "/tmp/hook-began")
+                .await
+                .then_some(id)
         },
     )
     .await;
-    cl.manifest(
-        "next",
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: next}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:e2e
-    imagePullPolicy: IfNotPresent
-    command: ["sleep", "3600"]
-"#,
-    );
+    cl.manifest("next", &pod("next", 1, ""));
     wait_until(
         "the second pod's container to run while the first's hook does",
         &cl,
         Duration::from_secs(60),
-        async || {
-            let (_, k) = pod_state(&mut c, "next").await;
-            k.get("main")
-                .filter(|v| v.iter().any(|x| x.2 == RUNNING))
-                .cloned()
-        },
+        async || running_main(&mut c, "next").await,
     )
     .await;
+    assert!(
+        !exists_in(&mut c, &hooked, "/tmp/hook-ended").await,
+        "the hook had ended: the second pod may have waited for it"
+    );
 }
