@@ -206,7 +206,16 @@ pub fn pod_interfaces(rec: &SandboxRecord) -> Option<Vec<NetDev>> {
 
 /// The pod's interfaces as CRI stats.
 fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
-    let ifaces: Vec<NetworkInterfaceUsage> = pod_interfaces(rec)?
+    let ifname = rec.network.as_ref().map(|n| n.ifname.as_str());
+    network_usage(pod_interfaces(rec)?, ifname, ts)
+}
+
+/// `None` unless there is a default interface (the CNI's, else the first but `lo`):
+/// the kubelet reads `default_interface` of any `network` it is given without a nil
+/// check (v1.28 `criInterfaceToSummary`), so a pod whose namespace has only `lo` (its
+/// network not yet made, or already torn down) would crash it.
+fn network_usage(ifaces: Vec<NetDev>, ifname: Option<&str>, ts: i64) -> Option<NetworkUsage> {
+    let ifaces: Vec<NetworkInterfaceUsage> = ifaces
         .into_iter()
         .map(|i| NetworkInterfaceUsage {
             name: i.name,
@@ -216,14 +225,12 @@ fn network(rec: &SandboxRecord, ts: i64) -> Option<NetworkUsage> {
             tx_errors: u(i.tx_errors),
         })
         .collect();
-    let default = rec
-        .network
-        .as_ref()
-        .and_then(|n| ifaces.iter().find(|i| i.name == n.ifname).cloned())
-        .or_else(|| ifaces.first().cloned());
+    let default = ifname
+        .and_then(|n| ifaces.iter().find(|i| i.name == n).cloned())
+        .or_else(|| ifaces.first().cloned())?;
     Some(NetworkUsage {
         timestamp: ts,
-        default_interface: default,
+        default_interface: Some(default),
         interfaces: ifaces,
     })
 }
@@ -407,5 +414,29 @@ eth0:    1500      12    1    2    0     0          0         0      980       9
             }]
         );
         assert_eq!(parse_net_dev(""), []);
+    }
+
+    #[test]
+    fn no_network_stats_without_a_default_interface() {
+        let dev = |name: &str| NetDev {
+            name: name.into(),
+            rx_bytes: 1,
+            rx_packets: 1,
+            rx_errors: 0,
+            rx_dropped: 0,
+            tx_bytes: 2,
+            tx_packets: 1,
+            tx_errors: 0,
+            tx_dropped: 0,
+        };
+        // Only `lo` (left out by the parser): nothing, not a network without a default.
+        assert_eq!(network_usage(vec![], Some("eth0"), 5), None);
+        assert_eq!(network_usage(vec![], None, 5), None);
+        let n = network_usage(vec![dev("net1"), dev("eth0")], Some("eth0"), 5).unwrap();
+        assert_eq!(n.default_interface.unwrap().name, "eth0");
+        assert_eq!(n.interfaces.len(), 2);
+        // The CNI's interface gone: the first one stands in.
+        let n = network_usage(vec![dev("net1")], Some("eth0"), 5).unwrap();
+        assert_eq!(n.default_interface.unwrap().name, "net1");
     }
 }

@@ -163,6 +163,24 @@ async fn resources_oom_and_update() {
     let net = linux.network.unwrap();
     assert_eq!(net.default_interface.unwrap().name, "eth0");
     assert!(linux.process.unwrap().process_count.unwrap().value >= 2);
+    // With only `lo` left in the pod's namespace (as while StopPodSandbox's CNI DEL runs
+    // beside the pause's end), there are no network stats rather than stats without a
+    // default interface: the kubelet dereferences that one unchecked, and crashed on it.
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", e.d.pin(&pod.0, "net").display()))
+        .args(["ip", "link", "del", "eth0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let ps =
+        e.c.list_pod_sandbox_stats(ListPodSandboxStatsRequest { filter: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .stats;
+    let linux = ps[0].linux.clone().unwrap();
+    assert_eq!(linux.network, None);
+    assert!(linux.memory.is_some());
 
     // A root container has the default capability set in effect (containerd's and
     // CRI-O's 14: CHOWN, DAC_OVERRIDE, FSETID, FOWNER, MKNOD, NET_RAW, SETGID, SETUID,
