@@ -88,6 +88,8 @@ pub struct Figures {
     /// Its cgroup's working set (usage less inactive file pages) and anonymous memory,
     /// KiB; `None` without a memory cgroup of its own.
     pub cgroup: Option<(u64, u64)>,
+    /// The kernel memory within that working set, KiB, where the kernel says.
+    pub kernel: Option<u64>,
 }
 
 impl Figures {
@@ -100,19 +102,20 @@ impl Figures {
     pub fn cgroup_anon(&self) -> Option<u64> {
         self.cgroup.map(|c| c.1)
     }
+    pub fn kernel(&self) -> Option<u64> {
+        self.kernel
+    }
 }
 
 pub fn sample(d: &Daemon) -> Figures {
     let (main, helpers) = (d.pids)();
-    let cgroup = d
-        .cgroup
-        .and_then(agent_cgroups::usage)
-        .map(|u| (u.working_set() / 1024, u.anon / 1024));
+    let usage = d.cgroup.and_then(agent_cgroups::usage);
     Figures {
         main: Mem::sum(&main),
         helpers: Mem::sum(&helpers),
         helpers_n: helpers.len() as u64,
-        cgroup,
+        cgroup: usage.map(|u| (u.working_set() / 1024, u.anon / 1024)),
+        kernel: usage.and_then(|u| u.kernel).map(|k| k / 1024),
     }
 }
 
@@ -197,6 +200,7 @@ pub fn median(samples: &[Figures]) -> Figures {
         helpers: mem(|s| s.helpers),
         helpers_n: med(&|s| Some(s.helpers_n)).unwrap_or(0),
         cgroup: med(&|s| s.working_set()).zip(med(&|s| s.cgroup_anon())),
+        kernel: med(&|s| s.kernel()),
     }
 }
 

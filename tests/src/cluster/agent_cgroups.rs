@@ -109,6 +109,11 @@ pub struct Usage {
     pub inactive_file: u64,
     /// Anonymous memory (`anon`; v1 `total_rss`, anonymous pages and swap cache).
     pub anon: u64,
+    /// Kernel memory charged to the cgroup, part of `usage`: v2 `kernel` of
+    /// `memory.stat` (kernel stacks, page tables, slab: the namespaces, devices, sockets
+    /// and processes its members made), v1 `memory.kmem.usage_in_bytes`; `None` where
+    /// the kernel does not say (v2 before 5.18, v1 without kmem accounting).
+    pub kernel: Option<u64>,
 }
 
 impl Usage {
@@ -125,12 +130,18 @@ pub fn usage(dir: &Path) -> Option<Usage> {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
     let stat = read("memory.stat")?;
     match read("memory.current") {
-        Some(current) => parse(&current, &stat, true),
-        None => parse(&read("memory.usage_in_bytes")?, &stat, false),
+        Some(current) => parse(&current, &stat, true, None),
+        None => parse(
+            &read("memory.usage_in_bytes")?,
+            &stat,
+            false,
+            read("memory.kmem.usage_in_bytes").as_deref(),
+        ),
     }
 }
 
-fn parse(usage: &str, stat: &str, v2: bool) -> Option<Usage> {
+/// `kmem` is v1's `memory.kmem.usage_in_bytes`, if the cgroup has it.
+fn parse(usage: &str, stat: &str, v2: bool, kmem: Option<&str>) -> Option<Usage> {
     let field = |key: &str| {
         stat.lines().find_map(|l| {
             let (k, v) = l.split_once(' ')?;
@@ -146,6 +157,12 @@ fn parse(usage: &str, stat: &str, v2: bool) -> Option<Usage> {
         usage: usage.trim().parse().ok()?,
         inactive_file: field(inactive)?,
         anon: field(anon)?,
+        kernel: if v2 {
+            field("kernel")
+        } else {
+            // Without kmem accounting (`cgroup.memory=nokmem`) the file reads 0.
+            kmem.and_then(|k| k.trim().parse().ok()).filter(|&k| k > 0)
+        },
     })
 }
 
@@ -165,14 +182,15 @@ mod tests {
     #[test]
     fn v2_working_set_is_current_less_inactive_file() {
         let stat =
-            "anon 4096000\nfile 2048000\nanon_thp 0\nactive_file 1024000\ninactive_file 1000000\n";
-        let u = parse("7000000\n", stat, true).unwrap();
+            "anon 4096000\nfile 2048000\nkernel 900000\nanon_thp 0\nactive_file 1024000\ninactive_file 1000000\n";
+        let u = parse("7000000\n", stat, true, None).unwrap();
         assert_eq!(
             u,
             Usage {
                 usage: 7_000_000,
                 inactive_file: 1_000_000,
-                anon: 4_096_000
+                anon: 4_096_000,
+                kernel: Some(900_000),
             }
         );
         assert_eq!(u.working_set(), 6_000_000);
@@ -181,15 +199,19 @@ mod tests {
     #[test]
     fn v1_reads_the_hierarchical_totals() {
         let stat = "cache 10\nrss 20\nrss_huge 0\ninactive_file 5\ntotal_cache 300\ntotal_rss 200\ntotal_rss_huge 0\ntotal_inactive_file 100\n";
-        let u = parse("600", stat, false).unwrap();
+        let u = parse("600", stat, false, Some("150\n")).unwrap();
         assert_eq!((u.anon, u.inactive_file, u.working_set()), (200, 100, 500));
+        assert_eq!(u.kernel, Some(150));
+        assert_eq!(parse("600", stat, false, Some("0\n")).unwrap().kernel, None);
+        assert_eq!(parse("600", stat, false, None).unwrap().kernel, None);
     }
 
     #[test]
     fn missing_figures_are_none_and_working_set_never_negative() {
-        assert_eq!(parse("600", "anon_thp 1\n", true), None);
-        assert_eq!(parse("", "anon 1\ninactive_file 1\n", true), None);
-        let u = parse("10", "anon 1\ninactive_file 20\n", true).unwrap();
+        assert_eq!(parse("600", "anon_thp 1\n", true, None), None);
+        assert_eq!(parse("", "anon 1\ninactive_file 1\n", true, None), None);
+        let u = parse("10", "anon 1\ninactive_file 20\n", true, None).unwrap();
         assert_eq!(u.working_set(), 0);
+        assert_eq!(u.kernel, None);
     }
 }
