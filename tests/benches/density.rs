@@ -133,8 +133,37 @@ fn wait(
             }
             *w = watch(c, seen.clone());
         }
-        assert!(Instant::now() < deadline, "{what}: not in {limit:?}");
+        if Instant::now() >= deadline {
+            give_up(c, seen, &format!("{what}: not in {limit:?}"));
+        }
     }
+}
+
+/// Ends a run that stalled with what tells why: the pods still seen, the daemons that
+/// had exited, and the cluster's logs copied to `target/tmp/density-logs` (the cluster's
+/// own directory goes with its teardown).
+fn give_up(c: &Cluster, seen: &Shared, what: &str) -> ! {
+    let dest = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("density-logs");
+    let _ = std::fs::remove_dir_all(&dest);
+    let _ = std::fs::create_dir_all(&dest);
+    if let Ok(rd) = std::fs::read_dir(c.path("logs")) {
+        for e in rd.flatten() {
+            let _ = std::fs::copy(e.path(), dest.join(e.file_name()));
+        }
+    }
+    let left: Vec<String> = {
+        let g = seen.0.lock().unwrap();
+        g.present.keys().take(10).cloned().collect()
+    };
+    if let Ok(out) = c.kubectl(&["get", "pods", "-A", "-o", "wide"]).output() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("{}", crust_e2e::tail(&text, 20));
+    }
+    panic!(
+        "{what}; pods still seen (first 10): {left:?}; daemons exited: {:?}; logs in {}",
+        c.exited_daemons(),
+        dest.display()
+    );
 }
 
 fn kubectl_ok(c: &Cluster, args: &[&str], stdin: Option<&Value>) {

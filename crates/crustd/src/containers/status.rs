@@ -165,6 +165,21 @@ fn cfg_json(cfg: &ContainerConfig) -> serde_json::Value {
     })
 }
 
+/// The statuses of a sandbox's containers (those past Creating), for PodSandboxStatus:
+/// with the EventedPLEG feature gate the kubelet takes a pod's containers from this
+/// list alone, as containerd 1.7 fills it, and would see a pod without any.
+pub fn of_sandbox(crust: &Crust, sandbox_id: &str) -> Vec<ContainerStatus> {
+    crust
+        .containers
+        .of_sandbox(sandbox_id)
+        .into_iter()
+        .filter_map(|c| {
+            let rec = read_rec(crust, &c);
+            (rec.state != ContainerState::Creating).then(|| cri_status(crust, &rec, false).0)
+        })
+        .collect()
+}
+
 pub async fn list(
     crust: Arc<Crust>,
     filter: Option<ContainerFilter>,

@@ -139,9 +139,9 @@ impl RuntimeService for Service {
         let res = status::status(self.crust.clone(), &req.pod_sandbox_id, req.verbose)
             .await
             .map(|(s, info)| PodSandboxStatusResponse {
+                containers_statuses: crate::containers::status::of_sandbox(&self.crust, &s.id),
                 status: Some(s),
                 info,
-                containers_statuses: vec![],
                 timestamp: crate::daemon::util::now_ns(),
             });
         done("PodSandboxStatus", &req.pod_sandbox_id, t, res)

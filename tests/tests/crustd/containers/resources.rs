@@ -54,6 +54,21 @@ async fn resources_oom_and_update() {
         .await
         .unwrap()
         .into_inner();
+    // The pod's containers come with its status, as containerd 1.7 sends them (the
+    // kubelet's EventedPLEG reads a pod's containers from there alone).
+    let mut in_status: Vec<(String, i32)> = sb
+        .containers_statuses
+        .iter()
+        .map(|c| (c.id.clone(), c.state))
+        .collect();
+    in_status.sort();
+    let mut expected = vec![
+        (id.clone(), ContainerState::ContainerExited as i32),
+        (id2.clone(), ContainerState::ContainerRunning as i32),
+    ];
+    expected.sort();
+    assert_eq!(in_status, expected);
+    assert!(sb.containers_statuses.iter().all(|c| c.image.is_some()));
     let sb_info: serde_json::Value = serde_json::from_str(&sb.info["info"]).unwrap();
     let sb_cg = cgroups::CgroupPath::new(sb_info["cgroupPath"].as_str().unwrap()).unwrap();
     assert_eq!(path.parent(), sb_cg.parent(), "{path} beside {sb_cg}");
