@@ -5,6 +5,15 @@ use super::*;
 use crust_e2e::crustd::Crustd;
 use crust_e2e::which;
 
+/// ListPodSandboxStats, all of them.
+async fn pod_stats(e: &mut Env) -> Vec<PodSandboxStats> {
+    e.c.list_pod_sandbox_stats(ListPodSandboxStatsRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+}
+
 /// Limits: a memory limit that ends in OOMKilled; UpdateContainerResources reaches the
 /// cgroup; the container and its execs live in the container's cgroup.
 #[tokio::test]
@@ -166,12 +175,7 @@ async fn resources_oom_and_update() {
         .into_inner()
         .stats;
     assert_eq!(list.len(), 1, "only the running container has stats");
-    let ps =
-        e.c.list_pod_sandbox_stats(ListPodSandboxStatsRequest { filter: None })
-            .await
-            .unwrap()
-            .into_inner()
-            .stats;
+    let ps = pod_stats(&mut e).await;
     assert_eq!(ps.len(), 1);
     let linux = ps[0].linux.clone().unwrap();
     assert_eq!(linux.containers.len(), 1);
@@ -187,12 +191,7 @@ async fn resources_oom_and_update() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    let ps =
-        e.c.list_pod_sandbox_stats(ListPodSandboxStatsRequest { filter: None })
-            .await
-            .unwrap()
-            .into_inner()
-            .stats;
+    let ps = pod_stats(&mut e).await;
     let linux = ps[0].linux.clone().unwrap();
     assert_eq!(linux.network, None);
     assert!(linux.memory.is_some());
