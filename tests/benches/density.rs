@@ -66,6 +66,9 @@ struct Seen {
     /// When the watch was last started again: the new one lists what is there, and a
     /// pod deleted in between is never seen DELETED, so `present` starts anew.
     relisted: Option<Instant>,
+    /// When the watch last said anything: a watch silent for long while the bench waits
+    /// for a change is started again (a connection can stall without kubectl exiting).
+    last_event: Option<Instant>,
 }
 
 type Shared = Arc<(Mutex<Seen>, Condvar)>;
@@ -88,6 +91,7 @@ fn watch(c: &Cluster, seen: Shared) -> Child {
         };
         let (m, cv) = &*seen;
         let mut s = m.lock().unwrap();
+        s.last_event = Some(now);
         if kind == "DELETED" {
             s.present.remove(name);
         } else {
@@ -123,7 +127,18 @@ fn wait(
             if listed && done(&g) {
                 return;
             }
-            let _ = cv.wait_timeout(g, Duration::from_millis(500)).unwrap();
+            let quiet = [g.last_event, g.relisted]
+                .into_iter()
+                .flatten()
+                .max()
+                .is_some_and(|t| t.elapsed() > Duration::from_secs(60));
+            let (g, _) = cv.wait_timeout(g, Duration::from_millis(500)).unwrap();
+            drop(g);
+            if quiet {
+                // Relisted below once it has exited; a pod still there is listed again.
+                let _ = w.kill();
+                let _ = w.wait();
+            }
         }
         if w.try_wait().ok().flatten().is_some() {
             {
