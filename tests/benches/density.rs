@@ -665,7 +665,7 @@ fn report(results: &[Result], idle_span: Duration, plugins: &str) {
     let kernel = |f: &[Figures]| -> Option<u64> {
         f.iter()
             .filter(|g| g.working_set().is_some())
-            .map(|g| g.kernel())
+            .map(|g| g.kernel)
             .sum()
     };
     let per_pod_kernel = |r: &Result| -> Option<f64> {

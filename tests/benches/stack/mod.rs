@@ -102,9 +102,6 @@ impl Figures {
     pub fn cgroup_anon(&self) -> Option<u64> {
         self.cgroup.map(|c| c.1)
     }
-    pub fn kernel(&self) -> Option<u64> {
-        self.kernel
-    }
 }
 
 pub fn sample(d: &Daemon) -> Figures {
@@ -200,7 +197,7 @@ pub fn median(samples: &[Figures]) -> Figures {
         helpers: mem(|s| s.helpers),
         helpers_n: med(&|s| Some(s.helpers_n)).unwrap_or(0),
         cgroup: med(&|s| s.working_set()).zip(med(&|s| s.cgroup_anon())),
-        kernel: med(&|s| s.kernel()),
+        kernel: med(&|s| s.kernel),
     }
 }
 
