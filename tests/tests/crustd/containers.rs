@@ -360,6 +360,34 @@ async fn stop_grace_period_leaves_lists_and_status_free() {
     e.remove(&id).await;
 }
 
+/// A stop signal that reaches a container's init before its `execve` acts on it as on
+/// the command: critest stops a container as soon as StartContainer returns, while the
+/// init may still be on its way from the start gate to `execve`. The init once ran
+/// crustd's own SIGTERM handler there (inherited over the fork), which swallowed the
+/// signal, and the container ran on until the grace period's SIGKILL. Here the signal
+/// comes while the init waits at the gate, which stands for that whole stretch.
+#[tokio::test]
+async fn a_stop_signal_before_the_exec_is_not_lost() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("early-term").await;
+    let id = e.create(&pod, ctr("early", &["sleep", "1000"])).await;
+    let (pid, _) = e.pids(&id).await;
+    // In the pod's shared PID namespace the init is not that namespace's init, which
+    // a signal without a handler would not reach at all.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert_ne!(nspid.split_whitespace().last(), Some("1"), "{nspid}");
+    // SAFETY: a signal to the container's init, a process this test made.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    e.start(&id).await;
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 128 + libc::SIGTERM, "{s:?}");
+    e.remove(&id).await;
+}
+
 /// Bad input: the right code, a message, and nothing left behind.
 #[tokio::test]
 async fn bad_input_leaves_nothing() {

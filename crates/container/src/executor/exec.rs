@@ -170,8 +170,9 @@ fn child_fds(
 /// Forks the intermediate, which never comes back here; its pid.
 fn fork_intermediate(id: &str, plan: &Plan, fds: &ChildFds) -> Result<libc::pid_t> {
     // SAFETY: as in `process::spawn`: the child runs only `intermediate` and leaves by
-    // `_exit` or `execve`.
-    let pid = unsafe { libc::fork() };
+    // `_exit` or `execve`. Signals blocked until the exec, as for a container's init:
+    // crustd's handlers must not run in the process, nor take a signal meant for it.
+    let pid = unsafe { super::process::fork_signals_blocked() };
     if pid < 0 {
         return Err(exec_err(
             id,

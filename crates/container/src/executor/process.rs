@@ -248,7 +248,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
     // glibc's fork left the allocator usable; the child runs only `intermediate`,
     // `init::run` or `monitor_parent`, which take no lock another thread could hold,
     // and leaves by `_exit` or `execve`, never returning into the caller.
-    let pid = unsafe { libc::fork() };
+    let pid = unsafe { fork_signals_blocked() };
     if pid < 0 {
         return Err(create_err(
             Step::Fork,
@@ -414,6 +414,34 @@ fn await_init_pid(
 /// keeps only the monitor's fds and becomes the monitor by `execve`. Never returns.
 /// Failures end it with 1 (after a `Failed` message where there is one to send); the
 /// main process sees it gone.
+/// `fork` with every signal blocked in the child, which keeps them blocked (and so does
+/// the init it clones) until `init::exec` sets every disposition to default and only
+/// then empties the mask, just before `execve`.
+///
+/// Why: the child starts with the caller's signal handlers. In crustd those are
+/// tokio's for SIGTERM and SIGINT, which only note the signal for the daemon. An init
+/// waiting at its start gate, or on its way from the gate to `execve`, would run such a
+/// handler and so swallow a stop signal sent just after StartContainer returned (the
+/// CRI conformance suite stops a container at once): the container then ran on until
+/// the grace period ended in SIGKILL. Blocked, the signal stays pending and acts on the
+/// process with its default disposition, as if it came right after `execve`.
+///
+/// # Safety
+/// As `libc::fork`: in a multi-threaded caller the child may only make async-signal-
+/// safe calls and must leave by `_exit` or `execve`. The caller's mask is restored in
+/// the parent.
+pub(crate) unsafe fn fork_signals_blocked() -> libc::pid_t {
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    let mut old: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    let pid = libc::fork();
+    if pid != 0 {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    pid
+}
+
 fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
     // SAFETY: prctl with integer arguments; see `intermediate`. A session of its own
     // at once: a signal to the caller's process group (^C on a terminal) must not
