@@ -429,7 +429,13 @@ impl CniRuntime {
     }
 }
 
-/// Temp file, fsync, rename: a reader sees the old content or the new, never a part.
+/// Temp file and rename: a reader sees the old content or the new, never a part.
+///
+/// Not fsynced: the cache outlives a runtime's restart in the page cache, and after a
+/// machine's crash an entry lost (or left empty) costs nothing, since the attachments
+/// it describes went with the machine and DEL without a cached result is the case
+/// every plugin already handles (libcni does not sync its cache either). The two
+/// fsyncs were a millisecond or more of every pod's start on a disk.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> CniResult<()> {
     use std::io::Write;
     let dir = path
@@ -445,9 +451,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> CniResult<()> {
     let res = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        std::fs::rename(&tmp, path)
     })();
     res.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
