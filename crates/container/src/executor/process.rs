@@ -409,11 +409,6 @@ fn await_init_pid(
     }
 }
 
-/// The future monitor: clones the init as its own child (after joining the pod's
-/// namespaces itself, or through an intermediate when a mount namespace is joined),
-/// keeps only the monitor's fds and becomes the monitor by `execve`. Never returns.
-/// Failures end it with 1 (after a `Failed` message where there is one to send); the
-/// main process sees it gone.
 /// `fork` with every signal blocked in the child, which keeps them blocked (and so does
 /// the init it clones) until `init::exec` sets every disposition to default and only
 /// then empties the mask, just before `execve`.
@@ -442,6 +437,11 @@ pub(crate) unsafe fn fork_signals_blocked() -> libc::pid_t {
     pid
 }
 
+/// The future monitor: clones the init as its own child (after joining the pod's
+/// namespaces itself, or through an intermediate when a mount namespace is joined),
+/// keeps only the monitor's fds and becomes the monitor by `execve`. Never returns.
+/// Failures end it with 1 (after a `Failed` message where there is one to send); the
+/// main process sees it gone.
 fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
     // SAFETY: prctl with integer arguments; see `intermediate`. A session of its own
     // at once: a signal to the caller's process group (^C on a terminal) must not
