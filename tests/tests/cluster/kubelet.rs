@@ -59,9 +59,14 @@ fn s(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-const T: Duration = Duration::from_secs(60);
+/// How long a check waits for a pod to reach a state or a command to finish. Two
+/// minutes, not one: the suite's three nodes and their checks, all at once on two
+/// cores, load the apiserver (thousands of requests over 500 ms in a run), and the
+/// real kubelet's own status updates were seen reaching it 40 s after the container
+/// ran. What this suite checks is behaviour; the times are `hack/bench`'s.
+const T: Duration = Duration::from_secs(120);
 
-/// Runs `cmd` (a minute at most) and panics unless it succeeds; returns stdout.
+/// Runs `cmd` (`T` at most) and panics unless it succeeds; returns stdout.
 fn ok(mut cmd: Command) -> String {
     let out = run_timeout(&mut cmd, T);
     assert!(
@@ -74,7 +79,7 @@ fn ok(mut cmd: Command) -> String {
     s(&out.stdout)
 }
 
-/// Runs `cmd` with `input` on stdin, a minute at most.
+/// Runs `cmd` with `input` on stdin, `T` at most.
 fn with_input(mut cmd: Command, input: &[u8]) -> Output {
     crust_e2e::cluster::run_timeout_input(&mut cmd, Some(input), T)
 }

@@ -139,10 +139,14 @@ pub struct Worker {
     carried: HashMap<String, Instance>,
     /// The last status could not be sent, or the last sync failed: try again soon.
     behind: bool,
-    /// The pod's slot among those being started (`Ctx::starts`), held through a sync
-    /// that makes its sandbox, given back while it waits on what is not the node's
-    /// start work (an image pull, a postStart hook).
+    /// The pod's slot among those being started (`Ctx::starts`), taken when its sandbox
+    /// is to be made (after its volumes: what the apiserver has yet to give, a token
+    /// it does not issue yet, must not hold a slot or send the pod to the back of the
+    /// queue), held through the rest of that sync, given back while it waits on what is
+    /// not the node's start work (an image pull, a postStart hook).
     start_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The pod as the worker's loop gets it, watched while waiting for a start slot.
+    pod_rx: watch::Receiver<Option<Arc<Pod>>>,
 }
 
 /// The worker's wake-up, given back when the worker ends.
@@ -183,11 +187,13 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
         carried: HashMap::new(),
         behind: false,
         start_slot: None,
+        pod_rx: rx.clone(),
     };
     // The worker waits most of its life: sync and terminate are boxed so that their
     // (large) state exists only while they run, not in every idle pod's task.
     loop {
         let pod = rx.borrow_and_update().clone();
+        w.pod_rx = rx.clone();
         match pod {
             None => {
                 // Gone from the apiserver (force-deleted, or bound elsewhere): stop it.
@@ -209,20 +215,6 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
             }
             Some(pod) => {
                 w.last_pod = Some(pod.clone());
-                // A pod to start waits for a slot; deleted or changed meanwhile, it is
-                // looked at again.
-                if w.sandbox.is_none() && w.finished.is_none() {
-                    tokio::select! {
-                        p = w.ctx.starts.clone().acquire_owned() => w.start_slot = p.ok(),
-                        r = rx.changed() => {
-                            if r.is_err() {
-                                w.dropped().await;
-                                return;
-                            }
-                            continue;
-                        }
-                    }
-                }
                 let started = Instant::now();
                 if let Err(e) = Box::pin(w.sync(&pod)).await {
                     tracing::warn!(pod = %spec::key(&pod), "sync: {e:#}");
@@ -282,6 +274,25 @@ impl Worker {
     /// not hold up the pods behind it; whether it had one, to take again after.
     fn lend_start_slot(&mut self) -> bool {
         self.start_slot.take().is_some()
+    }
+
+    /// Waits for a start slot (none is needed once the pod has one); false when the pod
+    /// changed meanwhile (deleted, say): the sync ends there and the worker's loop looks
+    /// at the pod again.
+    async fn wait_start_slot(&mut self) -> bool {
+        if self.start_slot.is_some() {
+            return true;
+        }
+        // The loop's clone has seen what the loop had when this sync began: a change
+        // since then ends the wait.
+        let mut rx = self.pod_rx.clone();
+        tokio::select! {
+            p = self.ctx.starts.clone().acquire_owned() => {
+                self.start_slot = p.ok();
+                true
+            }
+            _ = rx.changed() => false,
+        }
     }
 
     /// Takes a start slot again after [`Worker::lend_start_slot`] gave one back.

@@ -108,7 +108,7 @@ impl Worker {
         for s in &sandboxes {
             self.ctx.cri.remove_sandbox(&s.id).await;
         }
-        if !self.refresh_volumes(pod, true).await {
+        if !self.refresh_volumes(pod, true).await || !self.wait_start_slot().await {
             return Ok(());
         }
         // The pod's cgroup parent depends on the runtime's cgroup driver.
@@ -159,6 +159,7 @@ impl Worker {
             Ok(r) => {
                 let id = r.into_inner().pod_sandbox_id;
                 self.sandbox_backoff = None;
+                self.clear_creating();
                 let (ip, ips) = self.sandbox_ips(&id).await;
                 self.sandbox = Some(Sandbox {
                     id,
@@ -210,6 +211,13 @@ impl Worker {
         }
     }
 
+    /// What held the containers back before their sandbox (its volumes, a failed
+    /// sandbox) is over: their status no longer shows its message.
+    fn clear_creating(&mut self) {
+        self.waiting
+            .retain(|_, (reason, _)| reason != "ContainerCreating");
+    }
+
     /// Makes (or, every [`VOLUME_REFRESH`], refreshes) the pod's volumes; false when they cannot
     /// be made yet (the reason is in the containers' waiting state and an event).
     async fn refresh_volumes(&mut self, pod: &Pod, force: bool) -> bool {
@@ -225,6 +233,7 @@ impl Worker {
         match inputs.volumes().await {
             Ok(v) => {
                 self.volumes = Some((v, Instant::now()));
+                self.clear_creating();
                 true
             }
             Err(e) => {
