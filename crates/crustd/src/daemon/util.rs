@@ -81,8 +81,6 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Temp file, fsync, rename, fsync the folder: a crash leaves the old content or the
-/// new, never a torn file.
 /// Like [`write_atomic`] without waiting for the disk: readers see the old or the new
 /// content, never a mix, and a daemon killed after it finds the new one (the page
 /// cache survives a process), but a power loss may lose it. For what does not outlive
@@ -91,6 +89,8 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_via_temp(path, bytes, false)
 }
 
+/// Temp file, fsync, rename, fsync the folder: a crash leaves the old content or the
+/// new, never a torn file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_via_temp(path, bytes, true)
 }

@@ -168,7 +168,7 @@ impl Store {
     /// waiting for the disk: a daemon killed now finds it (the page cache survives a
     /// process), and what the step made (a process, a mount in /run, a cgroup) would
     /// not survive a power loss either. Before something that outlives a reboot (an IP
-    /// reserved on disk by CNI) and before the RPC succeeds, [`Store::save`] is used.
+    /// reserved on disk by CNI), [`Store::save`] is used.
     pub fn save_progress(&self, rec: &SandboxRecord) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(rec).map_err(Error::internal)?;
         util::write_replace(&self.record_path(&rec.id), &bytes)
