@@ -9,8 +9,8 @@
 //! reaps the pod's orphans.
 //!
 //! Unless the spec says `keep_root`, the launcher first gives itself a mount namespace
-//! whose only mount, root and cwd is an empty read-only tmpfs, and the pause inherits
-//! it: a container that may ptrace the pause (`CAP_SYS_PTRACE`, PID namespace shared)
+//! whose only mount, root and cwd is an empty read-only tmpfs (or joins the one
+//! [`empty_root_ns`] made for all pauses), and the pause inherits it: a container that may ptrace the pause (`CAP_SYS_PTRACE`, PID namespace shared)
 //! finds nothing of the host's behind `/proc/1/root` (see `crates/pause/src/main.rs`).
 //! Nothing here or in crustd uses the pause's mount namespace or root: the pod's
 //! namespaces are pinned and joined through `/proc/PID/ns/`, sysctls, `/dev/shm` and
@@ -94,6 +94,12 @@ pub struct PauseSpec {
     /// a mount namespace of its own on an empty read-only tmpfs, so that a process
     /// reaching it through `/proc/PID/root` or `cwd` finds nothing of the host's.
     pub keep_root: bool,
+    /// A mount namespace from [`empty_root_ns`] (an fd open until `spawn` returns) the
+    /// pause joins instead of making its own: the same empty root, without copying
+    /// and detaching every mount of the host's table at each start. Ignored with
+    /// `keep_root`, and with `userns_fd` (the pause's root there may not join a
+    /// namespace the host's user namespace owns; it makes its own, as without this).
+    pub mount_ns: Option<RawFd>,
 }
 
 impl PauseSpec {
@@ -150,6 +156,7 @@ const STEP_PRIVATE: u8 = 7;
 const STEP_TMPFS: u8 = 8;
 const STEP_PIVOT_ROOT: u8 = 9;
 const STEP_DETACH: u8 = 10;
+const STEP_JOIN_MOUNT_NS: u8 = 11;
 
 fn step_name(code: Option<u8>) -> &'static str {
     match code {
@@ -163,6 +170,7 @@ fn step_name(code: Option<u8>) -> &'static str {
         Some(STEP_TMPFS) => "mount empty root",
         Some(STEP_PIVOT_ROOT) => "pivot_root",
         Some(STEP_DETACH) => "detach host root",
+        Some(STEP_JOIN_MOUNT_NS) => "join the empty-root mount namespace",
         _ => "exec",
     }
 }
@@ -184,6 +192,42 @@ fn check_hostname(hostname: &str) -> Result<Vec<u8>> {
         }),
         None => Ok(hostname.as_bytes().to_vec()),
     }
+}
+
+/// The mount namespace every pause outside a user namespace can share
+/// ([`PauseSpec::mount_ns`]): its only mount, root and cwd an empty read-only tmpfs.
+/// Made once by a pause of its own, which is stopped once the namespace is open.
+///
+/// One namespace for all those pauses loses nothing: it holds nothing but the
+/// read-only tmpfs, and only a process with `CAP_SYS_ADMIN` over the host's user
+/// namespace could join it to mount something there, which could then do anything to
+/// the host anyway.
+pub fn empty_root_ns(binary: &Path) -> Result<OwnedFd> {
+    let spec = PauseSpec {
+        binary: binary.to_path_buf(),
+        ..PauseSpec::default()
+    };
+    let pause = spawn(&spec)?;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(format!("/proc/{}/ns/mnt", pause.pid));
+    // Still the same process after the open: the namespace is the pause's.
+    let ours = pause.alive();
+    let stopped = pause.stop(Duration::from_secs(2));
+    let fd = match opened {
+        Ok(f) if ours => OwnedFd::from(f),
+        Ok(_) => return Err(Error::PauseVanished { pid: pause.pid }),
+        Err(source) => {
+            return Err(Error::SpawnPause {
+                binary: binary.to_path_buf(),
+                step: "open the empty root's mount namespace",
+                source,
+            })
+        }
+    };
+    stopped?;
+    Ok(fd)
 }
 
 /// Starts a pause as [`PauseSpec`] says and returns it once it runs.
@@ -226,6 +270,7 @@ fn spawn_once(spec: &PauseSpec) -> Result<Pause> {
         &binary,
         binary_fd.as_ref(),
         spec.keep_root,
+        setup.mount_ns,
         setup.launcher_cgroup,
     );
     // SAFETY: the closure runs between fork and exec; `ChildSetup::run` says what it
@@ -286,12 +331,13 @@ fn open_binary_fd(binary: &Path, userns: Option<RawFd>) -> Result<Option<OwnedFd
     })
 }
 
-/// `crust-pause fork [--keep-root] [CGROUP2_FD]`, by `binary_fd` when there is one, with
-/// its stdout piped for the pid line.
+/// `crust-pause fork [--keep-root | --mount-ns FD] [CGROUP2_FD]`, by `binary_fd` when
+/// there is one, with its stdout piped for the pid line.
 fn launcher_command(
     binary: &Path,
     binary_fd: Option<&OwnedFd>,
     keep_root: bool,
+    mount_ns: Option<RawFd>,
     launcher_cgroup: Option<RawFd>,
 ) -> Command {
     let mut cmd = match binary_fd {
@@ -305,6 +351,8 @@ fn launcher_command(
     cmd.arg("fork");
     if keep_root {
         cmd.arg("--keep-root");
+    } else if let Some(fd) = mount_ns {
+        cmd.arg("--mount-ns").arg(fd.to_string());
     }
     if let Some(fd) = launcher_cgroup {
         // The launcher clones the pause into this cgroup2 directory.
@@ -331,6 +379,9 @@ struct ChildSetup {
     /// `unified` when the launcher moves the pause there itself (no user namespace),
     /// kept open across the exec.
     launcher_cgroup: Option<RawFd>,
+    /// The mount namespace the launcher joins ([`PauseSpec::mount_ns`]), kept open
+    /// across the exec.
+    mount_ns: Option<RawFd>,
     userns: Option<RawFd>,
     flags: libc::c_int,
     hostname: Option<Vec<u8>>,
@@ -354,6 +405,9 @@ impl ChildSetup {
             // In a user namespace the pause is no longer root on the host and may not
             // move itself: the forked child joins the cgroup2 directory too, before.
             launcher_cgroup: unified.filter(|_| userns.is_none()),
+            mount_ns: spec
+                .mount_ns
+                .filter(|_| !spec.keep_root && userns.is_none()),
             userns,
             flags: spec.unshare_flags(),
             hostname,
@@ -378,6 +432,11 @@ impl ChildSetup {
             if let Some(fd) = self.launcher_cgroup {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(self.fail(STEP_CGROUP));
+                }
+            }
+            if let Some(fd) = self.mount_ns {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(self.fail(STEP_JOIN_MOUNT_NS));
                 }
             }
             if let Some(ns) = self.userns {
@@ -484,7 +543,7 @@ fn launched_pid(launcher: &mut std::process::Child, binary: &Path) -> Result<i32
 fn launcher_step_failure(code: Option<i32>, line: &str, binary: &Path) -> Option<Error> {
     let step = u8::try_from(code?)
         .ok()
-        .filter(|s| (STEP_MOUNT_NS..=STEP_DETACH).contains(s))?;
+        .filter(|s| (STEP_MOUNT_NS..=STEP_JOIN_MOUNT_NS).contains(s))?;
     let errno: i32 = line.strip_suffix('\n')?.strip_prefix('-')?.parse().ok()?;
     Some(Error::SpawnPause {
         binary: binary.to_path_buf(),

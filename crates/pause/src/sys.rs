@@ -40,6 +40,7 @@ pub const SYS_UMOUNT2: usize = 166;
 pub const SYS_CLOCK_GETTIME: usize = 228;
 pub const SYS_EXIT_GROUP: usize = 231;
 pub const SYS_UNSHARE: usize = 272;
+pub const SYS_SETNS: usize = 308;
 pub const SYS_SIGNALFD4: usize = 289;
 pub const SYS_RECVFROM: usize = 45;
 pub const SYS_SENDMSG: usize = 46;

@@ -163,6 +163,7 @@ fn pod_spec(hostname: &str) -> PauseSpec {
         cgroup_dirs: vec![],
         userns_fd: None,
         keep_root: false,
+        mount_ns: None,
     }
 }
 
@@ -361,6 +362,70 @@ fn hostname_without_new_uts_namespace_is_ignored() {
         let _ = std::fs::write("/proc/sys/kernel/hostname", before.trim_end());
     }
     assert_eq!(after, before, "the pause renamed the node");
+}
+
+/// As crustd starts pauses: every pod's pause joins the one empty-root mount namespace
+/// `empty_root_ns` made (the pause that made it is gone), instead of copying the
+/// host's mount table each time; a user-namespaced pod's pause still makes its own;
+/// an fd that is not a mount namespace fails the spawn with the step named.
+#[test]
+fn pauses_share_one_empty_root_mount_namespace() {
+    if !require_root(&[]) {
+        return;
+    }
+    let tmp = TempDir::new("pause-shared-root");
+    let binary = pause::install(&tmp.path().join("bin")).expect("install pause");
+    let ns = pause::empty_root_ns(&binary).expect("the shared empty root");
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&ns);
+    let shared = std::fs::read_link(format!("/proc/self/fd/{raw}")).unwrap();
+    let with_ns = |hostname: &str| PauseSpec {
+        mount_ns: Some(raw),
+        ..pod_spec(hostname)
+    };
+    let a = spawn(&tmp, with_ns("pod-a"));
+    let b = spawn(&tmp, with_ns("pod-b"));
+    for p in [a.0.pid, b.0.pid] {
+        assert_empty_root(p);
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{p}/ns/mnt")).unwrap(),
+            shared
+        );
+    }
+    assert_ne!(
+        ns_id(&a.0.pid.to_string(), NsKind::Net),
+        ns_id(&b.0.pid.to_string(), NsKind::Net)
+    );
+
+    use container::userns::IdMap;
+    let map = |h| IdMap {
+        container_id: 0,
+        host_id: h,
+        size: 65536,
+    };
+    let userns = container::userns::create(&[map(310000)], &[map(410000)]).expect("userns");
+    let u = spawn(
+        &tmp,
+        PauseSpec {
+            userns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&userns)),
+            ..with_ns("userns-pod")
+        },
+    );
+    assert_empty_root(u.0.pid);
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{}/ns/mnt", u.0.pid)).unwrap(),
+        shared
+    );
+
+    // A network namespace's fd where a mount namespace's belongs.
+    let net = std::fs::File::open("/proc/self/ns/net").unwrap();
+    let err = pause::spawn(&PauseSpec {
+        binary,
+        mount_ns: Some(std::os::fd::AsRawFd::as_raw_fd(&net)),
+        ..pod_spec("pod-c")
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("join the empty-root mount namespace"), "{err}");
 }
 
 #[test]

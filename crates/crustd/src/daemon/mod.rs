@@ -29,6 +29,9 @@ pub struct Crust {
     /// once at start: logged then and reported by Status, not once per container.
     pub hugetlb_missing: Option<String>,
     pub pause_bin: PathBuf,
+    /// The empty-root mount namespace the pauses share (`container::pause::empty_root_ns`),
+    /// made once here; `None` if it could not be: each pause then makes its own.
+    pub pause_root_ns: Option<std::os::fd::OwnedFd>,
     /// Runtime handlers RunPodSandbox accepts.
     pub handlers: Vec<String>,
     /// The handlers that make recursive read-only mounts (`rro`): found out on first
@@ -55,6 +58,11 @@ impl Crust {
                 cfg.pause_dir().display()
             )
         })?;
+        let pause_root_ns = container::pause::empty_root_ns(&pause_bin)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "no shared empty root for the pauses; each makes its own")
+            })
+            .ok();
         let monitor_bin = container::monitor::install(&cfg.pause_dir()).map_err(|e| {
             anyhow::anyhow!(
                 "installing the monitor binary in {}: {e}",
@@ -136,6 +144,7 @@ impl Crust {
             cgroups,
             hugetlb_missing,
             pause_bin,
+            pause_root_ns,
             handlers,
             rro_handlers: Default::default(),
             oci_runtimes,
