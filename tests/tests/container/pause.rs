@@ -152,6 +152,18 @@ fn assert_empty_root(pid: i32) {
     );
 }
 
+/// A pod's user namespace as `container::userns` makes it: 65536 ids from container 0,
+/// mapped to `uid` and `gid` on the host.
+fn pod_userns(uid: u32, gid: u32) -> std::os::fd::OwnedFd {
+    use container::userns::IdMap;
+    let map = |h| IdMap {
+        container_id: 0,
+        host_id: h,
+        size: 65536,
+    };
+    container::userns::create(&[map(uid)], &[map(gid)]).expect("userns")
+}
+
 fn pod_spec(hostname: &str) -> PauseSpec {
     PauseSpec {
         binary: PathBuf::new(),
@@ -396,13 +408,7 @@ fn pauses_share_one_empty_root_mount_namespace() {
         ns_id(&b.0.pid.to_string(), NsKind::Net)
     );
 
-    use container::userns::IdMap;
-    let map = |h| IdMap {
-        container_id: 0,
-        host_id: h,
-        size: 65536,
-    };
-    let userns = container::userns::create(&[map(310000)], &[map(410000)]).expect("userns");
+    let userns = pod_userns(310000, 410000);
     let u = spawn(
         &tmp,
         PauseSpec {
@@ -454,14 +460,8 @@ fn pause_in_a_user_namespace() {
     if !require_root(&[]) {
         return;
     }
-    use container::userns::IdMap;
     let tmp = TempDir::new("pause-userns");
-    let map = |h| IdMap {
-        container_id: 0,
-        host_id: h,
-        size: 65536,
-    };
-    let userns = container::userns::create(&[map(300000)], &[map(400000)]).expect("userns");
+    let userns = pod_userns(300000, 400000);
     let p = spawn(
         &tmp,
         PauseSpec {

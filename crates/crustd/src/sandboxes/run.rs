@@ -204,8 +204,9 @@ fn create(
     // finds the ready record in the page cache, and after a power loss the pod is dead
     // whichever record the disk kept. The one with the attachment was made durable
     // before ADD; an older `creating` one is rolled back at start (CNI DEL), and the
-    // containers made in the sandbox meanwhile are removed with it, as the kubelet
-    // would replace them after a reboot anyway.
+    // containers made in the sandbox meanwhile are removed with it: the kubelet makes
+    // the pod again, as after any reboot, but its restart count starts over (only for
+    // a pod started in the seconds before the power loss, ext4's commit interval).
     crust.store.save_progress(rec)?;
     failpoint!("run_sandbox.after_ready");
     tracing::debug!(sandbox = %id, ?t_cgroup, ?t_pause, ?t_pins, ?t_saved, ?t_cni, ?t_files, t_end = ?t0.elapsed(), "run phases");

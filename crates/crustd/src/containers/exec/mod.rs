@@ -184,14 +184,19 @@ impl Prepared {
             .filter(|_| !self.runtime.is_empty())
     }
 
-    /// Starts the process with the built-in executor; returns a pidfd to wait on.
+    /// Starts the process with the built-in executor; returns a pidfd to wait on and a
+    /// guard, armed, that kills the process if dropped. The guard is armed in the
+    /// blocking task that starts the process: a call that goes away meanwhile (its
+    /// future dropped, and with it this task's result) kills it too, where a guard made
+    /// after the await would never exist (seen under emulation, where a start outlasts
+    /// a 300 ms deadline).
     async fn start(
         self,
         stdin: Stdio,
         stdout: Stdio,
         stderr: Stdio,
         controlling_tty: bool,
-    ) -> Result<OwnedFd> {
+    ) -> Result<(OwnedFd, KillOnDrop)> {
         let id = self.id.clone();
         let (init_pid, init_start) = self.init;
         let started = tokio::task::spawn_blocking(move || {
@@ -207,7 +212,12 @@ impl Prepared {
                     controlling_tty,
                 },
             )?;
-            Ok((pid, container::proc::pidfd_or_reap(pid)))
+            let pidfd = container::proc::pidfd_or_reap(pid);
+            let guard = match &pidfd {
+                Ok(fd) => KillOnDrop::new(fd),
+                Err(_) => KillOnDrop(None),
+            };
+            Ok((pid, pidfd, guard))
         })
         .await
         .map_err(Error::internal)?
@@ -228,8 +238,10 @@ impl Prepared {
             }
             _ => Error::Internal(format!("exec in {id}: {e}")),
         })?;
-        let (pid, pidfd) = started;
-        pidfd.map_err(|e| Error::Internal(format!("exec in {id}: pidfd_open {pid}: {e}")))
+        let (pid, pidfd, guard) = started;
+        let pidfd =
+            pidfd.map_err(|e| Error::Internal(format!("exec in {id}: pidfd_open {pid}: {e}")))?;
+        Ok((pidfd, guard))
     }
 }
 
@@ -257,10 +269,9 @@ pub async fn exec_sync(crust: Arc<Crust>, req: ExecSyncRequest) -> Result<ExecSy
         set_nonblocking(w, false);
     }
     let id = p.id.clone();
-    let pidfd = p
+    let (pidfd, guard) = p
         .start(Stdio::Null, Stdio::Fd(out_w), Stdio::Fd(err_w), false)
         .await?;
-    let guard = KillOnDrop::new(&pidfd);
     let (done, rx) = Exited::new();
     let out_task = tokio::spawn(read_all(out_r, rx.clone(), MAX_OUTPUT));
     let err_task = tokio::spawn(read_all(err_r, rx, MAX_OUTPUT));
@@ -574,9 +585,12 @@ async fn exec_streams(
         } else {
             Stdio::Null
         };
-        let pidfd = p
+        let (pidfd, started) = p
             .start(stdin, Stdio::Fd(dup(&slave)?), Stdio::Fd(slave), true)
             .await?;
+        // From here the stream's own handling ends the process (SIGHUP when the
+        // client leaves).
+        started.disarm();
         if let Some(s) = streams.stdin.take() {
             tokio::spawn(pump_in(s, dup(&master)?));
         }
@@ -599,9 +613,10 @@ async fn exec_streams(
         let (err_r, err_w) = pipe()?;
         set_nonblocking(&out_w, false);
         set_nonblocking(&err_w, false);
-        let pidfd = p
+        let (pidfd, started) = p
             .start(stdin, Stdio::Fd(out_w), Stdio::Fd(err_w), false)
             .await?;
+        started.disarm();
         pumps.push(tokio::spawn(pump_out(
             out_r,
             rx.clone(),
