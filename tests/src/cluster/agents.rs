@@ -25,16 +25,29 @@ pub(crate) fn kubelet_common_args() -> Vec<String> {
         "--image-gc-high-threshold=100",
         "--image-gc-low-threshold=99",
         "--serialize-image-pulls=false",
-        // The summary API and /metrics/cadvisor from the runtime's CRI stats and
-        // metrics (ListPodSandboxStats, ListPodSandboxMetrics), not cAdvisor's.
-        "--feature-gates=SidecarContainers=true,PodAndContainerStatsFromCRI=true",
         // The crustlet's default, which kubeadm sets too.
         "--cluster-domain=cluster.local",
         "--v=2",
     ]
     .iter()
     .map(|a| a.to_string())
+    .chain([feature_gates()])
     .collect()
+}
+
+/// The summary API and /metrics/cadvisor from the runtime's CRI stats and metrics
+/// (ListPodSandboxStats, ListPodSandboxMetrics), not cAdvisor's; plus
+/// `CRUST_KUBELET_FEATURE_GATES` (`EventedPLEG=true` runs the kubelet on crustd's
+/// GetContainerEvents stream instead of its relist).
+fn feature_gates() -> String {
+    let mut gates = "SidecarContainers=true,PodAndContainerStatsFromCRI=true".to_string();
+    if let Ok(more) = std::env::var("CRUST_KUBELET_FEATURE_GATES") {
+        if !more.trim().is_empty() {
+            gates.push(',');
+            gates.push_str(more.trim());
+        }
+    }
+    format!("--feature-gates={gates}")
 }
 
 impl Cluster {
