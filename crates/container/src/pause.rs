@@ -10,7 +10,8 @@
 //!
 //! Unless the spec says `keep_root`, the launcher first gives itself a mount namespace
 //! whose only mount, root and cwd is an empty read-only tmpfs (or joins the one
-//! [`empty_root_ns`] made for all pauses), and the pause inherits it: a container that may ptrace the pause (`CAP_SYS_PTRACE`, PID namespace shared)
+//! [`empty_root_ns`] made for all pauses), and the pause inherits it: a container that
+//! may ptrace the pause (`CAP_SYS_PTRACE`, PID namespace shared)
 //! finds nothing of the host's behind `/proc/1/root` (see `crates/pause/src/main.rs`).
 //! Nothing here or in crustd uses the pause's mount namespace or root: the pod's
 //! namespaces are pinned and joined through `/proc/PID/ns/`, sysctls, `/dev/shm` and
