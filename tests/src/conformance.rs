@@ -39,12 +39,39 @@ pub fn parse_junit(xml: &str) -> BTreeMap<String, Outcome> {
     out
 }
 
+/// The failure message of each failed spec of a JUnit report (the body of its
+/// `<failure>` element: ginkgo's `[FAILED]` line and where), by name as in
+/// [`parse_junit`]. The CI log keeps only the run's output, not the report, so this is
+/// what says why a spec failed there.
+pub fn failure_messages(xml: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for case in xml.split("<testcase ").skip(1) {
+        let Some(name) = parse_junit(&format!("<testcase {case}")).into_keys().next() else {
+            continue;
+        };
+        let Some(open) = case.find("<failure") else {
+            continue;
+        };
+        let body = &case[open..];
+        let Some(start) = body.find('>') else {
+            continue;
+        };
+        let body = &body[start + 1..];
+        let end = body.find("</failure>").unwrap_or(body.len());
+        out.insert(name, unescape(&body[..end]).trim().to_string());
+    }
+    out
+}
+
 fn unescape(s: &str) -> String {
     s.replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&quot;", "\"")
+        .replace("&#34;", "\"")
         .replace("&#39;", "'")
         .replace("&apos;", "'")
+        .replace("&#xA;", "\n")
+        .replace("&#x9;", "\t")
         .replace("&amp;", "&")
 }
 
@@ -111,7 +138,7 @@ mod tests {
     <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="1"></testcase>
     <testcase name="[It] [sig-node] Pods should get a host IP [NodeConformance] [Conformance]" classname="Kubernetes e2e suite" status="passed" time="3"></testcase>
     <testcase name="[It] [sig-node] Downward API should provide pod &amp; node info &quot;quoted&quot; [NodeConformance]" classname="Kubernetes e2e suite" status="failed" time="5">
-      <failure message="timed out">x</failure>
+      <failure message="" type="failed">[FAILED] timed out &#34;x&#34;&#xA;In [It] at: e2e/x.go:1</failure>
     </testcase>
     <testcase name="[It] [sig-node] Something [Slow]" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
   </testsuite>
@@ -131,6 +158,16 @@ mod tests {
             Outcome::Failed
         );
         assert_eq!(o["[sig-node] Something [Slow]"], Outcome::Skipped);
+    }
+
+    #[test]
+    fn a_failed_spec_says_why() {
+        let m = failure_messages(REPORT);
+        assert_eq!(m.len(), 1);
+        assert_eq!(
+            m[r#"[sig-node] Downward API should provide pod & node info "quoted" [NodeConformance]"#],
+            "[FAILED] timed out \"x\"\nIn [It] at: e2e/x.go:1"
+        );
     }
 
     #[test]

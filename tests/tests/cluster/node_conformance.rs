@@ -38,7 +38,9 @@
 //! root or them it skips loudly, except under `CI=true`, where that is a failure.
 
 use crust_e2e::cluster::{run_timeout, Cluster, ContainerdFor, Options, CRUSTLET_NODE, NODE};
-use crust_e2e::conformance::{judge, parse_expected, parse_junit, skip_regex, Outcome};
+use crust_e2e::conformance::{
+    failure_messages, judge, parse_expected, parse_junit, skip_regex, Outcome,
+};
 use crust_e2e::fleet::{Flavour, Fleet};
 use crust_e2e::tail;
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,14 +99,21 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Runs the suite against `target`'s node; (outcomes, seconds) or why it could not run.
+/// One ginkgo run: each spec's outcome, each failed one's message, and how long it took.
+struct Run {
+    outcomes: BTreeMap<String, Outcome>,
+    messages: BTreeMap<String, String>,
+    secs: f64,
+}
+
+/// Runs the suite against `target`'s node, or says why it could not run.
 fn run_suite(
     c: &Cluster,
     target: Target,
     suite: &str,
     e2e_bin: &Path,
     not_run: Option<&str>,
-) -> Result<(BTreeMap<String, Outcome>, f64), String> {
+) -> Result<Run, String> {
     only_node(c, target)?;
     run_ginkgo(
         c,
@@ -115,15 +124,35 @@ fn run_suite(
     )
 }
 
+/// The test runner's own `/tmp` (a shell script run as `sh -c RUNNER_TMP GINKGO STAGE
+/// DIR...  ARGS...`, in a private mount namespace): a fresh tmpfs, with each `DIR` that
+/// lies under `/tmp` bound at its path in it, then GINKGO exec'd with ARGS. Upstream the
+/// runner is not the node, and specs rely on it: HostPath's `BeforeEach` removes
+/// `/tmp/test-file` on the runner while another HostPath spec's pod, on a node whose
+/// `/tmp` it would share here, has written it and not yet read it back (the likely
+/// cause of a CI run's one failure, "should support r/w" on the crustlet).
+const RUNNER_TMP: &str = r#"set -e
+ginkgo=$0 stage=$1; shift
+mkdir -p "$stage"
+mount -t tmpfs -o mode=1777 e2e-runner-tmp "$stage"
+for d in "$1" "$2" "$3"; do
+  case "$d" in
+    /tmp/*) mkdir -p "$stage${d#/tmp}"; mount --bind "$d" "$stage${d#/tmp}" ;;
+  esac
+done
+shift 3
+mount --move "$stage" /tmp
+exec "$ginkgo" "$@""#;
+
 /// Runs `suite`'s specs with ginkgo against cluster `c` (its report under
-/// `target/conformance/<report>`); (outcomes, seconds) or why it could not run.
+/// `target/conformance/<report>`), or says why it could not run.
 fn run_ginkgo(
     c: &Cluster,
     report: &str,
     suite: &str,
     e2e_bin: &Path,
     not_run: Option<&str>,
-) -> Result<(BTreeMap<String, Outcome>, f64), String> {
+) -> Result<Run, String> {
     let report = workspace().join("target/conformance").join(report);
     let _ = std::fs::remove_dir_all(&report);
     std::fs::create_dir_all(&report).map_err(|e| e.to_string())?;
@@ -136,7 +165,14 @@ fn run_ginkgo(
         focus = format!("{focus}.*({f})|({f}).*{focus}");
     }
     let procs = std::env::var("CRUST_CONFORMANCE_PROCS").unwrap_or_else(|_| "12".into());
-    let mut cmd = c.net_cmd(e2e_bin.join("ginkgo"));
+    let mut cmd = c.net_cmd("unshare");
+    cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(RUNNER_TMP)
+        .arg(e2e_bin.join("ginkgo"))
+        .arg(report.join("tmp"))
+        .arg(c.path(""))
+        .arg(e2e_bin)
+        .arg(c.bins.kubectl.parent().unwrap_or(Path::new("/")));
     cmd.arg(format!("--procs={procs}"))
         .arg(format!("--focus={focus}"))
         .arg(format!(
@@ -169,7 +205,11 @@ fn run_ginkgo(
             tail(&s(&out.stdout), 40)
         )
     })?;
-    Ok((parse_junit(&junit), secs))
+    Ok(Run {
+        outcomes: parse_junit(&junit),
+        messages: failure_messages(&junit),
+        secs,
+    })
 }
 
 /// Makes `target`'s node the cluster's only one: the other agent is stopped and its
@@ -388,13 +428,12 @@ impl Judged {
     }
 
     /// One run (`name`, on `describe`): ok when exactly the expected specs failed.
-    fn record(
-        &mut self,
-        name: &str,
-        describe: &str,
-        result: Result<(BTreeMap<String, Outcome>, f64), String>,
-    ) {
-        let (outcomes, secs) = match result {
+    fn record(&mut self, name: &str, describe: &str, result: Result<Run, String>) {
+        let Run {
+            outcomes,
+            messages,
+            secs,
+        } = match result {
             Err(why) => {
                 println!("test {name} ... FAILED");
                 self.failures.push((name.to_string(), why));
@@ -419,6 +458,10 @@ impl Judged {
         );
         for u in &unexpected {
             why.push_str(&format!("  failed: {u}\n"));
+            // The first lines of why: ginkgo's [FAILED] line and where it failed.
+            for l in messages.get(u).into_iter().flat_map(|m| m.lines()).take(12) {
+                why.push_str(&format!("    {l}\n"));
+            }
         }
         for n in &now_pass {
             why.push_str(&format!(
