@@ -6,6 +6,13 @@
 //! As Kubernetes' own server does, an empty message on the first channel the server
 //! writes (stdout) tells the client the connection is ready. Output waits for the socket
 //! with the same budget as SPDY (outq.rs).
+//!
+//! What the client sends is held to RFC 6455 ([`Checker`]): its frames masked, no
+//! reserved bits or opcodes (no extension is negotiated), control frames whole and at
+//! most 125 bytes, continuations only inside a fragmented message, text valid UTF-8,
+//! close codes ones a peer may send. Anything else ends the connection with a close
+//! frame saying why (1002, 1007, or 1009 for a message over [`MAX_MESSAGE`]), as the
+//! RFC asks of an endpoint that receives it, rather than being read on a guess.
 
 use crate::outq::OutQueue;
 use bytes::Bytes;
@@ -179,11 +186,31 @@ fn frame(op: u8, payload: &[u8]) -> Vec<u8> {
 struct Shared {
     out: OutQueue,
     inputs: Mutex<[Option<mpsc::Sender<Bytes>>; 5]>,
+    /// A close frame has been queued: nothing may follow it (RFC 6455 5.5.1).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn send(&self, f: Vec<u8>) -> io::Result<()> {
+        if self.is_closed() {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "websocket closed",
+            ));
+        }
         self.out.send(f)
+    }
+
+    /// Queues the close frame `f`, unless one is already: the first close is the last
+    /// frame sent.
+    fn send_close(&self, f: Vec<u8>) {
+        if !self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            let _ = self.out.send(f);
+        }
     }
 }
 
@@ -198,6 +225,12 @@ pub struct ChannelWriter {
 impl ChannelWriter {
     pub async fn write(&self, data: &[u8]) -> io::Result<()> {
         for chunk in data.chunks(32 * 1024) {
+            if self.shared.is_closed() {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "websocket closed",
+                ));
+            }
             let mut p = Vec::with_capacity(chunk.len() + 1);
             p.push(self.ch);
             p.extend_from_slice(chunk);
@@ -257,6 +290,7 @@ impl Conn {
         let shared = Arc::new(Shared {
             out: OutQueue::start(wr, done_rx.clone(), gone_rx),
             inputs: Mutex::new(senders),
+            closed: Default::default(),
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let sh = shared.clone();
@@ -313,83 +347,242 @@ impl Conn {
 
     /// A normal close (1000).
     pub fn close(&self) {
-        let _ = self.shared.send(frame(OP_CLOSE, &1000u16.to_be_bytes()));
+        self.shared
+            .send_close(frame(OP_CLOSE, &1000u16.to_be_bytes()));
     }
 }
 
-/// One frame: FIN, opcode and the unmasked payload; None at the connection's end.
-async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> io::Result<Option<(bool, u8, Vec<u8>)>> {
+/// One frame from the client: FIN, opcode and the unmasked payload.
+struct Frame {
+    fin: bool,
+    op: u8,
+    payload: Vec<u8>,
+}
+
+/// How a client broke RFC 6455: the close code the connection ends with, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Violation {
+    code: u16,
+    why: &'static str,
+}
+
+/// 1002: a frame or message the protocol does not allow.
+const PROTOCOL_ERROR: u16 = 1002;
+/// 1007: text (a text message, a close reason) that is not UTF-8.
+const INVALID_DATA: u16 = 1007;
+/// 1009: a message over [`MAX_MESSAGE`].
+const TOO_BIG: u16 = 1009;
+
+impl Violation {
+    fn protocol(why: &'static str) -> Violation {
+        Violation {
+            code: PROTOCOL_ERROR,
+            why,
+        }
+    }
+
+    /// The close frame that ends the connection: the code, and why as its reason.
+    fn close_frame(&self) -> Vec<u8> {
+        let mut p = self.code.to_be_bytes().to_vec();
+        p.extend_from_slice(self.why.as_bytes());
+        frame(OP_CLOSE, &p)
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "websocket protocol violation ({}): {}",
+            self.code, self.why
+        )
+    }
+}
+
+impl std::error::Error for Violation {}
+
+impl From<Violation> for io::Error {
+    fn from(v: Violation) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, v)
+    }
+}
+
+/// The violation an error of [`read_frame`] or [`Checker`] carries, if it is one.
+fn violation(e: &io::Error) -> Option<Violation> {
+    e.get_ref()?.downcast_ref::<Violation>().copied()
+}
+
+/// Reads one frame, its header checked ([`check_header`]); None at the connection's end.
+async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> io::Result<Option<Frame>> {
     let mut h = [0u8; 2];
     match rd.read_exact(&mut h).await {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let (fin, op, masked) = (h[0] & 0x80 != 0, h[0] & 0x0f, h[1] & 0x80 != 0);
+    check_header(h)?;
+    let (fin, op) = (h[0] & 0x80 != 0, h[0] & 0x0f);
     let len = match h[1] & 0x7f {
         126 => {
             let mut b = [0u8; 2];
             rd.read_exact(&mut b).await?;
-            u16::from_be_bytes(b) as usize
+            u16::from_be_bytes(b) as u64
         }
         127 => {
             let mut b = [0u8; 8];
             rd.read_exact(&mut b).await?;
-            u64::from_be_bytes(b) as usize
+            let n = u64::from_be_bytes(b);
+            if n >> 63 != 0 {
+                return Err(Violation::protocol("64-bit length with its top bit set").into());
+            }
+            n
         }
-        n => n as usize,
+        n => n as u64,
     };
-    if len > MAX_MESSAGE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "websocket message too large",
-        ));
+    if len > MAX_MESSAGE as u64 {
+        return Err(Violation {
+            code: TOO_BIG,
+            why: "message too large",
+        }
+        .into());
     }
     let mut mask = [0u8; 4];
-    if masked {
-        rd.read_exact(&mut mask).await?;
+    rd.read_exact(&mut mask).await?;
+    let mut payload = vec![0u8; len as usize];
+    rd.read_exact(&mut payload).await?;
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= mask[i % 4];
     }
-    let mut p = vec![0u8; len];
-    rd.read_exact(&mut p).await?;
-    if masked {
-        for (i, b) in p.iter_mut().enumerate() {
-            *b ^= mask[i % 4];
+    Ok(Some(Frame { fin, op, payload }))
+}
+
+/// What a frame's first two bytes may say: no reserved bit (no extension is
+/// negotiated), a defined opcode, the mask every client frame carries, and for a
+/// control frame FIN and at most 125 bytes.
+fn check_header(h: [u8; 2]) -> Result<(), Violation> {
+    let (fin, op, masked, len7) = (h[0] & 0x80 != 0, h[0] & 0x0f, h[1] & 0x80 != 0, h[1] & 0x7f);
+    if h[0] & 0x70 != 0 {
+        return Err(Violation::protocol("reserved bits set"));
+    }
+    if !matches!(
+        op,
+        OP_CONT | OP_TEXT | OP_BINARY | OP_CLOSE | OP_PING | OP_PONG
+    ) {
+        return Err(Violation::protocol("reserved opcode"));
+    }
+    if !masked {
+        return Err(Violation::protocol("client frame not masked"));
+    }
+    if op & 0x08 != 0 {
+        if !fin {
+            return Err(Violation::protocol("fragmented control frame"));
+        }
+        if len7 > 125 {
+            return Err(Violation::protocol("control frame over 125 bytes"));
         }
     }
-    Ok(Some((fin, op, p)))
+    Ok(())
+}
+
+/// The order of a client's frames: a continuation only inside a fragmented message, no
+/// new message before the last one's final frame, a text message valid UTF-8 once
+/// whole, a close frame's code one a peer may send and its reason UTF-8.
+#[derive(Default)]
+struct Checker {
+    /// Inside a fragmented message: whether it is text, and the text so far.
+    open: Option<Option<Vec<u8>>>,
+}
+
+impl Checker {
+    /// Checks `f`; for a data frame, whether it ends its message.
+    fn data(&mut self, f: &Frame) -> Result<bool, Violation> {
+        let text = match (f.op, &mut self.open) {
+            (OP_CONT, None) => return Err(Violation::protocol("continuation outside a message")),
+            (OP_CONT, Some(text)) => {
+                if let Some(t) = text {
+                    t.extend_from_slice(&f.payload);
+                }
+                text.take()
+            }
+            (_, Some(_)) => return Err(Violation::protocol("new message inside a fragmented one")),
+            (op, None) => (op == OP_TEXT).then(|| f.payload.clone()),
+        };
+        if !f.fin {
+            self.open = Some(text);
+            return Ok(false);
+        }
+        self.open = None;
+        if text.is_some_and(|t| std::str::from_utf8(&t).is_err()) {
+            return Err(Violation {
+                code: INVALID_DATA,
+                why: "text message not UTF-8",
+            });
+        }
+        Ok(true)
+    }
+
+    /// Checks a close frame's payload; the code to answer it with (1000 for none).
+    fn close(p: &[u8]) -> Result<u16, Violation> {
+        let Some((code, reason)) = p.split_first_chunk::<2>() else {
+            return match p.len() {
+                0 => Ok(1000),
+                _ => Err(Violation::protocol("close frame of one byte")),
+            };
+        };
+        let code = u16::from_be_bytes(*code);
+        // RFC 6455 7.4 and IANA's registry: 1004-1006 and 1015 are never sent, below
+        // 1000 and 1016-2999 are not assigned, 5000 and up do not exist.
+        if !matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999) {
+            return Err(Violation::protocol("close code a peer may not send"));
+        }
+        if std::str::from_utf8(reason).is_err() {
+            return Err(Violation {
+                code: INVALID_DATA,
+                why: "close reason not UTF-8",
+            });
+        }
+        Ok(code)
+    }
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, sh: &Arc<Shared>) -> io::Result<()> {
+    let r = read_messages(rd, sh).await;
+    if let Some(v) = r.as_ref().err().and_then(violation) {
+        sh.send_close(v.close_frame());
+    }
+    r
+}
+
+async fn read_messages<R: AsyncRead + Unpin>(rd: &mut R, sh: &Arc<Shared>) -> io::Result<()> {
     let mut message: Vec<u8> = Vec::new();
+    let mut checker = Checker::default();
     loop {
-        let Some((fin, op, p)) = read_frame(rd).await? else {
+        let Some(f) = read_frame(rd).await? else {
             return Ok(());
         };
-        if message.len() + p.len() > MAX_MESSAGE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "websocket message too large",
-            ));
-        }
-        match op {
+        match f.op {
             OP_PING => {
-                let _ = sh.send(frame(OP_PONG, &p));
+                let _ = sh.send(frame(OP_PONG, &f.payload));
                 continue;
             }
             OP_PONG => continue,
             OP_CLOSE => {
-                let _ = sh.send(frame(OP_CLOSE, &p[..p.len().min(2)]));
+                let code = Checker::close(&f.payload)?;
+                sh.send_close(frame(OP_CLOSE, &code.to_be_bytes()));
                 return Ok(());
             }
-            OP_BINARY | OP_TEXT | OP_CONT => message.extend_from_slice(&p),
-            _ => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "websocket: unknown opcode",
-                ))
-            }
+            _ => {}
         }
-        if !fin {
+        let whole = checker.data(&f)?;
+        if message.len() + f.payload.len() > MAX_MESSAGE {
+            return Err(Violation {
+                code: TOO_BIG,
+                why: "message too large",
+            }
+            .into());
+        }
+        message.extend_from_slice(&f.payload);
+        if !whole {
             continue;
         }
         let m = std::mem::take(&mut message);
@@ -436,23 +629,49 @@ where
             if wr.write_all(&f).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
+            // Nothing may follow a close frame (RFC 6455 5.5.1).
+            if f.first().is_some_and(|b| b & 0x0f == OP_CLOSE) {
+                break;
+            }
         }
         let _ = wr.shutdown().await;
     });
     let ctl = tx.clone();
     tokio::spawn(async move {
-        while let Ok(Some((_, op, p))) = read_frame(&mut rd).await {
-            match op {
-                OP_BINARY | OP_CONT | OP_TEXT if bwr.write_all(&p).await.is_err() => break,
-                OP_BINARY | OP_CONT | OP_TEXT => {}
-                OP_PING => {
-                    let _ = ctl.send(frame(OP_PONG, &p)).await;
-                }
-                OP_CLOSE => {
-                    let _ = ctl.send(frame(OP_CLOSE, &p[..p.len().min(2)])).await;
+        let mut checker = Checker::default();
+        loop {
+            let f = match read_frame(&mut rd).await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    if let Some(v) = violation(&e) {
+                        let _ = ctl.send(v.close_frame()).await;
+                    }
                     break;
                 }
-                _ => {}
+            };
+            let answer = match f.op {
+                OP_PING => Ok(Some(frame(OP_PONG, &f.payload))),
+                OP_PONG => Ok(None),
+                OP_CLOSE => match Checker::close(&f.payload) {
+                    Ok(code) => {
+                        let _ = ctl.send(frame(OP_CLOSE, &code.to_be_bytes())).await;
+                        break;
+                    }
+                    Err(v) => Err(v),
+                },
+                _ => checker.data(&f).map(|_| None),
+            };
+            match answer {
+                Err(v) => {
+                    let _ = ctl.send(v.close_frame()).await;
+                    break;
+                }
+                Ok(Some(pong)) => {
+                    let _ = ctl.send(pong).await;
+                }
+                Ok(None) if f.op & 0x08 == 0 && bwr.write_all(&f.payload).await.is_err() => break,
+                Ok(None) => {}
             }
         }
         let _ = bwr.shutdown().await;
@@ -487,6 +706,195 @@ mod tests {
         );
         assert_eq!(base64(b"ab"), "YWI=");
         assert_eq!(base64(b"a"), "YQ==");
+    }
+
+    /// A client frame: first byte `b0` (FIN, RSV, opcode), `payload`, masked or not.
+    fn client(b0: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+        let mask = [0x37, 0xfa, 0x21, 0x3d];
+        let mut f = vec![b0];
+        let m = if masked { 0x80 } else { 0 };
+        match payload.len() {
+            n if n < 126 => f.push(m | n as u8),
+            n if n <= 0xffff => {
+                f.push(m | 126);
+                f.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                f.push(m | 127);
+                f.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        if masked {
+            f.extend_from_slice(&mask);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        } else {
+            f.extend_from_slice(payload);
+        }
+        f
+    }
+
+    fn close_payload(code: u16, reason: &[u8]) -> Vec<u8> {
+        let mut p = code.to_be_bytes().to_vec();
+        p.extend_from_slice(reason);
+        p
+    }
+
+    /// The server's frames (opcode, payload) in answer to `input`, read until it ends the
+    /// connection, and what stdin received. The client does not hang up first: a server
+    /// that does not end the connection on its own fails the test.
+    async fn serve(input: Vec<u8>) -> (Vec<(u8, Vec<u8>)>, Vec<u8>) {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let mut conn = Conn::server(server, "v5.channel.k8s.io");
+        let mut stdin = conn.take_input(0).unwrap();
+        let got = tokio::spawn(async move {
+            let mut all = vec![];
+            while let Some(b) = stdin.recv().await {
+                all.extend_from_slice(&b);
+            }
+            all
+        });
+        client.write_all(&input).await.unwrap();
+        let mut out = vec![];
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            let _ = client.read_to_end(&mut out).await;
+        })
+        .await
+        .expect("the server did not end the connection");
+        drop(conn);
+        let stdin = got.await.unwrap();
+        let mut frames = vec![];
+        let mut rest = &out[..];
+        while rest.len() >= 2 {
+            let (op, n) = (rest[0] & 0x0f, (rest[1] & 0x7f) as usize);
+            assert!(n < 126, "short frames only here");
+            frames.push((op, rest[2..2 + n].to_vec()));
+            rest = &rest[2 + n..];
+        }
+        (frames, stdin)
+    }
+
+    /// The connection's last frame is a close with `code`.
+    async fn closes_with(input: Vec<u8>, code: u16) {
+        let (frames, _) = serve(input.clone()).await;
+        let (op, p) = frames.last().expect("no frame at all");
+        assert_eq!(*op, OP_CLOSE, "{frames:?} for {input:x?}");
+        assert_eq!(
+            u16::from_be_bytes([p[0], p[1]]),
+            code,
+            "{:?}",
+            String::from_utf8_lossy(&p[2..])
+        );
+        let closes = frames.iter().filter(|(op, _)| *op == OP_CLOSE).count();
+        assert_eq!(closes, 1, "one close frame, the last: {frames:?}");
+    }
+
+    #[tokio::test]
+    async fn frames_against_the_rfc_end_the_connection_with_why() {
+        let stdin = |d: &[u8]| [&[0u8][..], d].concat();
+        let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+            ("unmasked", client(0x82, &stdin(b"x"), false), 1002),
+            ("RSV1 set", client(0xc2, &stdin(b"x"), true), 1002),
+            ("RSV3 set", client(0x92, &stdin(b"x"), true), 1002),
+            ("reserved data opcode", client(0x83, b"x", true), 1002),
+            ("reserved control opcode", client(0x8b, b"", true), 1002),
+            ("ping of 126 bytes", client(0x89, &[7; 126], true), 1002),
+            ("fragmented ping", client(0x09, b"p", true), 1002),
+            ("continuation first", client(0x80, b"x", true), 1002),
+            (
+                "a new message inside a fragmented one",
+                [client(0x02, &[0], true), client(0x82, b"x", true)].concat(),
+                1002,
+            ),
+            ("close of one byte", client(0x88, &[3], true), 1002),
+            (
+                "close 999",
+                client(0x88, &close_payload(999, b""), true),
+                1002,
+            ),
+            (
+                "close 1005",
+                client(0x88, &close_payload(1005, b""), true),
+                1002,
+            ),
+            (
+                "close 1006",
+                client(0x88, &close_payload(1006, b""), true),
+                1002,
+            ),
+            (
+                "close 1015",
+                client(0x88, &close_payload(1015, b""), true),
+                1002,
+            ),
+            (
+                "close 2000",
+                client(0x88, &close_payload(2000, b""), true),
+                1002,
+            ),
+            (
+                "close 5000",
+                client(0x88, &close_payload(5000, b""), true),
+                1002,
+            ),
+            (
+                "close reason not UTF-8",
+                client(0x88, &close_payload(1000, &[0xff, 0xfe]), true),
+                1007,
+            ),
+            ("text not UTF-8", client(0x81, &[0, 0xc3, 0x28], true), 1007),
+            (
+                "text not UTF-8 across fragments",
+                [
+                    client(0x01, &[0, 0xe2], true),
+                    client(0x80, &[0x28, 0xa1], true),
+                ]
+                .concat(),
+                1007,
+            ),
+        ];
+        for (what, input, code) in cases {
+            eprintln!("{what}");
+            closes_with(input, code).await;
+        }
+        // A 64-bit length with its top bit set, and one over the message limit.
+        let mut huge = vec![0x82, 0x80 | 127];
+        huge.extend_from_slice(&(1u64 << 63).to_be_bytes());
+        huge.extend_from_slice(&[0; 4]);
+        closes_with(huge, 1002).await;
+        let mut big = vec![0x82, 0x80 | 127];
+        big.extend_from_slice(&((MAX_MESSAGE as u64) + 1).to_be_bytes());
+        big.extend_from_slice(&[0; 4]);
+        closes_with(big, 1009).await;
+    }
+
+    #[tokio::test]
+    async fn a_close_a_peer_may_send_is_answered_with_its_code() {
+        for code in [1000u16, 1001, 1011, 1014, 3000, 4999] {
+            closes_with(
+                client(0x88, &close_payload(code, "bye ✓".as_bytes()), true),
+                code,
+            )
+            .await;
+        }
+        // No code at all: 1000.
+        closes_with(client(0x88, b"", true), 1000).await;
+    }
+
+    #[tokio::test]
+    async fn fragments_and_control_frames_between_them_make_one_message() {
+        let input = [
+            client(0x02, &[0, b'a'], true),
+            client(0x89, b"hi", true),
+            client(0x00, b"b", true),
+            client(0x80, b"c", true),
+            client(0x81, &[0, 0xe2, 0x9c, 0x93], true),
+            client(0x88, &close_payload(1000, b""), true),
+        ]
+        .concat();
+        let (frames, stdin) = serve(input).await;
+        assert_eq!(stdin, "abc✓".as_bytes());
+        assert!(frames.contains(&(OP_PONG, b"hi".to_vec())), "{frames:?}");
+        assert_eq!(frames.last(), Some(&(OP_CLOSE, vec![3, 232])));
     }
 
     #[test]
