@@ -239,10 +239,45 @@ fn node_log(base: &std::path::Path, rel: &str) -> Response<Body> {
         html.push_str("</pre>\n");
         return full(200, "text/html; charset=utf-8", html);
     }
-    match std::fs::read(&resolved) {
-        Ok(b) => full(200, "text/plain; charset=utf-8", b),
-        Err(e) => text(403, format!("{e}")),
-    }
+    let (f, len) = match std::fs::File::open(&resolved).and_then(|f| {
+        let len = f.metadata()?.len();
+        Ok((f, len))
+    }) {
+        Ok(x) => x,
+        Err(e) => return text(403, format!("{e}")),
+    };
+    let mut r = Response::new(file_body(f, len));
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        "text/plain; charset=utf-8".parse().unwrap(),
+    );
+    h.insert(hyper::header::CONTENT_LENGTH, len.into());
+    r
+}
+
+/// The bytes a log file reads when opened.
+const FILE_CHUNK: usize = 64 * 1024;
+
+/// A file's first `len` bytes (its size when opened: a log still growing is served as
+/// it was, as Go's file server does) as a body read [`FILE_CHUNK`] at a time, so a large
+/// log costs the crustlet a buffer, not its size.
+fn file_body(f: std::fs::File, len: u64) -> Body {
+    use tokio::io::AsyncReadExt;
+    let f = Some(tokio::fs::File::from_std(f).take(len));
+    let chunks = futures::stream::unfold(f, |f| async move {
+        let mut f = f?;
+        let mut buf = vec![0u8; FILE_CHUNK];
+        match f.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(Frame::data(Bytes::from(buf))), Some(f)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    });
+    BodyExt::boxed(StreamBody::new(chunks))
 }
 
 /// `%XX` decoding of a path segment or query value (`+` a space in queries).
@@ -998,39 +1033,79 @@ mod tests {
         assert!(seen.list().is_empty());
     }
 
-    #[test]
-    fn node_logs_stay_inside_their_folder() {
-        let d = tempfile_dir();
+    /// A response's status and body, read whole.
+    async fn read_body(r: Response<Body>) -> (u16, String) {
+        let status = r.status().as_u16();
+        let b = http_body_util::BodyExt::collect(r.into_body())
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        (status, String::from_utf8_lossy(&b).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_node_log_is_streamed_not_read_whole() {
+        use std::io::Write;
+        let d = tempfile_dir("big-log");
+        let big: Vec<u8> = (0..5 * FILE_CHUNK + 123)
+            .map(|i| b'a' + (i % 26) as u8)
+            .collect();
+        std::fs::write(d.join("big.log"), &big).unwrap();
+        let r = node_log(&d, "big.log");
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()[hyper::header::CONTENT_LENGTH],
+            big.len().to_string().as_str()
+        );
+        // Grown after it was opened: served as it was then.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.join("big.log"))
+            .unwrap()
+            .write_all(b"later\n")
+            .unwrap();
+        let mut body = r.into_body();
+        let mut got = vec![];
+        let mut frames = 0;
+        while let Some(f) = body.frame().await {
+            let data = f.unwrap().into_data().unwrap();
+            assert!(data.len() <= FILE_CHUNK, "a frame of {} bytes", data.len());
+            got.extend_from_slice(&data);
+            frames += 1;
+        }
+        assert_eq!(got, big);
+        assert!(frames >= 6, "{frames} frames");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[tokio::test]
+    async fn node_logs_stay_inside_their_folder() {
+        let d = tempfile_dir("node-logs");
         std::fs::write(d.join("syslog"), "hello\n").unwrap();
         std::fs::create_dir(d.join("apt")).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", d.join("escape")).unwrap();
-        let body = |r: Response<Body>| {
-            let status = r.status().as_u16();
-            let b = futures::executor::block_on(http_body_util::BodyExt::collect(r.into_body()))
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            (status, String::from_utf8_lossy(&b).into_owned())
-        };
+        let body = |r: Response<Body>| read_body(r);
         assert_eq!(
-            body(node_log(&d, "")),
+            body(node_log(&d, "")).await,
             (
                 200,
                 "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n<a href=\"apt/\">apt/</a>\n<a href=\"escape\">escape</a>\n<a href=\"syslog\">syslog</a>\n</pre>\n".into()
             )
         );
-        assert_eq!(body(node_log(&d, "syslog")), (200, "hello\n".into()));
+        assert_eq!(body(node_log(&d, "syslog")).await, (200, "hello\n".into()));
         assert_eq!(
-            body(node_log(&d, "escape")).0,
+            body(node_log(&d, "escape")).await.0,
             404,
             "a link out of the folder"
         );
-        assert_eq!(body(node_log(&d, "../etc/passwd")).0, 400);
-        assert_eq!(body(node_log(&d, "nope")).0, 404);
+        assert_eq!(body(node_log(&d, "../etc/passwd")).await.0, 400);
+        assert_eq!(body(node_log(&d, "nope")).await.0, 404);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
-    fn tempfile_dir() -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("crustlet-logs-{}", std::process::id()));
+    /// A fresh folder of the test `name`'s own (tests run side by side).
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("crustlet-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d

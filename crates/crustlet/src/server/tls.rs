@@ -263,80 +263,40 @@ fn ymd(now: k8s_openapi::jiff::Timestamp) -> (i32, u8, u8) {
     (z.year() as i32, z.month() as u8, z.day() as u8)
 }
 
-/// The user of a verified client certificate: (CN, [O...]) of its subject.
+/// The user of a verified client certificate: (CN, [O...]) of its subject, as
+/// Kubernetes' x509 authenticator reads them (Go's `pkix.Name`): the last CN, every O,
+/// values of string types only (others are passed over). None, and so no user, for a
+/// certificate that does not parse or whose text is not valid in its string type (Go
+/// refuses such a certificate outright), or whose subject has no CN.
 pub fn cert_user(der: &[u8]) -> Option<(String, Vec<String>)> {
-    let subject = subject(der)?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
     let mut cn = None;
-    let mut orgs = vec![];
-    // Name ::= SEQUENCE OF RelativeDistinguishedName (SET OF AttributeTypeAndValue).
-    let mut rdns = subject;
-    while let Some((0x31, set, rest)) = tlv(rdns) {
-        rdns = rest;
-        let mut atvs = set;
-        while let Some((0x30, atv, rest)) = tlv(atvs) {
-            atvs = rest;
-            let Some((0x06, oid, value)) = tlv(atv) else {
-                continue;
-            };
-            let Some((_, v, _)) = tlv(value) else {
-                continue;
-            };
-            let v = String::from_utf8_lossy(v).into_owned();
-            match oid {
-                [0x55, 0x04, 0x03] => cn = Some(v),
-                [0x55, 0x04, 0x0a] => orgs.push(v),
-                _ => {}
-            }
+    for a in subject.iter_common_name() {
+        if let Some(v) = text(a)? {
+            cn = Some(v);
         }
+    }
+    let mut orgs = vec![];
+    for a in subject.iter_organization() {
+        orgs.extend(text(a)?);
     }
     Some((cn?, orgs))
 }
 
-/// The subject Name's contents in a DER certificate.
-fn subject(der: &[u8]) -> Option<&[u8]> {
-    let (0x30, cert, _) = tlv(der)? else {
-        return None;
-    };
-    let (0x30, tbs, _) = tlv(cert)? else {
-        return None;
-    };
-    let mut rest = tbs;
-    // [0] EXPLICIT version, when present.
-    if rest.first() == Some(&0xa0) {
-        rest = tlv(rest)?.2;
-    }
-    // serialNumber, signature, issuer, validity, then subject.
-    for _ in 0..4 {
-        rest = tlv(rest)?.2;
-    }
-    match tlv(rest)? {
-        (0x30, s, _) => Some(s),
-        _ => None,
-    }
-}
-
-/// One DER element: (tag, contents, what follows).
-fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let tag = *b.first()?;
-    let first = *b.get(1)? as usize;
-    let (len, head) = if first < 0x80 {
-        (first, 2)
-    } else {
-        let n = first & 0x7f;
-        if n == 0 || n > 4 {
-            return None;
+/// An attribute's text: `Some(None)` for a value of no string type, None for text
+/// that is not valid in its type (UTF-8 for most, UTF-16 for BMPString).
+fn text(a: &x509_parser::x509::AttributeTypeAndValue<'_>) -> Option<Option<String>> {
+    use x509_parser::asn1_rs::{BmpString, Tag};
+    match a.attr_value().tag() {
+        Tag::Utf8String | Tag::PrintableString | Tag::Ia5String | Tag::NumericString => {
+            a.as_str().ok().map(|s| Some(s.to_string()))
         }
-        let mut len = 0usize;
-        for i in 0..n {
-            len = (len << 8) | *b.get(2 + i)? as usize;
-        }
-        (len, 2 + n)
-    };
-    let end = head.checked_add(len)?;
-    if end > b.len() {
-        return None;
+        Tag::BmpString => BmpString::try_from(a.attr_value())
+            .ok()
+            .map(|s| Some(s.string())),
+        _ => Some(None),
     }
-    Some((tag, &b[head..end], &b[end..]))
 }
 
 #[cfg(test)]
@@ -484,6 +444,130 @@ mod tests {
             None,
             "a cut certificate names no one"
         );
+    }
+
+    /// A client certificate signed by `issuer` from `p`, with a fresh key.
+    fn signed(
+        p: rcgen::CertificateParams,
+        issuer: &rcgen::Issuer<'_, rcgen::KeyPair>,
+    ) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let c = p.signed_by(&key, issuer).unwrap();
+        let key = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        (c.der().clone(), key)
+    }
+
+    #[tokio::test]
+    async fn an_expired_early_or_foreign_certificate_names_no_one() {
+        let dir = std::env::temp_dir().join(format!("crustlet-mtls-odd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca_cert, issuer) = ca();
+        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+        let (crt, key) = self_signed("localhost", &[]).unwrap();
+        std::fs::write(dir.join("c.pem"), crt).unwrap();
+        std::fs::write(dir.join("k.pem"), key).unwrap();
+        let config = || {
+            server_config(
+                &dir.join("c.pem"),
+                &dir.join("k.pem"),
+                Some(&dir.join("ca.pem")),
+            )
+            .unwrap()
+        };
+        let mut expired = params("alice");
+        expired.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        expired.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let mut early = params("alice");
+        early.not_before = rcgen::date_time_ymd(2200, 1, 1);
+        early.not_after = rcgen::date_time_ymd(2201, 1, 1);
+        let (_, other_ca) = ca();
+        // A subject alternative name of an odd kind, and a valid certificate otherwise:
+        // the user is still its subject's.
+        let mut odd_san = params("alice");
+        odd_san.subject_alt_names = vec![
+            rcgen::SanType::URI("spiffe://cluster.local/ns/x/sa/y".try_into().unwrap()),
+            rcgen::SanType::IpAddress("10.0.0.1".parse().unwrap()),
+        ];
+        let cases = [
+            ("expired", signed(expired, &issuer), Some(Err(()))),
+            ("not yet valid", signed(early, &issuer), Some(Err(()))),
+            (
+                "another CA's",
+                signed(params("alice"), &other_ca),
+                Some(Err(())),
+            ),
+            (
+                "an odd SAN",
+                signed(odd_san, &issuer),
+                Some(Ok(("alice".to_string(), vec![]))),
+            ),
+        ];
+        for (what, cert, want) in cases {
+            let (user, _) = handshake(config(), Some(cert)).await;
+            assert_eq!(user, want, "{what}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A self-signed certificate whose subject is `dn`.
+    fn with_subject(dn: rcgen::DistinguishedName) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
+        p.distinguished_name = dn;
+        p.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn odd_subjects_name_whom_kubernetes_would() {
+        use rcgen::{DnType, DnValue};
+        // CN as BMPString (UTF-16), O as PrintableString and as UTF8String.
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(
+            DnType::CommonName,
+            DnValue::BmpString("système:node:n1".try_into().unwrap()),
+        );
+        dn.push(
+            DnType::OrganizationName,
+            DnValue::PrintableString("system:nodes".try_into().unwrap()),
+        );
+        let der = with_subject(dn);
+        assert_eq!(
+            cert_user(&der),
+            Some((
+                "système:node:n1".to_string(),
+                vec!["system:nodes".to_string()]
+            ))
+        );
+
+        // A CN whose UTF8String is not UTF-8: no user (Go refuses the certificate). The
+        // subject is the name's second place in a self-signed certificate (the issuer's
+        // is first).
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(DnType::CommonName, "alice");
+        let mut der = with_subject(dn);
+        let at = der.windows(5).rposition(|w| w == b"alice").unwrap();
+        der[at + 2] = 0xff;
+        assert_eq!(cert_user(&der), None);
+
+        // A BMPString that is not UTF-16 (a lone surrogate): no user.
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(
+            DnType::CommonName,
+            DnValue::BmpString("ab".try_into().unwrap()),
+        );
+        let mut der = with_subject(dn);
+        // The BMPString's header (tag 0x1e, length 4), then "a" made a high surrogate.
+        let at = der
+            .windows(6)
+            .rposition(|w| w == [0x1e, 4, 0, b'a', 0, b'b'])
+            .unwrap();
+        der[at + 2] = 0xd8;
+        assert_eq!(cert_user(&der), None);
+
+        // No CN at all: no user; an O alone does not make one.
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "system:masters");
+        assert_eq!(cert_user(&with_subject(dn)), None);
     }
 
     #[test]
