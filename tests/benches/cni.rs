@@ -43,6 +43,7 @@ fn conf(data: &Path) -> String {
 /// bench because it is a subreaper. Returns when there is none.
 fn reap_orphans() {
     loop {
+        // SAFETY: waits for any child, with no status pointer to write.
         let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
         if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return;
@@ -95,6 +96,7 @@ fn main() {
     };
     // The finishers, orphaned when their plugin exits, come to us (see reap_orphans).
     assert_eq!(
+        // SAFETY: integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
         0,
         "PR_SET_CHILD_SUBREAPER"

@@ -59,8 +59,8 @@ pub fn send(sock: &OwnedFd, data: &[u8]) {
 
 /// Ends this client's input (`stdin_once` then closes the container's stdin).
 pub fn shut_input(sock: &OwnedFd) {
-    // SAFETY: shutdown of a socket we own.
     assert_eq!(
+        // SAFETY: shutdown of a socket we own, open for the borrow's length.
         unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_WR) },
         0
     );

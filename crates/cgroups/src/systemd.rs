@@ -25,9 +25,9 @@ use crate::path::CgroupPath;
 use crate::resources::Resources;
 use crate::stats::Stats;
 use crate::{CgroupManager, Hierarchy, Version};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Duration;
 use zbus::zvariant::{OwnedObjectPath, Value};
 
@@ -587,11 +587,7 @@ impl Manager {
     }
 
     fn release(&self, path: &CgroupPath) {
-        let child = self
-            .holders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(path);
+        let child = self.holders.lock().remove(path);
         if let Some(mut c) = child {
             let _ = c.kill();
             let _ = c.wait();
@@ -649,7 +645,6 @@ impl CgroupManager for Manager {
             let old = self
                 .holders
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
                 .insert(path.clone(), child.take().expect("holder"));
             if let Some(mut old) = old {
                 let _ = old.kill();

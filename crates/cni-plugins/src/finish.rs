@@ -29,9 +29,9 @@ use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::protocols::NETLINK_ROUTE;
 use netlink_sys::Socket;
+use parking_lot::Mutex;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Sequence numbers of the three requests, told apart in the replies.
@@ -157,7 +157,7 @@ static DEFERRED: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
 /// waits for *any* pending release of deleted rules in the namespace, including one
 /// another plugin's DEL just started, so even an ADD would pay up to a grace period.
 pub fn defer_close(fd: OwnedFd) {
-    DEFERRED.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+    DEFERRED.lock().push(fd);
 }
 
 /// What a verb leaves to the child: maybe a link to delete (through `sock`, a route
@@ -172,8 +172,7 @@ impl Finish {
     /// Starts the child and returns once the link is unlisted. Without a link, the
     /// child only closes what it holds; with nothing to do, there is no child.
     pub fn run(self) -> CniResult<()> {
-        let hold: Vec<OwnedFd> =
-            std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()));
+        let hold: Vec<OwnedFd> = std::mem::take(&mut *DEFERRED.lock());
         if self.link.is_none() && hold.is_empty() {
             return Ok(());
         }

@@ -38,8 +38,8 @@ impl Socket {
                 std::io::Error::last_os_error()
             )));
         }
-        // SAFETY: fd was just returned by socket(2) and is ours alone.
         Ok(Socket {
+            // SAFETY: fd was just returned by socket(2) and is ours alone.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

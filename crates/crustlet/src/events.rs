@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// What makes two events the same: the object (namespace, name, uid), type, reason and
 /// message, kept as a 64-bit hash of them. The strings themselves took about a
@@ -65,7 +65,7 @@ impl Recorder {
         ));
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         let now = Timestamp::now();
-        let before = self.posted.lock().unwrap().get(&key).cloned();
+        let before = self.posted.lock().get(&key).cloned();
         if let Some((event, count)) = before {
             let patch = serde_json::json!({
                 "count": count + 1,
@@ -111,7 +111,7 @@ impl Recorder {
     }
 
     fn remember(&self, key: Key, event: String, count: i32) {
-        let mut posted = self.posted.lock().unwrap();
+        let mut posted = self.posted.lock();
         if posted.len() >= REMEMBERED && !posted.contains_key(&key) {
             posted.clear();
         }

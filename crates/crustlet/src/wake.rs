@@ -12,9 +12,10 @@
 //! happened while nobody listened is seen by that sync.
 
 use cri_api as cri;
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -39,14 +40,13 @@ impl Wakers {
     pub fn register(&self, uid: &str) -> Arc<Notify> {
         self.by_uid
             .lock()
-            .unwrap()
             .entry(uid.to_string())
             .or_default()
             .clone()
     }
 
     pub fn unregister(&self, uid: &str) {
-        self.by_uid.lock().unwrap().remove(uid);
+        self.by_uid.lock().remove(uid);
     }
 
     /// Whether the runtime's events reach the workers now.
@@ -55,14 +55,14 @@ impl Wakers {
     }
 
     fn wake(&self, uid: &str) {
-        if let Some(n) = self.by_uid.lock().unwrap().get(uid) {
+        if let Some(n) = self.by_uid.lock().get(uid) {
             // A permit is kept when the worker is busy: it syncs once more after.
             n.notify_one();
         }
     }
 
     fn wake_all(&self) {
-        for n in self.by_uid.lock().unwrap().values() {
+        for n in self.by_uid.lock().values() {
             n.notify_one();
         }
     }

@@ -48,11 +48,12 @@ pub use reference::Named;
 pub use snapshot::Snapshot;
 
 use error::IoContext;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// An image as the CRI sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -304,7 +305,7 @@ impl ImageStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(format!("reading {}", p.display()), e)),
         };
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache.lock();
         if c.stamp != stamp || stamp.is_none() {
             c.records = match stamp {
                 None => vec![],
@@ -438,7 +439,7 @@ impl ImageStore {
 
     /// Protects content from the garbage collector while a pull or import works.
     pub(crate) fn hold(&self, keys: &[String]) -> Hold<'_> {
-        let mut a = self.active.lock().unwrap();
+        let mut a = self.active.lock();
         for k in keys {
             *a.entry(k.clone()).or_default() += 1;
         }
@@ -474,7 +475,7 @@ impl ImageStore {
                     .filter_map(|d| digest::hex_of(d).ok().map(str::to_string)),
             );
         }
-        for k in self.active.lock().unwrap().keys() {
+        for k in self.active.lock().keys() {
             if let Ok(h) = digest::hex_of(k) {
                 keep.insert(h.to_string());
             }
@@ -514,7 +515,7 @@ impl ImageStore {
         map: &Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
         key: &str,
     ) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = map.lock().unwrap();
+        let mut m = map.lock();
         // Forget locks nobody holds any more.
         m.retain(|_, v| Arc::strong_count(v) > 1);
         m.entry(key.to_string()).or_default().clone()
@@ -528,20 +529,14 @@ pub(crate) struct Hold<'a> {
 
 impl Hold<'_> {
     pub fn add(&mut self, key: &str) {
-        *self
-            .store
-            .active
-            .lock()
-            .unwrap()
-            .entry(key.to_string())
-            .or_default() += 1;
+        *self.store.active.lock().entry(key.to_string()).or_default() += 1;
         self.keys.push(key.to_string());
     }
 }
 
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
-        let mut a = self.store.active.lock().unwrap();
+        let mut a = self.store.active.lock();
         for k in &self.keys {
             if let Some(n) = a.get_mut(k) {
                 *n -= 1;

@@ -326,9 +326,10 @@ fn overlay_of_a_snapshot_applies_whiteouts() {
 /// A registry on 127.0.0.1 for pull tests: no auth, blobs and manifests from a table,
 /// with ways to misbehave.
 mod registry {
+    use parking_lot::Mutex;
     use std::collections::{HashMap, HashSet};
     use std::io::{BufRead, BufReader, Write};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     #[derive(Default)]
     pub struct Serve {
@@ -373,12 +374,12 @@ mod registry {
                             header |= h.to_ascii_lowercase().trim_end() == "x-test: 1";
                         }
                         {
-                            let mut s = serve.lock().unwrap();
+                            let mut s = serve.lock();
                             s.requests += 1;
                             s.with_header += header as usize;
                         }
                         let (body, no_length, stall, endless) = {
-                            let s = serve.lock().unwrap();
+                            let s = serve.lock();
                             (
                                 s.bodies.get(&path).cloned(),
                                 s.no_length,
@@ -581,7 +582,7 @@ async fn pull_refuses_a_blob_of_another_size() {
     ];
     let mut layers = HashMap::new();
     for (tag, lies, _) in &cases {
-        let mut s = serve.lock().unwrap();
+        let mut s = serve.lock();
         let (bodies, ld) = serve_image(tag, *lies);
         s.bodies.extend(bodies);
         layers.insert(tag.to_string(), ld);
@@ -596,14 +597,14 @@ async fn pull_refuses_a_blob_of_another_size() {
             },
         ),
     ] {
-        let mut s = serve.lock().unwrap();
+        let mut s = serve.lock();
         let (bodies, _) = serve_image(tag, lies);
         s.bodies.extend(bodies);
     }
     for header in [false, true] {
         for no_length in [false, true] {
             {
-                let mut s = serve.lock().unwrap();
+                let mut s = serve.lock();
                 (s.no_length, s.requests, s.with_header) = (no_length, 0, 0);
             }
             let (store, root) = pull_store(&t, &addr, header);
@@ -639,7 +640,7 @@ async fn pull_refuses_a_blob_of_another_size() {
             }
             // Every request of the header's store had it, the other's none.
             let (n, with) = {
-                let s = serve.lock().unwrap();
+                let s = serve.lock();
                 (s.requests, s.with_header)
             };
             assert!(n > 0);
@@ -662,7 +663,7 @@ async fn pull_of_a_stalled_layer_fails() {
     let serve = Arc::new(Mutex::new(registry::Serve::default()));
     let addr = registry::start(serve.clone());
     let ld = {
-        let mut s = serve.lock().unwrap();
+        let mut s = serve.lock();
         let (bodies, ld) = serve_image("v1", Lies::default());
         s.bodies.extend(bodies);
         s.stall.insert(format!("/v2/t/img/blobs/{ld}"));
@@ -699,7 +700,7 @@ async fn pull_of_an_endless_manifest_fails() {
     let serve = Arc::new(Mutex::new(registry::Serve::default()));
     let addr = registry::start(serve.clone());
     {
-        let mut s = serve.lock().unwrap();
+        let mut s = serve.lock();
         let (bodies, _) = serve_image("v1", Lies::default());
         s.bodies.extend(bodies);
         s.endless.insert("/v2/t/img/manifests/v1".into());

@@ -23,9 +23,10 @@
 
 use crate::outq::OutQueue;
 use bytes::Bytes;
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::mpsc;
 
@@ -234,7 +235,7 @@ impl Shared {
 
     fn reply(&self, id: u32, headers: &[(&str, &str)], fin: bool) -> io::Result<()> {
         let raw = encode_headers(headers);
-        let mut z = self.deflate.lock().unwrap();
+        let mut z = self.deflate.lock();
         let mut block = Vec::with_capacity(raw.len() + 64);
         z.compress_vec(&raw, &mut block, flate2::FlushCompress::Sync)
             .map_err(io::Error::other)?;
@@ -369,7 +370,7 @@ impl Session {
                 _ = stop_rx => true,
             };
             // The peer is gone, or we are done: every stream sees its end.
-            sh.inboxes.lock().unwrap().clear();
+            sh.inboxes.lock().clear();
             let _ = done_tx.send(true);
             if stopped {
                 crate::outq::linger(&mut rd).await;
@@ -434,14 +435,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
         if head[0] & 0x80 == 0 {
             // DATA
             let id = u32::from_be_bytes(head[0..4].try_into().unwrap()) & 0x7fff_ffff;
-            let tx = sh.inboxes.lock().unwrap().get(&id).cloned();
+            let tx = sh.inboxes.lock().get(&id).cloned();
             if let (Some(tx), false) = (tx, data.is_empty()) {
                 // Waits while the stream's reader is INBOX chunks behind: the peer is
                 // then paced by TCP, as it ignores SPDY's windows.
                 let _ = tx.send(Bytes::from(data)).await;
             }
             if flags & FLAG_FIN != 0 {
-                sh.inboxes.lock().unwrap().remove(&id);
+                sh.inboxes.lock().remove(&id);
             }
             continue;
         }
@@ -461,7 +462,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 let headers = parse_headers(&inflater.block(block)?)?;
                 let (tx, rx) = mpsc::channel(INBOX);
                 if flags & FLAG_FIN == 0 {
-                    sh.inboxes.lock().unwrap().insert(id, tx);
+                    sh.inboxes.lock().insert(id, tx);
                 }
                 let s = Stream {
                     id,
@@ -484,7 +485,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             RST_STREAM => {
                 if let Some(id) = id_at(&data) {
-                    sh.inboxes.lock().unwrap().remove(&id);
+                    sh.inboxes.lock().remove(&id);
                 }
             }
             PING => {

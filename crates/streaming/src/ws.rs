@@ -19,8 +19,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
 use hyper::{Request, Response, StatusCode};
+use parking_lot::Mutex;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -304,7 +305,7 @@ impl Conn {
                 }
                 _ = stop_rx => true,
             };
-            *sh.inputs.lock().unwrap() = Default::default();
+            *sh.inputs.lock() = Default::default();
             let _ = done_tx.send(true);
             if stopped {
                 crate::outq::linger(&mut rd).await;
@@ -592,18 +593,13 @@ async fn read_messages<R: AsyncRead + Unpin>(rd: &mut R, sh: &Arc<Shared>) -> io
         if ch == CLOSE_SIGNAL {
             // The client ends one of its channels (its stdin).
             if let Some(&c) = data.first() {
-                if let Some(slot) = sh.inputs.lock().unwrap().get_mut(c as usize) {
+                if let Some(slot) = sh.inputs.lock().get_mut(c as usize) {
                     *slot = None;
                 }
             }
             continue;
         }
-        let tx = sh
-            .inputs
-            .lock()
-            .unwrap()
-            .get(ch as usize)
-            .and_then(|s| s.clone());
+        let tx = sh.inputs.lock().get(ch as usize).and_then(|s| s.clone());
         if let (Some(tx), false) = (tx, data.is_empty()) {
             let _ = tx.send(Bytes::copy_from_slice(data)).await;
         }

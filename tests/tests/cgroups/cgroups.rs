@@ -153,8 +153,9 @@ fn expected(controller: &str, path: &CgroupPath) -> String {
 
 fn sys_fs_cgroup_is_cgroup2() -> bool {
     let path = std::ffi::CString::new("/sys/fs/cgroup").unwrap();
-    // SAFETY: statfs fills the zeroed struct it is given from a NUL-terminated path.
+    // SAFETY: statfs is plain integers, for which all zeroes is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs fills the struct it is given from a NUL-terminated path.
     let rc = unsafe { libc::statfs(path.as_ptr(), &mut st) };
     assert_eq!(rc, 0, "statfs /sys/fs/cgroup");
     st.f_type == libc::CGROUP2_SUPER_MAGIC

@@ -61,6 +61,7 @@ pub(crate) fn switch_user(p: &Plan) -> Result<(), Fail> {
     if unsafe { libc::setresgid(p.gid, p.gid, p.gid) } != 0 {
         return Err(io::Error::last_os_error()).at(Step::Setgid, p.gid.to_string());
     }
+    // SAFETY: as setresgid: plain integers in, no memory touched.
     if unsafe { libc::setresuid(p.uid, p.uid, p.uid) } != 0 {
         return Err(io::Error::last_os_error()).at(Step::Setuid, p.uid.to_string());
     }

@@ -18,10 +18,11 @@
 //! made read-only after it is filled. Hosts that mount their hierarchies elsewhere than
 //! `/sys/fs/cgroup` get an empty tmpfs.
 
+use parking_lot::Mutex;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -189,7 +190,7 @@ type Entry = (OsString, u64, Option<PathBuf>);
 /// a fuller node; the entries are a dozen `stat`s.
 pub(crate) fn host() -> std::io::Result<Arc<Host>> {
     let look = entries(Path::new(CGROUP_ROOT));
-    let mut cached = HOST.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cached = HOST.lock();
     if let Some((seen, h)) = cached.as_ref() {
         if *seen == look {
             return Ok(h.clone());

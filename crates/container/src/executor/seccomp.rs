@@ -1518,6 +1518,8 @@ mod tests {
             let pid = unsafe { libc::fork() };
             assert!(pid >= 0);
             if pid == 0 {
+                // SAFETY: in the forked child: raw syscalls on the filter we own, then
+                // _exit, nothing that allocates or takes a lock.
                 unsafe {
                     libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
                     if install(&f).is_err() {
@@ -1531,6 +1533,7 @@ mod tests {
             unsafe { libc::waitpid(pid, &mut status, 0) };
             status
         };
+        // SAFETY: (each probe) a raw syscall with integer arguments, and errno read.
         let denied = child(|| unsafe {
             let rc = libc::syscall(libc::SYS_getppid);
             if rc == -1 && *libc::__errno_location() == libc::EXDEV {
@@ -1543,11 +1546,13 @@ mod tests {
             libc::WIFEXITED(denied) && libc::WEXITSTATUS(denied) == 0,
             "{denied:#x}"
         );
+        // SAFETY: as above.
         let allowed = child(|| unsafe { (libc::syscall(libc::SYS_getpgid, 0) < 0) as i32 });
         assert!(
             libc::WIFEXITED(allowed) && libc::WEXITSTATUS(allowed) == 0,
             "{allowed:#x}"
         );
+        // SAFETY: as above.
         let killed = child(|| unsafe {
             libc::syscall(libc::SYS_getpgid, 4242);
             3

@@ -607,15 +607,16 @@ fn plan_seccomp(linux: &oci_spec::runtime::Linux) -> Str<Option<super::seccomp::
 /// The profiles compiled last, newest first: nearly every container of a node has the
 /// same one (the runtime's default), and compiling it (a few hundred rules) was a
 /// tenth of each ExecSync and of each create.
-static COMPILED: std::sync::Mutex<Vec<(oci_spec::runtime::LinuxSeccomp, super::seccomp::Filter)>> =
-    std::sync::Mutex::new(Vec::new());
+static COMPILED: parking_lot::Mutex<
+    Vec<(oci_spec::runtime::LinuxSeccomp, super::seccomp::Filter)>,
+> = parking_lot::Mutex::new(Vec::new());
 
 /// How many profiles [`COMPILED`] keeps.
 const COMPILED_KEPT: usize = 8;
 
 /// `s` compiled, from [`COMPILED`] when it is there (equal, rule for rule).
 fn compiled(s: &oci_spec::runtime::LinuxSeccomp) -> Str<super::seccomp::Filter> {
-    let mut kept = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut kept = COMPILED.lock();
     if let Some(i) = kept.iter().position(|(k, _)| k == s) {
         let hit = kept.remove(i);
         let f = hit.1.clone();
@@ -624,7 +625,7 @@ fn compiled(s: &oci_spec::runtime::LinuxSeccomp) -> Str<super::seccomp::Filter> 
     }
     drop(kept);
     let f = super::seccomp::compile(s)?;
-    let mut kept = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut kept = COMPILED.lock();
     kept.insert(0, (s.clone(), f.clone()));
     kept.truncate(COMPILED_KEPT);
     Ok(f)
@@ -921,9 +922,8 @@ mod tests {
         };
         let a = profile("write");
         let fresh = super::super::seccomp::compile(&a).unwrap();
-        let kept = |p: &oci_spec::runtime::LinuxSeccomp| {
-            COMPILED.lock().unwrap().iter().any(|(k, _)| k == p)
-        };
+        let kept =
+            |p: &oci_spec::runtime::LinuxSeccomp| COMPILED.lock().iter().any(|(k, _)| k == p);
         assert_eq!(compiled(&a).unwrap(), fresh);
         assert!(kept(&a), "a compiled profile is kept");
         assert_eq!(compiled(&a).unwrap(), fresh);
@@ -934,7 +934,7 @@ mod tests {
         ] {
             compiled(&profile(n)).unwrap();
         }
-        assert!(COMPILED.lock().unwrap().len() <= COMPILED_KEPT);
+        assert!(COMPILED.lock().len() <= COMPILED_KEPT);
         assert_eq!(compiled(&a).unwrap(), fresh);
     }
 

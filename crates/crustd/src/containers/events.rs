@@ -15,7 +15,8 @@
 use crate::containers::store::ContainerRecord;
 use crate::daemon::Crust;
 use cri_api::{ContainerEventResponse, ContainerEventType, ContainerFilter, ContainerStatus};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 
 const BACKLOG: usize = 1024;
@@ -80,7 +81,7 @@ impl Events {
 
 /// Starts the task that completes and publishes queued events.
 pub fn start(crust: Arc<Crust>) {
-    let Some(mut rx) = crust.events.pending.lock().unwrap().take() else {
+    let Some(mut rx) = crust.events.pending.lock().take() else {
         return;
     };
     tokio::spawn(async move {

@@ -14,8 +14,9 @@ use crate::daemon::Crust;
 use crate::sandboxes::store::{SandboxRecord, SandboxState};
 use cgroups::CgroupManager;
 use cri_api::*;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 /// The last sample of each cgroup's CPU time, for the rate.
 static SAMPLES: LazyLock<Mutex<CpuSamples>> = LazyLock::new(Default::default);
@@ -45,7 +46,6 @@ impl CpuSamples {
 fn forget_gone_cgroups(crust: &Crust) {
     SAMPLES
         .lock()
-        .unwrap()
         .forget_gone(|cg| cgroups::CgroupPath::new(cg).is_ok_and(|p| crust.cgroups.exists(&p)));
 }
 
@@ -61,7 +61,7 @@ fn usage(crust: &Crust, cg: &str) -> Option<(CpuUsage, MemoryUsage, SwapUsage, u
     }
     let st = crust.cgroups.stats(&path).ok()?;
     let ts = util::now_ns();
-    let nano_cores = SAMPLES.lock().unwrap().rate(cg, ts, st.cpu.usage_ns);
+    let nano_cores = SAMPLES.lock().rate(cg, ts, st.cpu.usage_ns);
     let cpu = CpuUsage {
         timestamp: ts,
         usage_core_nano_seconds: u(st.cpu.usage_ns),

@@ -15,10 +15,11 @@
 
 use crate::cri::error::{Error, Result};
 use crate::daemon::util;
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -269,27 +270,26 @@ impl Containers {
             rec: crate::daemon::record::Record::new(rec),
             watched: Default::default(),
         });
-        self.map.write().unwrap().insert(c.id.clone(), c.clone());
+        self.map.write().insert(c.id.clone(), c.clone());
         c
     }
 
     pub fn remove(&self, id: &str) {
-        self.map.write().unwrap().remove(id);
+        self.map.write().remove(id);
     }
 
     /// By full id or a unique prefix of one.
     pub fn get(&self, id: &str) -> Result<Arc<Container>> {
-        crate::sandboxes::store::by_id_or_prefix(&self.map.read().unwrap(), "container", id)
+        crate::sandboxes::store::by_id_or_prefix(&self.map.read(), "container", id)
     }
 
     pub fn list(&self) -> Vec<Arc<Container>> {
-        self.map.read().unwrap().values().cloned().collect()
+        self.map.read().values().cloned().collect()
     }
 
     pub fn of_sandbox(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
         self.map
             .read()
-            .unwrap()
             .values()
             .filter(|c| c.sandbox_id == sandbox_id)
             .cloned()

@@ -16,8 +16,9 @@
 //! publishes that copy. A node with 250 pods keeps one copy of each record, not two,
 //! and a guard that only read copies nothing.
 
+use parking_lot::Mutex;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub struct Record<T: Clone> {
     lock: tokio::sync::Mutex<Arc<T>>,
@@ -51,7 +52,7 @@ impl<T: Clone> Record<T> {
 
     /// The record as the last change left it; never waits.
     pub fn view(&self) -> Arc<T> {
-        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.view.lock().clone()
     }
 }
 
@@ -76,7 +77,7 @@ impl<T: Clone> DerefMut for Guard<'_, T> {
 impl<T: Clone> Drop for Guard<'_, T> {
     fn drop(&mut self) {
         let now = Arc::clone(&self.inner);
-        *self.view.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        *self.view.lock() = now;
     }
 }
 

@@ -176,10 +176,10 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 /// never leaves an operation half done (a panic would skip its rollback).
 pub fn beside<A: Send, B>(side: impl FnOnce() -> A + Send, main: impl FnOnce() -> B) -> (A, B) {
     // The thread takes `side` out of the cell; a thread that never started leaves it.
-    let cell = std::sync::Mutex::new(Some(side));
+    let cell = parking_lot::Mutex::new(Some(side));
     std::thread::scope(|s| {
         let run = || {
-            let f = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let f = cell.lock().take();
             f.map(|f| f())
         };
         match std::thread::Builder::new().spawn_scoped(s, run) {
@@ -190,7 +190,7 @@ pub fn beside<A: Send, B>(side: impl FnOnce() -> A + Send, main: impl FnOnce() -
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no thread to work beside: working in turn");
-                let f = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let f = cell.lock().take();
                 let a = f.expect("`side` not taken")();
                 (a, main())
             }

@@ -17,10 +17,11 @@
 
 use crate::cri::error::{Error, Result};
 use crate::daemon::util;
+use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -202,21 +203,21 @@ impl Store {
             rec: crate::daemon::record::Record::new(rec),
             liveness: Default::default(),
         });
-        self.map.write().unwrap().insert(sb.id.clone(), sb.clone());
+        self.map.write().insert(sb.id.clone(), sb.clone());
         sb
     }
 
     pub fn remove(&self, id: &str) {
-        self.map.write().unwrap().remove(id);
+        self.map.write().remove(id);
     }
 
     /// By full id or a unique prefix of one.
     pub fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
-        by_id_or_prefix(&self.map.read().unwrap(), "sandbox", id)
+        by_id_or_prefix(&self.map.read(), "sandbox", id)
     }
 
     pub fn list(&self) -> Vec<Arc<Sandbox>> {
-        self.map.read().unwrap().values().cloned().collect()
+        self.map.read().values().cloned().collect()
     }
 }
 
@@ -229,7 +230,7 @@ impl Names {
     /// Reserves `key` for `id` (again for the same id is fine); AlreadyExists when
     /// another id holds it.
     pub fn reserve(&self, what: &str, key: &str, id: &str) -> Result<()> {
-        let mut names = self.0.lock().unwrap();
+        let mut names = self.0.lock();
         if let Some(owner) = names.get(key) {
             if owner != id {
                 return Err(Error::AlreadyExists(format!(
@@ -243,7 +244,7 @@ impl Names {
 
     /// Releases `key` if `id` holds it.
     pub fn release(&self, key: &str, id: &str) {
-        let mut names = self.0.lock().unwrap();
+        let mut names = self.0.lock();
         if names.get(key).map(|o| o == id).unwrap_or(false) {
             names.remove(key);
         }
@@ -323,6 +324,29 @@ mod tests {
         assert_eq!(loaded[0].as_ref().unwrap(), &rec("abcdef"));
         s.delete_files("abcdef").unwrap();
         s.delete_files("abcdef").unwrap();
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    /// A call that panics while it holds the store's lock or the names' (a bug) fails
+    /// alone: the stores' locks are parking_lot's, which a panic does not poison, where
+    /// std's would have made every later call panic on `unwrap`.
+    #[test]
+    fn a_panic_under_a_stores_lock_fails_that_call_alone() {
+        let d = std::env::temp_dir().join(format!("crustd-store-poison-{}", std::process::id()));
+        let s = Arc::new(Store::new(d.clone()));
+        s.insert(rec("abcdef"));
+        let s2 = s.clone();
+        let r = std::thread::spawn(move || {
+            let _map = s2.map.write();
+            let _names = s2.names.0.lock();
+            panic!("a bug while the locks are held");
+        })
+        .join();
+        assert!(r.is_err());
+        assert_eq!(s.get("abc").unwrap().id, "abcdef");
+        s.insert(rec("abc999"));
+        assert_eq!(s.list().len(), 2);
+        s.reserve_name("k", "abcdef").unwrap();
         let _ = std::fs::remove_dir_all(d);
     }
 

@@ -15,9 +15,10 @@ use crate::daemon::Crust;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use streaming::http;
 use streaming::remotecommand::{self, Options, Streams};
@@ -75,14 +76,14 @@ impl StreamServer {
         })?;
         let token = crate::daemon::util::new_id()[..32].to_string();
         let url = format!("{base}/{}/{token}", p.kind());
-        let mut m = self.pending.lock().unwrap();
+        let mut m = self.pending.lock();
         m.retain(|_, (at, _)| at.elapsed() < TOKEN_TTL);
         m.insert(token, (Instant::now(), p));
         Ok(url)
     }
 
     fn take(&self, kind: &str, token: &str) -> Option<Pending> {
-        let mut m = self.pending.lock().unwrap();
+        let mut m = self.pending.lock();
         m.retain(|_, (at, _)| at.elapsed() < TOKEN_TTL);
         match m.get(token) {
             Some((_, p)) if p.kind() == kind => m.remove(token).map(|(_, p)| p),
@@ -304,7 +305,6 @@ mod tests {
         // Expired tokens go.
         s.pending
             .lock()
-            .unwrap()
             .values_mut()
             .for_each(|(at, _)| *at = Instant::now() - TOKEN_TTL - Duration::from_secs(1));
         assert!(s

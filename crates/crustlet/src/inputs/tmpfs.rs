@@ -129,6 +129,7 @@ pub fn remove_pod_dir(dir: &Path) {
             let mut rc = unsafe { libc::umount2(target.as_ptr(), 0) };
             if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBUSY) {
                 // Still open somewhere: gone from the tree now, freed when let go.
+                // SAFETY: as above.
                 rc = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
             }
             if rc != 0 {

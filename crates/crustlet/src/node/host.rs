@@ -84,6 +84,7 @@ pub fn fs_stats(path: &Path) -> io::Result<FsStats> {
     let target = nearest_existing(path);
     let c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: statvfs is plain integers, for which all zeroes is a valid value.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: c is a valid C string and s a valid out pointer.
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
@@ -317,6 +318,7 @@ pub fn system_info() -> SystemInfo {
 
 /// uname's release (`6.1.0-18-amd64`).
 pub fn kernel_release() -> String {
+    // SAFETY: utsname is arrays of bytes, for which all zeroes is a valid value.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: u is a valid out pointer.
     if unsafe { libc::uname(&mut u) } != 0 {

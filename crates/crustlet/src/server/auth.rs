@@ -20,8 +20,8 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -171,7 +171,7 @@ impl Auth {
     }
 
     async fn review_token(&self, token: &str) -> Option<User> {
-        if let Some((u, at)) = self.tokens.lock().unwrap().get(token) {
+        if let Some((u, at)) = self.tokens.lock().get(token) {
             if at.elapsed() < TOKEN_TTL {
                 return u.clone();
             }
@@ -201,7 +201,7 @@ impl Auth {
                 return None;
             }
         };
-        let mut cache = self.tokens.lock().unwrap();
+        let mut cache = self.tokens.lock();
         cache.retain(|_, (_, at)| at.elapsed() < TOKEN_TTL);
         cache.insert(token.to_string(), (user.clone(), Instant::now()));
         user
@@ -225,7 +225,7 @@ impl Auth {
 
     async fn review_access(&self, user: &User, attrs: &Attributes) -> bool {
         let key = (user.clone(), attrs.clone());
-        if let Some((ok, at)) = self.decisions.lock().unwrap().get(&key) {
+        if let Some((ok, at)) = self.decisions.lock().get(&key) {
             if at.elapsed() < if *ok { ALLOWED_TTL } else { DENIED_TTL } {
                 return *ok;
             }
@@ -243,7 +243,7 @@ impl Auth {
                 return false;
             }
         };
-        let mut cache = self.decisions.lock().unwrap();
+        let mut cache = self.decisions.lock();
         cache.retain(|_, (ok, at)| at.elapsed() < if *ok { ALLOWED_TTL } else { DENIED_TTL });
         cache.insert(key, (ok, Instant::now()));
         ok

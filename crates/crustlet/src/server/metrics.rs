@@ -2,10 +2,10 @@
 //! the same readings as the Summary) and `/metrics` (the crustlet's own few numbers).
 //! Prometheus text format, written by hand: a handful of series needs no metrics crate.
 
+use parking_lot::Mutex;
 use serde_json::Value;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 /// Label values escaped as the text format wants.
 fn esc(s: &str) -> String {
@@ -208,7 +208,6 @@ impl Own {
         *self
             .requests
             .lock()
-            .unwrap()
             .entry((key.to_string(), code))
             .or_default() += 1;
     }
@@ -231,7 +230,7 @@ impl Own {
                 container.to_string(),
                 kind,
             );
-            let mut all = self.probe_durations.lock().unwrap();
+            let mut all = self.probe_durations.lock();
             let h = all.entry(key).or_default();
             for (i, b) in BUCKETS.iter().enumerate() {
                 if secs <= *b {
@@ -249,23 +248,20 @@ impl Own {
             kind,
             if ok { "successful" } else { "failed" },
         );
-        *self.probes.lock().unwrap().entry(key).or_default() += 1;
+        *self.probes.lock().entry(key).or_default() += 1;
     }
 
     /// The pod is gone: its probes' series go with it.
     pub fn forget_pod(&self, uid: &str) {
-        self.probes.lock().unwrap().retain(|k, _| k.2 != uid);
-        self.probe_durations
-            .lock()
-            .unwrap()
-            .retain(|k, _| k.2 != uid);
+        self.probes.lock().retain(|k, _| k.2 != uid);
+        self.probe_durations.lock().retain(|k, _| k.2 != uid);
     }
 
     /// `/metrics/probes`, in the kubelet's name and labels.
     pub fn render_probes(&self) -> String {
         let mut out = String::new();
         process_start(&mut out);
-        let probes = self.probes.lock().unwrap();
+        let probes = self.probes.lock();
         // A family without series is not shown, as the kubelet's registry leaves it out.
         if !probes.is_empty() {
             head(
@@ -286,7 +282,7 @@ impl Own {
             sample(&mut out, "prober_probe_total", &labels, *n as f64, None);
         }
         drop(probes);
-        let durations = self.probe_durations.lock().unwrap();
+        let durations = self.probe_durations.lock();
         if !durations.is_empty() {
             head(
                 &mut out,
@@ -390,7 +386,7 @@ impl Own {
             "counter",
             "Requests to the crustlet's server, by path and code",
         );
-        for ((path, code), n) in self.requests.lock().unwrap().iter() {
+        for ((path, code), n) in self.requests.lock().iter() {
             sample(
                 &mut out,
                 "crustlet_http_requests_total",

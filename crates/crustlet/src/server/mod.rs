@@ -29,8 +29,9 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
@@ -48,7 +49,7 @@ impl Seen {
     /// The pod with the status its worker computed.
     pub fn pod(&self, pod: &Arc<Pod>, status: &k8s_openapi::api::core::v1::PodStatus) {
         let uid = crate::spec::uid(pod);
-        let mut pods = self.pods.lock().unwrap();
+        let mut pods = self.pods.lock();
         let same = pods
             .get(uid)
             .is_some_and(|(p, st)| Arc::ptr_eq(p, pod) && st == status);
@@ -59,12 +60,12 @@ impl Seen {
 
     /// The pod's worker is done with it.
     pub fn gone(&self, uid: &str) {
-        self.pods.lock().unwrap().remove(uid);
+        self.pods.lock().remove(uid);
         self.metrics.forget_pod(uid);
     }
 
     fn list(&self) -> Vec<Pod> {
-        let pods = self.pods.lock().unwrap();
+        let pods = self.pods.lock();
         pods.values()
             .map(|(pod, status)| {
                 let mut p = Pod::clone(pod);

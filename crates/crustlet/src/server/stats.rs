@@ -6,10 +6,10 @@
 
 use crate::Ctx;
 use cri_api as cri;
+use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Instant;
 
 /// CPU time sampled so that a rate (usageNanoCores) can be given at any time: the
@@ -31,7 +31,7 @@ impl CpuSampler {
     /// least a second old.
     fn rate_of(&self, key: &str, total: u64) -> Option<u64> {
         let now = Instant::now();
-        let mut all = self.samples.lock().unwrap();
+        let mut all = self.samples.lock();
         let s = all.entry(key.to_string()).or_default();
         let rate = s
             .iter()
@@ -140,6 +140,7 @@ struct Vfs {
 fn nix_statvfs(path: &Path) -> Option<Vfs> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain integers, for which all zeroes is a valid value.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid C string and a struct to fill.
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {

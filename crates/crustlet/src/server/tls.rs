@@ -302,9 +302,9 @@ fn text(a: &x509_parser::x509::AttributeTypeAndValue<'_>) -> Option<Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
     use rustls::client::ResolvesClientCert;
     use rustls::sign::CertifiedKey;
-    use std::sync::Mutex;
 
     fn params(cn: &str) -> rcgen::CertificateParams {
         let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
@@ -347,7 +347,7 @@ mod tests {
 
     impl ResolvesClientCert for Client {
         fn resolve(&self, hints: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-            *self.hints.lock().unwrap() = hints.iter().map(|h| h.to_vec()).collect();
+            *self.hints.lock() = hints.iter().map(|h| h.to_vec()).collect();
             self.key.clone()
         }
         fn has_certs(&self) -> bool {
@@ -383,7 +383,7 @@ mod tests {
         let (s, c) = tokio::join!(acceptor.accept(a), connector.connect(name, b));
         let (s, _c) = (s.unwrap(), c.unwrap());
         let user = client_user(verifier.as_ref(), s.get_ref().1.peer_certificates());
-        let hints = client.hints.lock().unwrap().clone();
+        let hints = client.hints.lock().clone();
         (user, hints)
     }
 

@@ -308,7 +308,7 @@ pub fn clash(a: &HostPort, b: &HostPort) -> bool {
 /// one lock, so of two pods asking for one port at once exactly one is admitted.
 #[derive(Default)]
 pub struct HostPorts {
-    held: std::sync::Mutex<std::collections::BTreeMap<String, Vec<HostPort>>>,
+    held: parking_lot::Mutex<std::collections::BTreeMap<String, Vec<HostPort>>>,
 }
 
 impl HostPorts {
@@ -316,7 +316,7 @@ impl HostPorts {
     /// them whatever is held (a pod that had started before the crustlet did held them
     /// then, so it keeps running).
     pub fn take(&self, uid: &str, ports: Vec<HostPort>, force: bool) -> Result<(), Rejection> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.lock();
         let taken = !force
             && held
                 .iter()
@@ -336,10 +336,7 @@ impl HostPorts {
 
     /// Pod `uid` ended or left the node: its ports are free.
     pub fn release(&self, uid: &str) {
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
+        self.held.lock().remove(uid);
     }
 }
 

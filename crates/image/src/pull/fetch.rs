@@ -88,7 +88,7 @@ pub(crate) struct Fetcher {
     auth: RegistryAuth,
     /// What the host took last (or the caller's bearer token): later requests of the
     /// pull send it at once instead of meeting the challenge again.
-    authz: std::sync::Mutex<Option<Authz>>,
+    authz: parking_lot::Mutex<Option<Authz>>,
     /// The read timeout, for the message of a stalled download.
     stall: Duration,
 }
@@ -130,7 +130,7 @@ impl Fetcher {
             host: ep.host.clone(),
             headers: header_map(ep)?,
             auth: auth.clone(),
-            authz: std::sync::Mutex::new(authz),
+            authz: parking_lot::Mutex::new(authz),
             stall,
         })
     }
@@ -343,7 +343,7 @@ impl Fetcher {
     async fn get(&self, url: &str, accept: Option<&str>, what: &str) -> Result<reqwest::Response> {
         let mut challenged = false;
         loop {
-            let authz = self.authz.lock().unwrap().clone();
+            let authz = self.authz.lock().clone();
             let mut req = self.http.get(url);
             if let Some(a) = accept {
                 req = req.header(ACCEPT, a);
@@ -379,7 +379,7 @@ impl Fetcher {
                     Answer::GiveUp => None,
                 };
                 if let Some(a) = next {
-                    *self.authz.lock().unwrap() = Some(a);
+                    *self.authz.lock() = Some(a);
                     continue;
                 }
             }
@@ -616,8 +616,9 @@ fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
     use std::io::{BufRead, BufReader, Write};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     fn ep(host: &str, headers: &[(&str, &[&str])]) -> Endpoint {
         Endpoint {
@@ -878,7 +879,7 @@ mod tests {
                             headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
                         }
                         let s = Seen { target, headers };
-                        let mut log = log.lock().unwrap();
+                        let mut log = log.lock();
                         log.seen.push(s.clone());
                         let authz = s.all("authorization");
                         // base64("u:p")
@@ -996,7 +997,7 @@ mod tests {
         let err = f.manifest("nope", None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
 
-        let seen = log.lock().unwrap().seen.clone();
+        let seen = log.lock().seen.clone();
         for s in &seen {
             assert_eq!(s.all("x-key"), ["k1", "k2"], "{s:?}");
             assert!(s.all("user-agent")[0].starts_with("crust/"), "{s:?}");
@@ -1035,10 +1036,10 @@ mod tests {
         let f = fetcher(&e, &name, RegistryAuth::Bearer("tok1".into()));
         f.manifest("v1", None, "manifest").await.unwrap();
         let f = fetcher(&e, &name, RegistryAuth::Bearer("old".into()));
-        let before = log.lock().unwrap().seen.len();
+        let before = log.lock().seen.len();
         let err = f.manifest("v1", None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
-        assert_eq!(log.lock().unwrap().seen.len(), before + 1);
+        assert_eq!(log.lock().seen.len(), before + 1);
     }
 
     /// A token that expires mid-pull meets a new 401 and is fetched again; a host that
@@ -1061,7 +1062,7 @@ mod tests {
         let s = f.layer(&good_d, good.len() as u64, "layer").await.unwrap();
         assert_eq!(drain(s).await.unwrap(), good);
         {
-            let l = log.lock().unwrap();
+            let l = log.lock();
             assert_eq!(l.issued, 2, "{:?}", l.seen);
             let last: Vec<&str> = l.seen[l.seen.len() - 3..]
                 .iter()
@@ -1079,7 +1080,7 @@ mod tests {
         let f = fetcher(&ep(&addr, &[]), &format!("{addr}/a/b:v1"), basic());
         let err = f.manifest("v1", None, "manifest").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated, "{err}");
-        let l = log.lock().unwrap();
+        let l = log.lock();
         assert_eq!((l.seen.len(), l.issued), (3, 1), "{:?}", l.seen);
     }
 
@@ -1105,7 +1106,7 @@ mod tests {
         let s = f.layer(&good_d, good.len() as u64, "layer").await.unwrap();
         assert_eq!(drain(s).await.unwrap(), good);
         {
-            let l = log.lock().unwrap();
+            let l = log.lock();
             let authz: Vec<&str> = l
                 .seen
                 .iter()

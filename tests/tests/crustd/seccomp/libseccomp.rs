@@ -75,7 +75,7 @@ impl Lib {
                 Ok(p)
             }
         };
-        // SAFETY (each transmute): the symbol is the libseccomp function of that name,
+        // SAFETY: (each transmute) the symbol is the libseccomp function of that name,
         // whose C prototype (seccomp.h, libseccomp 2.x) the type above spells.
         unsafe {
             let version: Version = std::mem::transmute(sym("seccomp_version")?);
@@ -163,7 +163,7 @@ impl Lib {
             0 => Ok(()),
             e => Err(format!("{what}: {}", std::io::Error::from_raw_os_error(-e))),
         };
-        // SAFETY (every call on ctx below): ctx is a live context from seccomp_init;
+        // SAFETY: (every call on ctx below) ctx is a live context from seccomp_init;
         // pointers passed are to locals that outlive the call.
         unsafe {
             check(

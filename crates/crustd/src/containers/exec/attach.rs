@@ -133,8 +133,8 @@ fn set_nonblocking(fd: &OwnedFd) {
 async fn recv(sock: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
         let mut g = sock.readable().await?;
-        // SAFETY: recv into a buffer valid for its length.
         match g.try_io(|s| {
+            // SAFETY: recv into a buffer valid for its length.
             let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n < 0 {
                 Err(std::io::Error::last_os_error())
@@ -151,8 +151,8 @@ async fn recv(sock: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<usize>
 async fn send(sock: &AsyncFd<OwnedFd>, data: &[u8]) -> std::io::Result<()> {
     loop {
         let mut g = sock.writable().await?;
-        // SAFETY: send from a buffer valid for its length.
         match g.try_io(|s| {
+            // SAFETY: send from a buffer valid for its length.
             let n = unsafe {
                 libc::send(
                     s.as_raw_fd(),

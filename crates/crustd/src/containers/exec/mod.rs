@@ -69,10 +69,8 @@ impl Drop for KillOnDrop {
             // A thread of its own; where none can be had (a pid limit), reaped here
             // (the process was just killed: a moment's wait).
             Err(_) => {
-                let cell = std::sync::Arc::new(std::sync::Mutex::new(Some(reap)));
-                let take = |c: &std::sync::Mutex<Option<_>>| {
-                    c.lock().unwrap_or_else(|e| e.into_inner()).take()
-                };
+                let cell = std::sync::Arc::new(parking_lot::Mutex::new(Some(reap)));
+                let take = |c: &parking_lot::Mutex<Option<_>>| c.lock().take();
                 let theirs = cell.clone();
                 let spawned = std::thread::Builder::new().spawn(move || {
                     if let Some(f) = take(&theirs) {
