@@ -387,23 +387,39 @@ mod tests {
         (user, hints)
     }
 
-    #[tokio::test]
-    async fn any_client_is_let_in_and_judged_by_the_ca_afterwards() {
-        let dir = std::env::temp_dir().join(format!("crustlet-mtls-{}", std::process::id()));
+    /// A folder (`crustlet-NAME-PID`) with a client CA (`ca.pem`, returned with its
+    /// issuer) and a self-signed serving certificate and key (`c.pem`, `k.pem`).
+    fn mtls_dir(
+        name: &str,
+    ) -> (
+        std::path::PathBuf,
+        rcgen::Certificate,
+        rcgen::Issuer<'static, rcgen::KeyPair>,
+    ) {
+        let dir = std::env::temp_dir().join(format!("crustlet-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (ca_cert, issuer) = ca();
         std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
         let (crt, key) = self_signed("localhost", &[]).unwrap();
         std::fs::write(dir.join("c.pem"), crt).unwrap();
         std::fs::write(dir.join("k.pem"), key).unwrap();
-        let config = || {
-            server_config(
-                &dir.join("c.pem"),
-                &dir.join("k.pem"),
-                Some(&dir.join("ca.pem")),
-            )
-            .unwrap()
-        };
+        (dir, ca_cert, issuer)
+    }
+
+    /// The server config of [`mtls_dir`]'s files.
+    fn server_of(dir: &Path) -> (rustls::ServerConfig, Option<ClientVerifier>) {
+        server_config(
+            &dir.join("c.pem"),
+            &dir.join("k.pem"),
+            Some(&dir.join("ca.pem")),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn any_client_is_let_in_and_judged_by_the_ca_afterwards() {
+        let (dir, ca_cert, issuer) = mtls_dir("mtls");
+        let config = || server_of(&dir);
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca_cert.der().clone()).unwrap();
         let subjects: Vec<Vec<u8>> = roots
@@ -459,21 +475,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_expired_early_or_foreign_certificate_names_no_one() {
-        let dir = std::env::temp_dir().join(format!("crustlet-mtls-odd-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (ca_cert, issuer) = ca();
-        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
-        let (crt, key) = self_signed("localhost", &[]).unwrap();
-        std::fs::write(dir.join("c.pem"), crt).unwrap();
-        std::fs::write(dir.join("k.pem"), key).unwrap();
-        let config = || {
-            server_config(
-                &dir.join("c.pem"),
-                &dir.join("k.pem"),
-                Some(&dir.join("ca.pem")),
-            )
-            .unwrap()
-        };
+        let (dir, _, issuer) = mtls_dir("mtls-odd");
+        let config = || server_of(&dir);
         let mut expired = params("alice");
         expired.not_before = rcgen::date_time_ymd(2020, 1, 1);
         expired.not_after = rcgen::date_time_ymd(2021, 1, 1);
