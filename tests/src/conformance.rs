@@ -18,25 +18,33 @@ pub enum Outcome {
 pub fn parse_junit(xml: &str) -> BTreeMap<String, Outcome> {
     let mut out = BTreeMap::new();
     for case in xml.split("<testcase ").skip(1) {
-        let head = &case[..case.find('>').unwrap_or(case.len())];
-        let attr = |k: &str| -> Option<String> {
-            let key = format!(" {k}=\"");
-            let start = format!(" {head}").find(&key)? + key.len() - 1;
-            let len = head[start..].find('"')?;
-            Some(unescape(&head[start..start + len]))
+        let Some(name) = case_name(case) else {
+            continue;
         };
-        let Some(name) = attr("name") else { continue };
-        let status = attr("status").unwrap_or_default();
-        let outcome = match status.as_str() {
+        let outcome = match attr(case, "status").unwrap_or_default().as_str() {
             "passed" => Outcome::Passed,
             "skipped" | "pending" => Outcome::Skipped,
             // failed, panicked, interrupted, timedout, aborted
             _ => Outcome::Failed,
         };
-        let name = name.strip_prefix("[It] ").unwrap_or(&name).to_string();
         out.insert(name, outcome);
     }
     out
+}
+
+/// Attribute `k` of the `<testcase ` element `case` starts with.
+fn attr(case: &str, k: &str) -> Option<String> {
+    let head = format!(" {}", &case[..case.find('>').unwrap_or(case.len())]);
+    let key = format!(" {k}=\"");
+    let start = head.find(&key)? + key.len();
+    let len = head[start..].find('"')?;
+    Some(unescape(&head[start..start + len]))
+}
+
+/// A test case's spec name, without ginkgo's `[It] ` prefix.
+fn case_name(case: &str) -> Option<String> {
+    let name = attr(case, "name")?;
+    Some(name.strip_prefix("[It] ").unwrap_or(&name).to_string())
 }
 
 /// The failure message of each failed spec of a JUnit report (the body of its
@@ -46,10 +54,7 @@ pub fn parse_junit(xml: &str) -> BTreeMap<String, Outcome> {
 pub fn failure_messages(xml: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for case in xml.split("<testcase ").skip(1) {
-        let Some(name) = parse_junit(&format!("<testcase {case}")).into_keys().next() else {
-            continue;
-        };
-        let Some(open) = case.find("<failure") else {
+        let (Some(name), Some(open)) = (case_name(case), case.find("<failure")) else {
             continue;
         };
         let body = &case[open..];

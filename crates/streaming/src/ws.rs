@@ -184,6 +184,11 @@ fn frame(op: u8, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// What writing after the close frame gets.
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "websocket closed")
+}
+
 struct Shared {
     out: OutQueue,
     inputs: Mutex<[Option<mpsc::Sender<Bytes>>; 5]>,
@@ -198,10 +203,7 @@ impl Shared {
 
     fn send(&self, f: Vec<u8>) -> io::Result<()> {
         if self.is_closed() {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "websocket closed",
-            ));
+            return Err(closed());
         }
         self.out.send(f)
     }
@@ -227,10 +229,7 @@ impl ChannelWriter {
     pub async fn write(&self, data: &[u8]) -> io::Result<()> {
         for chunk in data.chunks(32 * 1024) {
             if self.shared.is_closed() {
-                return Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "websocket closed",
-                ));
+                return Err(closed());
             }
             let mut p = Vec::with_capacity(chunk.len() + 1);
             p.push(self.ch);
@@ -382,6 +381,18 @@ impl Violation {
         }
     }
 
+    fn invalid_text(why: &'static str) -> Violation {
+        Violation {
+            code: INVALID_DATA,
+            why,
+        }
+    }
+
+    const TOO_BIG: Violation = Violation {
+        code: TOO_BIG,
+        why: "message too large",
+    };
+
     /// The close frame that ends the connection: the code, and why as its reason.
     fn close_frame(&self) -> Vec<u8> {
         let mut p = self.code.to_be_bytes().to_vec();
@@ -441,11 +452,7 @@ async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> io::Result<Option<Frame
         n => n as u64,
     };
     if len > MAX_MESSAGE as u64 {
-        return Err(Violation {
-            code: TOO_BIG,
-            why: "message too large",
-        }
-        .into());
+        return Err(Violation::TOO_BIG.into());
     }
     let mut mask = [0u8; 4];
     rd.read_exact(&mut mask).await?;
@@ -514,10 +521,7 @@ impl Checker {
         }
         self.open = None;
         if text.is_some_and(|t| std::str::from_utf8(&t).is_err()) {
-            return Err(Violation {
-                code: INVALID_DATA,
-                why: "text message not UTF-8",
-            });
+            return Err(Violation::invalid_text("text message not UTF-8"));
         }
         Ok(true)
     }
@@ -537,10 +541,7 @@ impl Checker {
             return Err(Violation::protocol("close code a peer may not send"));
         }
         if std::str::from_utf8(reason).is_err() {
-            return Err(Violation {
-                code: INVALID_DATA,
-                why: "close reason not UTF-8",
-            });
+            return Err(Violation::invalid_text("close reason not UTF-8"));
         }
         Ok(code)
     }
@@ -576,11 +577,7 @@ async fn read_messages<R: AsyncRead + Unpin>(rd: &mut R, sh: &Arc<Shared>) -> io
         }
         let whole = checker.data(&f)?;
         if message.len() + f.payload.len() > MAX_MESSAGE {
-            return Err(Violation {
-                code: TOO_BIG,
-                why: "message too large",
-            }
-            .into());
+            return Err(Violation::TOO_BIG.into());
         }
         message.extend_from_slice(&f.payload);
         if !whole {
