@@ -46,16 +46,29 @@ impl Cri {
             .await;
     }
 
-    /// Stops and removes a sandbox, best effort: the runtime removes its containers with
-    /// it, and either call succeeds for a sandbox that is gone already.
-    pub async fn remove_sandbox(&self, id: &str) {
-        self.stop_sandbox(id).await;
-        let _ = self
-            .runtime
-            .clone()
-            .remove_pod_sandbox(cri_api::RemovePodSandboxRequest {
+    /// Stops and removes a sandbox: the runtime removes its containers with it, and
+    /// either call succeeds for a sandbox that is gone already (NotFound counts as
+    /// done). An error means the runtime could not be asked (it is down, say): the
+    /// sandbox may still run, and the caller must try again rather than forget it.
+    pub async fn remove_sandbox(&self, id: &str) -> Result<(), tonic::Status> {
+        let gone = |r: Result<(), tonic::Status>| match r {
+            Err(e) if e.code() != tonic::Code::NotFound => Err(e),
+            _ => Ok(()),
+        };
+        let mut rt = self.runtime.clone();
+        gone(
+            rt.stop_pod_sandbox(cri_api::StopPodSandboxRequest {
                 pod_sandbox_id: id.to_string(),
             })
-            .await;
+            .await
+            .map(drop),
+        )?;
+        gone(
+            rt.remove_pod_sandbox(cri_api::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await
+            .map(drop),
+        )
     }
 }

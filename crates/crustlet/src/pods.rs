@@ -4,9 +4,10 @@
 //! The watch lists, then watches from the list's resourceVersion, lists again after a
 //! 410 Gone and reconnects with back-off (kube's watcher). After each full list, a pod
 //! that was running here and is no longer in it was deleted while the watch was down,
-//! and is stopped. Sandboxes in the runtime that carry a pod uid label no source knows
-//! are left over from pods deleted while the crustlet was down, and are removed once
-//! the first list is in.
+//! and is stopped. Sandboxes in the runtime that carry a pod uid label no worker has
+//! are left over (from pods deleted while the crustlet was down, or brought back by a
+//! runtime that restarted): once every source's first list is in, and every 10 s after,
+//! they are removed, as the kubelet's housekeeping kills the pods it does not know.
 
 use crate::spec;
 use crate::{worker, Ctx};
@@ -53,6 +54,10 @@ pub async fn run(ctx: Arc<Ctx>) {
         tokio::spawn(watch_folder(ctx.clone(), dir, tx.clone()));
     }
     let mut workers: Workers = HashMap::new();
+    // Workers no source has any more, still stopping their pod.
+    let mut ending: Vec<(String, watch::Sender<Option<Arc<Pod>>>)> = vec![];
+    // Every uid with a worker: what the orphan sweep must leave alone.
+    let live: Arc<parking_lot::Mutex<HashSet<String>>> = Arc::default();
     let mut known: HashMap<&'static str, HashSet<String>> = HashMap::new();
     let expected =
         usize::from(ctx.client.is_some()) + usize::from(ctx.cfg.pod_manifest_path.is_some());
@@ -72,6 +77,8 @@ pub async fn run(ctx: Arc<Ctx>) {
                     }
                     None => {
                         let (tx, rx) = watch::channel(Some(pod));
+                        // Live before the worker can make a sandbox.
+                        live.lock().insert(uid.clone());
                         workers.insert(uid, (source, tx));
                         // The Burstable class's share first, as the kubelet does before
                         // it makes a pod's cgroup.
@@ -83,6 +90,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             Update::Gone(uid) => {
                 if let Some((_, tx)) = workers.remove(&uid) {
                     let _ = tx.send(None);
+                    ending.push((uid, tx));
                 }
             }
             Update::All(source, uids) => {
@@ -94,17 +102,23 @@ pub async fn run(ctx: Arc<Ctx>) {
                 for uid in gone {
                     if let Some((_, tx)) = workers.remove(&uid) {
                         let _ = tx.send(None);
+                        ending.push((uid, tx));
                     }
                 }
                 known.insert(source, uids);
                 if !orphans_checked && known.len() == expected {
                     orphans_checked = true;
                     let all: HashSet<String> = known.values().flatten().cloned().collect();
-                    tokio::spawn(remove_orphans(ctx.clone(), all, started));
+                    tokio::spawn(sweep_orphans(ctx.clone(), live.clone(), all, started));
                 }
             }
         }
         workers.retain(|_, (_, tx)| !tx.is_closed());
+        ending.retain(|(_, tx)| !tx.is_closed());
+        {
+            let mut l = live.lock();
+            l.retain(|uid| workers.contains_key(uid) || ending.iter().any(|(u, _)| u == uid));
+        }
         burstable.update(&ctx, &workers);
     }
 }
@@ -421,9 +435,32 @@ async fn unmirror(client: &kube::Client, pod: &Pod) {
     }
 }
 
-/// Removes sandboxes and logs of pods no source knows (deleted while the crustlet was
-/// down).
-async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>, started: std::time::SystemTime) {
+/// Removes the sandboxes of pods no worker has, now and every 10 s; the first time, also
+/// the logs of pods no source knows (`known`, their first lists: deleted while the
+/// crustlet was down).
+async fn sweep_orphans(
+    ctx: Arc<Ctx>,
+    live: Arc<parking_lot::Mutex<HashSet<String>>>,
+    known: HashSet<String>,
+    started: std::time::SystemTime,
+) {
+    remove_orphan_sandboxes(&ctx, &live).await;
+    // Logs of pods whose sandbox is gone already (the crustlet stopped in between).
+    let logs = ctx.cfg.pod_logs_dir.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        crate::pod_logs::remove_unknown(&logs, &known, started)
+    })
+    .await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        remove_orphan_sandboxes(&ctx, &live).await;
+    }
+}
+
+/// One sweep: the runtime's sandboxes listed first, then each one's uid looked up among
+/// the live workers, so that a sandbox a new worker made after the list was read is
+/// never taken for an orphan.
+async fn remove_orphan_sandboxes(ctx: &Ctx, live: &parking_lot::Mutex<HashSet<String>>) {
     let mut rt = ctx.cri.runtime.clone();
     let Ok(list) = rt
         .list_pod_sandbox(cri_api::ListPodSandboxRequest { filter: None })
@@ -431,24 +468,28 @@ async fn remove_orphans(ctx: Arc<Ctx>, known: HashSet<String>, started: std::tim
     else {
         return;
     };
-    for s in list.into_inner().items {
-        let Some(uid) = s.labels.get(spec::POD_UID) else {
-            continue;
-        };
-        if known.contains(uid) {
+    let orphans: Vec<(String, String)> = {
+        let live = live.lock();
+        list.into_inner()
+            .items
+            .into_iter()
+            .filter_map(|s| {
+                let uid = s.labels.get(spec::POD_UID)?;
+                (!live.contains(uid)).then(|| (s.id.clone(), uid.clone()))
+            })
+            .collect()
+    };
+    for (id, uid) in orphans {
+        tracing::info!(sandbox = %id, uid = %uid, "removing the sandbox of a pod that no longer exists");
+        if let Err(e) = ctx.cri.remove_sandbox(&id).await {
+            tracing::warn!(sandbox = %id, "removing an orphaned sandbox: {e}");
             continue;
         }
-        tracing::info!(sandbox = %s.id, uid = %uid, "removing the sandbox of a pod that no longer exists");
-        ctx.cri.remove_sandbox(&s.id).await;
-        crate::cgroup::remove_pod(&ctx.cfg, uid).await;
-        crate::inputs::tmpfs::remove_pod_dir(&ctx.cfg.pod_dir(uid));
+        crate::cgroup::remove_pod(&ctx.cfg, &uid).await;
+        let dir = ctx.cfg.pod_dir(&uid);
+        let _ =
+            tokio::task::spawn_blocking(move || crate::inputs::tmpfs::remove_pod_dir(&dir)).await;
     }
-    // Logs of pods whose sandbox is gone already (the crustlet stopped in between).
-    let logs = ctx.cfg.pod_logs_dir.clone();
-    let _ = tokio::task::spawn_blocking(move || {
-        crate::pod_logs::remove_unknown(&logs, &known, started)
-    })
-    .await;
 }
 
 #[cfg(test)]

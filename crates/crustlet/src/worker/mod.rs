@@ -14,6 +14,7 @@
 //!                                        restartPolicy with back-off]-------------+
 //!   deletionTimestamp or gone --> StopContainer (grace) --> StopPodSandbox -->
 //!   RemovePodSandbox --> pod deleted with grace 0 --> worker ends
+//!   (a runtime that cannot be asked: the same again, with back-off, until it can)
 //! ```
 //!
 //! The worker keeps nothing that the runtime does not also know: after a restart of the
@@ -199,7 +200,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
                 // Gone from the apiserver (force-deleted, or bound elsewhere): stop it.
                 let last = w.last_pod.take();
                 if let Some(p) = last {
-                    Box::pin(w.terminate(&p, Some(2), false)).await;
+                    Box::pin(w.terminate_until_done(&p, Some(2), false)).await;
                     w.ctx.ports.release(spec::uid(&p));
                 }
                 return;
@@ -209,7 +210,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
                     .metadata
                     .deletion_grace_period_seconds
                     .or(spec::spec(&pod).termination_grace_period_seconds);
-                Box::pin(w.terminate(&pod, grace, true)).await;
+                Box::pin(w.terminate_until_done(&pod, grace, true)).await;
                 w.ctx.ports.release(spec::uid(&pod));
                 return;
             }
@@ -264,7 +265,7 @@ impl Worker {
     /// The manager dropped the pod: what it has is stopped.
     async fn dropped(&mut self) {
         if let Some(p) = self.last_pod.take() {
-            Box::pin(self.terminate(&p, Some(2), false)).await;
+            Box::pin(self.terminate_until_done(&p, Some(2), false)).await;
             self.ctx.ports.release(spec::uid(&p));
         }
     }

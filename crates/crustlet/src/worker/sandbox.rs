@@ -106,7 +106,7 @@ impl Worker {
             }
         }
         for s in &sandboxes {
-            self.ctx.cri.remove_sandbox(&s.id).await;
+            self.ctx.cri.remove_sandbox(&s.id).await?;
         }
         if !self.refresh_volumes(pod, true).await || !self.wait_start_slot().await {
             return Ok(());

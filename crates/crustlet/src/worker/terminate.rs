@@ -87,12 +87,36 @@ impl Worker {
         self.probes.remove(&i.id);
     }
 
+    /// [`Worker::terminate`] until the runtime has done it: a pod whose sandboxes could
+    /// not be listed or removed (the runtime down, restarting) is not forgotten, nor
+    /// deleted from the apiserver while it may still run. As the kubelet's pod worker
+    /// retries a terminating pod; every 1 s at first, at most every 30 s.
+    pub(super) async fn terminate_until_done(
+        &mut self,
+        pod: &Arc<Pod>,
+        grace: Option<i64>,
+        delete: bool,
+    ) {
+        let mut wait = Duration::from_secs(1);
+        while let Err(e) = self.terminate(pod, grace, delete).await {
+            tracing::warn!(pod = %spec::key(pod), "stopping the pod: {e:#}; trying again in {wait:?}");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
+    }
+
     /// Stops every container with the grace period, then the sandbox, removes both, and
-    /// (for a pod deleted through the apiserver) deletes the pod object.
-    pub(super) async fn terminate(&mut self, pod: &Arc<Pod>, grace: Option<i64>, delete: bool) {
+    /// (for a pod deleted through the apiserver) deletes the pod object. An error (the
+    /// runtime could not be asked) leaves the pod to be stopped again.
+    async fn terminate(
+        &mut self,
+        pod: &Arc<Pod>,
+        grace: Option<i64>,
+        delete: bool,
+    ) -> anyhow::Result<()> {
         let grace = grace.unwrap_or(30).max(0);
         let uid = spec::uid(pod).to_string();
-        let sandboxes = self.sandboxes(&uid).await.unwrap_or_default();
+        let sandboxes = self.sandboxes(&uid).await?;
         // The hooks' default host: the pod's IP, as its current sandbox has it.
         let ip = self
             .sandbox
@@ -107,7 +131,7 @@ impl Worker {
                 let st = self.status(pod, &latest, true).await;
                 self.report(pod, st).await;
             }
-            self.ctx.cri.remove_sandbox(&s.id).await;
+            self.ctx.cri.remove_sandbox(&s.id).await?;
         }
         crate::cgroup::remove_pod(&self.ctx.cfg, &uid).await;
         // A pod's volumes can be large (an emptyDir), and so can its logs: removed off
@@ -137,5 +161,6 @@ impl Worker {
             }
         }
         tracing::info!(pod = %spec::key(pod), "pod stopped and removed");
+        Ok(())
     }
 }
