@@ -739,6 +739,15 @@ pub fn write_atomically(
         }
     }
     std::fs::create_dir_all(dir)?;
+    // As the kubelet's atomic writer: what is there already is not written again. A
+    // restarted crustlet, which has no memory of what it wrote, then leaves a running
+    // container's volume as it was (same `..data`, same generation), as the kubelet does.
+    if holds_exactly(dir, files) {
+        if let Some(gid) = fs_group.and_then(|g| u32::try_from(g).ok()) {
+            own_by_group(dir, gid)?;
+        }
+        return Ok(());
+    }
     let stamp = format!(
         "..{}",
         std::time::SystemTime::now()
@@ -787,6 +796,40 @@ pub fn write_atomically(
         let _ = std::fs::remove_dir_all(dir.join(old));
     }
     Ok(())
+}
+
+/// Whether `dir`'s current contents (through `..data`) are exactly `files`: the same
+/// paths, bytes and permission bits, nothing more, and each top-level link in place.
+fn holds_exactly(dir: &Path, files: &[(String, Vec<u8>, i32)]) -> bool {
+    let Ok(target) = std::fs::read_link(dir.join("..data")) else {
+        return false;
+    };
+    let data = dir.join(target);
+    let mut found = 0usize;
+    let mut stack = vec![data.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            return false;
+        };
+        for e in rd.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => found += 1,
+                _ => return false,
+            }
+        }
+    }
+    if found != files.len() {
+        return false;
+    }
+    files.iter().all(|(p, content, mode)| {
+        let f = data.join(p);
+        let top = dir.join(p.split('/').next().unwrap_or(p));
+        std::fs::symlink_metadata(&top).is_ok_and(|m| m.file_type().is_symlink())
+            && std::fs::metadata(&f)
+                .is_ok_and(|m| m.permissions().mode() & 0o7777 == *mode as u32 & 0o7777)
+            && std::fs::read(&f).is_ok_and(|c| c == *content)
+    })
 }
 
 /// The mode the kubelet's `SetVolumeOwnership` gives a file or folder of a volume with
@@ -1112,6 +1155,42 @@ mod tests {
             .count();
         assert_eq!(stamps, 1, "the previous contents are removed");
         assert!(write_atomically(&d, &[("../x".into(), vec![], 0o644)], None).is_err());
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn the_same_contents_are_not_written_again() {
+        let d = std::env::temp_dir().join(format!("crustlet-same-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let files = vec![
+            ("a".to_string(), b"1".to_vec(), 0o644),
+            ("sub/b".to_string(), b"2".to_vec(), 0o600),
+        ];
+        let data = || std::fs::read_link(d.join("..data")).unwrap();
+        write_atomically(&d, &files, None).unwrap();
+        let first = data();
+        // What a restarted crustlet does: the same payload again keeps the generation.
+        write_atomically(&d, &files, None).unwrap();
+        assert_eq!(data(), first);
+        // Any difference is a new generation: a byte, a mode, a file more or less.
+        let mut changed = files.clone();
+        changed[1].2 = 0o644;
+        write_atomically(&d, &changed, None).unwrap();
+        let second = data();
+        assert_ne!(second, first);
+        write_atomically(&d, &changed[..1], None).unwrap();
+        assert_ne!(data(), second);
+        let third = data();
+        let mut more = changed.clone();
+        more[0].1 = b"x".to_vec();
+        write_atomically(&d, &more, None).unwrap();
+        assert_ne!(data(), third);
+        // A top-level link removed from under the volume is put back.
+        let fourth = data();
+        std::fs::remove_file(d.join("a")).unwrap();
+        write_atomically(&d, &more, None).unwrap();
+        assert_ne!(data(), fourth);
+        assert_eq!(std::fs::read(d.join("a")).unwrap(), b"x");
         std::fs::remove_dir_all(&d).ok();
     }
 
