@@ -12,9 +12,10 @@
 //! Rotation is the kubelet's: when a running container's `N.log` reaches
 //! `--container-log-max-size`, it is renamed `N.log.<YYYYMMDD-HHMMSS>` and the runtime
 //! is told to open a new `N.log` (`ReopenContainerLog`); the oldest rotated files go so
-//! that at most `--container-log-max-files` remain with the current one. Unlike the
-//! kubelet, rotated files are not gzipped, and reads (tail, since, previous) go through
-//! the rotated files too, not only the current one.
+//! that at most `--container-log-max-files` remain with the current one, and every
+//! rotated file but the newest is gzipped (in the background: see [`rotate`]). Reads
+//! (tail, since, previous) go through the uncompressed rotated file too, not only the
+//! current one.
 
 use bytes::Bytes;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -168,7 +169,14 @@ impl Joiner {
 /// (the kubelet writes them through a ring buffer). A line without its newline
 /// (`echo -n DONE`, a `P` record) stays without one.
 pub fn tail_text(path: &Path, lines: usize, limit: usize) -> String {
-    let raw = std::fs::read(path).unwrap_or_default();
+    // Only the end of the file is read: a log can be gigabytes.
+    let (_, from) = tail_start(&[path.to_path_buf()], lines);
+    let mut raw = vec![];
+    if let Ok(mut f) = std::fs::File::open(path) {
+        if f.seek(std::io::SeekFrom::Start(from)).is_ok() {
+            let _ = f.read_to_end(&mut raw);
+        }
+    }
     let mut joiner = Joiner::default();
     let mut all: Vec<Vec<u8>> = raw
         .split_inclusive(|b| *b == b'\n')
@@ -225,7 +233,9 @@ pub fn rotated(current: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Where the output starts for the last `n` lines: (file index, byte offset).
+/// Where the output starts for the last `n` lines: (file index, byte offset). Files
+/// are read from their end backwards, a block at a time, only as far as the lines
+/// asked for go: a flooding container's log may be gigabytes and still growing.
 fn tail_start(files: &[PathBuf], n: usize) -> (usize, u64) {
     if n == 0 {
         let last = files.len().saturating_sub(1);
@@ -234,37 +244,99 @@ fn tail_start(files: &[PathBuf], n: usize) -> (usize, u64) {
     }
     let mut wanted = n;
     for (i, f) in files.iter().enumerate().rev() {
-        let Ok(data) = std::fs::read(f) else {
-            continue;
-        };
-        // The start offsets of the lines in this file (a line's first piece), as
-        // `Joiner` cuts them: a record starts one unless it goes on with pieces of its
-        // own stream. A line the previous file left unfinished may go on here.
-        let mut starts = vec![];
-        let mut off = 0usize;
-        let mut open = if i == 0 {
-            None
-        } else {
-            unfinished_stream(&files[i - 1])
-        };
-        for raw in data.split_inclusive(|b| *b == b'\n') {
-            if !raw.ends_with(b"\n") {
-                break;
-            }
-            if let Some((_, stream, complete, _)) = parse_cri(raw) {
-                if open.as_deref() != Some(stream) {
-                    starts.push(off);
+        // A record starts a line (as `Joiner` cuts them) unless the record before it
+        // was a piece of the same stream; so each record is judged once the one
+        // before it is read. `next`: the record after the one read now (offset,
+        // stream); `found`: where the `wanted`-th line from the end starts.
+        let mut next: Option<(u64, String)> = None;
+        let mut found = None;
+        records_backwards(f, |off, raw| {
+            let Some((_, stream, complete, _)) = parse_cri(raw) else {
+                return true;
+            };
+            if let Some((at, s)) = next.take() {
+                if complete || s != stream {
+                    wanted -= 1;
+                    if wanted == 0 {
+                        found = Some(at);
+                        return false;
+                    }
                 }
-                open = (!complete).then(|| stream.to_string());
             }
-            off += raw.len();
+            next = Some((off, stream.to_string()));
+            true
+        });
+        if let Some(at) = found {
+            return (i, at);
         }
-        if starts.len() >= wanted {
-            return (i, starts[starts.len() - wanted] as u64);
+        // The file's first record: it goes on with a line the previous file left
+        // unfinished, or starts one.
+        if let Some((at, s)) = next {
+            let open = if i == 0 {
+                None
+            } else {
+                unfinished_stream(&files[i - 1])
+            };
+            if open.as_deref() != Some(s.as_str()) {
+                wanted -= 1;
+                if wanted == 0 {
+                    return (i, at);
+                }
+            }
         }
-        wanted -= starts.len();
     }
     (0, 0)
+}
+
+/// Calls `each(offset, record)` for the complete records (ending in a newline) of the
+/// log at `path`, last first, reading 64 KiB blocks from the end, until `each` says
+/// false or the start of the file. What follows the last newline (a record being
+/// written) is left out.
+fn records_backwards(path: &Path, mut each: impl FnMut(u64, &[u8]) -> bool) {
+    const BLOCK: u64 = 64 << 10;
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return;
+    };
+    let mut pos = f.metadata().map_or(0, |m| m.len());
+    // The file's bytes from `pos` on that are not given out yet.
+    let mut buf: Vec<u8> = vec![];
+    let mut trimmed = false;
+    loop {
+        if !trimmed {
+            if let Some(last) = buf.iter().rposition(|b| *b == b'\n') {
+                buf.truncate(last + 1);
+                trimmed = true;
+            }
+        }
+        // Give out every record whose start is in `buf` (after another newline).
+        while trimmed && !buf.is_empty() {
+            let body = &buf[..buf.len() - 1];
+            match body.iter().rposition(|b| *b == b'\n') {
+                Some(nl) => {
+                    if !each(pos + nl as u64 + 1, &buf[nl + 1..]) {
+                        return;
+                    }
+                    buf.truncate(nl + 1);
+                }
+                None if pos == 0 => {
+                    each(0, &buf);
+                    return;
+                }
+                None => break,
+            }
+        }
+        if pos == 0 {
+            return;
+        }
+        let from = pos.saturating_sub(BLOCK);
+        let mut block = vec![0u8; (pos - from) as usize];
+        if f.seek(std::io::SeekFrom::Start(from)).is_err() || f.read_exact(&mut block).is_err() {
+            return;
+        }
+        block.extend_from_slice(&buf);
+        buf = block;
+        pos = from;
+    }
 }
 
 /// The stream of a log file's last record when it is a piece (`P`), which the next
@@ -282,10 +354,62 @@ fn unfinished_stream(path: &Path) -> Option<String> {
     (!complete).then(|| stream.to_string())
 }
 
+/// The output of [`copy`]: lines gathered into chunks of up to 64 KiB (a channel send
+/// per line cannot keep up with a container that floods its log), the rest sent when it
+/// is dropped.
+struct Emitter<'a> {
+    opts: &'a Options,
+    out: &'a tokio::sync::mpsc::Sender<Bytes>,
+    /// Bytes the limit still allows.
+    left: u64,
+    pending: Vec<u8>,
+}
+
+impl Emitter<'_> {
+    /// Takes a complete line; false once the output is done (limit, client gone).
+    fn line(&mut self, line: Line) -> bool {
+        if self.opts.since.is_some_and(|s| line.time < s) {
+            return true;
+        }
+        let start = self.pending.len();
+        if self.opts.timestamps {
+            self.pending
+                .extend_from_slice(format_time(line.time).as_bytes());
+            self.pending.push(b' ');
+        }
+        self.pending.extend_from_slice(&line.text);
+        let len = (self.pending.len() - start) as u64;
+        let done = len >= self.left;
+        self.pending.truncate(start + self.left.min(len) as usize);
+        self.left -= self.left.min(len);
+        if done {
+            return false;
+        }
+        self.pending.len() < 64 << 10 || self.flush()
+    }
+
+    /// Sends what is gathered; false when the client is gone.
+    fn flush(&mut self) -> bool {
+        if self.pending.is_empty() {
+            return !self.out.is_closed();
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.pending));
+        self.out.blocking_send(chunk).is_ok()
+    }
+}
+
+impl Drop for Emitter<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// Writes the log to `out` as the options say, from `files` (oldest first, the last one
-/// the file the runtime writes now). With `follow`, it waits for more until `running`
-/// says the container ended (asked at most once a second) or the client goes; a
-/// rotation of the current file is followed into the new one.
+/// the file the runtime writes now). Without `follow` the current file is read as far
+/// as it went when it was opened (a container writing faster than the reader reads
+/// would otherwise keep the request open for ever); with `follow`, it waits for more
+/// until `running` says the container ended (asked at most once a second) or the
+/// client goes, and a rotation of the current file is followed into the new one.
 pub fn copy(
     files: Vec<PathBuf>,
     opts: &Options,
@@ -299,23 +423,12 @@ pub fn copy(
         Some(n) => tail_start(&files, n),
         None => (0, 0),
     };
-    let mut left = opts.limit.unwrap_or(u64::MAX);
     let mut joiner = Joiner::default();
-    // Sends a complete line; false once the output is done (limit, client gone).
-    let mut emit = |line: Line| -> bool {
-        if opts.since.is_some_and(|s| line.time < s) {
-            return true;
-        }
-        let mut buf = Vec::with_capacity(line.text.len() + 32);
-        if opts.timestamps {
-            buf.extend_from_slice(format_time(line.time).as_bytes());
-            buf.push(b' ');
-        }
-        buf.extend_from_slice(&line.text);
-        let done = buf.len() as u64 >= left;
-        buf.truncate(left.min(buf.len() as u64) as usize);
-        left -= buf.len() as u64;
-        out.blocking_send(Bytes::from(buf)).is_ok() && !done
+    let mut emit = Emitter {
+        opts,
+        out,
+        left: opts.limit.unwrap_or(u64::MAX),
+        pending: Vec::with_capacity(64 << 10),
     };
     let last = files.len() - 1;
     for (i, path) in files.iter().enumerate().skip(first) {
@@ -326,11 +439,11 @@ pub fn copy(
             continue;
         }
         if i < last {
-            let mut r = std::io::BufReader::new(f);
+            let mut r = std::io::BufReader::with_capacity(64 << 10, f);
             let mut raw = vec![];
             while r.read_until(b'\n', &mut raw).is_ok_and(|n| n > 0) {
                 for l in joiner.push(&raw) {
-                    if !emit(l) {
+                    if !emit.line(l) {
                         return;
                     }
                 }
@@ -339,17 +452,29 @@ pub fn copy(
             continue;
         }
         // The current file: to its end, then (following) whatever comes.
+        let mut unread = if opts.follow {
+            u64::MAX
+        } else {
+            let at = f.stream_position().unwrap_or(0);
+            f.metadata().map_or(0, |m| m.len()).saturating_sub(at)
+        };
         let mut partial: Vec<u8> = vec![];
         let mut checked = std::time::Instant::now();
+        let mut chunk = vec![0u8; 64 << 10];
         loop {
-            let mut chunk = vec![0u8; 64 << 10];
-            let n = f.read(&mut chunk).unwrap_or(0);
+            let want = chunk.len().min(unread.try_into().unwrap_or(usize::MAX));
+            let n = if want == 0 {
+                0
+            } else {
+                f.read(&mut chunk[..want]).unwrap_or(0)
+            };
             if n > 0 {
+                unread -= n as u64;
                 partial.extend_from_slice(&chunk[..n]);
                 let mut start = 0;
                 while let Some(nl) = partial[start..].iter().position(|b| *b == b'\n') {
                     for l in joiner.push(&partial[start..start + nl + 1]) {
-                        if !emit(l) {
+                        if !emit.line(l) {
                             return;
                         }
                     }
@@ -362,11 +487,11 @@ pub fn copy(
             // are, as the kubelet's reader writes each record when it reads it. A
             // piece that comes later follows them as a line of its own.
             if let Some(l) = joiner.flush() {
-                if !emit(l) {
+                if !emit.line(l) {
                     return;
                 }
             }
-            if !opts.follow || out.is_closed() {
+            if !opts.follow || !emit.flush() {
                 return;
             }
             // Rotated: the name is a new file. What the old one still had is read
@@ -409,7 +534,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     }
 }
 
+/// The logs whose older rotated files are being compressed: one compression at a time
+/// per log.
+static COMPRESSING: std::sync::LazyLock<parking_lot::Mutex<std::collections::HashSet<PathBuf>>> =
+    std::sync::LazyLock::new(Default::default);
+
 /// Rotates one container's log if it has grown past `max_size`; true when it did.
+///
+/// The kubelet compresses the older rotated files first and renames the current one
+/// after; here the current file is renamed (and the runtime told to reopen it) first,
+/// and the compression runs in the background: gzip of a log a flooding container
+/// filled for 10 s takes seconds, during which the file being written would grow on
+/// unrotated, making the next one bigger still.
 pub async fn rotate(
     cri: &crate::cri::Cri,
     id: &str,
@@ -421,26 +557,6 @@ pub async fn rotate(
     if size < max_size {
         return false;
     }
-    // Room for the one about to be rotated and the new current file.
-    let old = rotated(current);
-    let keep = max_files.saturating_sub(2);
-    for f in old.iter().take(old.len().saturating_sub(keep)) {
-        let _ = std::fs::remove_file(f);
-    }
-    // As the kubelet: every rotated file but the newest is compressed (megabytes of
-    // gzip: off the shared thread).
-    let to_compress: Vec<PathBuf> = rotated(current)
-        .into_iter()
-        .filter(|f| f.extension().is_none_or(|e| e != "gz"))
-        .collect();
-    let _ = tokio::task::spawn_blocking(move || {
-        for f in to_compress {
-            if let Err(e) = compress(&f) {
-                tracing::warn!(log = %f.display(), "compressing a rotated log: {e}");
-            }
-        }
-    })
-    .await;
     let stamp = Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string();
     let to = PathBuf::from(format!("{}.{stamp}", current.display()));
     if to.exists() || std::fs::rename(current, &to).is_err() {
@@ -460,6 +576,29 @@ pub async fn rotate(
         return false;
     }
     tracing::debug!(container = id, log = %current.display(), "log rotated");
+    // At most `max_files` with the current one: the oldest rotated files go.
+    let old = rotated(current);
+    let keep = max_files.saturating_sub(1);
+    for f in old.iter().take(old.len().saturating_sub(keep)) {
+        let _ = std::fs::remove_file(f);
+    }
+    // As the kubelet: every rotated file but the newest is compressed.
+    if COMPRESSING.lock().insert(current.to_path_buf()) {
+        let current = current.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let rotated = rotated(&current);
+            let newest = rotated.last().cloned();
+            for f in rotated {
+                if Some(&f) == newest.as_ref() || f.extension().is_some_and(|e| e == "gz") {
+                    continue;
+                }
+                if let Err(e) = compress(&f) {
+                    tracing::warn!(log = %f.display(), "compressing a rotated log: {e}");
+                }
+            }
+            COMPRESSING.lock().remove(&current);
+        });
+    }
     true
 }
 
@@ -467,56 +606,92 @@ pub async fn rotate(
 /// then removed.
 fn compress(f: &Path) -> std::io::Result<()> {
     let tmp = PathBuf::from(format!("{}.gz.tmp", f.display()));
-    let mut r = std::fs::File::open(f)?;
-    let out = std::fs::File::create(&tmp)?;
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
-    std::io::copy(&mut r, &mut gz)?;
-    gz.finish()?.sync_all()?;
+    let write = || -> std::io::Result<()> {
+        let mut r = std::fs::File::open(f)?;
+        let out = std::fs::File::create(&tmp)?;
+        let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+        std::io::copy(&mut r, &mut gz)?;
+        gz.finish()?.sync_all()
+    };
+    if let Err(e) = write() {
+        // No half-written `.gz.tmp` left behind (a full disk, say).
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // Removed meanwhile (a newer rotation found it too old to keep): so is its copy.
+    if !f.exists() {
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(());
+    }
     std::fs::rename(&tmp, format!("{}.gz", f.display()))?;
     std::fs::remove_file(f)
 }
 
-/// Every 10 s, rotates the logs of the running containers that grew too big.
+/// Rotates the logs of the running containers that grew too big. The kubelet looks every
+/// 10 s, so a container writing 150 MB/s leaves gigabytes between two looks; here the
+/// running containers are listed and their logs' sizes looked at every second (one
+/// ListContainers, a `stat` each; ContainerStatus only for a container not seen before,
+/// for its log path), which bounds a flooding log ten times closer.
 pub async fn rotate_loop(cri: crate::cri::Cri, max_size: u64, max_files: usize) {
+    let mut logs: std::collections::HashMap<String, PathBuf> = Default::default();
     loop {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        let mut rt = cri.runtime.clone();
-        let Ok(list) = rt
-            .list_containers(cri_api::ListContainersRequest {
-                filter: Some(cri_api::ContainerFilter {
-                    state: Some(cri_api::ContainerStateValue {
-                        state: cri_api::ContainerState::ContainerRunning as i32,
-                    }),
-                    ..Default::default()
-                }),
-            })
-            .await
-        else {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(running) = running_containers(&cri).await else {
             continue;
         };
-        for c in list.into_inner().containers {
-            if !c.labels.contains_key(crate::spec::POD_UID) {
-                continue;
-            }
-            let Ok(st) = rt
-                .container_status(cri_api::ContainerStatusRequest {
-                    container_id: c.id.clone(),
-                    verbose: false,
-                })
-                .await
-            else {
-                continue;
-            };
-            let path = st
-                .into_inner()
-                .status
-                .map(|s| s.log_path)
-                .unwrap_or_default();
-            if !path.is_empty() {
-                rotate(&cri, &c.id, Path::new(&path), max_size, max_files).await;
+        logs.retain(|id, _| running.contains(id));
+        for id in running {
+            if let std::collections::hash_map::Entry::Vacant(e) = logs.entry(id) {
+                if let Some(path) = log_path(&cri, e.key()).await {
+                    e.insert(path);
+                }
             }
         }
+        for (id, path) in &logs {
+            rotate(&cri, id, path, max_size, max_files).await;
+        }
     }
+}
+
+/// The ids of the running containers of pods, or None if the runtime could not be
+/// asked.
+async fn running_containers(cri: &crate::cri::Cri) -> Option<Vec<String>> {
+    let list = cri
+        .runtime
+        .clone()
+        .list_containers(cri_api::ListContainersRequest {
+            filter: Some(cri_api::ContainerFilter {
+                state: Some(cri_api::ContainerStateValue {
+                    state: cri_api::ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .ok()?;
+    Some(
+        list.into_inner()
+            .containers
+            .into_iter()
+            .filter(|c| c.labels.contains_key(crate::spec::POD_UID))
+            .map(|c| c.id)
+            .collect(),
+    )
+}
+
+/// Container `id`'s log file, as its status says.
+async fn log_path(cri: &crate::cri::Cri, id: &str) -> Option<PathBuf> {
+    let st = cri
+        .runtime
+        .clone()
+        .container_status(cri_api::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+        .ok()?;
+    let path = st.into_inner().status.map(|s| s.log_path)?;
+    (!path.is_empty()).then(|| PathBuf::from(path))
 }
 
 #[cfg(test)]
@@ -714,6 +889,136 @@ mod tests {
             s.push_str(&String::from_utf8_lossy(&b));
         }
         s
+    }
+
+    /// The forward reading `tail_start` stands for: every record's offset that starts a
+    /// line, across the files in order.
+    fn line_starts_forward(files: &[PathBuf]) -> Vec<(usize, u64)> {
+        let mut out = vec![];
+        let mut open: Option<String> = None;
+        for (i, f) in files.iter().enumerate() {
+            let data = std::fs::read(f).unwrap();
+            let mut off = 0u64;
+            for raw in data.split_inclusive(|b| *b == b'\n') {
+                if !raw.ends_with(b"\n") {
+                    break;
+                }
+                if let Some((_, stream, complete, _)) = parse_cri(raw) {
+                    if open.as_deref() != Some(stream) {
+                        out.push((i, off));
+                    }
+                    open = (!complete).then(|| stream.to_string());
+                }
+                off += raw.len() as u64;
+            }
+        }
+        out
+    }
+
+    /// The tail read backwards in blocks finds where a forward reading would start the
+    /// last n lines: pieces (`P`) of both streams, records longer than a block, a line
+    /// going on in the next file, junk, and a record still being written at the end.
+    #[test]
+    fn tail_backwards_agrees_with_a_forward_reading() {
+        let d = std::env::temp_dir().join(format!("crustlet-back-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let mut seed = 7u64;
+        let mut rnd = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut files = vec![];
+        for k in 0..3 {
+            let mut text = String::new();
+            for j in 0..700 {
+                let stream = if rnd(3) == 0 { "stderr" } else { "stdout" };
+                let tag = if rnd(3) == 0 { "P" } else { "F" };
+                let len = if rnd(50) == 0 {
+                    70_000
+                } else {
+                    rnd(40) as usize
+                };
+                if rnd(100) == 0 {
+                    text.push_str("not a record\n");
+                }
+                text.push_str(&format!(
+                    "2024-05-01T10:00:{:02}Z {stream} {tag} {}\n",
+                    j % 60,
+                    "x".repeat(len)
+                ));
+            }
+            if k == 2 {
+                text.push_str("2024-05-01T10:00:00Z stdout F being writ");
+            }
+            let f = d.join(format!("0.log.{k}"));
+            std::fs::write(&f, text).unwrap();
+            files.push(f);
+        }
+        let starts = line_starts_forward(&files);
+        for n in [
+            1,
+            2,
+            5,
+            100,
+            699,
+            700,
+            701,
+            1500,
+            starts.len(),
+            starts.len() + 1,
+        ] {
+            let want = if n > starts.len() {
+                (0, 0)
+            } else {
+                starts[starts.len() - n]
+            };
+            assert_eq!(tail_start(&files, n), want, "last {n} lines");
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Without follow, a log that grows faster than it is read is read as far as it
+    /// went at the start: the request ends.
+    #[test]
+    fn a_read_without_follow_ends_while_the_log_grows() {
+        let line = "2024-05-01T10:00:00Z stdout F flood flood flood flood\n";
+        let (d, f) = temp_log("grow", &line.repeat(10_000));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (f, stop) = (f.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut w = std::fs::OpenOptions::new().append(true).open(f).unwrap();
+                let block = line.repeat(1000);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    w.write_all(block.as_bytes()).unwrap();
+                }
+            })
+        };
+        // A reader slower than the writer: the channel holds a little, and is drained
+        // slowly.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+        let reader = std::thread::spawn(move || {
+            let mut got = 0usize;
+            while let Some(b) = rx.blocking_recv() {
+                got += b.len();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            got
+        });
+        copy(vec![f.clone()], &Options::default(), &tx, || true);
+        drop(tx);
+        let got = reader.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        // The lines there at the start at least, whole lines only.
+        let text = "flood flood flood flood\n".len();
+        assert!(got >= text * 10_000, "{got}");
+        assert_eq!(got % text, 0, "{got}");
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]
