@@ -90,6 +90,7 @@ impl Cluster {
             // `SyncPod enter`/`exit` of each pod (kubelet.go's V(4), that file alone): the
             // restart checks wait for the syncs after a restart, not for a while.
             .arg("--vmodule=kubelet=4")
+            .args(self.opts.agent_args)
             .args(extra);
         *guard = Some(self.spawn_logged(cmd, "kubelet"));
     }
@@ -179,8 +180,25 @@ impl Cluster {
             // of the kubelet suite's pod routes check.
             .arg("--pod-routes")
             .args(["--v", "2"])
+            .args(self.opts.agent_args)
             .args(extra);
         *guard = Some(self.spawn_logged(cmd, "crustlet"));
+    }
+
+    /// SIGKILL of the kubelet, as the OOM killer or a crash would end it: no cleanup.
+    pub fn kill_kubelet(&self) {
+        if let Some(mut c) = self.kubelet.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGKILL of the crustlet on crustd, as a crash.
+    pub fn kill_crustlet(&self) {
+        if let Some(mut c) = self.crustlet.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// SIGTERM to the crustlet (its pods keep running), waiting for it to exit (SIGKILL

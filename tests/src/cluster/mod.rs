@@ -102,6 +102,9 @@ pub struct Options {
     /// crustd's `--log-level` (default `debug`, for the suites' logs): the benchmarks
     /// run it at `info`, as containerd runs, since logging each call costs CPU.
     pub crustd_log: Option<&'static str>,
+    /// Flags the kubelet and the crustlet on crustd both take, given to both at every
+    /// start (`--container-log-max-size=1Mi`: the faults suite's log flood).
+    pub agent_args: &'static [&'static str],
 }
 
 /// Who runs pods on the cluster's containerd.

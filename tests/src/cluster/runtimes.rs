@@ -190,6 +190,15 @@ impl Cluster {
         *guard = Some(child);
     }
 
+    /// SIGKILL of containerd, as a crash (its shims, and the containers under them, live
+    /// on).
+    pub fn kill_containerd(&self) {
+        if let Some(mut c) = self.containerd.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     pub fn containerd_pid(&self) -> Option<u32> {
         self.containerd.lock().unwrap().as_ref().map(|c| c.id())
     }
