@@ -10,9 +10,12 @@ use std::path::PathBuf;
 pub const DEFAULT_ENDPOINT: &str = "unix:///run/crust/crust.sock";
 
 #[derive(Parser, Debug, Default)]
+// A flag given twice takes its last value, as with the kubelet's flags (a systemd
+// drop-in that appends `--eviction-hard=...` to the unit's flags overrides it).
 #[command(
     name = "crustlet",
     version,
+    args_override_self = true,
     about = "A thin kubelet: runs the pods bound to this node through a CRI runtime"
 )]
 pub struct Flags {
@@ -513,6 +516,13 @@ mod tests {
             "{e}"
         );
         assert!(parse(&["--pod-manifest-path", "/etc/kubernetes/manifests"]).is_ok());
+    }
+
+    /// A flag given twice takes its last value, as the kubelet's do.
+    #[test]
+    fn the_last_of_a_repeated_flag_wins() {
+        let c = parse(&["--kubeconfig=k", "--max-pods=30", "--max-pods=70"]).unwrap();
+        assert_eq!(c.max_pods, 70);
     }
 
     /// The kubelet's systemd names: a slice per level, the uid's dashes underscores;

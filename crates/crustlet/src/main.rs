@@ -6,6 +6,7 @@ mod cgroup;
 mod config;
 mod cri;
 mod events;
+mod eviction;
 mod gc;
 mod inputs;
 mod node;
@@ -41,6 +42,8 @@ pub struct Ctx {
     pub wakers: Arc<wake::Wakers>,
     /// The slots of pods being started (`--max-parallel-pod-starts`).
     pub starts: Arc<tokio::sync::Semaphore>,
+    /// Pods the eviction manager has told their workers to end.
+    pub evictions: eviction::Evictions,
 }
 
 impl Ctx {
@@ -199,6 +202,7 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         ports: Default::default(),
         wakers,
         starts: Arc::new(tokio::sync::Semaphore::new(cfg.max_parallel_pod_starts)),
+        evictions: Default::default(),
     });
     server::start(ctx.clone(), server_cfg).await?;
     // SIGTERM and SIGINT end the crustlet; its pods keep running in the runtime and are
@@ -207,6 +211,7 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut pods = tokio::spawn(pods::run(ctx.clone()));
+    tokio::spawn(eviction::run(ctx.clone()));
     let mut gc = tokio::spawn(gc::run(ctx));
     tokio::select! {
         // (Neither ends but by a panic, which ends the crustlet as it did on this thread.)

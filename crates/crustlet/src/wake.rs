@@ -54,7 +54,7 @@ impl Wakers {
         self.live.load(Ordering::Relaxed)
     }
 
-    fn wake(&self, uid: &str) {
+    pub fn wake(&self, uid: &str) {
         if let Some(n) = self.by_uid.lock().get(uid) {
             // A permit is kept when the worker is busy: it syncs once more after.
             n.notify_one();

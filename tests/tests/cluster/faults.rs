@@ -1,8 +1,8 @@
 //! Faults from outside the runtime, on the crustlet on crustd and on the real kubelet on
 //! containerd side by side in one cluster (the incumbent is the bar): the node agent
 //! SIGKILLed in the middle of a burst of creations and deletions, the runtime SIGKILLed
-//! the same way, a container that outgrows its memory limit, and a container flooding
-//! its log. Each check runs its scenario on both nodes and prints what it measured for
+//! the same way, a container that outgrows its memory limit, a node under memory
+//! pressure, and a container flooding its log. Each check runs its scenario on both nodes and prints what it measured for
 //! each, then asserts what a node operator relies on, on both.
 //!
 //! Its own harness (`harness = false`), one cluster for every check; without root or
@@ -407,7 +407,7 @@ fn burst_prepare(side: &Side, tag: &str) -> Burst {
 }
 
 /// Starts the burst (BURST pods created, DOOMED deleted, in two kubectl calls), calls
-/// `fault` as soon as the runtime has made the burst's first sandbox, and returns how
+/// `fault` as soon as the runtime is making the burst's first sandbox, and returns how
 /// many of the burst's containers the runtime had made by then.
 fn burst_start(side: &Side, tag: &str, fault: impl FnOnce()) -> usize {
     let pods = (0..BURST)
@@ -419,23 +419,33 @@ fn burst_start(side: &Side, tag: &str, fault: impl FnOnce()) -> usize {
     args.extend(doomed.iter().map(String::as_str));
     side.ok(&args);
     let prefix = format!("{tag}-burst-");
-    let label = format!("io.kubernetes.pod.namespace={}", side.ns);
+    // The first IP host-local reserves for the burst (its files in the network's data
+    // dir, the same plugin on both sides): the runtime is in the middle of the burst's
+    // first RunPodSandbox. A read of a folder, not a CRI call, so the fault comes that
+    // early (polling crictl, crust had made every pod before the first answer).
+    let ips = side.c.path(if side.crust {
+        "crustlet-ipam/crust-let"
+    } else {
+        "ctrd-ipam/crust-ctrd"
+    });
+    let reserved = || -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(&ips)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::Ipv4Addr>().is_ok())
+            .collect()
+    };
+    let before = reserved();
     let deadline = Instant::now() + Duration::from_secs(60);
-    // `crictl pods --name` is a regex: the first of the burst's sandboxes.
-    loop {
-        let out = run_timeout(
-            &mut side.crictl(&["pods", "-q", "--label", &label, "--name", &prefix]),
-            T,
-        );
-        if !s(&out.stdout).trim().is_empty() {
-            break;
-        }
+    while reserved().is_subset(&before) {
         assert!(
             Instant::now() < deadline,
-            "{}: no sandbox of the burst in 60 s",
+            "{}: no IP reserved for the burst in 60 s",
             side.name
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(2));
     }
     fault();
     let label = format!("io.kubernetes.pod.namespace={}", side.ns);
@@ -575,7 +585,6 @@ fn agent_killed_mid_burst(side: &Side) {
             "killed with {started} of {BURST} new containers made; all {BURST} running {took:.1} s after the restart; 0 restarts, 1 sandbox and 1 container each"
         ),
     );
-    cleanup(side);
 }
 
 /// The runtime (crustd, containerd) SIGKILLed during the same burst, down for 5 s: the
@@ -645,7 +654,6 @@ fn runtime_killed_mid_burst(side: &Side) {
             first.map(|f| format!(" (from {f:.1} s after the kill)")).unwrap_or_default()
         ),
     );
-    cleanup(side);
 }
 
 /// A container that outgrows its memory limit: OOMKilled, as the API, `kubectl get` and
@@ -685,7 +693,6 @@ fn oom_killed(side: &Side) {
         "oom_killed",
         format!("OOMKilled (137) {took:.1} s after the apply"),
     );
-    cleanup(side);
 }
 
 /// A container writing its log as fast as it can for 25 s, with both agents rotating at
@@ -821,7 +828,140 @@ fn log_flood(side: &Side) {
             during_start.unwrap_or(0.0),
         ),
     );
-    cleanup(side);
+}
+
+/// The hard eviction thresholds both agents run with in the suite (the cluster's: low
+/// enough that a busy CI disk puts no node under pressure), memory's replaced.
+fn eviction_hard(memory_available_ki: u64) -> String {
+    format!(
+        "--eviction-hard=memory.available<{memory_available_ki}Ki,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%"
+    )
+}
+
+/// memory.available as this side's agent computes it, in bytes: the crustlet takes the
+/// host's MemAvailable; the kubelet, capacity less the root cgroup's working set (its
+/// summary API's `node.memory.availableBytes`).
+fn memory_available(side: &Side) -> u64 {
+    if side.crust {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let kib: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("MemAvailable");
+        kib * 1024
+    } else {
+        let path = format!("/api/v1/nodes/{}/proxy/stats/summary", side.node);
+        let out = run_timeout(&mut side.c.kubectl(&["get", "--raw", &path]), T);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        v["node"]["memory"]["availableBytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("the kubelet's summary: {}", s(&out.stderr)))
+    }
+}
+
+fn restart_agent_with(side: &Side, extra: &[String]) {
+    if side.crust {
+        side.c.stop_crustlet();
+        side.c.start_crustlet_with(extra);
+    } else {
+        side.c.stop_kubelet();
+        side.c.start_kubelet_with(extra);
+    }
+}
+
+/// A pod that allocates 300 MB (its shell keeps the string it read; no `exec`) on a node
+/// whose agent was restarted with a hard threshold 150 MiB below the memory available:
+/// the agent evicts that pod (BestEffort, using more than it requests), not its
+/// Guaranteed neighbour, before the kernel's OOM killer has to; the evicted pod is
+/// Failed with reason Evicted, the kubelet's message and a DisruptionTarget condition.
+fn memory_pressure_eviction(side: &Side) {
+    let mut quiet = side.pod("ev-guaranteed", "exec sleep 3600");
+    quiet["spec"]["containers"][0]["resources"] = json!({
+        "limits": {"memory": "64Mi", "cpu": "50m"},
+        "requests": {"memory": "64Mi", "cpu": "50m"},
+    });
+    // The hog allocates when the test says so (`/tmp/go`), once its agent runs with the
+    // threshold: what is tested is the eviction manager, not admission after a restart
+    // on a node already under pressure (where the kubelet rejects a BestEffort pod).
+    let hog = side.pod(
+        "ev-hog",
+        "while [ ! -e /tmp/go ]; do sleep 0.2; done; \
+         x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo allocated; sleep 3600",
+    );
+    side.apply(vec![quiet, hog]);
+    let quiet_id = container_id(&side.wait_running("ev-guaranteed"));
+    side.wait_running("ev-hog");
+    // Pressure once the hog holds half of what it will.
+    let available = memory_available(side);
+    let threshold_ki = (available / 1024).saturating_sub(150 * 1024);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        restart_agent_with(side, &[eviction_hard(threshold_ki)]);
+        wait_for(&format!("{} Ready", side.node), T, |last| {
+            *last = side.ready();
+            (*last == "True").then_some(())
+        });
+        // (The Node was Ready before the restart too: the agent's server may not be
+        // listening yet.)
+        wait_for(&format!("{}: exec in ev-hog", side.name), T, |last| {
+            let out = run_timeout(
+                &mut side.kubectl(&["exec", "ev-hog", "--", "touch", "/tmp/go"]),
+                T,
+            );
+            *last = s(&out.stderr);
+            out.status.success().then_some(())
+        });
+        let t = Instant::now();
+        let p = side.wait_pod("ev-hog", "Evicted", |p| p["status"]["phase"] == "Failed");
+        let took = t.elapsed().as_secs_f64();
+        let st = &p["status"];
+        assert_eq!(st["reason"], "Evicted", "{}: {st}", side.name);
+        let msg = st["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("low on resource: memory") && msg.contains("Container main was using"),
+            "{}: {msg}",
+            side.name
+        );
+        let disruption = st["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "DisruptionTarget")
+            .cloned()
+            .unwrap_or(Value::Null);
+        assert_eq!(disruption["status"], "True", "{}: {st}", side.name);
+        assert_eq!(
+            disruption["reason"], "TerminationByKubelet",
+            "{}: {st}",
+            side.name
+        );
+        let q = side.get_pod("ev-guaranteed").unwrap();
+        assert!(
+            running(&q),
+            "{}: the Guaranteed pod: {}",
+            side.name,
+            q["status"]
+        );
+        assert_eq!(
+            container_id(&q),
+            quiet_id,
+            "{}: the Guaranteed pod restarted",
+            side.name
+        );
+        took
+    }));
+    // The suite's thresholds back, whatever happened.
+    restart_agent_with(side, &[]);
+    let took = result.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    figure(
+        side,
+        "memory_pressure_eviction",
+        format!(
+            "the pod allocating 300 MB Evicted {took:.1} s after it began (memory.available<{} MiB, {} MiB available before), its Guaranteed neighbour untouched",
+            threshold_ki / 1024,
+            available >> 20
+        ),
+    );
 }
 
 /// Seconds from the apply of a sleeping pod `name` to its Running status in the API.
@@ -854,7 +994,7 @@ fn run_check(c: &Cluster, ch: &Check) -> Vec<String> {
     let mut failures = vec![];
     // The incumbent's behaviour is the bar, not the test's subject: where it does not
     // do what the check asks of crust, that is printed beside crust's figures (and
-    // written up in docs/faults.md), not failed.
+    // written up in docs/fault-tests.md), not failed.
     let one = |side: Side| {
         let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // Whatever a check before this one left.
@@ -924,6 +1064,11 @@ fn main() {
             name: "oom_killed",
             f: oom_killed,
             together: true,
+        },
+        Check {
+            name: "memory_pressure_eviction",
+            f: memory_pressure_eviction,
+            together: false,
         },
         Check {
             name: "log_flood",

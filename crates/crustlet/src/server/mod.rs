@@ -58,6 +58,20 @@ impl Seen {
         }
     }
 
+    /// The pods still running or starting (neither finished nor being deleted), for the
+    /// eviction manager.
+    pub fn running(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .lock()
+            .values()
+            .filter(|(p, st)| {
+                p.metadata.deletion_timestamp.is_none()
+                    && !matches!(st.phase.as_deref(), Some("Succeeded" | "Failed"))
+            })
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
     /// The pod's worker is done with it.
     pub fn gone(&self, uid: &str) {
         self.pods.lock().remove(uid);

@@ -435,6 +435,13 @@ impl Worker {
         {
             self.deadline_exceeded(pod).await;
         }
+        // Taken whatever the pod's state, so that an eviction asked of a pod that ended
+        // meanwhile is not kept.
+        if let Some(msg) = self.ctx.evictions.take(spec::uid(pod)) {
+            if self.finished.is_none() {
+                self.evicted(pod, msg).await;
+            }
+        }
         if self.finished.is_some() {
             self.finish(pod).await;
             return Ok(());
@@ -538,6 +545,20 @@ impl Worker {
                     .max(0);
                 self.kill_containers(pod, &id, &ip, grace).await
             }
+            None => self.final_status = Some(self.status(pod, &HashMap::new(), false).await),
+        }
+    }
+
+    /// The eviction manager chose the pod (`crate::eviction`): its containers are
+    /// killed at once, as for the kubelet's hard thresholds, and it ends Failed with
+    /// reason Evicted, the manager's message and a DisruptionTarget condition.
+    async fn evicted(&mut self, pod: &Pod, msg: String) {
+        self.event(pod, true, crate::eviction::REASON, msg.clone());
+        self.finished = Some("Failed".into());
+        self.verdict = Some((crate::eviction::REASON.into(), msg));
+        self.adopt_newest_sandbox(pod).await;
+        match self.sandbox.as_ref().map(|s| (s.id.clone(), s.ip.clone())) {
+            Some((id, ip)) => self.kill_containers(pod, &id, &ip, 0).await,
             None => self.final_status = Some(self.status(pod, &HashMap::new(), false).await),
         }
     }

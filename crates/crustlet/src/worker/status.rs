@@ -383,7 +383,7 @@ pub(super) fn pod_status(
     };
     let gates = spec.readiness_gates.as_deref().unwrap_or_default();
     let sandbox_ready = p.sandbox.is_some() && p.finished.is_none();
-    let conditions = conditions(
+    let mut conditions = conditions(
         &old,
         &phase,
         p.initialized,
@@ -392,6 +392,17 @@ pub(super) fn pod_status(
         gates,
         &p.now,
     );
+    // An evicted pod says so as the kubelet's (PodDisruptionConditions, on in v1.28).
+    if let Some((_, message)) = p.verdict.filter(|v| v.0 == crate::eviction::REASON) {
+        conditions.push(condition(
+            &old,
+            &p.now,
+            "DisruptionTarget",
+            true,
+            Some("TerminationByKubelet"),
+            Some(message.clone()),
+        ));
+    }
     let (pod_ip, pod_ips) = match p.sandbox {
         Some((ip, ips)) => (Some(ip.to_string()), ips.to_vec()),
         None => (
@@ -1668,12 +1679,43 @@ mod tests {
         assert_eq!(st.message, Some(verdict.1.clone()));
         assert_eq!(st.init_container_statuses.as_ref().unwrap().len(), 1);
         assert_eq!(st.ephemeral_container_statuses.as_ref().unwrap().len(), 1);
-        let ready = st
+        let to_start = st
             .conditions
             .iter()
             .flatten()
             .find(|c| c.type_ == "PodReadyToStartContainers")
             .unwrap();
-        assert_eq!(ready.status, "False");
+        assert_eq!(to_start.status, "False");
+        // Only an evicted pod says it was disrupted, as the kubelet's does.
+        let disruption = |st: &PodStatus| {
+            st.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "DisruptionTarget")
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        assert_eq!(disruption(&st), None);
+        let evicted = (
+            crate::eviction::REASON.to_string(),
+            "The node was low on resource: memory. ".to_string(),
+        );
+        let st = pod_status(
+            &PodFacts {
+                verdict: Some(&evicted),
+                ..ended
+            },
+            vec![],
+            vec![ready("a")],
+            vec![],
+        );
+        assert_eq!(st.reason.as_deref(), Some("Evicted"));
+        assert_eq!(
+            disruption(&st),
+            Some((
+                "True".to_string(),
+                Some("TerminationByKubelet".to_string()),
+                Some(evicted.1.clone())
+            ))
+        );
     }
 }
