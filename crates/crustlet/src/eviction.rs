@@ -23,7 +23,6 @@ use std::time::Duration;
 
 /// The kubelet's reason and the start of its message.
 pub const REASON: &str = "Evicted";
-const CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// Pods the manager has chosen, by uid, with the message their status gets; taken by
 /// their workers.
@@ -126,19 +125,6 @@ fn requests(pod: &Pod) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Whether the kubelet would never evict `pod`: a static or mirror pod, or one of a
-/// critical priority.
-fn critical(ctx: &Ctx, pod: &Pod) -> bool {
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(crate::pods::MIRROR));
-    ctx.source(pod) == "file"
-        || mirror
-        || spec::spec(pod).priority.unwrap_or(0) >= CRITICAL_PRIORITY
-}
-
 /// The working sets of the running containers of pods, by pod uid.
 async fn usage(ctx: &Ctx) -> anyhow::Result<HashMap<String, Vec<(String, u64)>>> {
     let stats = ctx
@@ -188,7 +174,7 @@ async fn look(ctx: &Ctx) -> anyhow::Result<()> {
         .seen
         .running()
         .into_iter()
-        .filter(|p| !critical(ctx, p))
+        .filter(|p| !crate::worker::admit::critical(p, ctx.source(p) == "file"))
         .collect();
     let candidates: Vec<Candidate> = pods
         .iter()

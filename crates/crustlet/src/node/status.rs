@@ -171,6 +171,18 @@ pub fn capacity(
     (cap, alloc)
 }
 
+/// The pressure conditions that are True, in the Node's order.
+pub fn pressure(r: &Readings) -> Vec<&'static str> {
+    [
+        ("MemoryPressure", memory_pressure(r)),
+        ("DiskPressure", disk_pressure(r)),
+        ("PIDPressure", pid_pressure(r)),
+    ]
+    .into_iter()
+    .filter_map(|(c, on)| on.then_some(c))
+    .collect()
+}
+
 pub fn memory_pressure(r: &Readings) -> bool {
     matches!(r.mem_available, Some(a) if a < thresholds().memory_available.of(r.mem_total))
 }

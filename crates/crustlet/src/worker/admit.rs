@@ -11,7 +11,8 @@
 //!                                                         Failed, DeadlineExceeded
 //! ```
 //!
-//! Admission follows the kubelet's admit handlers in their order (v1.28): the sysctl
+//! Admission follows the kubelet's admit handlers in their order (v1.28): the eviction
+//! manager's refusal under node pressure ([`admit_under_pressure`]), the sysctl
 //! allowlist (`pkg/kubelet/sysctl`), then the OS checks of the predicate handler
 //! (`pkg/kubelet/lifecycle/predicate.go`), then of its general predicates the host
 //! ports ([`HostPorts`]: a pod bound to the node by name, past the scheduler, whose
@@ -269,6 +270,65 @@ pub fn admit(pod: &Pod, sysctls: &Sysctls) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// The reason of a pod refused under node pressure (the kubelet's eviction manager's).
+pub const PRESSURE_REASON: &str = "Evicted";
+/// The priority from which a pod is critical (`system-cluster-critical` and up... the
+/// kubelet's `SystemCriticalPriority`).
+const CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// Whether the kubelet counts `pod` critical (never refused under pressure, never
+/// evicted): a static pod (`static_pod`: it came from the manifest folder), a mirror pod,
+/// or one of a critical priority.
+pub fn critical(pod: &Pod, static_pod: bool) -> bool {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(crate::pods::MIRROR));
+    static_pod
+        || mirror
+        || pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0) >= CRITICAL_PRIORITY
+}
+
+/// Whether a node under `pressure` (its pressure conditions that are True, in the
+/// order MemoryPressure, DiskPressure, PIDPressure) takes a new `pod`, as the kubelet's
+/// eviction manager admits: any pod when there is none, a critical one always; under
+/// memory pressure alone, any pod but a BestEffort one that does not tolerate the
+/// `node.kubernetes.io/memory-pressure` taint; under any other pressure, none.
+pub fn admit_under_pressure(
+    pod: &Pod,
+    qos: &str,
+    pressure: &[&str],
+    critical: bool,
+) -> Result<(), Rejection> {
+    if pressure.is_empty() || critical {
+        return Ok(());
+    }
+    if pressure == ["MemoryPressure"] {
+        let tolerates = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|t| {
+                let key = t.key.as_deref().unwrap_or("");
+                let op = t.operator.as_deref().unwrap_or("Equal");
+                let effect = t.effect.as_deref().unwrap_or("");
+                (key == "node.kubernetes.io/memory-pressure" || (key.is_empty() && op == "Exists"))
+                    && (op == "Exists" || t.value.as_deref().unwrap_or("").is_empty())
+                    && (effect.is_empty() || effect == "NoSchedule")
+            });
+        if qos != "BestEffort" || tolerates {
+            return Ok(());
+        }
+    }
+    Err(Rejection {
+        reason: PRESSURE_REASON,
+        message: format!("The node had condition: [{}]. ", pressure.join(" ")),
+    })
+}
+
 /// The kubelet's reason (its predicate's name) and message for a host port taken.
 pub const NODE_PORTS: &str = "NodePorts";
 
@@ -386,6 +446,56 @@ pub fn unready_gates(gates: &[PodReadinessGate], conditions: &[PodCondition]) ->
 
 #[cfg(test)]
 mod tests {
+    /// The kubelet's eviction admission: what each pressure lets in.
+    #[test]
+    fn pressure_refuses_what_the_kubelet_refuses() {
+        let pod = |v: serde_json::Value| -> Pod { serde_json::from_value(v).unwrap() };
+        let plain = pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": []}}));
+        let tolerant = pod(
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [],
+            "tolerations": [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]}}),
+        );
+        let everything = pod(
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [],
+            "tolerations": [{"operator": "Exists"}]}}),
+        );
+        let other = pod(
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [],
+            "tolerations": [{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists"}]}}),
+        );
+        let mem = ["MemoryPressure"];
+        assert!(admit_under_pressure(&plain, "BestEffort", &[], false).is_ok());
+        let r = admit_under_pressure(&plain, "BestEffort", &mem, false).unwrap_err();
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(
+            r.status_message(),
+            "Pod was rejected: The node had condition: [MemoryPressure]. "
+        );
+        assert!(admit_under_pressure(&plain, "Burstable", &mem, false).is_ok());
+        assert!(admit_under_pressure(&tolerant, "BestEffort", &mem, false).is_ok());
+        assert!(admit_under_pressure(&everything, "BestEffort", &mem, false).is_ok());
+        assert!(admit_under_pressure(&other, "BestEffort", &mem, false).is_err());
+        assert!(admit_under_pressure(&plain, "BestEffort", &mem, true).is_ok());
+        // Disk or PID pressure: nobody but critical pods, tolerations or not.
+        let both = ["MemoryPressure", "DiskPressure"];
+        let r = admit_under_pressure(&everything, "Guaranteed", &both, false).unwrap_err();
+        assert_eq!(
+            r.message,
+            "The node had condition: [MemoryPressure DiskPressure]. "
+        );
+        assert!(admit_under_pressure(&plain, "Guaranteed", &["PIDPressure"], false).is_err());
+        assert!(admit_under_pressure(&plain, "Guaranteed", &["DiskPressure"], true).is_ok());
+        // Critical: static, mirror, or a critical priority.
+        assert!(critical(&plain, true));
+        assert!(!critical(&plain, false));
+        let mirror = pod(serde_json::json!({"metadata": {"name": "p",
+            "annotations": {"kubernetes.io/config.mirror": "x"}}, "spec": {"containers": []}}));
+        assert!(critical(&mirror, false));
+        let high = pod(serde_json::json!({"metadata": {"name": "p"},
+            "spec": {"containers": [], "priority": 2000001000}}));
+        assert!(critical(&high, false));
+    }
+
     use super::*;
     use serde_json::json;
 

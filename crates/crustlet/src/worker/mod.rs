@@ -419,11 +419,27 @@ impl Worker {
         if self.finished.is_none() && !self.admitted {
             // A pod that had started before (the crustlet restarted) held its ports.
             let started = pod.status.as_ref().is_some_and(|s| s.start_time.is_some());
-            let verdict = admit::admit(pod, &self.ctx.cfg.sysctls).and_then(|()| {
-                self.ctx
-                    .ports
-                    .take(spec::uid(pod), admit::host_ports(pod), started)
-            });
+            // Node pressure refuses new pods only: a pod that ran before a restart of
+            // the crustlet is left to the eviction manager (the kubelet refuses it
+            // again, and so fails a running BestEffort pod on a node that merely
+            // restarted under memory pressure).
+            let pressure = if started {
+                vec![]
+            } else {
+                let root = self.ctx.cfg.root_dir.clone();
+                let r = tokio::task::spawn_blocking(move || crate::node::host::readings(&root))
+                    .await
+                    .unwrap_or_default();
+                crate::node::status::pressure(&r)
+            };
+            let critical = admit::critical(pod, self.ctx.source(pod) == "file");
+            let verdict = admit::admit_under_pressure(pod, &spec::qos(pod), &pressure, critical)
+                .and_then(|()| admit::admit(pod, &self.ctx.cfg.sysctls))
+                .and_then(|()| {
+                    self.ctx
+                        .ports
+                        .take(spec::uid(pod), admit::host_ports(pod), started)
+                });
             match verdict {
                 Ok(()) => self.admitted = true,
                 Err(r) => self.reject(pod, r).await,
