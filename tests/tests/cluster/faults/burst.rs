@@ -17,6 +17,14 @@ pub(crate) struct Burst {
     data: String,
 }
 
+/// The generation the ConfigMap volume of `<tag>-keep-0` shows (where its `..data`
+/// points): a new one means the volume was written again under the container.
+fn volume_generation(side: &Side, tag: &str) -> String {
+    let pod = format!("{tag}-keep-0");
+    let out = side.ok(&["exec", &pod, "--", "readlink", "/etc/cfg/..data"]);
+    out.trim().to_string()
+}
+
 pub(crate) fn burst_prepare(side: &Side, tag: &str) -> Burst {
     let cm = format!("{tag}-cm");
     side.apply(vec![json!({
@@ -46,16 +54,7 @@ pub(crate) fn burst_prepare(side: &Side, tag: &str) -> Burst {
     for i in 0..DOOMED {
         side.wait_running(&format!("{tag}-doomed-{i}"));
     }
-    let data = side
-        .ok(&[
-            "exec",
-            &format!("{tag}-keep-0"),
-            "--",
-            "readlink",
-            "/etc/cfg/..data",
-        ])
-        .trim()
-        .to_string();
+    let data = volume_generation(side, tag);
     assert!(!data.is_empty(), "{}: no ..data in the volume", side.name);
     Burst { kept, data }
 }
@@ -176,16 +175,7 @@ pub(crate) fn burst_check(side: &Side, tag: &str, before: &Burst, since: Instant
             side.name
         );
     }
-    let data = side
-        .ok(&[
-            "exec",
-            &format!("{tag}-keep-0"),
-            "--",
-            "readlink",
-            "/etc/cfg/..data",
-        ])
-        .trim()
-        .to_string();
+    let data = volume_generation(side, tag);
     assert_eq!(
         data, before.data,
         "{}: the ConfigMap volume was remade under its container",
