@@ -81,8 +81,9 @@ pub(crate) fn restart_agent_with(side: &Side, extra: &[String]) {
     }
 }
 
-/// A pod that allocates 300 MB (its shell keeps the string it read; no `exec`) on a node
-/// whose agent was restarted with a hard threshold 150 MiB below the memory available:
+/// A pod that allocates memory, 50 MB at a time up to 2 GB (its shell keeps the strings
+/// it read; no `exec`), on a node whose agent was restarted with a hard threshold 200 MiB
+/// below the memory available:
 /// the agent evicts that pod (BestEffort, using more than it requests), not its
 /// Guaranteed neighbour, before the kernel's OOM killer has to; the evicted pod is
 /// Failed with reason Evicted, the kubelet's message and a DisruptionTarget condition.
@@ -97,15 +98,20 @@ pub(crate) fn memory_pressure_eviction(side: &Side) {
     // on a node already under pressure (where the kubelet rejects a BestEffort pod).
     let hog = side.pod(
         "ev-hog",
-        "while [ ! -e /tmp/go ]; do sleep 0.2; done; \
-         x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo allocated; sleep 3600",
+        r#"while [ ! -e /tmp/go ]; do sleep 0.2; done; i=0
+        while [ $i -lt 40 ]; do
+            eval "x$i=\$(head -c 50000000 /dev/zero | tr '\\0' a)"
+            i=$((i + 1)); echo "holding $((i * 50)) MB"; sleep 0.3
+        done; sleep 3600"#,
     );
     side.apply(vec![quiet, hog]);
     let quiet_id = container_id(&side.wait_running("ev-guaranteed"));
     side.wait_running("ev-hog");
-    // Pressure once the hog holds half of what it will.
+    // Pressure once the hog holds 200 MiB more than now, whatever else the machine
+    // does meanwhile (CI builds the fuzzers beside the suites: hundreds of MB come and
+    // go): the hog grows by 50 MB steps up to 2 GB until its agent evicts it.
     let available = memory_available(side);
-    let threshold_ki = (available / 1024).saturating_sub(150 * 1024);
+    let threshold_ki = (available / 1024).saturating_sub(200 * 1024);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         restart_agent_with(side, &[eviction_hard(threshold_ki)]);
         wait_for(&format!("{} Ready", side.node), T, |last| {
@@ -168,7 +174,7 @@ pub(crate) fn memory_pressure_eviction(side: &Side) {
         side,
         "memory_pressure_eviction",
         format!(
-            "the pod allocating 300 MB Evicted {took:.1} s after it began (memory.available<{} MiB, {} MiB available before), its Guaranteed neighbour untouched",
+            "the pod allocating 50 MB steps Evicted {took:.1} s after it began (memory.available<{} MiB, {} MiB available before), its Guaranteed neighbour untouched",
             threshold_ki / 1024,
             available >> 20
         ),
