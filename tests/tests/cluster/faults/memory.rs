@@ -81,7 +81,7 @@ pub(crate) fn restart_agent_with(side: &Side, extra: &[String]) {
     }
 }
 
-/// A pod that allocates memory, 50 MB at a time up to 2 GB (its shell keeps the strings
+/// A pod that allocates memory, 50 MB at a time up to 4 GB (its shell keeps the strings
 /// it read; no `exec`), on a node whose agent was restarted with a hard threshold 200 MiB
 /// below the memory available:
 /// the agent evicts that pod (BestEffort, using more than it requests), not its
@@ -99,7 +99,7 @@ pub(crate) fn memory_pressure_eviction(side: &Side) {
     let hog = side.pod(
         "ev-hog",
         r#"while [ ! -e /tmp/go ]; do sleep 0.2; done; i=0
-        while [ $i -lt 40 ]; do
+        while [ $i -lt 80 ]; do
             eval "x$i=\$(head -c 50000000 /dev/zero | tr '\\0' a)"
             i=$((i + 1)); echo "holding $((i * 50)) MB"; sleep 0.3
         done; sleep 3600"#,
@@ -109,7 +109,7 @@ pub(crate) fn memory_pressure_eviction(side: &Side) {
     side.wait_running("ev-hog");
     // Pressure once the hog holds 200 MiB more than now, whatever else the machine
     // does meanwhile (CI builds the fuzzers beside the suites: hundreds of MB come and
-    // go): the hog grows by 50 MB steps up to 2 GB until its agent evicts it.
+    // go): the hog grows by 50 MB steps up to 4 GB until its agent evicts it.
     let available = memory_available(side);
     let threshold_ki = (available / 1024).saturating_sub(200 * 1024);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
