@@ -140,6 +140,12 @@ pub struct Worker {
     carried: HashMap<String, Instance>,
     /// The last status could not be sent, or the last sync failed: try again soon.
     behind: bool,
+    /// The attempt of a container whose CreateContainer is under way or failed, by
+    /// name: the next try makes the same attempt. The runtime made nothing to count,
+    /// but may have left the attempt's log file behind (crustd killed in the middle of
+    /// the create, its half-made container rolled back), which the count from the logs
+    /// would take for a run: a restart count of 1 for a container never started.
+    uncreated: HashMap<String, u32>,
     /// The pod's slot among those being started (`Ctx::starts`), taken when its sandbox
     /// is to be made (after its volumes: what the apiserver has yet to give, a token
     /// it does not issue yet, must not hold a slot or send the pod to the back of the
@@ -187,6 +193,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
         last_pod: None,
         carried: HashMap::new(),
         behind: false,
+        uncreated: HashMap::new(),
         start_slot: None,
         pod_rx: rx.clone(),
     };

@@ -219,7 +219,10 @@ impl Worker {
         );
         let attempt = match prev.or_else(|| self.carried.get(&c.name)) {
             Some(p) => p.attempt + 1,
-            None => attempt_from_logs(&Path::new(&sandbox_config.log_directory).join(&c.name)),
+            None => match self.uncreated.get(&c.name) {
+                Some(a) => *a,
+                None => attempt_from_logs(&Path::new(&sandbox_config.log_directory).join(&c.name)),
+            },
         };
         let image = match self.ensure_image(pod, c).await {
             Some(i) => i,
@@ -255,6 +258,7 @@ impl Worker {
         };
         let config =
             super::ephemeral::target(&self.ctx.cri, &sandbox_id, pod, &c.name, config).await;
+        self.uncreated.insert(c.name.clone(), attempt);
         let Some(id) = self
             .create_and_start(pod, c, sandbox_id, sandbox_config, config)
             .await
@@ -385,7 +389,10 @@ impl Worker {
             })
             .await;
         let id = match created {
-            Ok(r) => r.into_inner().container_id,
+            Ok(r) => {
+                self.uncreated.remove(&c.name);
+                r.into_inner().container_id
+            }
             Err(e) => {
                 let msg = e.message().to_string();
                 self.failed(pod, &c.name, "CreateContainerError", msg);
