@@ -1009,10 +1009,17 @@ mod tests {
             }
             got
         });
-        copy(vec![f.clone()], &Options::default(), &tx, || true);
-        drop(tx);
-        let got = reader.join().unwrap();
+        // A read that never ends fails the test in a minute rather than hanging it.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let file = f.clone();
+        std::thread::spawn(move || {
+            copy(vec![file], &Options::default(), &tx, || true);
+            let _ = done_tx.send(());
+        });
+        let ended = done_rx.recv_timeout(Duration::from_secs(60));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(ended.is_ok(), "the read without follow did not end");
+        let got = reader.join().unwrap();
         writer.join().unwrap();
         // The lines there at the start at least, whole lines only.
         let text = "flood flood flood flood\n".len();
