@@ -105,6 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     daemon::failpoint::init();
+    set_oom_score_adj(cfg.oom_score_adj);
     let _locks = (
         cri::server::lock(&cfg.root, "root")?,
         cri::server::lock(&cfg.state, "state")?,
@@ -117,6 +118,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .build()?;
     rt.spawn(trim_malloc());
     rt.block_on(cri::server::serve(crust))
+}
+
+/// Sets crustd's own `oom_score_adj` when the configuration asks (0: as started). Lowering
+/// it needs CAP_SYS_RESOURCE; without it crustd runs on with what it has and says so:
+/// containers then cannot go below it either (see `containers::create`).
+fn set_oom_score_adj(want: i32) {
+    if want == 0 {
+        return;
+    }
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", want.to_string()) {
+        tracing::warn!(
+            want,
+            now = daemon::util::own_oom_score_adj(),
+            error = %e,
+            "could not set crustd's oom_score_adj"
+        );
+    }
 }
 
 /// glibc gives each thread that allocates a heap of its own ("arena", up to 8 per

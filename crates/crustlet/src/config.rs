@@ -84,6 +84,10 @@ pub struct Flags {
     /// nodefs.available<10%,...`): the pressure conditions and allocatable follow them.
     #[arg(long)]
     pub eviction_hard: Option<String>,
+    /// The crustlet's own `oom_score_adj` (-1000 to 1000), set at start as the kubelet's
+    /// flag of the same name: the kernel's OOM killer takes pods before the node agent.
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    pub oom_score_adj: Option<i32>,
     /// Labels for the Node, `k=v,k2=v2`.
     #[arg(long, value_delimiter = ',')]
     pub node_labels: Vec<String>,
@@ -168,6 +172,7 @@ struct File {
     image_gc_high_threshold: Option<u8>,
     image_gc_low_threshold: Option<u8>,
     eviction_hard: Option<String>,
+    oom_score_adj: Option<i32>,
     #[serde(default)]
     node_labels: Vec<String>,
     register_node: Option<bool>,
@@ -292,6 +297,8 @@ pub struct Config {
     pub image_gc_high: u8,
     pub eviction_hard: crate::node::status::Thresholds,
     pub image_gc_low: u8,
+    /// What the crustlet sets its own `oom_score_adj` to at start (the kubelet's -999).
+    pub oom_score_adj: i32,
     pub node_labels: Vec<(String, String)>,
     pub register_node: bool,
     /// Routes to the other Nodes' pod CIDRs (see [`crate::routes`]).
@@ -358,6 +365,10 @@ impl Config {
             .to_string(),
         };
         let unsafe_sysctls = pick(flags.allowed_unsafe_sysctls, file.allowed_unsafe_sysctls);
+        let oom_score_adj = flags.oom_score_adj.or(file.oom_score_adj).unwrap_or(-999);
+        if !(-1000..=1000).contains(&oom_score_adj) {
+            bail!("oom-score-adj {oom_score_adj}: must be between -1000 and 1000");
+        }
         let cfg = Config {
             kubeconfig: flags.kubeconfig.or(file.kubeconfig),
             runtime_socket,
@@ -389,6 +400,7 @@ impl Config {
                 .or(file.cluster_domain)
                 .unwrap_or_else(|| "cluster.local".to_string()),
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
+            oom_score_adj,
             max_parallel_pod_starts: flags
                 .max_parallel_pod_starts
                 .or(file.max_parallel_pod_starts)
@@ -523,6 +535,16 @@ mod tests {
     fn the_last_of_a_repeated_flag_wins() {
         let c = parse(&["--kubeconfig=k", "--max-pods=30", "--max-pods=70"]).unwrap();
         assert_eq!(c.max_pods, 70);
+    }
+
+    /// The kubelet's default and range; a negative value is taken as a value, not a flag.
+    #[test]
+    fn oom_score_adj_defaults_to_the_kubelets() {
+        assert_eq!(parse(&["--kubeconfig=k"]).unwrap().oom_score_adj, -999);
+        let c = parse(&["--kubeconfig=k", "--oom-score-adj", "-500"]).unwrap();
+        assert_eq!(c.oom_score_adj, -500);
+        let e = parse(&["--kubeconfig=k", "--oom-score-adj=-1001"]).unwrap_err();
+        assert!(e.contains("-1001"), "{e}");
     }
 
     /// The kubelet's systemd names: a slice per level, the uid's dashes underscores;

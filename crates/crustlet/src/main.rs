@@ -99,6 +99,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     limit_malloc_arenas();
+    set_oom_score_adj(cfg.oom_score_adj);
     // One thread: the crustlet waits on the apiserver and the runtime, and a thread per
     // core (tokio's default) would cost a node of 64 cores 64 stacks and their caches
     // for nothing. What can take long off it goes to tokio's blocking threads, which
@@ -131,6 +132,22 @@ const API_CONCURRENCY: usize = 16;
 fn limit_malloc_arenas() {
     // SAFETY: mallopt only sets a malloc parameter; called before any thread starts.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+}
+
+/// Sets the crustlet's own `oom_score_adj`, so that under memory pressure the kernel
+/// takes a pod's process before the agent that would evict it. Lowering it needs
+/// CAP_SYS_RESOURCE; without it (a container, a sandbox whose bounding set lacks it) the
+/// crustlet runs on with what it inherited, as the kubelet does, and says so.
+fn set_oom_score_adj(want: i32) {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", want.to_string()) {
+        let now = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap_or_default();
+        tracing::warn!(
+            want,
+            now = now.trim(),
+            error = %e,
+            "could not set the crustlet's oom_score_adj; the OOM killer may take it before the pods"
+        );
+    }
 }
 
 /// Hands the memory malloc keeps free back to the kernel every 30 s (by itself glibc

@@ -22,6 +22,11 @@ pub struct Config {
     pub pause_dir: PathBuf,
     /// Seconds StopPodSandbox waits for the pause process before SIGKILL.
     pub stop_timeout_seconds: u64,
+    /// crustd's own `oom_score_adj`, set at start (containerd's `oom_score`); 0 keeps
+    /// what it was started with (the packaged unit's `OOMScoreAdjust=-999`). The lowest
+    /// a container's may be is crustd's own, so a node that protects crustd this way
+    /// lets Guaranteed pods have the kubelet's -997.
+    pub oom_score_adj: i32,
     pub cgroup: CgroupConfig,
     pub cni: CniConfig,
     pub registry: RegistryConfig,
@@ -104,6 +109,7 @@ impl Default for Config {
             log_level: "info".into(),
             pause_dir: PathBuf::new(),
             stop_timeout_seconds: 10,
+            oom_score_adj: 0,
             cgroup: CgroupConfig::default(),
             cni: CniConfig::default(),
             registry: RegistryConfig::default(),
@@ -213,6 +219,12 @@ impl Config {
                 ))
             }
         };
+        if !(-1000..=1000).contains(&self.oom_score_adj) {
+            anyhow::bail!(
+                "oom_score_adj: must be between -1000 and 1000, got {}",
+                self.oom_score_adj
+            );
+        }
         abs("root", &self.root, false)?;
         abs("state", &self.state, false)?;
         abs("socket", &self.socket, true)?;

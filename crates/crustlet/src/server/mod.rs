@@ -178,6 +178,7 @@ fn configz(cfg: &crate::config::Config, sc: &crate::config::ServerConfig) -> ser
         "cgroupDriver": cfg.driver().name(),
         "imageGCHighThresholdPercent": cfg.image_gc_high,
         "imageGCLowThresholdPercent": cfg.image_gc_low,
+        "oomScoreAdj": cfg.oom_score_adj,
         "evictionHard": {
             "memory.available": limit(e.memory_available),
             "nodefs.available": limit(e.nodefs_available),

@@ -39,6 +39,48 @@ pub(crate) fn oom_killed(side: &Side) {
         "oom_killed",
         format!("OOMKilled (137) {took:.1} s after the apply"),
     );
+    node_stack_oom_scores(side);
+}
+
+/// The node agent protects itself from the kernel's OOM killer as the kubelet does
+/// (`--oom-score-adj`, -999): where this machine lets a process lower its score (it
+/// needs CAP_SYS_RESOURCE, which these sandboxes' bounding set lacks), the agent has
+/// -999; where it cannot, it keeps what it inherited and says so in its log. The
+/// runtimes are started by the harness as the packaged units would not start them
+/// (the units set `OOMScoreAdjust=-999`): their figures are printed.
+fn node_stack_oom_scores(side: &Side) {
+    let adj = |pid: Option<u32>| -> i64 {
+        let pid = pid.expect("the process runs");
+        std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .expect("oom_score_adj")
+    };
+    let (agent, runtime) = (adj(side.agent_pid()), adj(side.runtime_pid()));
+    let inherited = adj(Some(std::process::id()));
+    figure(
+        side,
+        "oom_killed",
+        format!("oom_score_adj: agent {agent}, runtime {runtime} (the suite's own {inherited})"),
+    );
+    let may_lower = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        // CAP_SYS_RESOURCE
+        .is_some_and(|caps| caps & (1 << 24) != 0);
+    if may_lower {
+        assert_eq!(agent, -999, "{}: the agent's oom_score_adj", side.name);
+    } else {
+        assert_eq!(agent, inherited, "{}: the agent's oom_score_adj", side.name);
+        let log = side.c.log(if side.crust { "crustlet" } else { "kubelet" });
+        assert!(
+            log.contains("oom_score_adj"),
+            "{}: the agent does not say it could not protect itself",
+            side.name
+        );
+    }
 }
 
 /// The hard eviction thresholds both agents run with in the suite (the cluster's: low
