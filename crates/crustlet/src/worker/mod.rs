@@ -111,6 +111,9 @@ pub struct Worker {
     ctx: Arc<Ctx>,
     sandbox: Option<Sandbox>,
     volumes: Option<(HashMap<String, PathBuf>, Instant)>,
+    /// The wait before the next try after a periodic refresh of the volumes failed
+    /// (the apiserver gone: no token, no ConfigMap), doubling to the refresh period.
+    volume_retry: Option<Duration>,
     restart_backoff: HashMap<String, Backoff>,
     pull_backoff: HashMap<String, Backoff>,
     /// Why a container is waiting, for its status (reason, message).
@@ -138,8 +141,12 @@ pub struct Worker {
     /// own there. The kubelet keeps the old containers until its garbage collection, so
     /// `lastState` shows how the old one ended; the crustlet removes them at once.
     carried: HashMap<String, Instance>,
-    /// The last status could not be sent, or the last sync failed: try again soon.
+    /// The last sync failed: try again soon.
     behind: bool,
+    /// The last status could not be sent: when to try again, and the wait after that
+    /// (doubling to [`report::STATUS_RETRY_MAX`]). Without the apiserver a worker
+    /// retrying each second would knock at its port once a second per pod.
+    status_retry: Option<(Instant, Duration)>,
     /// The attempt of a container whose CreateContainer is under way or failed, by
     /// name: the next try makes the same attempt. The runtime made nothing to count,
     /// but may have left the attempt's log file behind (crustd killed in the middle of
@@ -193,6 +200,8 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
         last_pod: None,
         carried: HashMap::new(),
         behind: false,
+        status_retry: None,
+        volume_retry: None,
         uncreated: HashMap::new(),
         start_slot: None,
         pod_rx: rx.clone(),
@@ -401,6 +410,9 @@ impl Worker {
         }
         if let Some((_, at)) = &self.volumes {
             next = next.min(*at + sandbox::VOLUME_REFRESH);
+        }
+        if let Some((at, _)) = self.status_retry {
+            next = next.min(at.max(now + POLL));
         }
         let deadline = self.last_pod.as_ref().and_then(|p| {
             let secs = spec::spec(p).active_deadline_seconds?;

@@ -9,6 +9,12 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use kube::api::{Api, Patch, PatchParams};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The first retry of a status that could not be sent; the waits double from there.
+const STATUS_RETRY_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between retries: the kubelet's status manager's resync period.
+pub(super) const STATUS_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// Whether the pod as the apiserver has it shows `st`'s phase, and the same status for
 /// each of `st`'s conditions it has (one it drops is no reason to send them again).
@@ -189,6 +195,11 @@ impl Worker {
             self.last_status = Some(cmp);
             return;
         };
+        // A status that could not be sent waits for its retry, as the kubelet's status
+        // manager retries every 10 s; the newest status goes then.
+        if self.status_retry.is_some_and(|(at, _)| Instant::now() < at) {
+            return;
+        }
         let api: Api<Pod> = Api::namespaced(client, spec::namespace(pod));
         match api
             .patch_status(
@@ -198,10 +209,20 @@ impl Worker {
             )
             .await
         {
-            Ok(_) => self.last_status = Some(cmp),
+            Ok(_) => {
+                self.last_status = Some(cmp);
+                self.status_retry = None;
+            }
             Err(e) => {
-                tracing::warn!(pod = %spec::key(pod), "status update: {e}");
-                self.behind = true;
+                let wait = self
+                    .status_retry
+                    .map_or(STATUS_RETRY_MIN, |(_, w)| (w * 2).min(STATUS_RETRY_MAX));
+                if self.status_retry.is_none() {
+                    tracing::warn!(pod = %spec::key(pod), "status update: {e}");
+                } else {
+                    tracing::debug!(pod = %spec::key(pod), "status update: {e}");
+                }
+                self.status_retry = Some((Instant::now() + wait, wait));
             }
         }
     }

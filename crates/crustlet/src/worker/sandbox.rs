@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 /// its files), as the kubelet's periodic sync does.
 pub(super) const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
+/// The first retry after a periodic refresh of the volumes failed.
+const VOLUME_RETRY_MIN: Duration = Duration::from_secs(2);
+
 /// The sandbox the pod runs in now.
 pub(super) struct Sandbox {
     pub(super) id: String,
@@ -58,6 +61,34 @@ impl Worker {
         }
     }
 
+    /// Whether the pod is `restartPolicy: Never` and its sandbox died after containers
+    /// were made in it (the machine rebooted, the pause was killed): then no new
+    /// sandbox is made, as by the kubelet, and the old one stays the pod's, stopped, so
+    /// that its containers keep how they ended and the pod's phase follows (Failed for
+    /// a container the reboot cut off). Made again, the sandbox would run those
+    /// containers a second time.
+    async fn ran_never_again(&mut self, pod: &Pod, sandboxes: &[cri::PodSandbox]) -> bool {
+        let never = spec::spec(pod).restart_policy.as_deref() == Some("Never");
+        let Some(s) = sandboxes.first().filter(|_| never) else {
+            return false;
+        };
+        if self.instances(&s.id).await.map_or(true, |i| i.is_empty()) {
+            return false;
+        }
+        if self.sandbox.as_ref().map(|x| x.id.as_str()) != Some(s.id.as_str()) {
+            self.ctx.cri.stop_sandbox(&s.id).await;
+            let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
+            let (ip, ips) = self.sandbox_ips(&s.id).await;
+            self.sandbox = Some(Sandbox {
+                id: s.id.clone(),
+                config: spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod)),
+                ip,
+                ips,
+            });
+        }
+        true
+    }
+
     /// A ready sandbox for the pod: the one the runtime has, or a new one (with the
     /// pod's volumes made first). A sandbox that died takes its containers with it.
     pub(super) async fn ensure_sandbox(&mut self, pod: &Pod) -> anyhow::Result<()> {
@@ -81,7 +112,13 @@ impl Worker {
             self.refresh_volumes(pod, false).await;
             return Ok(());
         }
-        if self.sandbox.take().is_some() {
+        if self.ran_never_again(pod, &sandboxes).await {
+            return Ok(());
+        }
+        // The kubelet says so whenever the pod had a sandbox before, a restarted
+        // crustlet's or a rebooted node's too (not again on each retry after a failure).
+        let had = self.sandbox.take().is_some();
+        if had || (!sandboxes.is_empty() && self.sandbox_backoff.is_none()) {
             self.event(
                 pod,
                 false,
@@ -233,7 +270,25 @@ impl Worker {
         match inputs.volumes().await {
             Ok(v) => {
                 self.volumes = Some((v, Instant::now()));
+                self.volume_retry = None;
                 self.clear_creating();
+                true
+            }
+            Err(e) if !force && self.volumes.is_some() => {
+                // A periodic refresh: the running containers keep the files they have,
+                // and the next try waits (the kubelet's volume manager backs off too),
+                // rather than one each sync, with its event and its request.
+                self.event(pod, true, "FailedMount", e.to_string());
+                let wait = self
+                    .volume_retry
+                    .map_or(VOLUME_RETRY_MIN, |w| (w * 2).min(VOLUME_REFRESH));
+                self.volume_retry = Some(wait);
+                if let Some((_, at)) = &mut self.volumes {
+                    // Due `wait` from now: the refresh is due VOLUME_REFRESH after `at`.
+                    *at = Instant::now()
+                        .checked_sub(VOLUME_REFRESH - wait)
+                        .unwrap_or_else(Instant::now);
+                }
                 true
             }
             Err(e) => {
