@@ -41,6 +41,7 @@ mod control_plane;
 mod images;
 mod namespaces;
 mod process;
+mod reboot;
 mod runtimes;
 mod teardown;
 
@@ -54,6 +55,7 @@ pub use clients::{run_ok, watch_events};
 pub(crate) use namespaces::KUBELET_DIRS;
 pub(crate) use process::stop_child;
 pub use process::{run_timeout, run_timeout_input, wait_for};
+pub use reboot::Machine;
 
 use crate::registry::Registry;
 use crate::{unique, Netns, TempDir};

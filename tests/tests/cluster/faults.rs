@@ -16,6 +16,10 @@ mod burst;
 mod logs;
 #[path = "faults/memory.rs"]
 mod memory;
+#[path = "faults/outage.rs"]
+mod outage;
+#[path = "faults/reboot.rs"]
+mod reboot;
 #[path = "faults/side.rs"]
 mod side;
 
@@ -25,6 +29,8 @@ use crust_e2e::cluster::{
 };
 use logs::*;
 use memory::*;
+use outage::*;
+use reboot::*;
 use serde_json::{json, Value};
 use side::*;
 use std::collections::BTreeMap;
@@ -50,14 +56,18 @@ pub(crate) fn s(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-type CheckFn = fn(&Side);
+enum Kind {
+    /// A scenario run on each side: at the same time (faults that do not measure CPU),
+    /// or one side after the other.
+    Each { f: fn(&Side), together: bool },
+    /// A fault of the whole cluster (the apiserver they share): the check runs both
+    /// sides itself and returns each side's failure.
+    Both(fn([Side; 2]) -> Vec<(Side, String)>),
+}
 
 struct Check {
     name: &'static str,
-    f: CheckFn,
-    /// Run on both sides at the same time (faults that do not measure CPU), or one
-    /// side after the other.
-    together: bool,
+    kind: Kind,
 }
 
 fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
@@ -70,6 +80,27 @@ fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
 fn run_check(c: &Cluster, ch: &Check) -> Vec<String> {
     let sides = [Side::crust(c), Side::incumbent(c)];
     let mut failures = vec![];
+    let judge = |side: &Side, msg: String| -> Option<String> {
+        if side.crust {
+            Some(format!("{}: {msg}", side.name))
+        } else {
+            let short: String = msg.chars().take(600).collect();
+            figure(side, ch.name, format!("does not meet the check: {short}"));
+            None
+        }
+    };
+    let (f, together) = match ch.kind {
+        Kind::Each { f, together } => (f, together),
+        Kind::Both(f) => {
+            for side in sides {
+                cleanup(&side);
+            }
+            for (side, msg) in f(sides) {
+                failures.extend(judge(&side, msg));
+            }
+            return failures;
+        }
+    };
     // The incumbent's behaviour is the bar, not the test's subject: where it does not
     // do what the check asks of crust, that is printed beside crust's figures (and
     // written up in docs/fault-tests.md), not failed.
@@ -77,19 +108,12 @@ fn run_check(c: &Cluster, ch: &Check) -> Vec<String> {
         let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // Whatever a check before this one left.
             cleanup(&side);
-            (ch.f)(&side)
+            f(&side)
         }))
         .err()?;
-        let msg = panic_text(&*e);
-        if side.crust {
-            Some(format!("{}: {msg}", side.name))
-        } else {
-            let short: String = msg.chars().take(600).collect();
-            figure(&side, ch.name, format!("does not meet the check: {short}"));
-            None
-        }
+        judge(&side, panic_text(&*e))
     };
-    if ch.together {
+    if together {
         std::thread::scope(|sc| {
             let hs: Vec<_> = sides
                 .iter()
@@ -129,29 +153,57 @@ fn main() {
     let (bins, portmap_dir) = crust_e2e::cluster::suite_needs("faults suite", &tools);
     let all = [
         Check {
+            name: "apiserver_outage",
+            kind: Kind::Both(apiserver_outage),
+        },
+        Check {
             name: "agent_killed_mid_burst",
-            f: agent_killed_mid_burst,
-            together: true,
+            kind: Kind::Each {
+                f: agent_killed_mid_burst,
+                together: true,
+            },
         },
         Check {
             name: "runtime_killed_mid_burst",
-            f: runtime_killed_mid_burst,
-            together: true,
+            kind: Kind::Each {
+                f: runtime_killed_mid_burst,
+                together: true,
+            },
+        },
+        Check {
+            name: "reboot",
+            kind: Kind::Each {
+                f: reboot,
+                together: true,
+            },
+        },
+        Check {
+            name: "log_dir_full",
+            kind: Kind::Each {
+                f: log_dir_full,
+                together: true,
+            },
         },
         Check {
             name: "oom_killed",
-            f: oom_killed,
-            together: true,
+            kind: Kind::Each {
+                f: oom_killed,
+                together: true,
+            },
         },
         Check {
             name: "memory_pressure_eviction",
-            f: memory_pressure_eviction,
-            together: false,
+            kind: Kind::Each {
+                f: memory_pressure_eviction,
+                together: false,
+            },
         },
         Check {
             name: "log_flood",
-            f: log_flood,
-            together: false,
+            kind: Kind::Each {
+                f: log_flood,
+                together: false,
+            },
         },
     ];
     let checks: Vec<&Check> = all

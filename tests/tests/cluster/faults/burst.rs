@@ -76,20 +76,7 @@ pub(crate) fn burst_start(side: &Side, tag: &str, fault: impl FnOnce()) -> usize
     // dir, the same plugin on both sides): the runtime is in the middle of the burst's
     // first RunPodSandbox. A read of a folder, not a CRI call, so the fault comes that
     // early (polling crictl, crust had made every pod before the first answer).
-    let ips = side.c.path(if side.crust {
-        "crustlet-ipam/crust-let"
-    } else {
-        "ctrd-ipam/crust-ctrd"
-    });
-    let reserved = || -> std::collections::BTreeSet<String> {
-        std::fs::read_dir(&ips)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::Ipv4Addr>().is_ok())
-            .collect()
-    };
+    let reserved = || reserved_ips(side);
     let before = reserved();
     let deadline = Instant::now() + Duration::from_secs(60);
     while reserved().is_subset(&before) {

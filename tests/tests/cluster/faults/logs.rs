@@ -144,3 +144,123 @@ pub(crate) fn time_pod_start(side: &Side, name: &str) -> f64 {
     side.wait_running(name);
     t.elapsed().as_secs_f64()
 }
+
+/// A tmpfs mounted over a directory in the node's mount namespace, lazily unmounted
+/// when dropped (files still open in it go with it).
+struct NodeTmpfs<'a> {
+    side: &'a Side<'a>,
+    dir: String,
+}
+
+impl<'a> NodeTmpfs<'a> {
+    fn mount(side: &'a Side<'a>, dir: &str, size: &str) -> Self {
+        let ok = side
+            .c
+            .node_cmd("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", dir])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "{}: mounting a tmpfs over {dir}", side.name);
+        NodeTmpfs {
+            side,
+            dir: dir.to_string(),
+        }
+    }
+}
+
+impl Drop for NodeTmpfs<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .side
+            .c
+            .node_cmd("umount")
+            .args(["-l", &self.dir])
+            .status();
+    }
+}
+
+/// The pods' log directory full (a 512 KiB filesystem, below the rotation size): the
+/// container writing its log keeps running (its output is still read, so it never
+/// blocks on a full pipe), the runtime and the agent keep running, and `kubectl logs`
+/// still answers with what was kept.
+pub(crate) fn log_dir_full(side: &Side) {
+    let dir = if side.crust {
+        side.c.path("crustlet-pods").display().to_string()
+    } else {
+        "/var/log/pods".to_string()
+    };
+    let fs = NodeTmpfs::mount(side, &dir, "512k");
+    let line = "0123456789".repeat(10);
+    side.apply(vec![side.pod(
+        "lfull",
+        &format!(
+            "i=0; while true; do i=$((i+1)); echo $i > /tmp/n.t; mv /tmp/n.t /tmp/n; echo \"$i {line}\"; done"
+        ),
+    )]);
+    let p = side.wait_running("lfull");
+    let id = container_id(&p);
+    let info = side.crictl_json(&["inspect", &id]);
+    let log_path = info["status"]["logPath"].as_str().unwrap().to_string();
+    let agent = side.agent_pid().unwrap();
+    let log = format!("/proc/{agent}/root{log_path}");
+    // Full: the log stops growing.
+    let mut last = 0;
+    wait_for(&format!("{}: the log filesystem full", side.name), T, |l| {
+        let n = std::fs::metadata(&log).map_or(0, |m| m.len());
+        *l = format!("{n} bytes");
+        let full = n > 256 << 10 && n == last;
+        last = n;
+        std::thread::sleep(Duration::from_millis(500));
+        full.then_some(())
+    });
+    // The count as the container last wrote it (renamed into place: never empty).
+    let count = || -> u64 {
+        let mut last = String::new();
+        for _ in 0..10 {
+            let out = run_timeout(&mut side.crictl(&["exec", &id, "cat", "/tmp/n"]), T);
+            if let Ok(n) = s(&out.stdout).trim().parse() {
+                return n;
+            }
+            last = format!("{}{}", s(&out.stdout), s(&out.stderr));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{}: reading the container's count: {last}", side.name)
+    };
+    let n0 = count();
+    std::thread::sleep(Duration::from_secs(3));
+    let n1 = count();
+    assert!(
+        n1 > n0,
+        "{}: the container stopped writing with its log full ({n0} then {n1} lines)",
+        side.name
+    );
+    let p = side.get_pod("lfull").expect("lfull");
+    assert!(running(&p), "{}: {}", side.name, p["status"]);
+    assert!(
+        side.agent_pid().is_some_and(|p| cpu_seconds(p).is_some())
+            && side.runtime_pid().is_some_and(|p| cpu_seconds(p).is_some()),
+        "{}: the agent or the runtime died",
+        side.name
+    );
+    let out = run_timeout(&mut side.kubectl(&["logs", "lfull", "--tail=2"]), T);
+    assert!(
+        // The last record may be cut where the filesystem filled.
+        out.status.success() && (1..=2).contains(&s(&out.stdout).lines().count()),
+        "{}: kubectl logs --tail=2 with the log full: {}{}",
+        side.name,
+        s(&out.stdout),
+        s(&out.stderr)
+    );
+    figure(
+        side,
+        "log_dir_full",
+        format!(
+            "log stopped at {} KiB; the container wrote on ({} lines in 3 s)",
+            last >> 10,
+            n1 - n0
+        ),
+    );
+    side.ok(&["delete", "pod", "lfull", "--wait=false"]);
+    side.wait_gone("lfull");
+    drop(fs);
+}

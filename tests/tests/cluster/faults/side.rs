@@ -308,6 +308,23 @@ pub(crate) fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// What a check prints, per side, in the summary table.
+/// The IPs host-local holds reserved for this side's pod network: its files in the
+/// network's data dir (the same plugin on both sides).
+pub(crate) fn reserved_ips(side: &Side) -> std::collections::BTreeSet<String> {
+    let dir = side.c.path(if side.crust {
+        "crustlet-ipam/crust-let"
+    } else {
+        "ctrd-ipam/crust-ctrd"
+    });
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.parse::<std::net::Ipv4Addr>().is_ok())
+        .collect()
+}
+
 pub(crate) static FIGURES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 pub(crate) fn figure(side: &Side, check: &str, what: String) {
