@@ -38,18 +38,32 @@ pub fn choose(mut unused: Vec<Candidate>, need: u64, now: Instant) -> Vec<String
     out
 }
 
+/// When each image was last seen in use (or first seen), by image id: the collector's
+/// memory, shared by its periodic passes and the eviction manager's reclaim.
+#[derive(Default)]
+pub struct Usage {
+    last_used: tokio::sync::Mutex<HashMap<String, Instant>>,
+}
+
 /// Checks the image filesystem every 30 s for as long as the crustlet runs.
 pub async fn run(ctx: Arc<Ctx>) {
-    let mut last_used: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::time::sleep(Duration::from_secs(30)).await;
-        if let Err(e) = pass(&ctx, &mut last_used).await {
+        if let Err(e) = pass(&ctx, false).await {
             tracing::debug!("image gc: {e:#}");
         }
     }
 }
 
-async fn pass(ctx: &Ctx, last_used: &mut HashMap<String, Instant>) -> anyhow::Result<()> {
+/// Under disk pressure, before a pod is evicted for it: every unused image older than
+/// the minimum age goes, whatever the thresholds (the kubelet's `DeleteUnusedImages`).
+/// Returns how many were removed.
+pub async fn reclaim(ctx: &Ctx) -> anyhow::Result<usize> {
+    pass(ctx, true).await
+}
+
+async fn pass(ctx: &Ctx, all: bool) -> anyhow::Result<usize> {
+    let mut last_used = ctx.image_usage.last_used.lock().await;
     let mut images = ctx.cri.images.clone();
     let mut rt = ctx.cri.runtime.clone();
     let now = Instant::now();
@@ -84,34 +98,40 @@ async fn pass(ctx: &Ctx, last_used: &mut HashMap<String, Instant>) -> anyhow::Re
     let ids: HashSet<&String> = list.iter().map(|i| &i.id).collect();
     last_used.retain(|id, _| ids.contains(id));
 
-    let fs = images
-        .image_fs_info(cri_api::ImageFsInfoRequest {})
-        .await?
-        .into_inner();
-    let Some(mount) = fs
-        .image_filesystems
-        .first()
-        .and_then(|f| f.fs_id.as_ref())
-        .map(|f| f.mountpoint.clone())
-    else {
-        return Ok(());
+    let victims = if all {
+        choose(unused, u64::MAX, now)
+    } else {
+        let fs = images
+            .image_fs_info(cri_api::ImageFsInfoRequest {})
+            .await?
+            .into_inner();
+        let Some(mount) = fs
+            .image_filesystems
+            .first()
+            .and_then(|f| f.fs_id.as_ref())
+            .map(|f| f.mountpoint.clone())
+        else {
+            return Ok(0);
+        };
+        let st = host::fs_stats(Path::new(&mount))?;
+        if st.capacity == 0 {
+            return Ok(0);
+        }
+        let used = st.capacity - st.available;
+        let (high, low) = (ctx.cfg.image_gc_high, ctx.cfg.image_gc_low);
+        if used * 100 < st.capacity * high as u64 {
+            return Ok(0);
+        }
+        let need = used.saturating_sub(st.capacity * low as u64 / 100);
+        let victims = choose(unused, need, now);
+        tracing::info!(
+            "image filesystem {mount} is {}% full (threshold {high}%): removing {} unused images",
+            used * 100 / st.capacity,
+            victims.len()
+        );
+        victims
     };
-    let st = host::fs_stats(Path::new(&mount))?;
-    if st.capacity == 0 {
-        return Ok(());
-    }
-    let used = st.capacity - st.available;
-    let (high, low) = (ctx.cfg.image_gc_high, ctx.cfg.image_gc_low);
-    if used * 100 < st.capacity * high as u64 {
-        return Ok(());
-    }
-    let need = used.saturating_sub(st.capacity * low as u64 / 100);
-    let victims = choose(unused, need, now);
-    tracing::info!(
-        "image filesystem {mount} is {}% full (threshold {high}%): removing {} unused images",
-        used * 100 / st.capacity,
-        victims.len()
-    );
+    let mut removed = 0;
     for id in victims {
         let r = images
             .remove_image(cri_api::RemoveImageRequest {
@@ -124,11 +144,12 @@ async fn pass(ctx: &Ctx, last_used: &mut HashMap<String, Instant>) -> anyhow::Re
         match r {
             Ok(_) => {
                 last_used.remove(&id);
+                removed += 1;
             }
             Err(e) => tracing::warn!(image = %id, "image gc: {}", e.message()),
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 #[cfg(test)]

@@ -44,6 +44,8 @@ pub struct Ctx {
     pub starts: Arc<tokio::sync::Semaphore>,
     /// Pods the eviction manager has told their workers to end.
     pub evictions: eviction::Evictions,
+    /// When each image was last in use, for image garbage collection.
+    pub image_usage: gc::Usage,
 }
 
 impl Ctx {
@@ -220,6 +222,7 @@ async fn run(cfg: Arc<config::Config>, server_cfg: config::ServerConfig) -> anyh
         wakers,
         starts: Arc::new(tokio::sync::Semaphore::new(cfg.max_parallel_pod_starts)),
         evictions: Default::default(),
+        image_usage: Default::default(),
     });
     server::start(ctx.clone(), server_cfg).await?;
     // SIGTERM and SIGINT end the crustlet; its pods keep running in the runtime and are

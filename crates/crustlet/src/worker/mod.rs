@@ -617,6 +617,14 @@ impl Worker {
             self.sandbox = Some(sb);
             self.final_status = Some(self.status(pod, &instances, true).await);
             self.sandbox = None;
+            // The volumes of a pod that will not run again go (the kubelet's default,
+            // without --keep-terminated-pod-volumes): an evicted pod's emptyDir would
+            // otherwise keep the node under the disk pressure it was evicted for.
+            let volumes = self.ctx.cfg.pod_dir(spec::uid(pod)).join("volumes");
+            self.volumes = None;
+            let _ =
+                tokio::task::spawn_blocking(move || crate::inputs::tmpfs::remove_pod_dir(&volumes))
+                    .await;
         }
         if let Some(st) = self.final_status.clone() {
             self.report(pod, st).await;
