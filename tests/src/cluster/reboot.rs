@@ -93,13 +93,14 @@ impl Cluster {
         let mut points: Vec<String> = info
             .lines()
             .filter_map(|l| l.split_whitespace().nth(4))
+            // Below each dir, never the dir itself: `/var/lib/kubelet` is the cluster's
+            // bind mount over the host's, which must stay.
             .filter(|mp| {
                 mounted.iter().any(|m| {
                     let m = m.display().to_string();
                     mp.starts_with(&m)
-                        && (m.ends_with('-')
-                            || mp.len() == m.len()
-                            || mp[m.len()..].starts_with('/'))
+                        && mp.len() > m.len()
+                        && (m.ends_with('-') || mp[m.len()..].starts_with('/'))
                 })
             })
             .map(str::to_string)
@@ -112,6 +113,13 @@ impl Cluster {
                 .args(["-l", mp])
                 .stderr(std::process::Stdio::null())
                 .status();
+        }
+        let left = self.node_mounts();
+        for d in super::namespaces::KUBELET_DIRS {
+            assert!(
+                left.iter().any(|m| m == d),
+                "the power loss took the cluster's mount over {d}"
+            );
         }
         for m in &mounted {
             let m = m.display().to_string();

@@ -12,6 +12,8 @@
 
 #[path = "faults/burst.rs"]
 mod burst;
+#[path = "faults/disk.rs"]
+mod disk;
 #[path = "faults/logs.rs"]
 mod logs;
 #[path = "faults/memory.rs"]
@@ -27,6 +29,7 @@ use burst::*;
 use crust_e2e::cluster::{
     run_timeout, wait_for, Cluster, ContainerdFor, Options, CRUSTLET_NODE, CRUSTLET_TAINT, NODE,
 };
+use disk::*;
 use logs::*;
 use memory::*;
 use outage::*;
@@ -195,6 +198,13 @@ fn main() {
             name: "memory_pressure_eviction",
             kind: Kind::Each {
                 f: memory_pressure_eviction,
+                together: false,
+            },
+        },
+        Check {
+            name: "disk_pressure_eviction",
+            kind: Kind::Each {
+                f: disk_pressure_eviction,
                 together: false,
             },
         },
