@@ -188,6 +188,33 @@ pub(crate) fn burst_check(side: &Side, tag: &str, before: &Burst, since: Instant
 pub(crate) fn cleanup(side: &Side) {
     side.ok(&["delete", "pods,configmaps", "--all", "--wait=false"]);
     wait_for(
+        &format!("{}: the namespace's pods deleted", side.name),
+        T,
+        |last| {
+            let out = run_timeout(&mut side.kubectl(&["get", "pods", "-o", "name"]), T);
+            *last = s(&out.stdout);
+            (out.status.success() && last.trim().is_empty()).then_some(())
+        },
+    );
+    // What the agent stopped and has yet to collect (the kubelet's garbage collection
+    // of dead sandboxes runs once a minute) goes now: the next check starts clean
+    // without waiting for it. Each check asserts itself what its agent leaves.
+    let label = format!("io.kubernetes.pod.namespace={}", side.ns);
+    let ready = ["pods", "-q", "--state", "ready", "--label", &label];
+    wait_for(
+        &format!("{}: the namespace's sandboxes stopped", side.name),
+        T,
+        |last| {
+            let out = run_timeout(&mut side.crictl(&ready), T);
+            *last = s(&out.stdout);
+            (out.status.success() && last.trim().is_empty()).then_some(())
+        },
+    );
+    let out = run_timeout(&mut side.crictl(&["pods", "-q", "--label", &label]), T);
+    for id in s(&out.stdout).split_whitespace() {
+        let _ = run_timeout(&mut side.crictl(&["rmp", "-f", id]), T);
+    }
+    wait_for(
         &format!("{}: the namespace's pods gone from the runtime", side.name),
         T,
         |last| {
