@@ -181,6 +181,13 @@ fn main() {
             },
         },
         Check {
+            name: "image_store_full",
+            kind: Kind::Each {
+                f: image_store_full,
+                together: true,
+            },
+        },
+        Check {
             name: "log_dir_full",
             kind: Kind::Each {
                 f: log_dir_full,

@@ -136,3 +136,148 @@ pub(crate) fn disk_pressure_eviction(side: &Side) {
         ),
     );
 }
+
+/// Every file below `dir` (as the node sees it: `root` is a process of the node's),
+/// relative to it.
+fn files_below(root: u32, dir: &str) -> Vec<String> {
+    let base = std::path::PathBuf::from(format!("/proc/{root}/root{dir}"));
+    let mut out = vec![];
+    let mut stack = vec![base.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p.clone());
+            }
+            out.push(p.strip_prefix(&base).unwrap().display().to_string());
+        }
+    }
+    out
+}
+
+/// The runtime's image store on a small filesystem of its own, filled to its last
+/// 512 KiB, and a pod whose image is not there: the pod waits with `ErrImagePull` (or
+/// `ImagePullBackOff`) and says why (the status's message or a `Failed` event naming
+/// the full disk); nothing half-written stays
+/// in the store; once there is room again the pull is tried again and the pod runs.
+/// (crust: its image store; containerd: its root, metadata, content and snapshots.)
+pub(crate) fn image_store_full(side: &Side) {
+    let store = if side.crust {
+        side.c.path("crustlet-crust-root/images")
+    } else {
+        side.c.path("ctrd-root")
+    }
+    .display()
+    .to_string();
+    side.kill_runtime();
+    let fs = NodeTmpfs::mount(side, &store, "64m");
+    side.start_runtime();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if !side.crust {
+            // Its sandboxes' pause image, while there is room.
+            let out = run_timeout(&mut side.crictl(&["pull", &side.c.pause_image]), T);
+            assert!(
+                out.status.success(),
+                "pulling the pause image: {}",
+                s(&out.stderr)
+            );
+        }
+        let runtime = side.runtime_pid().expect("the runtime runs");
+        let avail = {
+            let out = side
+                .c
+                .node_cmd("df")
+                .args(["-B1", "--output=avail", &store])
+                .output()
+                .expect("df");
+            s(&out.stdout)
+                .lines()
+                .nth(1)
+                .and_then(|l| l.trim().parse::<u64>().ok())
+                .expect("df's figure")
+        };
+        let filler = format!("{store}/filler");
+        let ok = side
+            .c
+            .node_cmd("fallocate")
+            .args(["-l", &(avail - (512 << 10)).to_string(), &filler])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "{}: filling the store", side.name);
+        let before: std::collections::BTreeSet<String> =
+            files_below(runtime, &store).into_iter().collect();
+        side.apply(vec![side.pod("full-pull", "exec sleep 3600")]);
+        // The reason as the pod's status says it (`ErrImagePull` with the error, then
+        // `ImagePullBackOff`, "Back-off pulling image") and its `Failed` events, as
+        // `kubectl describe` shows them.
+        let failed_event = || -> Option<String> {
+            let out = run_timeout(
+                &mut side.kubectl(&[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=full-pull,reason=Failed",
+                    "-o",
+                    "json",
+                ]),
+                T,
+            );
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            v["items"].as_array().into_iter().flatten().find_map(|e| {
+                let m = e["message"].as_str()?;
+                m.to_lowercase()
+                    .contains("no space left")
+                    .then(|| m.to_string())
+            })
+        };
+        side.wait_pod("full-pull", "failing its pull", |p| {
+            let w = &main_status(p)["state"]["waiting"];
+            matches!(
+                w["reason"].as_str(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            ) && (w["message"]
+                .as_str()
+                .is_some_and(|m| m.to_lowercase().contains("no space left"))
+                || failed_event().is_some())
+        });
+        let message = failed_event().unwrap_or_default();
+        // Half-written files: anything new in the store but finished blobs is.
+        let left: Vec<String> = files_below(runtime, &store)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .filter(|f| {
+                let name = f.rsplit('/').next().unwrap_or_default();
+                name.starts_with('.')
+                    || f.starts_with("tmp/")
+                    || f.contains("/ingest/")
+                    || f.starts_with("io.containerd.content.v1.content/ingest/")
+            })
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{}: half-written files left in the store after the failed pull: {left:?}",
+            side.name
+        );
+        let _ = side.c.node_cmd("rm").args(["-f", &filler]).status();
+        let t = Instant::now();
+        side.wait_running("full-pull");
+        (message, t.elapsed().as_secs_f64())
+    }));
+    let _ = run_timeout(
+        &mut side.kubectl(&["delete", "pod", "full-pull", "--wait=false"]),
+        T,
+    );
+    let _ = std::panic::catch_unwind(|| side.wait_gone("full-pull"));
+    side.kill_runtime();
+    drop(fs);
+    side.start_runtime();
+    let (message, took) = result.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    let short: String = message.chars().take(160).collect();
+    figure(
+        side,
+        "image_store_full",
+        format!(
+            "the pull failed with \"{short}\"; nothing half-written left; running {took:.0} s after room was made"
+        ),
+    );
+}

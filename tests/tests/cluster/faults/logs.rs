@@ -145,40 +145,6 @@ pub(crate) fn time_pod_start(side: &Side, name: &str) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-/// A tmpfs mounted over a directory in the node's mount namespace, lazily unmounted
-/// when dropped (files still open in it go with it).
-struct NodeTmpfs<'a> {
-    side: &'a Side<'a>,
-    dir: String,
-}
-
-impl<'a> NodeTmpfs<'a> {
-    fn mount(side: &'a Side<'a>, dir: &str, size: &str) -> Self {
-        let ok = side
-            .c
-            .node_cmd("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", dir])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "{}: mounting a tmpfs over {dir}", side.name);
-        NodeTmpfs {
-            side,
-            dir: dir.to_string(),
-        }
-    }
-}
-
-impl Drop for NodeTmpfs<'_> {
-    fn drop(&mut self) {
-        let _ = self
-            .side
-            .c
-            .node_cmd("umount")
-            .args(["-l", &self.dir])
-            .status();
-    }
-}
-
 /// The pods' log directory full (a 512 KiB filesystem, below the rotation size): the
 /// container writing its log keeps running (its output is still read, so it never
 /// blocks on a full pipe), the runtime and the agent keep running, and `kubectl logs`

@@ -308,6 +308,40 @@ pub(crate) fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// What a check prints, per side, in the summary table.
+/// A tmpfs mounted over a directory in the node's mount namespace, lazily unmounted
+/// when dropped (files still open in it go with it).
+pub(crate) struct NodeTmpfs<'a> {
+    side: &'a Side<'a>,
+    dir: String,
+}
+
+impl<'a> NodeTmpfs<'a> {
+    pub(crate) fn mount(side: &'a Side<'a>, dir: &str, size: &str) -> Self {
+        let ok = side
+            .c
+            .node_cmd("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", dir])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "{}: mounting a tmpfs over {dir}", side.name);
+        NodeTmpfs {
+            side,
+            dir: dir.to_string(),
+        }
+    }
+}
+
+impl Drop for NodeTmpfs<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .side
+            .c
+            .node_cmd("umount")
+            .args(["-l", &self.dir])
+            .status();
+    }
+}
+
 /// The IPs host-local holds reserved for this side's pod network: its files in the
 /// network's data dir (the same plugin on both sides).
 pub(crate) fn reserved_ips(side: &Side) -> std::collections::BTreeSet<String> {
