@@ -80,6 +80,10 @@ pub struct Flags {
     /// Usage (percent) image garbage collection brings it down to.
     #[arg(long)]
     pub image_gc_low_threshold: Option<u8>,
+    /// How long an image stays unused before garbage collection may remove it, as a Go
+    /// duration (`2m0s`, `90s`, `0s`).
+    #[arg(long)]
+    pub minimum_image_ttl_duration: Option<String>,
     /// Hard eviction thresholds, as the kubelet's flag (`memory.available<100Mi,
     /// nodefs.available<10%,...`): the pressure conditions and allocatable follow them.
     #[arg(long)]
@@ -171,6 +175,7 @@ struct File {
     allowed_unsafe_sysctls: Vec<String>,
     image_gc_high_threshold: Option<u8>,
     image_gc_low_threshold: Option<u8>,
+    minimum_image_ttl_duration: Option<String>,
     eviction_hard: Option<String>,
     oom_score_adj: Option<i32>,
     #[serde(default)]
@@ -297,6 +302,8 @@ pub struct Config {
     pub image_gc_high: u8,
     pub eviction_hard: crate::node::status::Thresholds,
     pub image_gc_low: u8,
+    /// `--minimum-image-ttl-duration`: the kubelet's 2 minutes by default.
+    pub image_minimum_gc_age: std::time::Duration,
     /// What the crustlet sets its own `oom_score_adj` to at start (the kubelet's -999).
     pub oom_score_adj: i32,
     pub node_labels: Vec<(String, String)>,
@@ -365,6 +372,15 @@ impl Config {
             .to_string(),
         };
         let unsafe_sysctls = pick(flags.allowed_unsafe_sysctls, file.allowed_unsafe_sysctls);
+        let image_minimum_gc_age = match flags
+            .minimum_image_ttl_duration
+            .or(file.minimum_image_ttl_duration)
+        {
+            Some(d) => go_duration(&d).ok_or_else(|| {
+                anyhow::anyhow!("minimum-image-ttl-duration {d:?}: not a duration like 2m0s")
+            })?,
+            None => std::time::Duration::from_secs(120),
+        };
         let oom_score_adj = flags.oom_score_adj.or(file.oom_score_adj).unwrap_or(-999);
         if !(-1000..=1000).contains(&oom_score_adj) {
             bail!("oom-score-adj {oom_score_adj}: must be between -1000 and 1000");
@@ -401,6 +417,7 @@ impl Config {
                 .unwrap_or_else(|| "cluster.local".to_string()),
             max_pods: flags.max_pods.or(file.max_pods).unwrap_or(110),
             oom_score_adj,
+            image_minimum_gc_age,
             max_parallel_pod_starts: flags
                 .max_parallel_pod_starts
                 .or(file.max_parallel_pod_starts)
@@ -510,6 +527,40 @@ fn nix_hostname() -> anyhow::Result<String> {
     Ok(h.trim().to_string())
 }
 
+/// A Go duration as the kubelet's flags take it: numbers with `h`, `m`, `s`, `ms`,
+/// `us`/`µs` or `ns` (`2m0s`, `1.5h`, `0`).
+pub fn go_duration(s: &str) -> Option<std::time::Duration> {
+    if s == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&n| n > 0)?;
+        let value: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let unit = ["ns", "us", "µs", "ms", "h", "m", "s"]
+            .into_iter()
+            .find(|u| rest.starts_with(u))?;
+        rest = &rest[unit.len()..];
+        total += value
+            * match unit {
+                "ns" => 1e-9,
+                "us" | "µs" => 1e-6,
+                "ms" => 1e-3,
+                "s" => 1.0,
+                "m" => 60.0,
+                _ => 3600.0,
+            };
+    }
+    Some(std::time::Duration::from_secs_f64(total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,6 +586,22 @@ mod tests {
     fn the_last_of_a_repeated_flag_wins() {
         let c = parse(&["--kubeconfig=k", "--max-pods=30", "--max-pods=70"]).unwrap();
         assert_eq!(c.max_pods, 70);
+    }
+
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        assert_eq!(go_duration("2m0s"), Some(Duration::from_secs(120)));
+        assert_eq!(go_duration("0s"), Some(Duration::ZERO));
+        assert_eq!(go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(go_duration("300ms"), Some(Duration::from_millis(300)));
+        for bad in ["", "2", "m", "2x", "-1s"] {
+            assert_eq!(go_duration(bad), None, "{bad}");
+        }
+        let c = parse(&["--kubeconfig=k", "--minimum-image-ttl-duration=30s"]).unwrap();
+        assert_eq!(c.image_minimum_gc_age, Duration::from_secs(30));
+        assert!(parse(&["--kubeconfig=k", "--minimum-image-ttl-duration=soon"]).is_err());
     }
 
     /// The kubelet's default and range; a negative value is taken as a value, not a flag.

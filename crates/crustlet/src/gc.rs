@@ -1,8 +1,8 @@
 //! Image garbage collection, as the kubelet does it: when the image filesystem is
 //! fuller than `--image-gc-high-threshold` percent, images no container uses are
 //! removed, least recently used first, until it is down to `--image-gc-low-threshold`.
-//! An image is kept for two minutes after it was last seen (just pulled, about to be
-//! used). Dead containers and sandboxes are collected by the pod workers.
+//! An image is kept for `--minimum-image-ttl-duration` (two minutes) after it was last
+//! seen (just pulled, about to be used). Dead containers and sandboxes are collected by the pod workers.
 
 use crate::node::host;
 use crate::Ctx;
@@ -10,8 +10,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const MIN_AGE: Duration = Duration::from_secs(120);
 
 /// An image as the collector weighs it.
 #[derive(Debug, Clone)]
@@ -21,10 +19,16 @@ pub struct Candidate {
     pub last_used: Instant,
 }
 
-/// The images to remove to free `need` bytes: unused, older than the minimum age,
-/// least recently used first. May free less than asked when nothing else can go.
-pub fn choose(mut unused: Vec<Candidate>, need: u64, now: Instant) -> Vec<String> {
-    unused.retain(|c| now.duration_since(c.last_used) >= MIN_AGE);
+/// The images to remove to free `need` bytes: unused for at least `min_age`
+/// (`--minimum-image-ttl-duration`), least recently used first. May free less than
+/// asked when nothing else can go.
+pub fn choose(
+    mut unused: Vec<Candidate>,
+    need: u64,
+    now: Instant,
+    min_age: Duration,
+) -> Vec<String> {
+    unused.retain(|c| now.duration_since(c.last_used) >= min_age);
     unused.sort_by_key(|c| c.last_used);
     let mut freed = 0;
     let mut out = vec![];
@@ -99,7 +103,7 @@ async fn pass(ctx: &Ctx, all: bool) -> anyhow::Result<usize> {
     last_used.retain(|id, _| ids.contains(id));
 
     let victims = if all {
-        choose(unused, u64::MAX, now)
+        choose(unused, u64::MAX, now, ctx.cfg.image_minimum_gc_age)
     } else {
         let fs = images
             .image_fs_info(cri_api::ImageFsInfoRequest {})
@@ -123,7 +127,7 @@ async fn pass(ctx: &Ctx, all: bool) -> anyhow::Result<usize> {
             return Ok(0);
         }
         let need = used.saturating_sub(st.capacity * low as u64 / 100);
-        let victims = choose(unused, need, now);
+        let victims = choose(unused, need, now, ctx.cfg.image_minimum_gc_age);
         tracing::info!(
             "image filesystem {mount} is {}% full (threshold {high}%): removing {} unused images",
             used * 100 / st.capacity,
@@ -156,6 +160,8 @@ async fn pass(ctx: &Ctx, all: bool) -> anyhow::Result<usize> {
 mod tests {
     use super::*;
 
+    const AGE: Duration = Duration::from_secs(120);
+
     #[test]
     fn least_recently_used_first_until_enough() {
         let now = Instant::now() + Duration::from_secs(1000);
@@ -165,9 +171,9 @@ mod tests {
             last_used: now - Duration::from_secs(ago),
         };
         let unused = vec![c("new", 100, 10), c("old", 50, 900), c("mid", 70, 500)];
-        assert_eq!(choose(unused.clone(), 60, now), ["old", "mid"]);
-        assert_eq!(choose(unused.clone(), 10, now), ["old"]);
+        assert_eq!(choose(unused.clone(), 60, now, AGE), ["old", "mid"]);
+        assert_eq!(choose(unused.clone(), 10, now, AGE), ["old"]);
         // The one seen 10 s ago is too young to go, whatever is asked.
-        assert_eq!(choose(unused, 10_000, now), ["old", "mid"]);
+        assert_eq!(choose(unused, 10_000, now, AGE), ["old", "mid"]);
     }
 }

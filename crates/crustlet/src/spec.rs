@@ -956,6 +956,7 @@ mod tests {
             image_gc_high: 85,
             eviction_hard: Default::default(),
             image_gc_low: 80,
+            image_minimum_gc_age: std::time::Duration::from_secs(120),
             oom_score_adj: -999,
             node_labels: vec![],
             register_node: true,

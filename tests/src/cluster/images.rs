@@ -83,6 +83,19 @@ impl Cluster {
         );
         reg.push(&layout, "pause", "e2e/pause:1");
         self.pause_image = reg.name("e2e/pause:1");
+        // An image no pod runs, for checks of image garbage collection.
+        let l = LayerBuilder::new().file("spare", b"an image no pod runs\n", 0o644);
+        let layout = self.path("layout-spare");
+        write_oci_layout(
+            &layout,
+            &[LayoutEntry {
+                ref_name: Some("spare".into()),
+                image_name: None,
+                platforms: vec![LayoutImage::new(vec![(l.finish(), Compression::Gzip)])],
+            }],
+        );
+        reg.push(&layout, "spare", "e2e/spare:1");
+        self.spare_image = reg.name("e2e/spare:1");
         // `registry.k8s.io` mirrored by the registry, for every runtime of the cluster:
         // Kubernetes' e2e images (pushed by [`Cluster::push_e2e_images`]) pull by their
         // upstream names.

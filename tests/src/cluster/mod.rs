@@ -168,6 +168,8 @@ pub struct Cluster {
     pub opts: Options,
     /// The pause image in the registry (containerd's sandbox image).
     pub pause_image: String,
+    /// An image in the registry no pod of the harness runs.
+    pub spare_image: String,
     /// containerd's node (with [`Options::containerd`]): the crustlet's IP there (on a
     /// third veth pair), containerd's socket, the crustlet's `--cgroup-root`, containerd
     /// and the crustlet. Its files are the `ctrd-*` (containerd) and `ctrdlet-*`
@@ -267,6 +269,7 @@ impl Cluster {
             cni_bin_dirs,
             opts,
             pause_image: String::new(),
+            spare_image: String::new(),
             containerd_ip: format!("10.{subnet}.253.1"),
             containerd_socket: PathBuf::new(),
             containerd_cgroup_root: pick_cgroup_root(&unique("crust-ctrd-")),

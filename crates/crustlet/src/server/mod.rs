@@ -178,6 +178,7 @@ fn configz(cfg: &crate::config::Config, sc: &crate::config::ServerConfig) -> ser
         "cgroupDriver": cfg.driver().name(),
         "imageGCHighThresholdPercent": cfg.image_gc_high,
         "imageGCLowThresholdPercent": cfg.image_gc_low,
+        "imageMinimumGCAge": go_duration_text(cfg.image_minimum_gc_age),
         "oomScoreAdj": cfg.oom_score_adj,
         "evictionHard": {
             "memory.available": limit(e.memory_available),
@@ -984,6 +985,16 @@ async fn proxy_upgrade(mut req: Request<hyper::body::Incoming>, url: &str) -> Re
     r
 }
 
+/// A duration as Go prints one (`2m0s`, `1h0m0s`, `30s`, `0s`), to the second.
+fn go_duration_text(d: std::time::Duration) -> String {
+    let t = d.as_secs();
+    match (t / 3600, t / 60 % 60, t % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1010,6 +1021,8 @@ mod tests {
             "{v}"
         );
         assert_eq!(v["kubeletconfig"]["maxPods"], 110);
+        assert_eq!(v["kubeletconfig"]["imageMinimumGCAge"], "2m0s");
+        assert_eq!(v["kubeletconfig"]["oomScoreAdj"], -999);
     }
 
     #[test]

@@ -28,8 +28,9 @@ fn nodefs_available(side: &Side) -> u64 {
 
 /// A pod that writes into its emptyDir, 50 MB at a time up to 4 GB, on a node whose
 /// agent was restarted with `nodefs.available` 200 MiB below what is free: the node
-/// reports DiskPressure, and the agent evicts that pod (its ephemeral storage beyond
-/// its request of none), not its Guaranteed neighbour; the evicted pod is Failed,
+/// reports DiskPressure, and the agent removes the image no pod uses (its garbage) and
+/// then, the disk still short, evicts that pod (its ephemeral storage beyond its
+/// request of none), not its Guaranteed neighbour; the evicted pod is Failed,
 /// Evicted, with the kubelet's message for ephemeral storage; its volume is removed
 /// with it, so the pressure ends.
 pub(crate) fn disk_pressure_eviction(side: &Side) {
@@ -52,14 +53,32 @@ pub(crate) fn disk_pressure_eviction(side: &Side) {
     side.apply(vec![quiet, writer]);
     let quiet_id = container_id(&side.wait_running("dp-guaranteed"));
     side.wait_running("dp-writer");
+    // An image no pod uses: the node's garbage, to go before any pod does.
+    let spare = &side.c.spare_image;
+    let out = run_timeout(&mut side.crictl(&["pull", spare]), T);
+    assert!(
+        out.status.success(),
+        "{}: pull: {}",
+        side.name,
+        s(&out.stderr)
+    );
+    let has_spare = || {
+        run_timeout(&mut side.crictl(&["inspecti", spare]), T)
+            .status
+            .success()
+    };
     let available = nodefs_available(side);
     let threshold_ki = (available / 1024).saturating_sub(200 * 1024);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         restart_agent_with(
             side,
-            &[format!(
-                "--eviction-hard=memory.available<1Mi,nodefs.available<{threshold_ki}Ki,nodefs.inodesFree<1%,imagefs.available<1%"
-            )],
+            &[
+                format!(
+                    "--eviction-hard=memory.available<1Mi,nodefs.available<{threshold_ki}Ki,nodefs.inodesFree<1%,imagefs.available<1%"
+                ),
+                // Unused images may go at once (the spare one was pulled just now).
+                "--minimum-image-ttl-duration=0s".to_string(),
+            ],
         );
         wait_for(&format!("{} Ready", side.node), T, |last| {
             *last = side.ready();
@@ -104,6 +123,11 @@ pub(crate) fn disk_pressure_eviction(side: &Side) {
             "{}: {msg}",
             side.name
         );
+        assert!(
+            !has_spare(),
+            "{}: the unused image was not removed before the pod was evicted",
+            side.name
+        );
         let q = side.get_pod("dp-guaranteed").unwrap();
         assert!(
             running(&q) && container_id(&q) == quiet_id,
@@ -111,14 +135,35 @@ pub(crate) fn disk_pressure_eviction(side: &Side) {
             side.name,
             q["status"]
         );
-        // The evicted pod's volume goes with it: the disk comes back.
+        // The evicted pod's volume goes with it (the disk's free space is no measure
+        // here: CI builds beside the suites).
+        let uid = p["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let data = if side.crust {
+            side.c
+                .path(&format!(
+                    "crustlet-root/pods/{uid}/volumes/kubernetes.io~empty-dir/data"
+                ))
+                .display()
+                .to_string()
+        } else {
+            let kubelet = side.agent_pid().expect("the kubelet runs");
+            format!("/proc/{kubelet}/root/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/data")
+        };
         wait_for(
-            &format!("{}: the evicted pod's data removed", side.name),
+            &format!("{}: the evicted pod's emptyDir removed", side.name),
             T,
             |last| {
-                let now = nodefs_available(side);
-                *last = format!("{} MiB free, {} MiB before", now >> 20, available >> 20);
-                (now + (100 << 20) > available).then_some(())
+                let files: Vec<String> = std::fs::read_dir(&data)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                *last = format!("{data}: {files:?}");
+                files.is_empty().then_some(())
             },
         );
         (took, pressure_seen.get())
@@ -129,7 +174,7 @@ pub(crate) fn disk_pressure_eviction(side: &Side) {
         side,
         "disk_pressure_eviction",
         format!(
-            "the pod writing 50 MB steps Evicted {took:.1} s after it began (nodefs.available<{} MiB, {} MiB free before); DiskPressure {} seen; its data removed, its Guaranteed neighbour untouched",
+            "the unused image removed, then the pod writing 50 MB steps Evicted {took:.1} s after it began (nodefs.available<{} MiB, {} MiB free before); DiskPressure {} seen; its data removed, its Guaranteed neighbour untouched",
             threshold_ki / 1024,
             available >> 20,
             if pressure_seen { "was" } else { "not" }
