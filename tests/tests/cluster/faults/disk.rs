@@ -100,17 +100,7 @@ pub(crate) fn disk_pressure_eviction(side: &Side) {
         let pressure_seen = std::cell::Cell::new(false);
         let p = side.wait_pod("dp-writer", "Evicted", |p| {
             if !pressure_seen.get() {
-                let out = run_timeout(
-                    &mut side.c.kubectl(&[
-                        "get",
-                        "node",
-                        side.node,
-                        "-o",
-                        r#"jsonpath={.status.conditions[?(@.type=="DiskPressure")].status}"#,
-                    ]),
-                    Duration::from_secs(20),
-                );
-                pressure_seen.set(s(&out.stdout).trim() == "True");
+                pressure_seen.set(side.condition("DiskPressure") == "True");
             }
             p["status"]["phase"] == "Failed"
         });

@@ -17,6 +17,28 @@ struct Before<'a> {
     cpu: f64,
 }
 
+/// `f` on each side still in the check (its state `Ok`), both at once; a panic is that
+/// side's failure. `None` for a side already out.
+fn on_both<'a, T: Send>(
+    sides: &[Side<'a>; 2],
+    st: &[Result<Before<'a>, String>],
+    f: fn(&Side, &Before) -> T,
+) -> Vec<Option<Result<T, String>>> {
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = sides
+            .iter()
+            .zip(st.iter())
+            .map(|(side, b)| {
+                sc.spawn(move || match b {
+                    Ok(b) => Some(attempt(|| f(side, b))),
+                    Err(_) => None,
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 fn attempt<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|e| panic_text(&*e))
 }
@@ -237,28 +259,16 @@ pub(crate) fn apiserver_outage(sides: [Side; 2]) -> Vec<(Side, String)> {
             syns0[i] = n.read();
         }
     }
-    let results: Vec<_> = std::thread::scope(|sc| {
-        let hs: Vec<_> = sides
-            .iter()
-            .zip(st.iter())
-            .map(|(side, b)| {
-                sc.spawn(move || match b {
-                    Ok(b) => attempt(|| during(side, b)).map(Some),
-                    Err(_) => Ok(None),
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let results = on_both(&sides, &st, during);
     for (i, r) in results.into_iter().enumerate() {
         match r {
-            Ok(Some(took)) => figure(
+            Some(Ok(took)) => figure(
                 &sides[i],
                 "apiserver_outage",
                 format!("without the apiserver: restarts, probe, deletion done in {took}"),
             ),
-            Ok(None) => {}
-            Err(e) => st[i] = Err(e),
+            Some(Err(e)) => st[i] = Err(e),
+            None => {}
         }
     }
     std::thread::sleep(OUTAGE.saturating_sub(down.elapsed()));
@@ -333,21 +343,8 @@ pub(crate) fn apiserver_outage(sides: [Side; 2]) -> Vec<(Side, String)> {
             st[i] = Err("the Lease not renewed within 40 s of the apiserver's return".into());
         }
     }
-    let results: Vec<_> = std::thread::scope(|sc| {
-        let hs: Vec<_> = sides
-            .iter()
-            .zip(st.iter())
-            .map(|(side, b)| {
-                sc.spawn(move || match b {
-                    Ok(b) => attempt(|| after(side, b)),
-                    Err(_) => Ok(()),
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for (i, r) in results.into_iter().enumerate() {
-        if let Err(e) = r {
+    for (i, r) in on_both(&sides, &st, after).into_iter().enumerate() {
+        if let Some(Err(e)) = r {
             st[i] = Err(e);
         }
     }

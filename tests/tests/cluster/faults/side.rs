@@ -196,14 +196,14 @@ impl<'a> Side<'a> {
 
     /// The Node's Ready status (`True`, `False`, `Unknown`), or "" if it cannot be read.
     pub(crate) fn ready(&self) -> String {
+        self.condition("Ready")
+    }
+
+    /// The status of the Node's condition `kind` (`Ready`, `DiskPressure`...), or "".
+    pub(crate) fn condition(&self, kind: &str) -> String {
+        let path = format!(r#"jsonpath={{.status.conditions[?(@.type=="{kind}")].status}}"#);
         let out = run_timeout(
-            &mut self.c.kubectl(&[
-                "get",
-                "node",
-                self.node,
-                "-o",
-                r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#,
-            ]),
+            &mut self.c.kubectl(&["get", "node", self.node, "-o", &path]),
             Duration::from_secs(20),
         );
         s(&out.stdout).trim().to_string()
