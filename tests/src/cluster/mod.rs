@@ -148,8 +148,6 @@ pub struct Cluster {
     /// Cgroup dirs (every hierarchy) that did not exist before, ancestors of
     /// `cgroup_root` included, removed at the end.
     made_cgroups: Vec<PathBuf>,
-    /// Mount points created on the host (removed at the end when still empty).
-    made_dirs: Vec<PathBuf>,
     /// Subnet byte of the pod network `10.<n>.0.0/24` (the crustlet's: `10.<n>.1.0/24`).
     pub subnet: u8,
     crustd_bin: PathBuf,
@@ -263,7 +261,6 @@ impl Cluster {
             kubelet: Mutex::new(None),
             kube_proxy: Mutex::new(None),
             made_cgroups: Vec::new(),
-            made_dirs: Vec::new(),
             subnet,
             crustd_bin,
             cni_bin_dirs,

@@ -66,13 +66,15 @@ impl Cluster {
         *self.holder.lock().unwrap() = Some(child);
     }
 
-    /// Makes the host paths that `binds` cover when missing (bind targets must exist),
-    /// remembering what it made for the teardown.
+    /// Makes the host paths that `binds` cover when missing (bind targets must exist).
+    /// They stay after the teardown: another cluster on the machine may have its own
+    /// binds on them, and removing a directory dissolves every mount on it in every
+    /// mount namespace (a suite run beside another lost its `/var/lib/kubelet` that
+    /// way, and its kubelet went on in the host's directory).
     pub(crate) fn make_host_dirs(&mut self, binds: &[(PathBuf, PathBuf)]) {
         for (_, target) in binds {
             if !target.exists() {
                 std::fs::create_dir_all(target).unwrap();
-                self.made_dirs.push(target.clone());
             }
         }
     }

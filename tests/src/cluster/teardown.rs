@@ -1,7 +1,8 @@
 //! Dropping the cluster: the node agents, every pod through CRI (a dead runtime is
 //! restarted for it), the runtimes, the control plane and the registry; then whatever is
 //! left in the namespaces and cgroups the cluster made, those cgroups, the network
-//! namespace, the temp dirs and the mount points it created.
+//! namespace and the temp dirs. The host directories its binds cover stay (see
+//! `make_host_dirs`).
 
 use super::process::run_timeout;
 use super::{Cluster, ContainerdFor};
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant};
 impl Cluster {
     /// Stops and removes everything the cluster made: the kubelet, every pod through
     /// CRI, crustd, the control plane and the registry, then whatever is still in its
-    /// namespaces or cgroups, those cgroups, the network namespace, the temp dirs and
-    /// the mount points it created. Runs once (on drop, or from a signal handler);
+    /// namespaces or cgroups, those cgroups, the network namespace and the temp dirs.
+    /// Runs once (on drop, or from a signal handler);
     /// a second caller waits for the first to finish.
     pub fn teardown(&self) {
         let mut done = self.torn_down.lock().unwrap();
@@ -122,9 +123,6 @@ impl Cluster {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
-        }
-        for d in self.made_dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
         }
         let _ = Command::new("ip")
             .args(["netns", "del", &self.node.name])
