@@ -49,16 +49,25 @@ impl Worker {
         }
         let sandboxes = self.sandboxes(spec::uid(pod)).await.unwrap_or_default();
         if let Some(s) = sandboxes.first() {
-            let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
-            let config = spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod));
-            let (ip, ips) = self.sandbox_ips(&s.id).await;
-            self.sandbox = Some(Sandbox {
-                id: s.id.clone(),
-                config,
-                ip,
-                ips,
-            });
+            self.adopt(pod, s).await;
         }
+    }
+
+    /// Makes `s`, a sandbox the runtime has, the pod's (unless it is already): its
+    /// config as it was made (its attempt) and its addresses.
+    async fn adopt(&mut self, pod: &Pod, s: &cri::PodSandbox) {
+        if self.sandbox.as_ref().map(|x| x.id.as_str()) == Some(s.id.as_str()) {
+            return;
+        }
+        let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
+        let config = spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod));
+        let (ip, ips) = self.sandbox_ips(&s.id).await;
+        self.sandbox = Some(Sandbox {
+            id: s.id.clone(),
+            config,
+            ip,
+            ips,
+        });
     }
 
     /// Whether the pod is `restartPolicy: Never` and its sandbox died after containers
@@ -77,14 +86,7 @@ impl Worker {
         }
         if self.sandbox.as_ref().map(|x| x.id.as_str()) != Some(s.id.as_str()) {
             self.ctx.cri.stop_sandbox(&s.id).await;
-            let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
-            let (ip, ips) = self.sandbox_ips(&s.id).await;
-            self.sandbox = Some(Sandbox {
-                id: s.id.clone(),
-                config: spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod)),
-                ip,
-                ips,
-            });
+            self.adopt(pod, s).await;
         }
         true
     }
@@ -98,17 +100,8 @@ impl Worker {
             .iter()
             .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32);
         if let Some(s) = ready {
-            if self.sandbox.as_ref().map(|x| x.id.as_str()) != Some(s.id.as_str()) {
-                // Adopted (a restarted crustlet) or first seen.
-                let (ip, ips) = self.sandbox_ips(&s.id).await;
-                let attempt = s.metadata.as_ref().map_or(0, |m| m.attempt);
-                self.sandbox = Some(Sandbox {
-                    id: s.id.clone(),
-                    config: spec::sandbox_config(&self.ctx.cfg, pod, attempt, self.ctx.source(pod)),
-                    ip,
-                    ips,
-                });
-            }
+            // Adopted (a restarted crustlet) or first seen.
+            self.adopt(pod, s).await;
             self.refresh_volumes(pod, false).await;
             return Ok(());
         }
