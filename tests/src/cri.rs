@@ -349,6 +349,15 @@ impl Env {
             .into_inner()
     }
 
+    /// The runtime's verbose Status (with its `info` map).
+    pub async fn runtime_status_verbose(&mut self) -> StatusResponse {
+        self.c
+            .status(StatusRequest { verbose: true })
+            .await
+            .expect("Status")
+            .into_inner()
+    }
+
     /// The features a runtime handler reports.
     pub async fn handler_features(&mut self, handler: &str) -> RuntimeHandlerFeatures {
         let st = self.runtime_status().await;

@@ -308,6 +308,69 @@ fn seccomp(p: Option<&k8s_openapi::api::core::v1::SeccompProfile>) -> cri::Secur
     }
 }
 
+/// The pod annotation naming a container's AppArmor profile (the kubelet v1.28's only
+/// source), `container.apparmor.security.beta.kubernetes.io/NAME`.
+pub const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// A container's AppArmor profile as the kubelet sends it: the `appArmorProfile` of the
+/// container's or else the pod's security context (API 1.30 and later) as both CRI
+/// fields, as the kubelet 1.30 does; else the annotation's value as the deprecated
+/// string alone, as the kubelet 1.28 does; else nothing (the runtime's default).
+pub fn apparmor(
+    pod: &Pod,
+    c: &Container,
+) -> Result<(Option<cri::SecurityProfile>, String), String> {
+    use cri::security_profile::ProfileType;
+    let spec = spec(pod);
+    let field = c
+        .security_context
+        .as_ref()
+        .and_then(|sc| sc.app_armor_profile.as_ref())
+        .or_else(|| {
+            spec.security_context
+                .as_ref()
+                .and_then(|psc| psc.app_armor_profile.as_ref())
+        });
+    if let Some(p) = field {
+        let (t, reference, string) = match p.type_.as_str() {
+            "RuntimeDefault" => (
+                ProfileType::RuntimeDefault,
+                String::new(),
+                "runtime/default".to_string(),
+            ),
+            "Unconfined" => (
+                ProfileType::Unconfined,
+                String::new(),
+                "unconfined".to_string(),
+            ),
+            "Localhost" => match p.localhost_profile.as_deref() {
+                Some(name) if !name.is_empty() => (
+                    ProfileType::Localhost,
+                    name.to_string(),
+                    format!("localhost/{name}"),
+                ),
+                _ => return Err("missing localhost apparmor profile name".into()),
+            },
+            other => return Err(format!("unknown apparmor profile type: {other:?}")),
+        };
+        return Ok((
+            Some(cri::SecurityProfile {
+                profile_type: t as i32,
+                localhost_ref: reference,
+            }),
+            string,
+        ));
+    }
+    let annotation = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&format!("{APPARMOR_ANNOTATION}{}", c.name)))
+        .cloned()
+        .unwrap_or_default();
+    Ok((None, annotation))
+}
+
 fn port_mappings(spec: &PodSpec) -> Vec<cri::PortMapping> {
     spec.containers
         .iter()
@@ -747,6 +810,8 @@ pub fn container_config(
     ]);
     let caps = sc.capabilities.clone().unwrap_or_default();
     let seccomp_profile = sc.seccomp_profile.clone().or(psc.seccomp_profile.clone());
+    let apparmor = apparmor(pod, c)?;
+    #[allow(deprecated)] // apparmor_profile: the field kubelets before 1.30 send alone
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
@@ -791,6 +856,8 @@ pub fn container_config(
                 supplemental_groups: supplemental_groups(&psc),
                 no_new_privs: sc.allow_privilege_escalation == Some(false),
                 seccomp: Some(seccomp(seccomp_profile.as_ref())),
+                apparmor: apparmor.0,
+                apparmor_profile: apparmor.1,
                 ..Default::default()
             }),
         }),
@@ -929,6 +996,62 @@ mod tests {
              # Entries added by HostAliases.\n1.2.3.4\tx\n"
         );
         assert_eq!(sandbox_config(&cfg(), &p, 0, "api").hostname, "");
+    }
+
+    #[test]
+    fn apparmor_from_the_annotation_alone_or_from_the_fields_as_both() {
+        use cri::security_profile::ProfileType;
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "annotations": {
+                "container.apparmor.security.beta.kubernetes.io/a": "localhost/deny-write",
+                "container.apparmor.security.beta.kubernetes.io/b": "runtime/default",
+            }},
+            "spec": {
+                "securityContext": {"appArmorProfile": {"type": "RuntimeDefault"}},
+                "containers": [
+                    {"name": "a"},
+                    {"name": "b", "securityContext": {"appArmorProfile": {"type": "Localhost", "localhostProfile": "k"}}},
+                    {"name": "c", "securityContext": {"appArmorProfile": {"type": "Localhost"}}},
+                ]
+            }
+        }));
+        let c = |i: usize| spec(&p).containers[i].clone();
+        // The pod's field wins over the annotation (a newer API's pod); the
+        // container's field over the pod's.
+        assert_eq!(
+            apparmor(&p, &c(0)).unwrap(),
+            (
+                Some(cri::SecurityProfile {
+                    profile_type: ProfileType::RuntimeDefault as i32,
+                    localhost_ref: String::new()
+                }),
+                "runtime/default".into()
+            )
+        );
+        assert_eq!(
+            apparmor(&p, &c(1)).unwrap(),
+            (
+                Some(cri::SecurityProfile {
+                    profile_type: ProfileType::Localhost as i32,
+                    localhost_ref: "k".into()
+                }),
+                "localhost/k".into()
+            )
+        );
+        assert!(apparmor(&p, &c(2)).is_err());
+        // A v1.28 pod: the annotation, as the deprecated string only; none: nothing.
+        let old = pod(serde_json::json!({
+            "metadata": {"name": "p", "annotations": {
+                "container.apparmor.security.beta.kubernetes.io/a": "localhost/deny-write",
+            }},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}]}
+        }));
+        let c = |i: usize| spec(&old).containers[i].clone();
+        assert_eq!(
+            apparmor(&old, &c(0)).unwrap(),
+            (None, "localhost/deny-write".into())
+        );
+        assert_eq!(apparmor(&old, &c(1)).unwrap(), (None, String::new()));
     }
 
     fn pod(json: serde_json::Value) -> Pod {

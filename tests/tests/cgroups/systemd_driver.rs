@@ -916,3 +916,175 @@ async fn the_crustlet_with_the_systemd_driver_runs_a_static_pod() {
         "the crustlet was not running at the end"
     );
 }
+
+/// The kubelet's AppArmor annotation, end to end, under the real kubelet v1.28 and the
+/// crustlet (standalone, a static pod): a container annotated
+/// `localhost/crust-test-deny-write` runs under that profile (its init and an exec:
+/// writes refused), one without an annotation under crust's default profile, and the
+/// pause unconfined. In the systemd boot, where systemd mounts securityfs and Debian's
+/// kernel has AppArmor on (`CRUST_APPARMOR_VM=1`).
+#[tokio::test]
+#[ignore = "needs systemd as PID 1: runs in hack/vm-test's systemd boot"]
+async fn the_apparmor_annotation_confines_under_the_kubelet_and_the_crustlet() {
+    assert!(
+        std::env::var("CRUST_APPARMOR_VM").is_ok_and(|v| v == "1"),
+        "AppArmor is not on in this boot (CRUST_APPARMOR_VM)"
+    );
+    let kubelet_bin = crust_e2e::cluster::kube_bin("kubelet").expect("CRUST_KUBE_BIN's kubelet");
+    let _kubepods = KUBEPODS.lock().await;
+    let _slices = KubepodsSlices;
+    let mut e = setup().await;
+    let mut parser = std::process::Command::new("apparmor_parser")
+        .args(["-r", "-K"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("apparmor_parser");
+    std::io::Write::write_all(
+        &mut parser.stdin.take().unwrap(),
+        b"#include <tunables/global>\nprofile crust-test-deny-write flags=(attach_disconnected) {\n  #include <abstractions/base>\n  file,\n  deny /** w,\n}\n",
+    )
+    .unwrap();
+    assert!(parser.wait().unwrap().success(), "loading the test profile");
+
+    for agent in ["kubelet", "crustlet"] {
+        let dir = crust_e2e::TempDir::new(agent);
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir(&manifests).unwrap();
+        let run = crust_e2e::unique("aa");
+        let manifest = manifests.join("aa.yaml");
+        std::fs::write(
+            &manifest,
+            format!(
+                "apiVersion: v1
+kind: Pod
+metadata:
+  name: aa-{agent}
+  namespace: default
+  labels:
+    crust.test/run: {run}
+  annotations:
+    container.apparmor.security.beta.kubernetes.io/denied: localhost/crust-test-deny-write
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: denied
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: [sleep, \"1000\"]
+  - name: plain
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: [sleep, \"1000\"]
+"
+            ),
+        )
+        .unwrap();
+        let p = |rel: &str| dir.path().join(rel).display().to_string();
+        let no_pressure = "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%";
+        let (bin, args): (std::path::PathBuf, Vec<String>) = if agent == "kubelet" {
+            (
+                kubelet_bin.clone(),
+                vec![
+                    format!("--resolv-conf={}", p("resolv.conf")),
+                    format!("--volume-plugin-dir={}", p("volume-plugins")),
+                    "--cgroup-driver=systemd".into(),
+                    "--feature-gates=KubeletCgroupDriverFromCRI=true".into(),
+                    "--fail-swap-on=false".into(),
+                    "--read-only-port=0".into(),
+                    no_pressure.into(),
+                    "--eviction-minimum-reclaim=".into(),
+                    "--image-gc-high-threshold=100".into(),
+                    "--image-gc-low-threshold=99".into(),
+                    "--file-check-frequency=5s".into(),
+                ],
+            )
+        } else {
+            (
+                crust_e2e::bin("crustlet"),
+                vec![
+                    format!("--pod-logs-dir={}", p("logs")),
+                    no_pressure.into(),
+                    "--image-gc-high-threshold=100".into(),
+                    "--image-gc-low-threshold=99".into(),
+                ],
+            )
+        };
+        std::fs::write(dir.path().join("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
+        let mut k = Kubelet::spawn(
+            if agent == "kubelet" {
+                "kubelet"
+            } else {
+                "crustlet"
+            },
+            &bin,
+            dir,
+            &e.d,
+            &manifests,
+            args,
+        );
+        let deadline = Instant::now() + KUBELET_POD_UP;
+        let sandbox = ready_sandbox(&mut e, &mut k, &run, deadline).await;
+        let containers = poll_until(&mut k, deadline, "both containers to run", async || {
+            let list = list_containers(&mut e.c).await;
+            let running: Vec<Container> = list
+                .into_iter()
+                .filter(|c| {
+                    c.pod_sandbox_id == sandbox.id
+                        && c.state == ContainerState::ContainerRunning as i32
+                })
+                .collect();
+            if running.len() == 2 {
+                Ok(running)
+            } else {
+                Err(format!("{running:?}"))
+            }
+        })
+        .await;
+        let attr = |pid: i64| {
+            std::fs::read_to_string(format!("/proc/{pid}/attr/current"))
+                .unwrap()
+                .trim_end_matches(['\n', '\0'])
+                .to_string()
+        };
+        for c in &containers {
+            let name = c.metadata.as_ref().unwrap().name.clone();
+            let (_, info) = container_status(&mut e.c, &c.id).await.unwrap();
+            let want = if name == "denied" {
+                "crust-test-deny-write (enforce)"
+            } else {
+                "crust-default (enforce)"
+            };
+            assert_eq!(attr(info["pid"].as_i64().unwrap()), want, "{agent}: {name}");
+            let r = exec_sync(&mut e.c, &c.id, &["touch", "/tmp/y"], 10)
+                .await
+                .unwrap();
+            assert_eq!(r.exit_code != 0, name == "denied", "{agent}: {name}: {r:?}");
+        }
+        let st =
+            e.c.pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox.id.clone(),
+                verbose: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let pause = verbose_info(&st.info)["pid"]
+            .as_i64()
+            .expect("the pause's pid");
+        assert_eq!(attr(pause), "unconfined", "{agent}: the pause");
+
+        std::fs::remove_file(&manifest).unwrap();
+        let deadline = Instant::now() + KUBELET_POD_GONE;
+        poll_until(&mut k, deadline, "the pod to be removed", async || {
+            let pods = sandboxes_of(&mut e.c, &run).await;
+            if pods.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{pods:?}"))
+            }
+        })
+        .await;
+        assert!(k.stop().is_some(), "the {agent} was not running at the end");
+    }
+}

@@ -539,6 +539,7 @@ fn main() {
             crustlet_memory_empty_dir,
             crustlet_pod_files_as_kubelet,
             crustlet_host_port_admission,
+            crustlet_apparmor_admission,
             crustlet_image_change_restarts,
             crustlet_restart_count_across_sandboxes,
             containerd_image_change_restarts,

@@ -2,9 +2,11 @@
 //! into the daemon's image store, pods on crust's bridge, containers made by crust's own
 //! executor under its monitor.
 //!
-//! By topic, in containers/: `process`, `resources`, `mounts` and `metrics`; the
+//! By topic, in containers/: `process`, `resources`, `mounts`, `metrics` and `apparmor`; the
 //! lifecycle, bad input and deadline tests are here.
 
+#[path = "containers/apparmor.rs"]
+mod apparmor;
 #[path = "containers/metrics.rs"]
 mod metrics;
 #[path = "containers/mounts.rs"]

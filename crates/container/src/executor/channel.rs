@@ -101,10 +101,13 @@ pub enum Step {
     Cwd,
     Executable,
     Ready,
+    /// Asking for the AppArmor profile the process gets at `execve` (after the values
+    /// above, so their numbers stay as they were).
+    AppArmor = 80,
 }
 
 impl Step {
-    const ALL: [Step; 43] = [
+    const ALL: [Step; 44] = [
         Step::StateDir,
         Step::Mkfifo,
         Step::OpenStdio,
@@ -148,6 +151,7 @@ impl Step {
         Step::Cwd,
         Step::Executable,
         Step::Ready,
+        Step::AppArmor,
     ];
 
     fn from_u8(b: u8) -> Option<Step> {
@@ -200,6 +204,7 @@ impl Step {
             Step::Cwd => "chdir",
             Step::Executable => "find executable",
             Step::Ready => "report ready",
+            Step::AppArmor => "set apparmor profile",
         }
     }
 }

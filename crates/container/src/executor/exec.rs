@@ -8,7 +8,7 @@
 //!   │            init's ipc, uts, net, pid, cgroup and mnt namespaces (mnt last: it
 //!   │            also moves root and cwd to the container's root)
 //!   │            clone(CLONE_PARENT) ─▶ process: setsid, stdio, rlimits, caps, user,
-//!   │◀─ InitPid ─┘ exits                  umask, cwd, seccomp, execve (Failed on the
+//!   │◀─ InitPid ─┘ exits                  umask, cwd, AppArmor, seccomp, execve (Failed on the
 //!   │                                     socket if not)
 //!   ▼ socket EOF (execve closed it) → the pid; a Failed message → the error
 //! ```
@@ -91,17 +91,32 @@ pub fn exec(c: &Container, opts: ExecOpts) -> Result<libc::pid_t> {
     let (sock, child_sock) = channel::pair()
         .and_then(|(main, child)| Ok((main, above_stdio(child)?)))
         .map_err(|e| exec_err(&c.id, Step::Socketpair, String::new(), e))?;
-    let fds = child_fds(
+    // The host's /proc, for the process's AppArmor attribute (init::apparmor).
+    let host_proc = match &plan.apparmor {
+        Some(_) => Some(
+            nix::fcntl::open(
+                "/proc",
+                nix::fcntl::OFlag::O_PATH
+                    | nix::fcntl::OFlag::O_DIRECTORY
+                    | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|e| exec_err(&c.id, Step::AppArmor, "/proc".into(), e.into()))?,
+        ),
+        None => None,
+    };
+    let mut fds = child_fds(
         &child_sock,
         &stdio,
         &namespaces,
         &cgroups,
         opts.controlling_tty,
     );
+    fds.host_proc = host_proc.as_ref().map(|f| f.as_raw_fd());
     let t_opened = t0.elapsed();
     let pid = fork_intermediate(&c.id, &plan, &fds)?;
     let t_forked = t0.elapsed();
-    drop((child_sock, stdio, cgroups, namespaces));
+    drop((child_sock, stdio, cgroups, namespaces, host_proc));
     let deadline = Instant::now() + EXEC_TIMEOUT;
 
     let child = process_pid(&c.id, &sock, pid, deadline)?;
@@ -164,6 +179,7 @@ fn child_fds(
         cgroup_dir,
         tty_sock: None,
         ctty: controlling_tty,
+        host_proc: None,
     }
 }
 
@@ -361,6 +377,7 @@ fn setup(p: &Plan, fds: &ChildFds) -> std::result::Result<std::ffi::CString, Fai
             return Err(io::Error::last_os_error()).at(Step::Terminal, "stdin");
         }
     }
+    init::apparmor(p, fds.host_proc)?;
     init::rlimits(p)?;
     init::join_userns(fds)?;
     // The container's seccomp filter: here without no_new_privs, else in `init::exec`.

@@ -9,7 +9,7 @@
 //!  setsid, umask 0, stdio onto 0 1 2
 //!  propagation of / (rslave), rootfs bind (or the caller's overlay), spec mounts,
 //!  /dev nodes and symlinks, spec devices, read-only /dev, cwd created,
-//!  oom_score_adj                                            (host /proc still here)
+//!  oom_score_adj, AppArmor profile for execve              (host /proc still here)
 //!  pivot_root                                               (from here on: the container's paths)
 //!  sysctl, masked paths, read-only paths, read-only root
 //!  hostname/domainname (own UTS namespace only), rlimits
@@ -111,6 +111,9 @@ pub(crate) struct ChildFds {
     pub tty_sock: Option<RawFd>,
     /// An exec's stdin is a terminal to make its controlling one.
     pub ctty: bool,
+    /// The host's `/proc` (`O_PATH`), for an exec's process in the container's mount
+    /// namespace to reach its own AppArmor attributes (see [`apparmor`]).
+    pub host_proc: Option<RawFd>,
 }
 
 pub(crate) fn exit(code: libc::c_int) -> ! {
@@ -255,6 +258,7 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
     open_in_root(root.as_fd(), &p.cwd, Create::Dir).at(Step::Cwd, p.cwd.display())?;
     drop(root);
     oom_score_adj(p)?;
+    apparmor(p, None)?;
     rootfs::pivot_root(p)?;
     if let Some(sock) = fds.tty_sock {
         console(sock)?;
@@ -280,6 +284,52 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
     // getcwd says "unreachable" (ENOENT) then.
     nix::unistd::getcwd().at(Step::Cwd, p.cwd.display())?;
     find_executable(p)
+}
+
+/// Asks AppArmor to confine the process in `p.apparmor` from its next `execve` on
+/// (the `exec` attribute, as `aa_change_onexec`): the runtime's own steps up to
+/// `execve` stay unconfined, the command and everything it starts are confined. The
+/// attribute is the task's own (only the task itself may write it), so it is looked
+/// up through the host's `/proc`: by path while the init still has it (before
+/// `pivot_root`), through `host_proc` for an exec's process, which is already in the
+/// container's mount namespace, whose `/proc` the container's processes could have
+/// changed. `attr/apparmor/exec` (Linux 5.8) first, the older shared `attr/exec`
+/// where it is missing. A profile not loaded fails the write with `ENOENT`, a kernel
+/// without AppArmor the open: either way the process never runs unconfined.
+pub(crate) fn apparmor(p: &Plan, host_proc: Option<RawFd>) -> Result<(), Fail> {
+    let Some(name) = &p.apparmor else {
+        return Ok(());
+    };
+    let (dir, prefix) = match host_proc {
+        Some(fd) => (fd, ""),
+        None => (libc::AT_FDCWD, "/proc/"),
+    };
+    let mut value = b"exec ".to_vec();
+    value.extend_from_slice(name.as_bytes());
+    let mut last = io::Error::from_raw_os_error(libc::ENOENT);
+    for rel in ["thread-self/attr/apparmor/exec", "thread-self/attr/exec"] {
+        let path = CString::new(format!("{prefix}{rel}")).expect("no NUL in a literal");
+        // SAFETY: openat on a NUL-terminated path we own; the fd is closed below.
+        let fd = unsafe { libc::openat(dir, path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            last = io::Error::last_os_error();
+            if last.raw_os_error() == Some(libc::ENOENT) {
+                continue;
+            }
+            break;
+        }
+        // SAFETY: a write from a buffer we own to the fd opened above, then its close.
+        let n = unsafe { libc::write(fd, value.as_ptr().cast(), value.len()) };
+        let err = io::Error::last_os_error();
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        return if n == value.len() as isize {
+            Ok(())
+        } else {
+            Err(err).at(Step::AppArmor, name.to_string_lossy())
+        };
+    }
+    Err(last).at(Step::AppArmor, name.to_string_lossy())
 }
 
 /// Writes `oom_score_adj`. Lowering it needs `CAP_SYS_RESOURCE`, which the caller's

@@ -73,7 +73,7 @@
 //!
 //! ## Not yet
 //! seccomp notify (`SCMP_ACT_NOTIFY`, refused), new user namespaces and id-mapped
-//! mounts with other maps than the container's (refused), terminals (refused), AppArmor/SELinux labels, hooks, time namespaces (refused), the
+//! mounts with other maps than the container's (refused), terminals (refused), SELinux labels, hooks, time namespaces (refused), the
 //! monitor (the caller is the init's parent until then).
 //!
 //! The recursive flag options (`rro`, `rnosuid`, `rnodev`, `rnoexec` and their

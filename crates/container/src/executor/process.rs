@@ -242,6 +242,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         cgroup_dir,
         tty_sock: fds.tty_sock.as_ref().map(|f| f.as_raw_fd()),
         ctty: false,
+        host_proc: None,
     };
 
     // SAFETY: fork in a possibly multi-threaded process. The child is single-threaded;
@@ -644,6 +645,7 @@ pub(crate) fn enter(fds: &ChildFds, extra: &[RawFd]) -> std::result::Result<(), 
     keep.extend(fds.cgroup_tasks.iter().map(|(fd, _)| *fd));
     keep.extend(fds.cgroup_dir.iter().map(|(fd, _)| *fd));
     keep.extend(fds.tty_sock);
+    keep.extend(fds.host_proc);
     close_all_but(&mut keep);
     // The cgroup namespace is the cloned child's to join, and so is a user namespace:
     // the init enters it once its mounts are made (`init::join_userns`).

@@ -117,6 +117,9 @@ pub(crate) struct Plan {
     pub umask: libc::mode_t,
     pub caps: Option<CapsPlan>,
     pub no_new_privileges: bool,
+    /// `process.apparmorProfile`: the profile the process is confined in from its
+    /// `execve` on (see `init::apparmor`).
+    pub apparmor: Option<CString>,
     /// `linux.seccomp`, compiled (see `seccomp.rs`).
     pub seccomp: Option<super::seccomp::Filter>,
     pub cwd: PathBuf,
@@ -440,6 +443,7 @@ fn plan_inner(
         umask: user.umask().unwrap_or(0o022) as libc::mode_t & 0o777,
         caps,
         no_new_privileges: process.no_new_privileges().unwrap_or(false),
+        apparmor: plan_apparmor(process)?,
         seccomp,
         cwd: command.cwd,
         terminal: process.terminal() == Some(true),
@@ -449,6 +453,23 @@ fn plan_inner(
         namespaces,
         cgroup_host,
     })
+}
+
+/// `process.apparmorProfile`, checked to be a name the kernel can take in one
+/// `exec NAME` write (no NUL, no line break, not blank).
+fn plan_apparmor(process: &oci_spec::runtime::Process) -> Str<Option<CString>> {
+    let Some(name) = process.apparmor_profile() else {
+        return Ok(None);
+    };
+    if name.is_empty() {
+        return Ok(None);
+    }
+    if name.trim().is_empty() || name.contains(['\0', '\n']) {
+        return Err(format!("apparmorProfile {name:?} is not a profile name"));
+    }
+    CString::new(name.as_str())
+        .map(Some)
+        .map_err(|_| format!("apparmorProfile {name:?} is not a profile name"))
 }
 
 /// Refused early: an id that is not a plain file name would reach outside any

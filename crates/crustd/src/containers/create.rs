@@ -298,6 +298,14 @@ fn make(
     rec: &mut ContainerRecord,
 ) -> Result<()> {
     let id = rec.id.clone();
+    // Before anything is made: an unloaded profile, or one asked of a host without
+    // AppArmor, fails the create as it is.
+    let sc = cfg
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.clone())
+        .unwrap_or_default();
+    let apparmor = crust.apparmor.profile_for(&sc, sc.privileged)?;
     let bundle = make_bundle(crust, &id)?;
     // Cumulative times of the steps, logged at debug: where a slow create spends it.
     let t0 = Instant::now();
@@ -337,6 +345,7 @@ fn make(
             image_volumes,
             recursive_read_only: crust.recursive_read_only(&sb.runtime_handler),
             userns,
+            apparmor,
         },
     )?;
     write_spec(&bundle, &spec)?;

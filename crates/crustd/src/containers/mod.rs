@@ -4,7 +4,8 @@
 //! records, StopContainer, RemoveContainer), `status` (ContainerStatus,
 //! ListContainers), `update` (UpdateContainerResources) and `recovery` (the
 //! containers at start-up). The OCI spec a request becomes is `spec`, with the
-//! RuntimeDefault seccomp profile in `seccomp` and image volumes in `image_volume`;
+//! RuntimeDefault seccomp profile in `seccomp`, the AppArmor profile in `apparmor` and
+//! image volumes in `image_volume`;
 //! `exec` runs ExecSync and the streaming server's exec (its process's stdio in
 //! `exec::io`) and attach (`exec::attach`); `stats` and the lifecycle `events` stream;
 //! the container records are `store`. The container processes themselves are the
@@ -12,6 +13,7 @@
 //! `metrics` answers the CRI metrics RPCs with cAdvisor's metrics, whose names, help
 //! and labels are in `metrics::descriptors`.
 
+pub mod apparmor;
 pub mod cgroup;
 pub mod create;
 pub mod events;

@@ -123,6 +123,8 @@ pub struct SpecInput<'a> {
     /// The pod's user namespace maps, when it has a user namespace of its own (its pin
     /// is `user` among the sandbox's).
     pub userns: Option<crate::sandboxes::userns::PodMaps>,
+    /// The AppArmor profile the container and its execs run under (apparmor.rs).
+    pub apparmor: Option<String>,
 }
 
 fn args(cfg: &ContainerConfig, img: &ImageInfo) -> Result<Vec<String>> {
@@ -566,6 +568,9 @@ pub fn build(cfg: &ContainerConfig, input: &SpecInput) -> Result<oci_spec::runti
     });
     if resources.oom_score_adj != 0 {
         process["oomScoreAdj"] = json!(resources.oom_score_adj);
+    }
+    if let Some(profile) = &input.apparmor {
+        process["apparmorProfile"] = json!(profile);
     }
     let mut linux_v = json!({
         "namespaces": namespaces,

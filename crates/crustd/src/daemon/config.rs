@@ -27,6 +27,10 @@ pub struct Config {
     /// a container's may be is crustd's own, so a node that protects crustd this way
     /// lets Guaranteed pods have the kubelet's -997.
     pub oom_score_adj: i32,
+    /// Run every container without an AppArmor profile even where the host has
+    /// AppArmor (containerd's `disable_apparmor`): a profile asked for other than
+    /// `unconfined` is then refused, as on a host without AppArmor.
+    pub disable_apparmor: bool,
     pub cgroup: CgroupConfig,
     pub cni: CniConfig,
     pub registry: RegistryConfig,
@@ -110,6 +114,7 @@ impl Default for Config {
             pause_dir: PathBuf::new(),
             stop_timeout_seconds: 10,
             oom_score_adj: 0,
+            disable_apparmor: false,
             cgroup: CgroupConfig::default(),
             cni: CniConfig::default(),
             registry: RegistryConfig::default(),

@@ -44,6 +44,8 @@ pub struct Crust {
     pub streams: crate::streaming::server::StreamServer,
     /// GetContainerEvents' source (events.rs).
     pub events: crate::containers::events::Events,
+    /// The host's AppArmor: whether containers are confined, and crust's default profile.
+    pub apparmor: std::sync::Arc<crate::containers::apparmor::AppArmor>,
 }
 
 impl Crust {
@@ -132,6 +134,26 @@ impl Crust {
                 },
             );
         }
+        let mut apparmor = crate::containers::apparmor::AppArmor::detect();
+        if cfg.disable_apparmor {
+            apparmor = apparmor.disabled_by_config();
+        }
+        let apparmor = std::sync::Arc::new(apparmor);
+        match apparmor.not_in_use() {
+            None => {
+                // Loaded in the background: a start does not wait for the parser; the
+                // first create that needs the profile does (and tries again if this failed).
+                let aa = apparmor.clone();
+                std::thread::spawn(move || {
+                    if let Err(e) = aa.ensure_default() {
+                        tracing::warn!(error = %e, "AppArmor default profile not loaded yet");
+                    }
+                });
+            }
+            Some(why) => {
+                tracing::info!(reason = %why, "AppArmor not in use: containers run without an AppArmor profile")
+            }
+        }
         Ok(Crust {
             store: Store::new(cfg.root.join("sandboxes")),
             containers: crate::containers::store::Containers::new(
@@ -150,6 +172,7 @@ impl Crust {
             oci_runtimes,
             streams: Default::default(),
             events: Default::default(),
+            apparmor,
             cfg,
         })
     }

@@ -65,6 +65,17 @@ pub fn status(crust: &Crust, verbose: bool) -> StatusResponse {
             "cgroups".to_string(),
             json!({"version": version, "hugetlb": crust.hugetlb_status()}).to_string(),
         );
+        let aa = &crust.apparmor;
+        info.insert(
+            "apparmor".to_string(),
+            json!({
+                "enabled": aa.enabled(),
+                "reason": aa.not_in_use(),
+                "defaultProfile": crate::containers::apparmor::DEFAULT_PROFILE,
+                "defaultProfileLoaded": aa.default_loaded(),
+            })
+            .to_string(),
+        );
     }
     StatusResponse {
         status: Some(RuntimeStatus {

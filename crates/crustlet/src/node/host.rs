@@ -21,6 +21,8 @@ pub struct Readings {
     pub fs: Option<FsStats>,
     /// (the most tasks the kernel allows, tasks now).
     pub pids: Option<(u64, u64)>,
+    /// Why AppArmor cannot confine containers here (`None`: it can), see [`apparmor`].
+    pub apparmor: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,7 +63,20 @@ pub fn readings(root_dir: &Path) -> Readings {
         hugepages: hugepages(Path::new("/sys/kernel/mm/hugepages")),
         fs,
         pids,
+        apparmor: apparmor().err(),
     }
+}
+
+/// Whether the host can confine containers with AppArmor, as the kubelet's validator
+/// asks (v1.28, `pkg/security/apparmor`): the module enabled and securityfs mounted
+/// (where profiles are loaded). The error is the kubelet's words.
+pub fn apparmor() -> Result<(), String> {
+    let enabled = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.starts_with('Y'));
+    if !enabled || !Path::new("/sys/kernel/security/apparmor").is_dir() {
+        return Err("AppArmor is not enabled on the host".into());
+    }
+    Ok(())
 }
 
 /// CPUs online now (sysconf), at least 1.

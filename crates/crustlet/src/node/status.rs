@@ -274,11 +274,15 @@ pub fn wanted_conditions(
         ));
     }
     let ready = match aggregate(&errs) {
+        // The kubelet v1.28 says so when its AppArmor validator finds the host able.
         None => (
             "Ready",
             true,
             "KubeletReady",
-            "kubelet is posting ready status".to_string(),
+            match r.apparmor {
+                None => "kubelet is posting ready status. AppArmor enabled".to_string(),
+                Some(_) => "kubelet is posting ready status".to_string(),
+            },
         ),
         Some(m) => ("Ready", false, "KubeletNotReady", m),
     };
@@ -464,6 +468,7 @@ mod tests {
                 inodes_free: 900,
             }),
             pids: Some((32768, 400)),
+            apparmor: Some("AppArmor is not enabled on the host".into()),
         }
     }
 
@@ -601,6 +606,12 @@ mod tests {
             )
         );
         assert_eq!(aggregate(&["a".into(), "a".into()]).unwrap(), "a");
+        let apparmor = Readings {
+            apparmor: None,
+            ..healthy()
+        };
+        let ready = wanted_conditions(&apparmor, &[], &cap).pop().unwrap();
+        assert_eq!(ready.3, "kubelet is posting ready status. AppArmor enabled");
     }
 
     #[test]

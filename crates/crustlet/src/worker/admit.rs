@@ -270,6 +270,59 @@ pub fn admit(pod: &Pod, sysctls: &Sysctls) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// The kubelet's reason for a pod whose AppArmor profiles the node cannot enforce.
+pub const APPARMOR_REASON: &str = "AppArmor";
+/// The waiting reason of the containers of a pod the node cannot run yet (the
+/// kubelet's soft admission).
+pub const BLOCKED: &str = "Blocked";
+
+/// Whether the node can run `pod` as its AppArmor profiles ask, as the kubelet v1.28's
+/// soft admit handler decides (`pkg/security/apparmor`): a pod that asks for a
+/// profile other than `unconfined` (an annotation, or an `appArmorProfile` of a newer
+/// API) needs a host with AppArmor (`host`, asked only then), and every annotation must
+/// name a profile in the kubelet's format. Whether a localhost profile is loaded is the
+/// runtime's to say at CreateContainer (the kubelet stopped checking in v1.24). The
+/// refused pod stays Pending, not Failed: see `Worker::blocked`.
+pub fn apparmor(pod: &Pod, host: impl FnOnce() -> Result<(), String>) -> Result<(), Rejection> {
+    let spec = pod.spec.as_ref();
+    let annotations: Vec<(&str, &str)> = pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(crate::spec::APPARMOR_ANNOTATION))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let fields = spec
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.app_armor_profile.as_ref())
+        .into_iter()
+        .chain(spec.into_iter().flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .filter_map(|c| c.security_context.as_ref()?.app_armor_profile.as_ref())
+        }));
+    let required = annotations.iter().any(|(_, v)| *v != "unconfined")
+        || fields.into_iter().any(|p| p.type_ != "Unconfined");
+    if !required {
+        return Ok(());
+    }
+    let refuse = |why: String| Rejection {
+        reason: APPARMOR_REASON,
+        message: format!("Cannot enforce AppArmor: {why}"),
+    };
+    host().map_err(refuse)?;
+    for (_, v) in annotations {
+        let valid = matches!(v, "" | "runtime/default" | "unconfined")
+            || v.strip_prefix("localhost/").is_some_and(|n| !n.is_empty());
+        if !valid {
+            return Err(refuse(format!("invalid AppArmor profile name: {v:?}")));
+        }
+    }
+    Ok(())
+}
+
 /// The reason of a pod refused under node pressure (the kubelet's eviction manager's).
 pub const PRESSURE_REASON: &str = "Evicted";
 /// The priority from which a pod is critical (`system-cluster-critical` and up... the
@@ -506,6 +559,64 @@ mod tests {
     fn node(unsafe_patterns: &[&str]) -> Sysctls {
         let u: Vec<String> = unsafe_patterns.iter().map(|s| s.to_string()).collect();
         Sysctls::for_node(Some((6, 8)), &u).unwrap()
+    }
+
+    #[test]
+    fn apparmor_needs_the_host_only_for_a_profile_other_than_unconfined() {
+        let no_host = || Err("AppArmor is not enabled on the host".to_string());
+        let asked = |annotations: serde_json::Value, sc: serde_json::Value| {
+            pod(serde_json::json!({
+                "metadata": {"name": "p", "annotations": annotations},
+                "spec": {"containers": [{"name": "c", "securityContext": sc}]}
+            }))
+        };
+        let key = "container.apparmor.security.beta.kubernetes.io/c";
+        // Nothing asked, or unconfined: the host is not even asked.
+        for p in [
+            asked(serde_json::json!({}), serde_json::json!({})),
+            asked(
+                serde_json::json!({key: "unconfined"}),
+                serde_json::json!({}),
+            ),
+            asked(
+                serde_json::json!({}),
+                serde_json::json!({"appArmorProfile": {"type": "Unconfined"}}),
+            ),
+        ] {
+            assert_eq!(apparmor(&p, || panic!("asked the host")), Ok(()));
+        }
+        // A profile on a host without AppArmor: the kubelet's reason and message.
+        for p in [
+            asked(
+                serde_json::json!({key: "runtime/default"}),
+                serde_json::json!({}),
+            ),
+            asked(
+                serde_json::json!({key: "localhost/x"}),
+                serde_json::json!({}),
+            ),
+            asked(
+                serde_json::json!({}),
+                serde_json::json!({"appArmorProfile": {"type": "RuntimeDefault"}}),
+            ),
+        ] {
+            assert_eq!(
+                apparmor(&p, no_host),
+                Err(Rejection {
+                    reason: "AppArmor",
+                    message: "Cannot enforce AppArmor: AppArmor is not enabled on the host".into()
+                })
+            );
+            assert_eq!(apparmor(&p, || Ok(())), Ok(()));
+        }
+        let bad = asked(
+            serde_json::json!({key: "docker-default"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(
+            apparmor(&bad, || Ok(())).unwrap_err().message,
+            "Cannot enforce AppArmor: invalid AppArmor profile name: \"docker-default\""
+        );
     }
 
     #[test]

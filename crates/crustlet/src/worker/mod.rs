@@ -481,6 +481,14 @@ impl Worker {
             self.finish(pod).await;
             return Ok(());
         }
+        // The kubelet's soft admission, asked at every sync: a pod whose AppArmor
+        // profiles the node cannot enforce waits, Pending, and gets no sandbox.
+        if self.sandbox.is_none() {
+            if let Err(r) = admit::apparmor(pod, crate::node::host::apparmor) {
+                self.blocked(pod, r).await;
+                return Ok(());
+            }
+        }
 
         self.ensure_sandbox(pod).await?;
         let Some(sandbox_id) = self.sandbox.as_ref().map(|s| s.id.clone()) else {
@@ -554,6 +562,28 @@ impl Worker {
             let st = admit::rejected_status(&r, self.start_time.clone(), spec::qos(pod));
             self.final_status = Some(st);
         }
+    }
+
+    /// The node cannot run the pod yet (soft admission, [`admit::apparmor`]): it stays
+    /// Pending with the handler's reason and message, its waiting containers
+    /// `Blocked`, as the kubelet v1.28 reports it; no event, as the kubelet sends none.
+    async fn blocked(&mut self, pod: &Arc<Pod>, r: admit::Rejection) {
+        let mut st = self.status(pod, &HashMap::new(), false).await;
+        st.phase = Some("Pending".into());
+        st.reason = Some(r.reason.into());
+        st.message = Some(r.message);
+        for cs in st
+            .init_container_statuses
+            .iter_mut()
+            .flatten()
+            .chain(st.container_statuses.iter_mut().flatten())
+        {
+            if let Some(w) = cs.state.as_mut().and_then(|s| s.waiting.as_mut()) {
+                w.reason = Some(admit::BLOCKED.into());
+                w.message = None;
+            }
+        }
+        self.report(pod, st).await;
     }
 
     /// The pod ran past its `activeDeadlineSeconds`: its containers are stopped as

@@ -474,3 +474,60 @@ pub fn crustlet_host_port_admission(c: &Cluster) {
     assert_eq!(seen[0], seen[1], "kubelet, then crustlet");
     assert_eq!(seen[1].0, "NodePorts");
 }
+
+/// AppArmor on a node whose kernel has it off (this host's): a pod whose annotation asks
+/// for `runtime/default` is held by the kubelet v1.28's soft admission — Pending, reason
+/// `AppArmor`, "Cannot enforce AppArmor: AppArmor is not enabled on the host", its
+/// container waiting `Blocked`, nothing run — on the kubelet's node and the crustlet's
+/// alike; one that asks for `unconfined` runs on both. Neither node's Ready message says
+/// "AppArmor enabled". (With AppArmor on, hack/vm-test's systemd boot runs both agents
+/// with a localhost profile.)
+pub fn crustlet_apparmor_admission(c: &Cluster) {
+    let cl = &Crustlet::on_crustd(c);
+    let mut seen = vec![];
+    for (node, tag) in [(NODE, "k"), (CRUSTLET_NODE, "c")] {
+        // The annotation names the container, `c`.
+        let annotated = |name: &str, profile: &str| {
+            pod_on(cl, node, name, "exec sleep 3600", |p| {
+                p["metadata"]["annotations"] =
+                    json!({"container.apparmor.security.beta.kubernetes.io/c": profile});
+                p["spec"]["containers"][0]["name"] = json!("c");
+            })
+        };
+        let held = format!("aa-held-{tag}");
+        apply(c, annotated(&held, "runtime/default"));
+        let p = wait_pod(cl, &held, "held", Duration::from_secs(60), |p| {
+            p["status"]["reason"] == "AppArmor"
+        });
+        let st = &p["status"];
+        assert_eq!(st["phase"], "Pending", "{node}: {st:#}");
+        let waiting = st["containerStatuses"][0]["state"]["waiting"]["reason"].clone();
+        assert!(
+            st["containerStatuses"][0]["state"]["running"].is_null(),
+            "{node}: ran: {st:#}"
+        );
+        seen.push((st["reason"].clone(), st["message"].clone(), waiting));
+        let free = format!("aa-unconfined-{tag}");
+        apply(c, annotated(&free, "unconfined"));
+        wait_pod(cl, &free, "Running", Duration::from_secs(90), running);
+        let ready = kubectl(
+            cl,
+            &[
+                "get",
+                "node",
+                node,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}",
+            ],
+        );
+        assert_eq!(ready.trim(), "kubelet is posting ready status", "{node}");
+        kubectl(cl, &["delete", "pod", &held, &free, "--wait=false"]);
+    }
+    assert_eq!(seen[0], seen[1], "kubelet, then crustlet");
+    assert_eq!(seen[1].0, "AppArmor");
+    assert_eq!(
+        seen[1].1,
+        "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+    );
+    assert_eq!(seen[1].2, "Blocked");
+}
