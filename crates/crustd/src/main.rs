@@ -4,6 +4,7 @@ mod containers;
 mod cri;
 mod daemon;
 mod images;
+mod nri;
 mod sandboxes;
 mod streaming;
 
@@ -43,6 +44,9 @@ struct Cli {
     /// Registry hosts (containerd-style `<registry>/hosts.toml` files).
     #[arg(long)]
     registry_config_dir: Option<PathBuf>,
+    /// Turn NRI on (plugins connect to [nri] socket_path, default /var/run/nri/nri.sock).
+    #[arg(long)]
+    nri: bool,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -99,6 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         cgroup_nested: cli.cgroup_nested,
         log_level: cli.log_level,
         registry_config_dir: cli.registry_config_dir,
+        nri: cli.nri,
     })?;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log_level))

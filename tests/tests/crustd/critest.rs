@@ -73,6 +73,25 @@ fn critest_apparmor_specs_pass() {
     println!("critest AppArmor: {summary}");
 }
 
+/// critest's NRI specs on their own (they also run in the whole suite above): critest
+/// connects to crustd's NRI socket as a plugin and checks the events' order and
+/// contents, that a pod or container is not seen while a plugin's hook holds it, that a
+/// plugin's error fails RunPodSandbox and CreateContainer with nothing left, and that a
+/// plugin joining late is synchronized with every pod and container, also with those
+/// made while it joins. None may skip.
+#[test]
+fn critest_nri_specs_pass() {
+    if !require_root(&["docker-registry", "skopeo", "nsenter"]) {
+        return;
+    }
+    let (passed, summary) = critest(&Focus::Only("NRI", &["busybox", "pause"]));
+    assert!(
+        passed >= 13,
+        "critest passed only {passed} NRI specs: {summary}"
+    );
+    println!("critest NRI: {summary}");
+}
+
 /// Which of critest's specs run.
 enum Focus<'a> {
     /// All but [`NEEDS_THE_INTERNET`], with every image of the tools pushed.
@@ -96,15 +115,26 @@ fn critest(focus: &Focus) -> (usize, String) {
         e2e_bin.display()
     );
     let certs = TempDir::new("crcerts");
-    let d = Crustd::start_with(Options {
-        cni_conf: false,
-        subnet: 73,
-        extra_args: vec![
-            "--registry-config-dir".into(),
-            certs.path().display().to_string(),
-        ],
-        ..Default::default()
-    });
+    // NRI on, as a node with NRI plugins runs it: critest's NRI specs connect to its
+    // socket as plugins (and every other spec runs with NRI on).
+    let nri_dir = TempDir::new("crnri");
+    let nri_socket = nri_dir.path().join("nri.sock");
+    let d = Crustd::start_with_config(
+        Options {
+            cni_conf: false,
+            subnet: 73,
+            extra_args: vec![
+                "--registry-config-dir".into(),
+                certs.path().display().to_string(),
+            ],
+            ..Default::default()
+        },
+        &format!(
+            "[nri]\nenable = true\nsocket_path = \"{}\"\nplugin_path = \"{}\"\n",
+            nri_socket.display(),
+            nri_dir.path().join("plugins").display()
+        ),
+    );
     // The packaged conflist, on this node's bridge and subnet.
     let mut conf: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(workspace().join("packaging/cni/10-crust.conflist")).unwrap(),
@@ -158,21 +188,35 @@ fn critest(focus: &Focus) -> (usize, String) {
         .arg(e2e_bin.join("critest"))
         .arg(format!("-runtime-endpoint=unix://{}", d.socket.display()))
         .arg(format!("-image-endpoint=unix://{}", d.socket.display()))
+        .arg(format!("-nri-socket={}", nri_socket.display()))
         .arg(format!("-ginkgo.skip={}", NEEDS_THE_INTERNET.join("|")))
         .arg("-ginkgo.no-color")
         .arg(format!("-report-dir={}", report.path().display()))
         .current_dir(report.path());
     if let Focus::Only(regex, _) = focus {
-        cmd.arg(format!("-ginkgo.focus={regex}"));
+        // -v: a skipped spec says why, which the summary below keeps.
+        cmd.arg(format!("-ginkgo.focus={regex}")).arg("-ginkgo.v");
     }
     let out = run(&mut cmd);
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let summary = text
+    let mut summary = text
         .lines()
         .filter(|l| l.contains("Passed") && l.contains("Failed"))
         .collect::<Vec<_>>()
         .join("\n");
+    // Why a focused spec skipped (ginkgo -v prints the reason after `[SKIPPED]`).
+    if matches!(focus, Focus::Only(..)) {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("[SKIPPED]") && !l.contains("[SKIPPED] [") {
+                summary.push_str(&format!(
+                    "\n{}",
+                    lines[i..(i + 3).min(lines.len())].join(" / ")
+                ));
+            }
+        }
+    }
     assert!(
         out.status.success(),
         "critest failed ({summary}):\n{}",

@@ -121,8 +121,20 @@ pub async fn create(crust: Arc<Crust>, req: CreateContainerRequest) -> Result<St
             crust
                 .events
                 .emit_container(&crust, &rec, ContainerEventType::ContainerCreatedEvent);
+            let nri_ctr = crust
+                .nri
+                .get()
+                .map(|_| crate::nri::convert::container(&rec, None));
             let c = crust.containers.insert(rec);
-            watch(crust, c);
+            watch(crust.clone(), c);
+            if let Some(ctr) = nri_ctr {
+                crate::nri::convert::notify(
+                    &crust,
+                    crate::nri::api::Event::PostCreateContainer,
+                    crate::nri::convert::pod(&sb_rec),
+                    Some(ctr),
+                );
+            }
             Ok(id)
         }
         Err(e) => Err(roll_back(&crust, rec, &key, &id, e).await),
@@ -224,6 +236,15 @@ async fn roll_back(
     id: &str,
     e: Error,
 ) -> Error {
+    // Plugins told of its creation hear of its end (NRI's undo of a create).
+    if crust.nri.get().is_some_and(|n| n.was_created(id)) {
+        crate::nri::convert::notify(
+            crust,
+            crate::nri::api::Event::RemoveContainer,
+            crate::nri::convert::pod_id(&rec.sandbox_id),
+            Some(crate::nri::convert::container(&rec, None)),
+        );
+    }
     let c2 = crust.clone();
     let mut rec = rec;
     let undo = tokio::task::spawn_blocking(move || {
@@ -331,7 +352,7 @@ fn make(
     let cgroup_for_spec = spec_cgroup(crust, external.is_some(), &rec.cgroup);
     let hostname = pod_hostname(crust, sb, &sb_cfg);
     let t_cgroup = t0.elapsed();
-    let spec = spec::build(
+    let mut spec = spec::build(
         &spec_config(crust, cfg, cg.as_ref()),
         &SpecInput {
             id: &id,
@@ -348,6 +369,24 @@ fn make(
             apparmor,
         },
     )?;
+    // NRI's plugins see the container as its spec says, and may adjust it; it is not
+    // in the store until this create is done.
+    if crust.nri.get().is_some() {
+        let out = crate::nri::convert::wait_blocking(
+            crust,
+            crate::nri::api::Event::CreateContainer,
+            crate::nri::convert::pod(sb),
+            Some(crate::nri::convert::container(rec, Some(&spec))),
+        )?;
+        if let Some(a) = out.adjust {
+            let mut v = serde_json::to_value(&spec)
+                .map_err(|e| Error::Internal(format!("the spec of {id}: {e}")))?;
+            crate::nri::apply_to_spec(&mut v, &a);
+            spec = serde_json::from_value(v).map_err(|e| {
+                Error::InvalidArgument(format!("NRI adjustments of {id} make no valid spec: {e}"))
+            })?;
+        }
+    }
     write_spec(&bundle, &spec)?;
     failpoint!("create_container.after_spec");
     rec.user = spec.process().as_ref().map(|p| {

@@ -152,6 +152,12 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
     crust
         .events
         .emit_container(crust, rec, ContainerEventType::ContainerStoppedEvent);
+    crate::nri::convert::notify(
+        crust,
+        crate::nri::api::Event::StopContainer,
+        crate::nri::convert::pod_id(&rec.sandbox_id),
+        Some(crate::nri::convert::container(rec, None)),
+    );
 }
 
 /// Waits (without a thread) for the monitor to exit, reaps it, and refreshes the record.
@@ -206,6 +212,14 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
             rec.id, rec.state
         )));
     }
+    // NRI's plugins first: one that refuses fails the start (the container stays created).
+    crate::nri::convert::wait(
+        &crust,
+        crate::nri::api::Event::StartContainer,
+        crate::nri::convert::pod_id(&rec.sandbox_id),
+        Some(crate::nri::convert::container(&rec, None)),
+    )
+    .await?;
     // Taken before the gate opens: a process that exits at once must not have finished
     // before it started.
     let started_at = util::now_ns();
@@ -229,6 +243,12 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
     crust
         .events
         .emit_container(&crust, &rec, ContainerEventType::ContainerStartedEvent);
+    crate::nri::convert::notify(
+        &crust,
+        crate::nri::api::Event::PostStartContainer,
+        crate::nri::convert::pod_id(&rec.sandbox_id),
+        Some(crate::nri::convert::container(&rec, None)),
+    );
     Ok(())
 }
 
@@ -418,6 +438,12 @@ pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()
                 &rec.id,
                 &rec.sandbox_id,
                 ContainerEventType::ContainerDeletedEvent,
+            );
+            crate::nri::convert::notify(
+                &crust,
+                crate::nri::api::Event::RemoveContainer,
+                crate::nri::convert::pod_id(&rec.sandbox_id),
+                Some(crate::nri::convert::container(&rec, None)),
             );
             Ok(())
         }

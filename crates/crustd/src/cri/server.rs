@@ -54,6 +54,8 @@ pub async fn serve(crust: Crust) -> anyhow::Result<()> {
         crate::containers::recovery::watch_all(&crust);
         crate::sandboxes::liveness::watch_all(&crust);
     }
+    // After recovery: NRI's plugins are told of the pods and containers as they are.
+    crate::nri::convert::start(&crust)?;
     // Pods do not depend on it: without it, only Exec, Attach and PortForward fail.
     if let Err(e) = crate::streaming::server::start(crust.clone()).await {
         tracing::error!("{e:#}; Exec, Attach and PortForward will fail");

@@ -32,6 +32,8 @@ pub struct Config {
     /// `unconfined` is then refused, as on a host without AppArmor.
     pub disable_apparmor: bool,
     pub cgroup: CgroupConfig,
+    /// NRI plugins (crate::nri): off unless `enable`.
+    pub nri: crate::nri::NriConfig,
     pub cni: CniConfig,
     pub registry: RegistryConfig,
     /// Runtime handlers RunPodSandbox accepts besides the default ("" and "crust").
@@ -116,6 +118,7 @@ impl Default for Config {
             oom_score_adj: 0,
             disable_apparmor: false,
             cgroup: CgroupConfig::default(),
+            nri: Default::default(),
             cni: CniConfig::default(),
             registry: RegistryConfig::default(),
             runtime_handlers: vec![],
@@ -161,6 +164,8 @@ pub struct Overrides {
     pub cgroup_nested: bool,
     pub log_level: Option<String>,
     pub registry_config_dir: Option<PathBuf>,
+    /// `--nri`: NRI on, with the configuration's other `[nri]` keys.
+    pub nri: bool,
 }
 
 impl Config {
@@ -209,6 +214,9 @@ impl Config {
         }
         if let Some(v) = o.registry_config_dir {
             self.registry.config_dir = v;
+        }
+        if o.nri {
+            self.nri.enable = true;
         }
         self.validate()
     }

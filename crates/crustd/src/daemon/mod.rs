@@ -46,6 +46,8 @@ pub struct Crust {
     pub events: crate::containers::events::Events,
     /// The host's AppArmor: whether containers are confined, and crust's default profile.
     pub apparmor: std::sync::Arc<crate::containers::apparmor::AppArmor>,
+    /// NRI, once started (`serve`), when the configuration turns it on.
+    pub nri: std::sync::OnceLock<std::sync::Arc<crate::nri::Nri>>,
 }
 
 impl Crust {
@@ -173,6 +175,7 @@ impl Crust {
             streams: Default::default(),
             events: Default::default(),
             apparmor,
+            nri: Default::default(),
             cfg,
         })
     }

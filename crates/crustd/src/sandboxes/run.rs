@@ -198,6 +198,21 @@ fn create(
     write_pod_files(crust, cfg, rec)?;
     failpoint!("run_sandbox.after_pod_files");
 
+    // NRI's plugins hear of the pod last, before anyone else can see it (it is not in
+    // the store yet); one that refuses it fails the RunPodSandbox, which is rolled back.
+    if crust.nri.get().is_some() {
+        let pod = crate::nri::convert::pod(rec);
+        if let Err(e) = crate::nri::convert::wait_blocking(
+            crust,
+            crate::nri::api::Event::RunPodSandbox,
+            pod.clone(),
+            None,
+        ) {
+            crate::nri::convert::notify(crust, crate::nri::api::Event::RemovePodSandbox, pod, None);
+            return Err(e);
+        }
+    }
+
     rec.state = SandboxState::Ready;
     let t_files = t0.elapsed();
     // Not waited onto the disk (an fsync was 1.5 ms of the RPC): a daemon killed now

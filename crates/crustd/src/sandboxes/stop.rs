@@ -66,6 +66,26 @@ async fn with_sandbox(
     };
     let t_containers;
     let (containers_done, worked) = match containers {
+        Containers::Stop if crust.nri.get().is_some() && before == SandboxState::Ready => {
+            // With NRI, as containerd: the containers have ended before the plugins
+            // hear of the pod's stop, and the pod is torn down after (a plugin's error
+            // is only logged: the stop goes on).
+            crate::containers::lifecycle::kill_all(&crust, &sb.id).await;
+            t_containers = t0.elapsed();
+            let stopped = crate::containers::lifecycle::stop_all(crust.clone(), &sb.id).await;
+            if let Err(e) = crate::nri::convert::wait(
+                &crust,
+                crate::nri::api::Event::StopPodSandbox,
+                crate::nri::convert::pod(&rec),
+                None,
+            )
+            .await
+            {
+                tracing::warn!(sandbox = %id, error = %e, "NRI StopPodSandbox");
+            }
+            failpoint!("stop_sandbox.after_containers");
+            (stopped, run_work().await)
+        }
         Containers::Stop => {
             crate::containers::lifecycle::kill_all(&crust, &sb.id).await;
             t_containers = t0.elapsed();
@@ -127,6 +147,12 @@ pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
             if res.is_ok() {
                 c.store.remove(&rec.id);
                 c.store.release_name(&rec.name_key(), &rec.id);
+                crate::nri::convert::notify(
+                    c,
+                    crate::nri::api::Event::RemovePodSandbox,
+                    crate::nri::convert::pod(rec),
+                    None,
+                );
                 c.events.emit(
                     &rec.id,
                     &rec.id,

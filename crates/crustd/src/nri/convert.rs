@@ -1,0 +1,175 @@
+//! crustd's records as NRI's `PodSandbox` and `Container`, and the calls the CRI
+//! handlers make (each does nothing while NRI is off).
+
+use super::api::{self, Event};
+use super::Outcome;
+use crate::containers::store::{ContainerRecord, ContainerState};
+use crate::cri::error::{Error, Result};
+use crate::daemon::Crust;
+use crate::sandboxes::store::SandboxRecord;
+
+pub fn pod(rec: &SandboxRecord) -> api::PodSandbox {
+    api::PodSandbox {
+        id: rec.id.clone(),
+        name: rec.name.clone(),
+        uid: rec.uid.clone(),
+        namespace: rec.namespace.clone(),
+        labels: rec.labels.clone().into_iter().collect(),
+        annotations: rec.annotations.clone().into_iter().collect(),
+        runtime_handler: rec.runtime_handler.clone(),
+        linux: Some(api::LinuxPodSandbox {
+            cgroup_parent: String::new(),
+            cgroups_path: rec.cgroup.clone().unwrap_or_default(),
+            namespaces: rec
+                .pins
+                .iter()
+                .map(|(kind, path)| api::LinuxNamespace {
+                    r#type: match kind.as_str() {
+                        "net" => "network".into(),
+                        k => k.to_string(),
+                    },
+                    path: path.display().to_string(),
+                })
+                .collect(),
+        }),
+        pid: rec.pause.as_ref().map_or(0, |p| p.pid.max(0) as u32),
+        ips: rec.ips.clone(),
+    }
+}
+
+/// A pod known only by its id (NRI's queue fills in what the plugins were told of it).
+pub fn pod_id(id: &str) -> api::PodSandbox {
+    api::PodSandbox {
+        id: id.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The container; its process (args, env, mounts) from `spec` when there is one.
+pub fn container(rec: &ContainerRecord, spec: Option<&oci_spec::runtime::Spec>) -> api::Container {
+    let mut c = api::Container {
+        id: rec.id.clone(),
+        pod_sandbox_id: rec.sandbox_id.clone(),
+        name: rec.name.clone(),
+        state: match rec.state {
+            ContainerState::Running => api::state::RUNNING,
+            ContainerState::Exited => api::state::STOPPED,
+            _ => api::state::CREATED,
+        },
+        labels: rec.labels.clone().into_iter().collect(),
+        annotations: rec.annotations.clone().into_iter().collect(),
+        pid: rec.pid.max(0) as u32,
+        created_at: rec.created_at,
+        started_at: rec.started_at,
+        finished_at: rec.finished_at,
+        exit_code: rec.exit_code,
+        status_reason: rec.reason.clone(),
+        status_message: rec.message.clone(),
+        ..Default::default()
+    };
+    if let Some(spec) = spec {
+        if let Some(p) = spec.process() {
+            c.args = p.args().clone().unwrap_or_default();
+            c.env = p.env().clone().unwrap_or_default();
+        }
+        c.mounts = spec
+            .mounts()
+            .iter()
+            .flatten()
+            .map(|m| api::Mount {
+                destination: m.destination().display().to_string(),
+                r#type: m.typ().clone().unwrap_or_default(),
+                source: m
+                    .source()
+                    .as_ref()
+                    .map(|s| s.display().to_string())
+                    .unwrap_or_default(),
+                options: m.options().clone().unwrap_or_default(),
+            })
+            .collect();
+        if let Some(a) = spec.annotations() {
+            c.annotations.extend(a.clone());
+        }
+    }
+    c
+}
+
+/// An NRI event the operation waits for; a plugin's error fails it.
+pub fn wait_blocking(
+    crust: &Crust,
+    ev: Event,
+    pod: api::PodSandbox,
+    container: Option<api::Container>,
+) -> Result<Outcome> {
+    let Some(nri) = crust.nri.get() else {
+        return Ok(Outcome::default());
+    };
+    tokio::runtime::Handle::current()
+        .block_on(nri.emit(ev, pod, container, None))
+        .map_err(Error::FailedPrecondition)
+}
+
+/// [`wait_blocking`] from async code.
+pub async fn wait(
+    crust: &Crust,
+    ev: Event,
+    pod: api::PodSandbox,
+    container: Option<api::Container>,
+) -> Result<Outcome> {
+    let Some(nri) = crust.nri.get() else {
+        return Ok(Outcome::default());
+    };
+    nri.emit(ev, pod, container, None)
+        .await
+        .map_err(Error::FailedPrecondition)
+}
+
+/// An NRI event nobody waits for.
+pub fn notify(crust: &Crust, ev: Event, pod: api::PodSandbox, container: Option<api::Container>) {
+    if let Some(nri) = crust.nri.get() {
+        let (kind, id) = match &container {
+            Some(c) => ('c', c.id.clone()),
+            None => ('p', pod.id.clone()),
+        };
+        let removal = matches!(ev, Event::RemoveContainer | Event::RemovePodSandbox);
+        nri.notify(ev, pod, container);
+        if removal {
+            nri.removed(kind, &id);
+        }
+    }
+}
+
+/// Starts NRI when the configuration asks, with crustd's pods and containers as they
+/// are after recovery.
+pub fn start(crust: &std::sync::Arc<Crust>) -> anyhow::Result<()> {
+    if !crust.cfg.nri.enable {
+        return Ok(());
+    }
+    let pods: Vec<api::PodSandbox> = crust
+        .store
+        .list()
+        .iter()
+        .filter_map(|sb| sb.rec.try_lock().map(|r| pod(&r)))
+        .collect();
+    let containers: Vec<api::Container> = crust
+        .containers
+        .list()
+        .iter()
+        .filter_map(|c| c.rec.try_lock().map(|r| container(&r, None)))
+        .collect();
+    let nri = super::Nri::start(crust.cfg.nri.clone(), pods, containers)?;
+    let c = std::sync::Arc::downgrade(crust);
+    nri.set_updater(std::sync::Arc::new(move |id, res| {
+        let c = c.clone();
+        Box::pin(async move {
+            let Some(crust) = c.upgrade() else {
+                return Err("crustd is stopping".to_string());
+            };
+            crate::containers::update::apply_nri(crust, &id, &res)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }));
+    let _ = crust.nri.set(nri);
+    Ok(())
+}
