@@ -396,9 +396,33 @@ pub struct ContainerAdjustment {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
+pub struct LinuxDevice {
+    #[prost(string, tag = "1")]
+    pub path: String,
+    #[prost(string, tag = "2")]
+    pub r#type: String,
+    #[prost(int64, tag = "3")]
+    pub major: i64,
+    #[prost(int64, tag = "4")]
+    pub minor: i64,
+    #[prost(message, optional, tag = "5")]
+    pub file_mode: Option<OptionalUInt32>,
+    #[prost(message, optional, tag = "6")]
+    pub uid: Option<OptionalUInt32>,
+    #[prost(message, optional, tag = "7")]
+    pub gid: Option<OptionalUInt32>,
+}
+
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct OptionalUInt32 {
+    #[prost(uint32, tag = "1")]
+    pub value: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
 pub struct LinuxContainerAdjustment {
-    #[prost(bytes = "vec", repeated, tag = "1")]
-    pub devices: Vec<Vec<u8>>,
+    #[prost(message, repeated, tag = "1")]
+    pub devices: Vec<LinuxDevice>,
     #[prost(message, optional, tag = "2")]
     pub resources: Option<LinuxResources>,
     #[prost(string, tag = "3")]

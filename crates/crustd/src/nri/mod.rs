@@ -33,8 +33,8 @@
 //! Adjustments applied at CreateContainer (merged over the plugins in order, each
 //! seeing the container as the ones before left it; two plugins setting the same key
 //! fail the create, as NRI's ownership rules say): annotations, environment, mounts,
-//! args, `oom_score_adj`, and the CPU, memory, pids and unified cgroup resources. Hooks,
-//! devices, rlimits, CDI devices, the cgroups path and the newer Linux fields are
+//! args, devices, `oom_score_adj`, and the CPU, memory, pids and unified cgroup
+//! resources. Hooks, rlimits, CDI devices, the cgroups path and the newer Linux fields are
 //! refused by name (crust's executor runs no OCI hooks).
 
 pub use nri::{api, wire};
@@ -830,6 +830,11 @@ impl Merge {
             if l.oom_score_adj.is_some() {
                 claims.push("OomScoreAdj ".into());
             }
+            claims.extend(
+                l.devices
+                    .iter()
+                    .map(|d| format!("Devices {}", d.path.trim_start_matches('-'))),
+            );
             if let Some(r) = &l.resources {
                 claims.extend(resource_fields(r));
             }
@@ -849,6 +854,7 @@ impl Merge {
             if l.oom_score_adj.is_some() {
                 ml.oom_score_adj = l.oom_score_adj;
             }
+            ml.devices.extend(l.devices.clone());
             if let Some(r) = &l.resources {
                 merge_resources(ml.resources.get_or_insert_with(Default::default), r);
             }
@@ -943,9 +949,6 @@ fn refuse_unsupported(a: &ContainerAdjustment) -> Result<(), String> {
         no.push("CDI devices");
     }
     if let Some(l) = &a.linux {
-        if !l.devices.is_empty() {
-            no.push("devices");
-        }
         if !l.cgroups_path.is_empty() {
             no.push("the cgroups path");
         }
@@ -1094,6 +1097,32 @@ pub fn apply_to_spec(spec: &mut serde_json::Value, a: &ContainerAdjustment) {
         if let Some(o) = l.oom_score_adj {
             spec["process"]["oomScoreAdj"] = json!(o.value);
         }
+        if !l.devices.is_empty() {
+            let mut devices = spec["linux"]["devices"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for d in &l.devices {
+                let path = d.path.trim_start_matches('-');
+                devices.retain(|x| x["path"] != path);
+                if !d.path.starts_with('-') {
+                    let mut v = json!({
+                        "path": d.path, "type": d.r#type, "major": d.major, "minor": d.minor,
+                    });
+                    if let Some(m) = d.file_mode {
+                        v["fileMode"] = json!(m.value);
+                    }
+                    if let Some(u) = d.uid {
+                        v["uid"] = json!(u.value);
+                    }
+                    if let Some(g) = d.gid {
+                        v["gid"] = json!(g.value);
+                    }
+                    devices.push(v);
+                }
+            }
+            spec["linux"]["devices"] = json!(devices);
+        }
         if let Some(r) = &l.resources {
             let res = &mut spec["linux"]["resources"];
             if let Some(m) = &r.memory {
@@ -1171,6 +1200,14 @@ mod tests {
             args: vec!["".into(), "sleep".into(), "1".into()],
             linux: Some(LinuxContainerAdjustment {
                 oom_score_adj: Some(OptionalInt { value: 500 }),
+                devices: vec![LinuxDevice {
+                    path: "/dev/fuse".into(),
+                    r#type: "c".into(),
+                    major: 10,
+                    minor: 229,
+                    file_mode: Some(OptionalUInt32 { value: 0o666 }),
+                    ..Default::default()
+                }],
                 resources: Some(LinuxResources {
                     memory: Some(LinuxMemory {
                         limit: Some(OptionalInt64 { value: 64 << 20 }),
@@ -1213,6 +1250,10 @@ mod tests {
         assert_eq!(spec["process"]["oomScoreAdj"], 500);
         assert_eq!(spec["linux"]["resources"]["memory"]["limit"], 64 << 20);
         assert_eq!(
+            spec["linux"]["devices"],
+            serde_json::json!([{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229, "fileMode": 0o666}])
+        );
+        assert_eq!(
             spec["annotations"],
             serde_json::json!({"keep": "1", "x": "1"})
         );
@@ -1237,7 +1278,6 @@ mod tests {
         let a = ContainerAdjustment {
             hooks: Some(vec![0x0a, 0x00]),
             linux: Some(LinuxContainerAdjustment {
-                devices: vec![vec![0x0a, 0x01, b'/']],
                 cgroups_path: "/x".into(),
                 ..Default::default()
             }),
@@ -1246,7 +1286,7 @@ mod tests {
         let e = Merge::default().add("10-a", &a).unwrap_err();
         let CallError::Status(_, m) = e else { panic!() };
         assert!(
-            m.contains("OCI hooks") && m.contains("devices") && m.contains("the cgroups path"),
+            m.contains("OCI hooks") && m.contains("the cgroups path"),
             "{m}"
         );
         // Decoded from the wire, unknown to crust's structs or not, a hook is seen.
