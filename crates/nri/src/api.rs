@@ -387,12 +387,23 @@ pub struct ContainerAdjustment {
     pub hooks: Option<Vec<u8>>,
     #[prost(message, optional, tag = "6")]
     pub linux: Option<LinuxContainerAdjustment>,
-    #[prost(bytes = "vec", repeated, tag = "7")]
-    pub rlimits: Vec<Vec<u8>>,
+    #[prost(message, repeated, tag = "7")]
+    pub rlimits: Vec<PosixRlimit>,
     #[prost(bytes = "vec", repeated, tag = "8")]
     pub cdi_devices: Vec<Vec<u8>>,
     #[prost(string, repeated, tag = "9")]
     pub args: Vec<String>,
+}
+
+/// `POSIXRlimit`: `RLIMIT_NOFILE` and the like.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PosixRlimit {
+    #[prost(string, tag = "1")]
+    pub r#type: String,
+    #[prost(uint64, tag = "2")]
+    pub hard: u64,
+    #[prost(uint64, tag = "3")]
+    pub soft: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -33,8 +33,8 @@
 //! Adjustments applied at CreateContainer (merged over the plugins in order, each
 //! seeing the container as the ones before left it; two plugins setting the same key
 //! fail the create, as NRI's ownership rules say): annotations, environment, mounts,
-//! args, devices, `oom_score_adj`, and the CPU, memory, pids and unified cgroup
-//! resources. Hooks, rlimits, CDI devices, the cgroups path and the newer Linux fields are
+//! args, devices, rlimits, `oom_score_adj`, and the CPU, memory, pids and unified
+//! cgroup resources. Hooks, CDI devices, the cgroups path and the newer Linux fields are
 //! refused by name (crust's executor runs no OCI hooks).
 
 pub use nri::{api, wire};
@@ -826,6 +826,7 @@ impl Merge {
         if !a.args.is_empty() {
             claims.push("Args ".into());
         }
+        claims.extend(a.rlimits.iter().map(|r| format!("Rlimits {}", r.r#type)));
         if let Some(l) = &a.linux {
             if l.oom_score_adj.is_some() {
                 claims.push("OomScoreAdj ".into());
@@ -849,6 +850,7 @@ impl Merge {
         if !a.args.is_empty() {
             m.args = a.args.clone();
         }
+        m.rlimits.extend(a.rlimits.clone());
         if let Some(l) = &a.linux {
             let ml = m.linux.get_or_insert_with(Default::default);
             if l.oom_score_adj.is_some() {
@@ -941,9 +943,6 @@ fn refuse_unsupported(a: &ContainerAdjustment) -> Result<(), String> {
     let mut no = vec![];
     if a.hooks.as_ref().is_some_and(|h| !h.is_empty()) {
         no.push("OCI hooks");
-    }
-    if !a.rlimits.is_empty() {
-        no.push("rlimits");
     }
     if !a.cdi_devices.is_empty() {
         no.push("CDI devices");
@@ -1093,6 +1092,17 @@ pub fn apply_to_spec(spec: &mut serde_json::Value, a: &ContainerAdjustment) {
         };
         spec["process"]["args"] = json!(args);
     }
+    if !a.rlimits.is_empty() {
+        let mut rl = spec["process"]["rlimits"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for r in &a.rlimits {
+            rl.retain(|x| x["type"] != r.r#type.as_str());
+            rl.push(json!({"type": r.r#type, "hard": r.hard, "soft": r.soft}));
+        }
+        spec["process"]["rlimits"] = json!(rl);
+    }
     if let Some(l) = &a.linux {
         if let Some(o) = l.oom_score_adj {
             spec["process"]["oomScoreAdj"] = json!(o.value);
@@ -1197,6 +1207,11 @@ mod tests {
         };
         let b = ContainerAdjustment {
             env: vec![env("B", "2")],
+            rlimits: vec![PosixRlimit {
+                r#type: "RLIMIT_NOFILE".into(),
+                hard: 4096,
+                soft: 1024,
+            }],
             args: vec!["".into(), "sleep".into(), "1".into()],
             linux: Some(LinuxContainerAdjustment {
                 oom_score_adj: Some(OptionalInt { value: 500 }),
@@ -1248,6 +1263,10 @@ mod tests {
         );
         assert_eq!(spec["process"]["args"], serde_json::json!(["sleep", "1"]));
         assert_eq!(spec["process"]["oomScoreAdj"], 500);
+        assert_eq!(
+            spec["process"]["rlimits"],
+            serde_json::json!([{"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 1024}])
+        );
         assert_eq!(spec["linux"]["resources"]["memory"]["limit"], 64 << 20);
         assert_eq!(
             spec["linux"]["devices"],
