@@ -95,21 +95,6 @@ pub fn container(rec: &ContainerRecord, spec: Option<&oci_spec::runtime::Spec>) 
 }
 
 /// An NRI event the operation waits for; a plugin's error fails it.
-pub fn wait_blocking(
-    crust: &Crust,
-    ev: Event,
-    pod: api::PodSandbox,
-    container: Option<api::Container>,
-) -> Result<Outcome> {
-    let Some(nri) = crust.nri.get() else {
-        return Ok(Outcome::default());
-    };
-    tokio::runtime::Handle::current()
-        .block_on(nri.emit(ev, pod, container, None))
-        .map_err(Error::FailedPrecondition)
-}
-
-/// [`wait_blocking`] from async code.
 pub async fn wait(
     crust: &Crust,
     ev: Event,
@@ -122,6 +107,19 @@ pub async fn wait(
     nri.emit(ev, pod, container, None)
         .await
         .map_err(Error::FailedPrecondition)
+}
+
+/// [`wait`] from a blocking task (RunPodSandbox's and CreateContainer's work).
+pub fn wait_blocking(
+    crust: &Crust,
+    ev: Event,
+    pod: api::PodSandbox,
+    container: Option<api::Container>,
+) -> Result<Outcome> {
+    if crust.nri.get().is_none() {
+        return Ok(Outcome::default());
+    }
+    tokio::runtime::Handle::current().block_on(wait(crust, ev, pod, container))
 }
 
 /// An NRI event nobody waits for.
