@@ -83,18 +83,15 @@ async fn with_sandbox(
             {
                 tracing::warn!(sandbox = %id, error = %e, "NRI StopPodSandbox");
             }
-            failpoint!("stop_sandbox.after_containers");
             (stopped, run_work().await)
         }
         Containers::Stop => {
             crate::containers::lifecycle::kill_all(&crust, &sb.id).await;
             t_containers = t0.elapsed();
-            let (stopped, worked) = tokio::join!(
+            tokio::join!(
                 crate::containers::lifecycle::stop_all(crust.clone(), &sb.id),
                 run_work()
-            );
-            failpoint!("stop_sandbox.after_containers");
-            (stopped, worked)
+            )
         }
         Containers::Remove => {
             crate::containers::lifecycle::remove_all(crust.clone(), &sb.id).await?;
@@ -103,6 +100,9 @@ async fn with_sandbox(
             (Ok(()), run_work().await)
         }
     };
+    if matches!(containers, Containers::Stop) {
+        failpoint!("stop_sandbox.after_containers");
+    }
     let (copy, res) = worked.map_err(Error::internal)?;
     let res = containers_done.and(res);
     let t_work = t0.elapsed();
