@@ -6,6 +6,13 @@
 #[path = "../../crates/crustd/src/daemon/config.rs"]
 mod config;
 
+/// `crate::nri::NriConfig`, which the config names, without the rest of NRI.
+#[path = "../../crates/crustd/src/nri/config.rs"]
+mod nri_config;
+mod nri {
+    pub use super::nri_config::NriConfig;
+}
+
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

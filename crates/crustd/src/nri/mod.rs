@@ -37,51 +37,20 @@
 //! cgroup resources. Hooks, CDI devices, the cgroups path and the newer Linux fields are
 //! refused by name (crust's executor runs no OCI hooks).
 
-pub use nri::{api, wire};
+mod config;
 pub mod convert;
+pub use config::NriConfig;
+pub use nri::{api, wire};
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use api::*;
 use wire::{CallError, Conn};
-
-/// `[nri]` in crustd's configuration; containerd's keys and defaults.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct NriConfig {
-    /// Off by default, as containerd 1.7's.
-    pub enable: bool,
-    pub socket_path: PathBuf,
-    /// Pre-installed plugins, started by crustd: executables named `NN-name`.
-    pub plugin_path: PathBuf,
-    /// `NN-name.conf` or `name.conf`: a pre-installed plugin's configuration.
-    pub plugin_config_path: PathBuf,
-    pub plugin_registration_timeout_ms: u64,
-    pub plugin_request_timeout_ms: u64,
-    /// Only the pre-installed plugins: no socket.
-    pub disable_connections: bool,
-}
-
-impl Default for NriConfig {
-    fn default() -> Self {
-        NriConfig {
-            enable: false,
-            socket_path: "/var/run/nri/nri.sock".into(),
-            plugin_path: "/opt/nri/plugins".into(),
-            plugin_config_path: "/etc/nri/conf.d".into(),
-            plugin_registration_timeout_ms: 5000,
-            plugin_request_timeout_ms: 2000,
-            disable_connections: false,
-        }
-    }
-}
 
 /// How long a new plugin's Synchronize may take: longer than a request, since it
 /// carries every pod and container and a plugin may set itself up in it.
