@@ -202,24 +202,26 @@ pub fn busybox_layout(dir: &Path, image_name: &str) {
 /// applets, symlinks): `/bin/busybox` with [`APPLETS`], `/etc/passwd` and `/etc/group`,
 /// `/data` and `/tmp`.
 pub fn busybox_layer() -> LayerBuilder {
+    busybox_base(
+        b"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+        b"root:x:0:\nuser:x:1000:\nextra:x:2000:user\n",
+        APPLETS,
+    )
+    .dir("data", 0o755)
+}
+
+/// The node's static busybox as a layer: `/bin/busybox` with `applets` linked to it,
+/// `/etc/passwd` and `/etc/group` as given, and `/tmp`.
+pub fn busybox_base(passwd: &[u8], group: &[u8], applets: &[&str]) -> LayerBuilder {
     let bb = which("busybox").expect("busybox");
     let mut l = LayerBuilder::new()
         .dir("bin", 0o755)
         .file_from("bin/busybox", &bb, 0o755)
         .dir("etc", 0o755)
-        .file(
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
-            0o644,
-        )
-        .file(
-            "etc/group",
-            b"root:x:0:\nuser:x:1000:\nextra:x:2000:user\n",
-            0o644,
-        )
-        .dir("data", 0o755)
+        .file("etc/passwd", passwd, 0o644)
+        .file("etc/group", group, 0o644)
         .dir("tmp", 0o1777);
-    for a in APPLETS {
+    for a in applets {
         l = l.symlink(&format!("bin/{a}"), "busybox");
     }
     l

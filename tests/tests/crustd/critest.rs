@@ -287,24 +287,14 @@ fn push_images(d: &Crustd, layout: &Path, registry: &str, words: &[&str]) {
 /// `test-image-predefined-group` with `default-user` (1000:1000) in
 /// `group-defined-in-image` (50000); `hostnet-nginx-amd64` serving `/` on port 12003.
 fn push_cri_tools_images(d: &Crustd, registry: &str) {
-    let bb = crust_e2e::which("busybox").expect("busybox");
-    let mut base = LayerBuilder::new()
-        .dir("bin", 0o755)
-        .file_from("bin/busybox", &bb, 0o755)
-        .dir("etc", 0o755)
-        .file(
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/sh\n",
-            0o644,
-        )
-        .file("etc/group", b"root:x:0:\nwww-data:x:33:\n", 0o644)
-        .dir("tmp", 0o1777);
-    for a in [
-        "sh", "ls", "top", "touch", "id", "sleep", "cat", "echo", "true", "httpd", "mkdir",
-    ] {
-        base = base.symlink(&format!("bin/{a}"), "busybox");
-    }
-    let base = base.finish();
+    let base = crust_e2e::cri::busybox_base(
+        b"root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/sh\n",
+        b"root:x:0:\nwww-data:x:33:\n",
+        &[
+            "sh", "ls", "top", "touch", "id", "sleep", "cat", "echo", "true", "httpd", "mkdir",
+        ],
+    )
+    .finish();
     let image = |extra: Option<LayerBuilder>, user: &str, cmd: &[&str]| {
         let mut layers = vec![(base.clone(), Compression::Gzip)];
         if let Some(l) = extra {

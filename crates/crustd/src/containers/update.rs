@@ -18,18 +18,19 @@ pub async fn update_resources(
 ) -> Result<()> {
     // NRI plugins hear of it first (and may refuse it), then after it is done.
     let nri = match crust.nri.get() {
-        Some(_) => {
+        Some(nri) => {
             let c = crust.containers.get(id)?;
             let rec = c.rec.lock().await.clone();
             let pod = crate::nri::convert::pod_id(&rec.sandbox_id);
             let ctr = crate::nri::convert::container(&rec, None);
-            crate::nri::convert::wait(
-                &crust,
+            nri.emit(
                 crate::nri::api::Event::UpdateContainer,
                 pod.clone(),
                 Some(ctr.clone()),
+                r.as_ref().map(crate::nri::convert::resources),
             )
-            .await?;
+            .await
+            .map_err(Error::FailedPrecondition)?;
             Some((pod, ctr))
         }
         None => None,

@@ -45,6 +45,27 @@ pub fn pod_id(id: &str) -> api::PodSandbox {
     }
 }
 
+/// CRI resources as NRI's (UpdateContainer tells the plugins the new ones).
+pub fn resources(r: &cri_api::LinuxContainerResources) -> api::LinuxResources {
+    let some_i = |v: i64| (v != 0).then_some(api::OptionalInt64 { value: v });
+    let some_u = |v: i64| (v > 0).then_some(api::OptionalUInt64 { value: v as u64 });
+    api::LinuxResources {
+        memory: Some(api::LinuxMemory {
+            limit: some_i(r.memory_limit_in_bytes),
+            swap: some_i(r.memory_swap_limit_in_bytes),
+        }),
+        cpu: Some(api::LinuxCpu {
+            shares: some_u(r.cpu_shares),
+            quota: some_i(r.cpu_quota),
+            period: some_u(r.cpu_period),
+            cpus: r.cpuset_cpus.clone(),
+            mems: r.cpuset_mems.clone(),
+        }),
+        unified: r.unified.clone().into_iter().collect(),
+        ..Default::default()
+    }
+}
+
 /// The container; its process (args, env, mounts) from `spec` when there is one.
 pub fn container(rec: &ContainerRecord, spec: Option<&oci_spec::runtime::Spec>) -> api::Container {
     let mut c = api::Container {
@@ -170,4 +191,29 @@ pub fn start(crust: &std::sync::Arc<Crust>) -> anyhow::Result<()> {
     }));
     let _ = crust.nri.set(nri);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cri_resources_as_nri_leave_unset_what_the_request_did_not_set() {
+        let r = cri_api::LinuxContainerResources {
+            memory_limit_in_bytes: 64 << 20,
+            cpu_quota: 50_000,
+            cpu_period: 100_000,
+            cpuset_cpus: "0-1".into(),
+            ..Default::default()
+        };
+        let n = super::resources(&r);
+        let m = n.memory.unwrap();
+        assert_eq!(m.limit.unwrap().value, 64 << 20);
+        assert!(m.swap.is_none());
+        let c = n.cpu.unwrap();
+        assert_eq!(
+            (c.quota.unwrap().value, c.period.unwrap().value),
+            (50_000, 100_000)
+        );
+        assert!(c.shares.is_none());
+        assert_eq!(c.cpus, "0-1");
+    }
 }

@@ -282,13 +282,6 @@ impl Nri {
         }
     }
 
-    /// Forgets the ids of a pod or container removed (the Stop/Remove bookkeeping).
-    fn forget(&self, key: &str) {
-        let mut s = self.stopped.lock();
-        s.remove(key);
-        s.remove(&format!("{key}/removed"));
-    }
-
     /// One plugin's connection, external (`child` None) or pre-installed (its
     /// process, and the name and index its file gives).
     async fn serve<S>(
@@ -523,7 +516,7 @@ fn spawn_plugin(
     name: &str,
 ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
-    use std::os::fd::{AsRawFd, IntoRawFd};
+    use std::os::fd::IntoRawFd;
     let fd = theirs.into_raw_fd();
     let mut cmd = tokio::process::Command::new(path);
     cmd.env_clear()
@@ -546,7 +539,6 @@ fn spawn_plugin(
     unsafe { libc::close(fd) };
     let child = child?;
     ours.set_nonblocking(true)?;
-    let _ = ours.as_raw_fd();
     Ok((child, tokio::net::UnixStream::from_std(ours)?))
 }
 
@@ -599,7 +591,7 @@ async fn worker(cfg: NriConfig, mut rx: mpsc::UnboundedReceiver<Job>, mut known:
                 }
                 let r = dispatch(&plugins, timeout, ev, &pod, container.clone(), resources).await;
                 if r.is_ok() {
-                    learn(&mut known, ev, &pod, container.as_ref(), r.as_ref().ok());
+                    learn(&mut known, ev, &pod, container.as_ref());
                 }
                 if let Some(tx) = reply {
                     let _ = tx.send(r);
@@ -610,13 +602,7 @@ async fn worker(cfg: NriConfig, mut rx: mpsc::UnboundedReceiver<Job>, mut known:
 }
 
 /// Keeps the picture a new plugin's Synchronize gets up to date with an event.
-fn learn(
-    known: &mut Known,
-    ev: Event,
-    pod: &PodSandbox,
-    c: Option<&Container>,
-    _o: Option<&Outcome>,
-) {
+fn learn(known: &mut Known, ev: Event, pod: &PodSandbox, c: Option<&Container>) {
     match (ev, c) {
         (Event::RunPodSandbox, _) => {
             known.pods.insert(pod.id.clone(), pod.clone());
@@ -978,14 +964,7 @@ fn apply_to_container(c: &mut Container, a: &ContainerAdjustment) {
             }
         }
     }
-    for kv in &a.env {
-        let name = kv.key.trim_start_matches('-');
-        c.env
-            .retain(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) != name);
-        if !kv.key.starts_with('-') {
-            c.env.push(format!("{}={}", kv.key, kv.value));
-        }
-    }
+    adjust_env(&mut c.env, &a.env);
     for m in &a.mounts {
         let dest = m.destination.trim_start_matches('-');
         c.mounts.retain(|x| x.destination != dest);
@@ -993,13 +972,28 @@ fn apply_to_container(c: &mut Container, a: &ContainerAdjustment) {
             c.mounts.push(m.clone());
         }
     }
-    if !a.args.is_empty() {
-        let args: Vec<String> = if a.args[0].is_empty() {
-            a.args[1..].to_vec()
-        } else {
-            a.args.clone()
-        };
+    if let Some(args) = adjusted_args(a) {
         c.args = args;
+    }
+}
+
+/// `NAME=value` entries with an adjustment's variables set (`-NAME`: taken out).
+fn adjust_env(env: &mut Vec<String>, kvs: &[KeyValue]) {
+    for kv in kvs {
+        let name = kv.key.trim_start_matches('-');
+        env.retain(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) != name);
+        if !kv.key.starts_with('-') {
+            env.push(format!("{}={}", kv.key, kv.value));
+        }
+    }
+}
+
+/// The args an adjustment sets, if any (a first `""` only marks "replace all").
+fn adjusted_args(a: &ContainerAdjustment) -> Option<Vec<String>> {
+    match a.args.split_first() {
+        None => None,
+        Some((first, rest)) if first.is_empty() => Some(rest.to_vec()),
+        Some(_) => Some(a.args.clone()),
     }
 }
 
@@ -1028,13 +1022,7 @@ pub fn apply_to_spec(spec: &mut serde_json::Value, a: &ContainerAdjustment) {
                     .collect()
             })
             .unwrap_or_default();
-        for kv in &a.env {
-            let name = kv.key.trim_start_matches('-');
-            env.retain(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) != name);
-            if !kv.key.starts_with('-') {
-                env.push(format!("{}={}", kv.key, kv.value));
-            }
-        }
+        adjust_env(&mut env, &a.env);
         spec["process"]["env"] = json!(env);
     }
     if !a.mounts.is_empty() {
@@ -1053,12 +1041,7 @@ pub fn apply_to_spec(spec: &mut serde_json::Value, a: &ContainerAdjustment) {
         }
         spec["mounts"] = json!(mounts);
     }
-    if !a.args.is_empty() {
-        let args: Vec<String> = if a.args[0].is_empty() {
-            a.args[1..].to_vec()
-        } else {
-            a.args.clone()
-        };
+    if let Some(args) = adjusted_args(a) {
         spec["process"]["args"] = json!(args);
     }
     if !a.rlimits.is_empty() {
@@ -1143,7 +1126,11 @@ impl Nri {
     /// After a RemovePodSandbox or RemoveContainer: its bookkeeping goes (ids are
     /// never reused, so this only keeps the set small).
     pub fn removed(&self, kind: char, id: &str) {
-        self.forget(&format!("{kind}/{id}"));
+        let key = format!("{kind}/{id}");
+        let mut stopped = self.stopped.lock();
+        stopped.remove(&key);
+        stopped.remove(&format!("{key}/removed"));
+        drop(stopped);
         if kind == 'c' {
             self.created.lock().remove(id);
         }
