@@ -238,12 +238,7 @@ async fn roll_back(
 ) -> Error {
     // Plugins told of its creation hear of its end (NRI's undo of a create).
     if crust.nri.get().is_some_and(|n| n.was_created(id)) {
-        crate::nri::convert::notify(
-            crust,
-            crate::nri::api::Event::RemoveContainer,
-            crate::nri::convert::pod_id(&rec.sandbox_id),
-            Some(crate::nri::convert::container(&rec, None)),
-        );
+        crate::nri::convert::notify_container(crust, crate::nri::api::Event::RemoveContainer, &rec);
     }
     let c2 = crust.clone();
     let mut rec = rec;

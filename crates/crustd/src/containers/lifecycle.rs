@@ -152,12 +152,7 @@ pub fn refresh(crust: &Crust, rec: &mut ContainerRecord) {
     crust
         .events
         .emit_container(crust, rec, ContainerEventType::ContainerStoppedEvent);
-    crate::nri::convert::notify(
-        crust,
-        crate::nri::api::Event::StopContainer,
-        crate::nri::convert::pod_id(&rec.sandbox_id),
-        Some(crate::nri::convert::container(rec, None)),
-    );
+    crate::nri::convert::notify_container(crust, crate::nri::api::Event::StopContainer, rec);
 }
 
 /// Waits (without a thread) for the monitor to exit, reaps it, and refreshes the record.
@@ -213,13 +208,8 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
         )));
     }
     // NRI's plugins first: one that refuses fails the start (the container stays created).
-    crate::nri::convert::wait(
-        &crust,
-        crate::nri::api::Event::StartContainer,
-        crate::nri::convert::pod_id(&rec.sandbox_id),
-        Some(crate::nri::convert::container(&rec, None)),
-    )
-    .await?;
+    crate::nri::convert::wait_container(&crust, crate::nri::api::Event::StartContainer, &rec)
+        .await?;
     // Taken before the gate opens: a process that exits at once must not have finished
     // before it started.
     let started_at = util::now_ns();
@@ -243,12 +233,7 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
     crust
         .events
         .emit_container(&crust, &rec, ContainerEventType::ContainerStartedEvent);
-    crate::nri::convert::notify(
-        &crust,
-        crate::nri::api::Event::PostStartContainer,
-        crate::nri::convert::pod_id(&rec.sandbox_id),
-        Some(crate::nri::convert::container(&rec, None)),
-    );
+    crate::nri::convert::notify_container(&crust, crate::nri::api::Event::PostStartContainer, &rec);
     Ok(())
 }
 
@@ -439,11 +424,10 @@ pub async fn remove_container(crust: Arc<Crust>, c: Arc<Container>) -> Result<()
                 &rec.sandbox_id,
                 ContainerEventType::ContainerDeletedEvent,
             );
-            crate::nri::convert::notify(
+            crate::nri::convert::notify_container(
                 &crust,
                 crate::nri::api::Event::RemoveContainer,
-                crate::nri::convert::pod_id(&rec.sandbox_id),
-                Some(crate::nri::convert::container(&rec, None)),
+                &rec,
             );
             Ok(())
         }

@@ -158,6 +158,39 @@ pub fn notify(crust: &Crust, ev: Event, pod: api::PodSandbox, container: Option<
     }
 }
 
+/// A container event nobody waits for; nothing is built while NRI is off.
+pub fn notify_container(crust: &Crust, ev: Event, rec: &ContainerRecord) {
+    if crust.nri.get().is_some() {
+        notify(
+            crust,
+            ev,
+            pod_id(&rec.sandbox_id),
+            Some(container(rec, None)),
+        );
+    }
+}
+
+/// A container event the operation waits for; nothing is built while NRI is off.
+pub async fn wait_container(crust: &Crust, ev: Event, rec: &ContainerRecord) -> Result<Outcome> {
+    if crust.nri.get().is_none() {
+        return Ok(Outcome::default());
+    }
+    wait(
+        crust,
+        ev,
+        pod_id(&rec.sandbox_id),
+        Some(container(rec, None)),
+    )
+    .await
+}
+
+/// A pod event nobody waits for; nothing is built while NRI is off.
+pub fn notify_pod(crust: &Crust, ev: Event, rec: &SandboxRecord) {
+    if crust.nri.get().is_some() {
+        notify(crust, ev, pod(rec), None);
+    }
+}
+
 /// Starts NRI when the configuration asks, with crustd's pods and containers as they
 /// are after recovery.
 pub fn start(crust: &std::sync::Arc<Crust>) -> anyhow::Result<()> {

@@ -147,12 +147,7 @@ pub async fn remove(crust: Arc<Crust>, id: &str) -> Result<()> {
             if res.is_ok() {
                 c.store.remove(&rec.id);
                 c.store.release_name(&rec.name_key(), &rec.id);
-                crate::nri::convert::notify(
-                    c,
-                    crate::nri::api::Event::RemovePodSandbox,
-                    crate::nri::convert::pod(rec),
-                    None,
-                );
+                crate::nri::convert::notify_pod(c, crate::nri::api::Event::RemovePodSandbox, rec);
                 c.events.emit(
                     &rec.id,
                     &rec.id,
