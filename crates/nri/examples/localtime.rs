@@ -9,56 +9,14 @@
 //! is one line, the zoneinfo file, e.g. `/usr/share/zoneinfo/Europe/Paris`): the runtime
 //! starts it with its socket as fd 3 (`NRI_PLUGIN_SOCKET=3`).
 
-use std::os::fd::FromRawFd;
-
 use nri::api::*;
-use nri::wire::{self, Conn};
+use nri::wire;
 use prost::Message;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
-    let stream = match std::env::var("NRI_PLUGIN_SOCKET") {
-        Ok(fd) => {
-            let fd: i32 = fd
-                .parse()
-                .map_err(|_| std::io::Error::other("NRI_PLUGIN_SOCKET is not an fd"))?;
-            // SAFETY: the runtime handed this fd to us, to be ours alone.
-            let s = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
-            s.set_nonblocking(true)?;
-            tokio::net::UnixStream::from_std(s)?
-        }
-        Err(_) => {
-            let path = std::env::args()
-                .nth(1)
-                .unwrap_or_else(|| "/var/run/nri/nri.sock".into());
-            tokio::net::UnixStream::connect(&path).await?
-        }
-    };
-    let name = std::env::var("NRI_PLUGIN_NAME").unwrap_or_else(|_| "localtime".into());
-    let idx = std::env::var("NRI_PLUGIN_IDX").unwrap_or_else(|_| "10".into());
-    let (conn, mut calls) = Conn::start_plugin(stream);
-    let register = RegisterPluginRequest {
-        plugin_name: name.clone(),
-        plugin_idx: idx,
-        nri_version: "v0.12.1".into(),
-    };
-    let c = conn.clone();
-    // Registered while the runtime's calls are answered below (it configures us as
-    // soon as we are registered).
-    tokio::spawn(async move {
-        if let Err(e) = c
-            .call::<_, Empty>(
-                RUNTIME_SERVICE,
-                "RegisterPlugin",
-                &register,
-                std::time::Duration::from_secs(5),
-            )
-            .await
-        {
-            eprintln!("{name}: registering: {e}");
-            std::process::exit(1);
-        }
-    });
+    let socket = std::env::args().nth(1);
+    let (_conn, mut calls) = nri::plugin::connect(socket.as_deref(), "localtime", "10").await?;
     let mut zone = "/etc/localtime".to_string();
     while let Some(call) = calls.recv().await {
         let answer = match call.request.method.as_str() {

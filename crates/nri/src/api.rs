@@ -383,8 +383,8 @@ pub struct ContainerAdjustment {
     pub mounts: Vec<Mount>,
     #[prost(message, repeated, tag = "4")]
     pub env: Vec<KeyValue>,
-    #[prost(bytes = "vec", optional, tag = "5")]
-    pub hooks: Option<Vec<u8>>,
+    #[prost(message, optional, tag = "5")]
+    pub hooks: Option<Hooks>,
     #[prost(message, optional, tag = "6")]
     pub linux: Option<LinuxContainerAdjustment>,
     #[prost(message, repeated, tag = "7")]
@@ -393,6 +393,66 @@ pub struct ContainerAdjustment {
     pub cdi_devices: Vec<Vec<u8>>,
     #[prost(string, repeated, tag = "9")]
     pub args: Vec<String>,
+}
+
+/// OCI hooks a plugin adds, per list of the runtime spec.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Hooks {
+    #[prost(message, repeated, tag = "1")]
+    pub prestart: Vec<Hook>,
+    #[prost(message, repeated, tag = "2")]
+    pub create_runtime: Vec<Hook>,
+    #[prost(message, repeated, tag = "3")]
+    pub create_container: Vec<Hook>,
+    #[prost(message, repeated, tag = "4")]
+    pub start_container: Vec<Hook>,
+    #[prost(message, repeated, tag = "5")]
+    pub poststart: Vec<Hook>,
+    #[prost(message, repeated, tag = "6")]
+    pub poststop: Vec<Hook>,
+}
+
+impl Hooks {
+    /// The lists with the runtime spec's names, in its order.
+    pub fn lists(&self) -> [(&'static str, &[Hook]); 6] {
+        [
+            ("prestart", &self.prestart),
+            ("createRuntime", &self.create_runtime),
+            ("createContainer", &self.create_container),
+            ("startContainer", &self.start_container),
+            ("poststart", &self.poststart),
+            ("poststop", &self.poststop),
+        ]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lists().iter().all(|(_, l)| l.is_empty())
+    }
+
+    /// Appends `other`'s hooks after these, list by list (NRI's `Hooks.Append`).
+    pub fn append(&mut self, other: &Hooks) {
+        self.prestart.extend(other.prestart.iter().cloned());
+        self.create_runtime
+            .extend(other.create_runtime.iter().cloned());
+        self.create_container
+            .extend(other.create_container.iter().cloned());
+        self.start_container
+            .extend(other.start_container.iter().cloned());
+        self.poststart.extend(other.poststart.iter().cloned());
+        self.poststop.extend(other.poststop.iter().cloned());
+    }
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Hook {
+    #[prost(string, tag = "1")]
+    pub path: String,
+    #[prost(string, repeated, tag = "2")]
+    pub args: Vec<String>,
+    #[prost(string, repeated, tag = "3")]
+    pub env: Vec<String>,
+    #[prost(message, optional, tag = "4")]
+    pub timeout: Option<OptionalInt>,
 }
 
 /// `POSIXRlimit`: `RLIMIT_NOFILE` and the like.

@@ -868,3 +868,257 @@ fn failed_execs_leave_no_zombie_and_the_container_still_dies() {
     let status = g.get().wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGKILL));
 }
+
+/// A host script for an OCI hook: writes its argument, its state (stdin), cwd, network
+/// and PID namespace and user to `<out>/<name>`.
+fn hook_script(b: &Bundle) -> PathBuf {
+    let path = b.tmp.path().join("hook.sh");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\n{ echo \"$1\"; cat; echo; pwd; readlink /proc/self/ns/net; \
+         readlink /proc/self/ns/pid; id -u; echo \"$HOOK_ENV\"; } > \"$2\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
+fn oci_hook(path: &Path, args: &[&str], env: Option<&[&str]>) -> executor::oci_spec::runtime::Hook {
+    let mut h = executor::oci_spec::runtime::HookBuilder::default()
+        .path(path)
+        .args(args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .build()
+        .unwrap();
+    h.set_env(env.map(|e| e.iter().map(|s| s.to_string()).collect()));
+    h
+}
+
+#[test]
+fn oci_hooks_run_in_order_in_their_namespaces() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    use executor::oci_spec::runtime::HooksBuilder;
+    let b = Bundle::new("exec-hooks");
+    let script = hook_script(&b);
+    let s = script.to_str().unwrap();
+    let out = |n: &str| b.out().join(n).display().to_string();
+    // startContainer's path and files are the container's own.
+    std::fs::write(
+        b.rootfs().join("bin/hook"),
+        "#!/bin/sh\n{ echo \"$1\"; cat; echo; pwd; readlink /proc/self/ns/net; \
+         readlink /proc/self/ns/pid; id -u; echo \"$HOOK_ENV\"; } > /out/start\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        b.rootfs().join("bin/hook"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    #[allow(deprecated)]
+    let hooks = HooksBuilder::default()
+        .prestart(vec![oci_hook(
+            &script,
+            &[s, "prestart", &out("prestart")],
+            None,
+        )])
+        .create_runtime(vec![oci_hook(
+            &script,
+            &[s, "createRuntime", &out("runtime")],
+            Some(&["HOOK_ENV=own"]),
+        )])
+        .create_container(vec![oci_hook(
+            &script,
+            &[s, "createContainer", &out("create")],
+            None,
+        )])
+        .start_container(vec![oci_hook(
+            Path::new("/bin/hook"),
+            &["hook", "startContainer"],
+            None,
+        )])
+        .build()
+        .unwrap();
+    let mut spec = b.spec(&[
+        "/bin/sh",
+        "-c",
+        "{ readlink /proc/self/ns/net; readlink /proc/self/ns/pid; } > /out/main",
+    ]);
+    spec.set_hooks(Some(hooks));
+    spec.set_annotations(Some([("hook.test/a".to_string(), "b".to_string())].into()));
+    let mut p = spec.process().clone().unwrap();
+    let mut user = p.user().clone();
+    user.set_uid(1000);
+    p.set_user(user);
+    let mut env = p.env().clone().unwrap();
+    env.push("HOOK_ENV=container".into());
+    p.set_env(Some(env));
+    spec.set_process(Some(p));
+
+    let (id, mut g) = b.create(spec);
+    let init = g.get().pid;
+    // Create ran the hooks up to createContainer, and none of start's.
+    for f in ["prestart", "runtime", "create"] {
+        assert!(b.out().join(f).exists(), "{f} hook did not run at create");
+    }
+    assert!(!b.out().join("start").exists());
+    g.get().start().unwrap();
+    assert_eq!(g.get().wait().unwrap().code(), Some(0));
+
+    let read = |f: &str| -> Vec<String> {
+        std::fs::read_to_string(b.out().join(f))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let state = |l: &str| -> serde_json::Value { serde_json::from_str(l).unwrap() };
+    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let host_pid = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let main = read("main");
+    let (ctr_net, ctr_pid) = (main[0].as_str(), main[1].as_str());
+    assert_ne!(ctr_net, host_net.to_str().unwrap());
+
+    // prestart and createRuntime: the runtime's namespaces, the init's host pid.
+    for (f, name) in [("prestart", "prestart"), ("runtime", "createRuntime")] {
+        let l = read(f);
+        assert_eq!(l[0], name);
+        let st = state(&l[1]);
+        assert_eq!(st["id"], id.as_str());
+        assert_eq!(st["status"], "creating");
+        assert_eq!(st["pid"], init);
+        assert_eq!(st["bundle"], b.dir().to_str().unwrap());
+        assert_eq!(st["annotations"]["hook.test/a"], "b");
+        assert_eq!(
+            l[3],
+            host_net.to_str().unwrap(),
+            "{name} in the host's netns"
+        );
+        assert_eq!(l[4], host_pid.to_str().unwrap());
+        assert_eq!(l[5], "0");
+    }
+    // A hook's own env replaces the caller's; without one it gets the caller's.
+    assert_eq!(read("runtime")[6], "own");
+    assert_eq!(read("prestart")[6], "");
+
+    // createContainer: the container's namespaces, its pid there, the rootfs as cwd.
+    let l = read("create");
+    assert_eq!(l[0], "createContainer");
+    let st = state(&l[1]);
+    assert_eq!(
+        (st["status"].as_str(), st["pid"].as_i64()),
+        (Some("creating"), Some(1))
+    );
+    assert_eq!(
+        Path::new(&l[2]).canonicalize().unwrap(),
+        b.rootfs().canonicalize().unwrap()
+    );
+    assert_eq!((l[3].as_str(), l[4].as_str()), (ctr_net, ctr_pid));
+    assert_eq!(l[5], "0");
+
+    // startContainer: in the container's root, as its user, with its env.
+    let l = read("start");
+    assert_eq!(l[0], "startContainer");
+    let st = state(&l[1]);
+    assert_eq!(
+        (st["status"].as_str(), st["pid"].as_i64()),
+        (Some("created"), Some(1))
+    );
+    assert_eq!((l[3].as_str(), l[4].as_str()), (ctr_net, ctr_pid));
+    assert_eq!(l[5], "1000");
+    assert_eq!(l[6], "container");
+}
+
+#[test]
+fn a_failing_hook_fails_its_step_and_leaves_nothing() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    use executor::oci_spec::runtime::HooksBuilder;
+    let b = Bundle::new("exec-hook-fail");
+    let sh = Path::new("/bin/sh");
+    let failing =
+        |what: &str| oci_hook(sh, &["sh", "-c", &format!("echo {what} >&2; exit 3")], None);
+
+    // createRuntime (run by the caller) and createContainer (by the init) fail create.
+    let runtime = HooksBuilder::default()
+        .create_runtime(vec![
+            oci_hook(sh, &["sh", "-c", "true"], None),
+            failing("nope"),
+        ])
+        .build()
+        .unwrap();
+    let create = HooksBuilder::default()
+        .create_container(vec![failing("refused")])
+        .build()
+        .unwrap();
+    for (hooks, want) in [
+        (
+            runtime,
+            "run hooks: error running createRuntime hook #1: exit status 3, stdout: , stderr: nope",
+        ),
+        (
+            create,
+            "run hooks: error running createContainer hook #0: exit status 3, stdout: , stderr: refused",
+        ),
+    ] {
+        let id = unique("hookfail");
+        let mut spec = b.spec(&["/bin/true"]);
+        spec.set_hooks(Some(hooks));
+        let msg = executor::create(b.opts(&id, spec)).unwrap_err().to_string();
+        assert_eq!(msg, format!("create container {id}: {want}"));
+        assert!(!b.state_dir(&id).exists());
+    }
+
+    // A hook past its timeout is killed, and the create fails.
+    let id = unique("hookslow");
+    let mut slow = oci_hook(sh, &["sh", "-c", "sleep 60"], None);
+    slow.set_timeout(Some(1));
+    let mut spec = b.spec(&["/bin/true"]);
+    spec.set_hooks(Some(
+        HooksBuilder::default()
+            .create_runtime(vec![slow])
+            .build()
+            .unwrap(),
+    ));
+    let begun = Instant::now();
+    let msg = executor::create(b.opts(&id, spec)).unwrap_err().to_string();
+    assert!(
+        msg.ends_with("hook ran past specified timeout of 1.0s"),
+        "{msg}"
+    );
+    assert!(begun.elapsed() < Duration::from_secs(30));
+
+    // A spec with a relative hook path is refused before anything is made.
+    let id = unique("hookrel");
+    let mut spec = b.spec(&["/bin/true"]);
+    spec.set_hooks(Some(
+        HooksBuilder::default()
+            .poststop(vec![oci_hook(Path::new("bin/true"), &["true"], None)])
+            .build()
+            .unwrap(),
+    ));
+    let msg = executor::create(b.opts(&id, spec)).unwrap_err().to_string();
+    assert!(msg.contains("invalid spec: poststop hook #0"), "{msg}");
+
+    // startContainer fails after the gate: the command never runs, the error is on
+    // the container's stderr and the init exits 1.
+    let mut spec = b.spec(&["/bin/sh", "-c", "touch /out/ran"]);
+    spec.set_hooks(Some(
+        HooksBuilder::default()
+            .start_container(vec![oci_hook(
+                Path::new("/bin/sh"),
+                &["sh", "-c", "echo no >&2; exit 4"],
+                None,
+            )])
+            .build()
+            .unwrap(),
+    ));
+    let (status, _, err) = b.run(spec);
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(
+        err,
+        "crust: error running startContainer hook #0: exit status 4, stdout: , stderr: no\n"
+    );
+    assert!(!b.out().join("ran").exists());
+}

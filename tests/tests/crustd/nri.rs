@@ -1,9 +1,10 @@
 //! NRI end to end with crust's example plugin (`crates/nri/examples/localtime.rs`: every
 //! container gets the node's time zone file at `/etc/localtime` and `TZ`), connected
 //! to crustd's socket as an external plugin, then started by crustd itself as a
-//! pre-installed plugin with its configuration file. critest's NRI specs (the critest
-//! suite) check the protocol's events; this checks that adjustments reach the
-//! container.
+//! pre-installed plugin with its configuration file; and the `hooks` example, whose
+//! OCI hooks crust's executor and crustd run at each point of a container's life.
+//! critest's NRI specs (the critest suite) check the protocol's events; this checks
+//! that adjustments reach the container.
 
 use cri_api::*;
 use crust_e2e::cri::*;
@@ -12,12 +13,14 @@ use crust_e2e::{require_root, TempDir};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The example plugin, as `cargo test --workspace` (or `cargo build -p nri --examples`)
+/// An example plugin, as `cargo test --workspace` (or `cargo build -p nri --examples`)
 /// builds it.
-fn plugin() -> PathBuf {
+fn plugin(name: &str) -> PathBuf {
     let candidates = [
-        crust_e2e::bin_dir().join("examples/localtime"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/examples/localtime"),
+        crust_e2e::bin_dir().join("examples").join(name),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/debug/examples")
+            .join(name),
     ];
     candidates
         .iter()
@@ -56,7 +59,7 @@ async fn an_nri_plugin_adjusts_containers_external_and_preinstalled() {
     if !require_root(&["ip", "nsenter", "busybox"]) {
         return;
     }
-    let plugin = plugin();
+    let plugin = plugin("localtime");
     let dir = TempDir::new("nri");
     std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
     std::fs::create_dir_all(dir.path().join("conf.d")).unwrap();
@@ -133,4 +136,132 @@ async fn an_nri_plugin_adjusts_containers_external_and_preinstalled() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits for crustd's log to say `n` plugins registered.
+async fn registered(e: &Env, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while e.d.log_text().matches("NRI plugin registered").count() < n {
+        assert!(
+            Instant::now() < deadline,
+            "the plugin did not register:\n{}",
+            e.d.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
+    if !require_root(&["ip", "nsenter", "busybox"]) {
+        return;
+    }
+    let dir = TempDir::new("nri-hooks");
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    std::fs::create_dir_all(dir.path().join("conf.d")).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // A host hook: its state (stdin) into <out>/<its first argument>.
+    let script = dir.path().join("hook.sh");
+    std::fs::write(&script, "#!/bin/sh\ncat > \"$OUT/$1\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let host = |stage: &str| {
+        serde_json::json!({"path": script, "args": ["hook.sh", stage],
+            "env": [format!("OUT={}", out.display())], "timeout": 10})
+    };
+    let hooks = serde_json::json!({
+        "createRuntime": [host("createRuntime")],
+        "createContainer": [host("createContainer")],
+        // The container's own sh, in its root: what it leaves, the command sees.
+        "startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "echo started-by-hook > /tmp/hooked"]}],
+        "poststart": [host("poststart")],
+        "poststop": [host("poststop")],
+    });
+    let conf = dir.path().join("hooks.json");
+    std::fs::write(&conf, hooks.to_string()).unwrap();
+
+    let d = Crustd::start_with_config(Options::default(), &config(dir.path()));
+    let mut e = Env::with(d).await;
+    let mut running = std::process::Command::new(plugin("hooks"))
+        .arg(dir.path().join("nri.sock"))
+        .arg(&conf)
+        .spawn()
+        .unwrap();
+    registered(&e, 1).await;
+    let pod = e.pod("hooks").await;
+    let state = |stage: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(out.join(stage))
+            .unwrap_or_else(|e| panic!("the {stage} hook did not run: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{stage}: {e}: {text}"))
+    };
+
+    let id = e
+        .create(&pod, ctr("hooked", &["sh", "-c", "cat /tmp/hooked"]))
+        .await;
+    for stage in ["createRuntime", "createContainer"] {
+        let st = state(stage);
+        assert_eq!(
+            (st["id"].as_str(), st["status"].as_str()),
+            (Some(id.as_str()), Some("creating"))
+        );
+        assert!(st["pid"].as_i64().unwrap() > 0, "{stage}: {st}");
+    }
+    assert!(!out.join("poststart").exists());
+    e.start(&id).await;
+    let st = state("poststart");
+    assert_eq!(st["status"], "running");
+    let s = e.wait_exited(&id).await;
+    let log = std::fs::read_to_string(&s.log_path).unwrap_or_default();
+    assert_eq!(s.exit_code, 0, "{log}");
+    assert!(log.contains("started-by-hook"), "{log}");
+    assert!(!out.join("poststop").exists(), "poststop runs at removal");
+    e.remove(&id).await;
+    let st = state("poststop");
+    assert_eq!(
+        (st["id"].as_str(), st["status"].as_str()),
+        (Some(id.as_str()), Some("stopped"))
+    );
+    assert!(st.get("pid").is_none(), "{st}");
+
+    // A hook that fails fails CreateContainer with runc's words, and nothing is left.
+    let failing = serde_json::json!({"createRuntime": [
+        {"path": "/bin/sh", "args": ["sh", "-c", "echo no-way >&2; exit 2"]}]});
+    std::fs::write(&conf, failing.to_string()).unwrap();
+    running.kill().unwrap();
+    running.wait().unwrap();
+    let mut running = std::process::Command::new(plugin("hooks"))
+        .arg(dir.path().join("nri.sock"))
+        .arg(&conf)
+        .spawn()
+        .unwrap();
+    registered(&e, 2).await;
+    let before =
+        e.c.list_containers(ListContainersRequest::default())
+            .await
+            .unwrap();
+    let err =
+        e.c.create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(ctr("refused", &["true"])),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains(
+            "error running createRuntime hook #0: exit status 2, stdout: , stderr: no-way"
+        ),
+        "{err:?}"
+    );
+    let after =
+        e.c.list_containers(ListContainersRequest::default())
+            .await
+            .unwrap();
+    assert_eq!(
+        before.into_inner().containers.len(),
+        after.into_inner().containers.len()
+    );
+    running.kill().unwrap();
+    running.wait().unwrap();
+    e.remove_pod(&pod.0).await;
 }

@@ -7,6 +7,8 @@
 //! ```text
 //!   intermediate ── InitPid(pid) ──────────────▶ main     (then exits 0)
 //!   init ◀───────── Go ───────────────────────── main     (the init sets up meanwhile)
+//!   init ────────── Hooks ─────────────────────▶ main     (only when the spec has
+//!   init ◀───────── HooksDone ────────────────── main      prestart/createRuntime hooks)
 //!   init ────────── Ready ─────────────────────▶ main     (then waits on the start gate)
 //!   either ──────── Failed { step, errno, .. } ──▶ main   (then exits 1)
 //! ```
@@ -16,7 +18,7 @@
 //! inside its own namespaces) without waiting, and waits for `Go` only to report
 //! how it went. The main process owns one
 //! end, the two children share the other (the intermediate only sends; the init
-//! receives `Go`, then only sends). The encoding is a tag byte and fixed
+//! receives `Go` (and `HooksDone` after asking with `Hooks`), otherwise only sends). The encoding is a tag byte and fixed
 //! little-endian fields, so the children need no serializer, just a small buffer.
 
 use std::fmt;
@@ -42,6 +44,8 @@ const TAG_INIT_PID: u8 = 1;
 const TAG_READY: u8 = 2;
 const TAG_FAILED: u8 = 3;
 const TAG_GO: u8 = 4;
+const TAG_HOOKS: u8 = 5;
+const TAG_HOOKS_DONE: u8 = 6;
 
 /// What failed while creating a container, named in its error. Steps of the main
 /// process come first, then the intermediate's, then the init's in the order it
@@ -104,10 +108,13 @@ pub enum Step {
     /// Asking for the AppArmor profile the process gets at `execve` (after the values
     /// above, so their numbers stay as they were).
     AppArmor = 80,
+    /// Running the spec's OCI hooks: `prestart`/`createRuntime` in the caller,
+    /// `createContainer` in the init (`path` names the list, the detail the hook).
+    Hook,
 }
 
 impl Step {
-    const ALL: [Step; 44] = [
+    const ALL: [Step; 45] = [
         Step::StateDir,
         Step::Mkfifo,
         Step::OpenStdio,
@@ -152,6 +159,7 @@ impl Step {
         Step::Executable,
         Step::Ready,
         Step::AppArmor,
+        Step::Hook,
     ];
 
     fn from_u8(b: u8) -> Option<Step> {
@@ -205,6 +213,7 @@ impl Step {
             Step::Executable => "find executable",
             Step::Ready => "report ready",
             Step::AppArmor => "set apparmor profile",
+            Step::Hook => "run hooks",
         }
     }
 }
@@ -224,6 +233,11 @@ pub(crate) enum Message {
     Go,
     /// From the init: everything up to `execve` is done; it now waits on the gate.
     Ready,
+    /// From the init: its mounts are made, it waits for the caller's `prestart` and
+    /// `createRuntime` hooks.
+    Hooks,
+    /// From main to the init: those hooks ran; go on.
+    HooksDone,
     /// From either: `step` failed on `path` (may be empty) with `errno`, or, when
     /// the error was not an errno (`errno` 0), with the message `detail`.
     Failed {
@@ -241,6 +255,8 @@ impl Message {
             Message::InitPid(_) => "init pid",
             Message::Go => "go",
             Message::Ready => "ready",
+            Message::Hooks => "hooks",
+            Message::HooksDone => "hooks done",
             Message::Failed { .. } => "failure",
         }
     }
@@ -259,6 +275,14 @@ impl Message {
             }
             Message::Go => {
                 buf[0] = TAG_GO;
+                1
+            }
+            Message::Hooks => {
+                buf[0] = TAG_HOOKS;
+                1
+            }
+            Message::HooksDone => {
+                buf[0] = TAG_HOOKS_DONE;
                 1
             }
             Message::Failed {
@@ -289,6 +313,8 @@ impl Message {
             }
             Some(&TAG_READY) if b.len() == 1 => Ok(Message::Ready),
             Some(&TAG_GO) if b.len() == 1 => Ok(Message::Go),
+            Some(&TAG_HOOKS) if b.len() == 1 => Ok(Message::Hooks),
+            Some(&TAG_HOOKS_DONE) if b.len() == 1 => Ok(Message::HooksDone),
             Some(&TAG_FAILED) if b.len() >= 8 => {
                 let step = Step::from_u8(b[1]).ok_or_else(|| format!("unknown step {}", b[1]))?;
                 let errno = i32::from_le_bytes(b[2..6].try_into().unwrap());
@@ -391,6 +417,8 @@ mod tests {
             Message::InitPid(4242),
             Message::Go,
             Message::Ready,
+            Message::Hooks,
+            Message::HooksDone,
             Message::Failed {
                 step: Step::Mount,
                 errno: libc::ENOENT,

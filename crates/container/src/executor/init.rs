@@ -9,7 +9,10 @@
 //!  setsid, umask 0, stdio onto 0 1 2
 //!  propagation of / (rslave), rootfs bind (or the caller's overlay), spec mounts,
 //!  /dev nodes and symlinks, spec devices, read-only /dev, cwd created,
-//!  oom_score_adj, AppArmor profile for execve              (host /proc still here)
+//!  oom_score_adj
+//!  ── Hooks ──▶ main (prestart, createRuntime) ◀── HooksDone   (when the spec has them)
+//!  createContainer hooks (forked: the container's namespaces, the host's tree)
+//!  AppArmor profile for execve                              (host /proc still here)
 //!  pivot_root                                               (from here on: the container's paths)
 //!  sysctl, masked paths, read-only paths, read-only root
 //!  hostname/domainname (own UTS namespace only), rlimits
@@ -19,6 +22,7 @@
 //!  permitted/ambient capabilities, no_new_privs
 //!  umask, chdir cwd (checked to be inside the root), args[0] found and executable
 //!  ── Ready ──▶ main;  block reading one byte from the gate fifo  ◀── start()
+//!  startContainer hooks (forked: the container's root, user and capabilities)
 //!  signals reset, seccomp filter (with no_new_privs), every fd but 0 1 2 closed, execve
 //! ```
 //!
@@ -130,13 +134,12 @@ pub(crate) fn run(p: &Plan, fds: &ChildFds) -> ! {
     // for the main process; what it reports does: nothing of ours may reach the main
     // process before it knows our pid (see channel.rs). A main process that went away
     // (EOF) or said anything but `Go` means: do not go on.
-    let result =
-        join_cgroups(fds, p.is_new(LinuxNamespaceType::Cgroup)).and_then(|()| setup(p, fds));
-    if !matches!(
-        channel::recv(sock, false),
-        Ok(channel::Received::Message(Message::Go))
-    ) {
-        exit(1)
+    // With hooks for the caller to run, the setup takes `Go` itself (see `hooks`).
+    let mut go = false;
+    let result = join_cgroups(fds, p.is_new(LinuxNamespaceType::Cgroup))
+        .and_then(|()| setup(p, fds, &mut go));
+    if !go {
+        await_go(sock)
     }
     let exe = match result {
         Ok(exe) => exe,
@@ -150,7 +153,91 @@ pub(crate) fn run(p: &Plan, fds: &ChildFds) -> ! {
         exit(1)
     }
     wait_gate(fds.gate);
+    start_container_hooks(p);
     exec(p, &exe, None)
+}
+
+/// Waits for the main process's `Go`; anything else ends the init.
+fn await_go(sock: BorrowedFd<'_>) {
+    if !matches!(
+        channel::recv(sock, false),
+        Ok(channel::Received::Message(Message::Go))
+    ) {
+        exit(1)
+    }
+}
+
+/// The spec's hooks at the point they want: the mounts made, the root not yet pivoted.
+/// The caller's `prestart` and `createRuntime` first (it runs them in the runtime's
+/// namespaces while the init waits; a failure there kills the init), then
+/// `createContainer` forked from here: in the container's namespaces (its user
+/// namespace entered by the hook alone, the init joins it later), the host's tree
+/// still visible, the rootfs its cwd, as runc runs them.
+fn hooks(p: &Plan, fds: &ChildFds, go: &mut bool) -> Result<(), Fail> {
+    use super::hooks::{run_prepared, with_pid, Extra, HookKind};
+    if !p.hooks.runtime.is_empty() {
+        // SAFETY: the fd number is ours in this process until exec.
+        let sock = unsafe { BorrowedFd::borrow_raw(fds.sock) };
+        if !*go {
+            await_go(sock);
+            *go = true;
+        }
+        if channel::send(sock, &Message::Hooks).is_err() {
+            exit(1)
+        }
+        if !matches!(
+            channel::recv(sock, false),
+            Ok(channel::Received::Message(Message::HooksDone))
+        ) {
+            exit(1)
+        }
+    }
+    if p.hooks.create_container.is_empty() {
+        return Ok(());
+    }
+    let state = with_pid(&p.hooks.state_creating, std::process::id() as i32);
+    let extra = Extra {
+        cwd: Some(&p.hooks.rootfs),
+        userns: fds
+            .namespaces
+            .iter()
+            .find(|n| n.1 == libc::CLONE_NEWUSER)
+            .map(|n| n.0),
+    };
+    run_prepared(
+        HookKind::CreateContainer,
+        &p.hooks.create_container,
+        state.as_bytes(),
+        &extra,
+    )
+    .map_err(|e| Fail {
+        step: Step::Hook,
+        path: String::new(),
+        err: io::Error::other(e),
+    })
+}
+
+/// `startContainer` hooks, after the gate: in the container's root, as its user with
+/// its capabilities (and its seccomp filter when it has no `no_new_privs`), as runc
+/// runs them. Nobody waits for a report any more: a failure goes to the container's
+/// stderr (its log) and ends the init before `execve`, with 1.
+fn start_container_hooks(p: &Plan) {
+    use super::hooks::{run_prepared, with_pid, Extra, HookKind};
+    if p.hooks.start_container.is_empty() {
+        return;
+    }
+    let state = with_pid(&p.hooks.state_created, std::process::id() as i32);
+    if let Err(e) = run_prepared(
+        HookKind::StartContainer,
+        &p.hooks.start_container,
+        state.as_bytes(),
+        &Extra::default(),
+    ) {
+        let msg = format!("crust: {e}\n");
+        // SAFETY: a write to the container's stderr from a buffer we own.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        exit(1)
+    }
 }
 
 /// The cloned child's first act (an init's or an exec's): it moves itself into its v1
@@ -222,7 +309,7 @@ fn wait_gate(gate: RawFd) {
     }
 }
 
-fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
+fn setup(p: &Plan, fds: &ChildFds, go: &mut bool) -> Result<CString, Fail> {
     // SAFETY: plain syscalls on our own process.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -258,6 +345,7 @@ fn setup(p: &Plan, fds: &ChildFds) -> Result<CString, Fail> {
     open_in_root(root.as_fd(), &p.cwd, Create::Dir).at(Step::Cwd, p.cwd.display())?;
     drop(root);
     oom_score_adj(p)?;
+    hooks(p, fds, go)?;
     apparmor(p, None)?;
     rootfs::pivot_root(p)?;
     if let Some(sock) = fds.tty_sock {

@@ -73,8 +73,7 @@
 //!
 //! ## Not yet
 //! seccomp notify (`SCMP_ACT_NOTIFY`, refused), new user namespaces and id-mapped
-//! mounts with other maps than the container's (refused), terminals (refused), SELinux labels, hooks, time namespaces (refused), the
-//! monitor (the caller is the init's parent until then).
+//! mounts with other maps than the container's (refused), terminals (refused), SELinux labels, time namespaces (refused).
 //!
 //! The recursive flag options (`rro`, `rnosuid`, `rnodev`, `rnoexec` and their
 //! opposites) are set with `mount_setattr(AT_RECURSIVE)` after the mount (Linux 5.12;
@@ -85,6 +84,7 @@ mod cgroupfs;
 mod channel;
 mod dev;
 mod exec;
+pub mod hooks;
 mod init;
 pub mod oci_runtime;
 mod process;

@@ -10,6 +10,7 @@
 //!   │             └──▶ init (child of main thanks to CLONE_PARENT; see init.rs)
 //!   │◀─ InitPid ─┘ exits 0, reaped by main
 //!   │── Go ──▶ init (it sets up meanwhile, and reports only after Go)
+//!   │◀─ Hooks ── init   runs prestart + createRuntime   ── HooksDone ──▶ (spec hooks only)
 //!   │◀─ Ready / Failed ── init
 //!   ▼ returns the init's pid (or reaps it and returns the init's error)
 //! ```
@@ -312,7 +313,7 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
         }
     }
 
-    await_ready(id, &sock, &mut watched, deadline, &kill_init)?;
+    await_ready(id, &sock, &mut watched, deadline, &kill_init, p, init_pid)?;
     Ok(Spawned {
         init: init_pid,
         monitor: monitored.then_some(pid),
@@ -320,15 +321,45 @@ pub(crate) fn spawn(p: &Plan, fds: SpawnFds, deadline: Instant) -> Result<Spawne
 }
 
 /// Waits for the init's `Ready` (it mounted, dropped privileges and waits at the
-/// gate); a failure it reports, or none in time, ends it.
+/// gate), running the spec's `prestart` and `createRuntime` hooks when it asks; a
+/// failure it reports, a failed hook, or none in time, ends it. The time the hooks
+/// take is not the init's: it extends the deadline.
+#[allow(clippy::too_many_arguments)]
 fn await_ready(
     id: &str,
     sock: &OwnedFd,
     watched: &mut Child,
-    deadline: Instant,
+    mut deadline: Instant,
     kill_init: &dyn Fn(&mut Child),
+    p: &Plan,
+    init_pid: libc::pid_t,
 ) -> Result<()> {
-    match await_message(sock, watched, deadline) {
+    let mut hooks_ran = false;
+    let outcome = loop {
+        match await_message(sock, watched, deadline) {
+            Ok(Outcome::Message(Message::Hooks)) if !hooks_ran && !p.hooks.runtime.is_empty() => {
+                hooks_ran = true;
+                let begun = Instant::now();
+                let state = super::hooks::with_pid(&p.hooks.state_creating, init_pid);
+                for (kind, list) in &p.hooks.runtime {
+                    if let Err(e) = super::hooks::run(*kind, list, state.as_bytes()) {
+                        kill_init(watched);
+                        return Err(Error::Create {
+                            id: id.to_string(),
+                            step: Step::Hook,
+                            path: String::new(),
+                            source: io::Error::other(e),
+                        });
+                    }
+                }
+                deadline += begun.elapsed();
+                // A send that fails means the init is gone: the next wait says so.
+                let _ = channel::send(sock.as_fd(), &Message::HooksDone);
+            }
+            other => break other,
+        }
+    };
+    match outcome {
         Ok(Outcome::Message(Message::Ready)) => Ok(()),
         Ok(Outcome::Message(Message::Failed {
             step,

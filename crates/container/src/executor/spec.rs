@@ -132,6 +132,9 @@ pub(crate) struct Plan {
     /// The host's cgroup mounts, when a mount is of type `cgroup` (read by the
     /// creating process, see [`super::cgroupfs::host`]).
     pub cgroup_host: Option<std::sync::Arc<super::cgroupfs::Host>>,
+    /// The spec's OCI hooks but `poststart` and `poststop` (the caller's to run at
+    /// start and delete), prepared for the fork (see `hooks.rs`).
+    pub hooks: super::hooks::Plan,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -413,6 +416,7 @@ fn plan_inner(
     let caps = plan_caps(process)?;
     let seccomp = plan_seccomp(&linux)?;
     let command = plan_command(process)?;
+    let hooks = super::hooks::Plan::new(id, bundle, spec, &rootfs, &command.env)?;
 
     let cgroup_host = if mounts.iter().any(|m| matches!(m.kind, MountKind::Cgroup)) {
         Some(super::cgroupfs::host().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?)
@@ -452,6 +456,7 @@ fn plan_inner(
         path_env: command.path_env,
         namespaces,
         cgroup_host,
+        hooks,
     })
 }
 

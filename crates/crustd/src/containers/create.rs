@@ -223,6 +223,7 @@ fn new_record(
         pid_start_time: 0,
         runtime: String::new(),
         rootfs_mounted: false,
+        oci_hooks: false,
         user: None,
     }
 }
@@ -384,6 +385,13 @@ fn make(
     }
     write_spec(&bundle, &spec)?;
     failpoint!("create_container.after_spec");
+    rec.oci_hooks = external.is_none()
+        && [
+            executor::hooks::HookKind::Poststart,
+            executor::hooks::HookKind::Poststop,
+        ]
+        .into_iter()
+        .any(|k| !executor::hooks::of(&spec, k).is_empty());
     rec.user = spec.process().as_ref().map(|p| {
         let u = p.user();
         crate::containers::store::RunAs {

@@ -83,6 +83,7 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+    poststop(crust, rec);
     if rec.snapshot {
         crust
             .images
@@ -95,6 +96,56 @@ pub fn teardown(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
     crust.containers.delete_files(&rec.id)?;
     failpoint!("remove_container.after_files");
     Ok(())
+}
+
+/// The bundle's hooks of one kind (crust's own executor; see `ContainerRecord::oci_hooks`)
+/// and the state they read, `pid` given while the container has a process.
+fn spec_hooks(
+    crust: &Crust,
+    rec: &ContainerRecord,
+    kind: executor::hooks::HookKind,
+    status: &str,
+    pid: Option<i32>,
+) -> Option<(Vec<oci_spec::runtime::Hook>, Vec<u8>)> {
+    if !rec.oci_hooks {
+        return None;
+    }
+    let bundle = crust.containers.bundle(&rec.id);
+    let spec = match std::fs::read(bundle.join("config.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            serde_json::from_slice::<oci_spec::runtime::Spec>(&b).map_err(|e| e.to_string())
+        }) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(container = %rec.id, error = %e, "reading the spec for its {} hooks", kind.name());
+            return None;
+        }
+    };
+    let hooks = executor::hooks::of(&spec, kind).to_vec();
+    if hooks.is_empty() {
+        return None;
+    }
+    let state =
+        executor::hooks::state_json(&rec.id, &bundle, status, pid, spec.annotations().as_ref());
+    Some((hooks, state))
+}
+
+/// The spec's `poststop` hooks, once the container's processes are gone and before its
+/// bundle goes, once (a mark in the bundle: teardown is retried): a failure is a
+/// warning only, as the runtime spec says.
+fn poststop(crust: &Crust, rec: &ContainerRecord) {
+    use executor::hooks::HookKind;
+    let mark = crust.containers.bundle(&rec.id).join("poststop.done");
+    if !rec.oci_hooks || mark.exists() {
+        return;
+    }
+    if let Some((hooks, state)) = spec_hooks(crust, rec, HookKind::Poststop, "stopped", None) {
+        if let Err(e) = executor::hooks::run(HookKind::Poststop, &hooks, &state) {
+            tracing::warn!(container = %rec.id, error = %e, "poststop hook");
+        }
+    }
+    let _ = std::fs::write(mark, b"");
 }
 
 /// Folds the monitor's exit record into the container's record once the process has
@@ -226,6 +277,28 @@ pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {
         )));
     }
     failpoint!("start_container.after_gate");
+    if let Some((hooks, state)) = spec_hooks(
+        &crust,
+        &rec,
+        executor::hooks::HookKind::Poststart,
+        "running",
+        Some(rec.pid),
+    ) {
+        let ran = tokio::task::spawn_blocking(move || {
+            executor::hooks::run(executor::hooks::HookKind::Poststart, &hooks, &state)
+        })
+        .await
+        .map_err(Error::internal)?;
+        // A failed poststart stops the container (runtime spec 1.3, runc): it is killed
+        // and the start fails; the exit reaches the record as any other.
+        if let Err(e) = ran {
+            send_kill(&crust, &mut rec);
+            return Err(Error::Internal(format!(
+                "starting container {}: {e}",
+                rec.id
+            )));
+        }
+    }
     rec.state = ContainerState::Running;
     rec.started_at = started_at;
     crust.containers.save(&rec)?;

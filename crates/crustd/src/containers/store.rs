@@ -108,6 +108,11 @@ pub struct ContainerRecord {
     /// (the spec is read then).
     #[serde(default)]
     pub user: Option<RunAs>,
+    /// The bundle's spec has `poststart` or `poststop` hooks for crustd to run (crust's
+    /// own executor only; an external runtime runs its own): the spec is read back
+    /// only then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oci_hooks: bool,
 }
 
 /// uid, gid and additional gids of a container's process.

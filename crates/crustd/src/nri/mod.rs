@@ -34,8 +34,8 @@
 //! seeing the container as the ones before left it; two plugins setting the same key
 //! fail the create, as NRI's ownership rules say): annotations, environment, mounts,
 //! args, devices, rlimits, `oom_score_adj`, and the CPU, memory, pids and unified
-//! cgroup resources. Hooks, CDI devices, the cgroups path and the newer Linux fields are
-//! refused by name (crust's executor runs no OCI hooks).
+//! cgroup resources, and OCI hooks (appended, plugin after plugin). CDI devices, the
+//! cgroups path and the newer Linux fields are refused by name.
 
 mod config;
 pub mod convert;
@@ -806,6 +806,10 @@ impl Merge {
             m.args = a.args.clone();
         }
         m.rlimits.extend(a.rlimits.clone());
+        // Hooks are not owned: each plugin's are appended after the earlier ones'.
+        if let Some(h) = a.hooks.as_ref().filter(|h| !h.is_empty()) {
+            m.hooks.get_or_insert_with(Default::default).append(h);
+        }
         if let Some(l) = &a.linux {
             let ml = m.linux.get_or_insert_with(Default::default);
             if l.oom_score_adj.is_some() {
@@ -896,9 +900,6 @@ fn merge_resources(into: &mut LinuxResources, r: &LinuxResources) {
 /// What crust does not apply from an adjustment, refused by name rather than dropped.
 fn refuse_unsupported(a: &ContainerAdjustment) -> Result<(), String> {
     let mut no = vec![];
-    if a.hooks.as_ref().is_some_and(|h| !h.is_empty()) {
-        no.push("OCI hooks");
-    }
     if !a.cdi_devices.is_empty() {
         no.push("CDI devices");
     }
@@ -1043,6 +1044,28 @@ pub fn apply_to_spec(spec: &mut serde_json::Value, a: &ContainerAdjustment) {
     }
     if let Some(args) = adjusted_args(a) {
         spec["process"]["args"] = json!(args);
+    }
+    if let Some(h) = &a.hooks {
+        for (name, list) in h.lists() {
+            if list.is_empty() {
+                continue;
+            }
+            let mut all = spec["hooks"][name].as_array().cloned().unwrap_or_default();
+            for hook in list {
+                let mut v = json!({ "path": hook.path });
+                if !hook.args.is_empty() {
+                    v["args"] = json!(hook.args);
+                }
+                if !hook.env.is_empty() {
+                    v["env"] = json!(hook.env);
+                }
+                if let Some(t) = hook.timeout {
+                    v["timeout"] = json!(t.value);
+                }
+                all.push(v);
+            }
+            spec["hooks"][name] = json!(all);
+        }
     }
     if !a.rlimits.is_empty() {
         let mut rl = spec["process"]["rlimits"]
@@ -1249,9 +1272,65 @@ mod tests {
     }
 
     #[test]
+    fn hooks_of_plugins_are_appended_in_order_to_the_spec() {
+        use crate::nri::api::{Hook, Hooks, OptionalInt};
+        let hook = |p: &str| Hook {
+            path: p.into(),
+            ..Default::default()
+        };
+        let a = ContainerAdjustment {
+            hooks: Some(Hooks {
+                create_runtime: vec![Hook {
+                    path: "/usr/bin/a".into(),
+                    args: vec!["a".into(), "x".into()],
+                    env: vec!["K=v".into()],
+                    timeout: Some(OptionalInt { value: 5 }),
+                }],
+                poststop: vec![hook("/usr/bin/a-stop")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let b = ContainerAdjustment {
+            hooks: Some(Hooks {
+                create_runtime: vec![hook("/usr/bin/b")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut m = Merge::default();
+        m.add("10-a", &a).unwrap();
+        m.add("20-b", &b).unwrap();
+        let merged = m.result().unwrap();
+        let mut spec = serde_json::json!({"ociVersion": "1.1.0",
+            "hooks": {"createRuntime": [{"path": "/own"}]}});
+        apply_to_spec(&mut spec, &merged);
+        assert_eq!(
+            spec["hooks"],
+            serde_json::json!({
+                "createRuntime": [
+                    {"path": "/own"},
+                    {"path": "/usr/bin/a", "args": ["a", "x"], "env": ["K=v"], "timeout": 5},
+                    {"path": "/usr/bin/b"},
+                ],
+                "poststop": [{"path": "/usr/bin/a-stop"}],
+            })
+        );
+        let parsed: oci_spec::runtime::Spec = serde_json::from_value(spec).unwrap();
+        assert_eq!(
+            container::executor::hooks::of(
+                &parsed,
+                container::executor::hooks::HookKind::CreateRuntime
+            )
+            .len(),
+            3
+        );
+    }
+
+    #[test]
     fn what_crust_does_not_apply_is_refused_by_name() {
         let a = ContainerAdjustment {
-            hooks: Some(vec![0x0a, 0x00]),
+            cdi_devices: vec![vec![0x0a, 0x00]],
             linux: Some(LinuxContainerAdjustment {
                 cgroups_path: "/x".into(),
                 ..Default::default()
@@ -1261,13 +1340,13 @@ mod tests {
         let e = Merge::default().add("10-a", &a).unwrap_err();
         let CallError::Status(_, m) = e else { panic!() };
         assert!(
-            m.contains("OCI hooks") && m.contains("the cgroups path"),
+            m.contains("CDI devices") && m.contains("the cgroups path"),
             "{m}"
         );
-        // Decoded from the wire, unknown to crust's structs or not, a hook is seen.
+        // Decoded from the wire, unknown to crust's structs or not, a CDI device is seen.
         use prost::Message;
         let wire = ContainerAdjustment {
-            hooks: Some(vec![0x0a, 0x02, 0x0a, 0x00]),
+            cdi_devices: vec![vec![0x0a, 0x02, 0x0a, 0x00]],
             ..Default::default()
         }
         .encode_to_vec();
