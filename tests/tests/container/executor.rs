@@ -1122,3 +1122,48 @@ fn a_failing_hook_fails_its_step_and_leaves_nothing() {
     );
     assert!(!b.out().join("ran").exists());
 }
+
+#[test]
+fn a_create_container_hook_runs_in_the_containers_user_namespace() {
+    if !require_root(&["busybox"]) {
+        return;
+    }
+    use container::userns::IdMap;
+    use executor::oci_spec::runtime::HooksBuilder;
+    let b = Bundle::new("exec-hook-userns");
+    let map = |h| IdMap {
+        container_id: 0,
+        host_id: h,
+        size: 65536,
+    };
+    let userns = container::userns::create(&[map(320000)], &[map(420000)]).expect("userns");
+    let path = PathBuf::from(format!("/proc/self/fd/{}", userns.as_raw_fd()));
+    let out = b.out().join("uid_map");
+    let mut spec = b.spec(&["/bin/true"]);
+    let mut namespaces = spec.linux().clone().unwrap().namespaces().clone().unwrap();
+    namespaces.push(ns(LinuxNamespaceType::User, Some(&path)));
+    set_namespaces(&mut spec, namespaces);
+    spec.set_hooks(Some(
+        HooksBuilder::default()
+            .create_container(vec![oci_hook(
+                Path::new("/bin/sh"),
+                &[
+                    "sh",
+                    "-c",
+                    &format!("cat /proc/self/uid_map > {}", out.display()),
+                ],
+                None,
+            )])
+            .build()
+            .unwrap(),
+    ));
+    let (_id, mut g) = b.create(spec);
+    let map = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        map.split_whitespace().collect::<Vec<_>>(),
+        ["0", "320000", "65536"],
+        "{map}"
+    );
+    g.get().start().unwrap();
+    g.get().wait().unwrap();
+}

@@ -56,6 +56,13 @@
 //!   their numbers are per `target_arch` in `syscalls/`) and installed last, right before `execve` with
 //!   `noNewPrivileges`, or before the capability drop without it: see `seccomp.rs`.
 //!
+//! ## OCI hooks
+//! `prestart` and `createRuntime` are run by the caller of `create` while the init waits
+//! with its mounts made (the `Hooks`/`HooksDone` messages), `createContainer` and
+//! `startContainer` by the init itself (before `pivot_root`, and after the gate);
+//! `poststart` and `poststop` are the caller's to run at start and delete
+//! ([`hooks::run`]), since only it knows when those are. See `hooks.rs`.
+//!
 //! ## User namespaces
 //! A spec may join a user namespace by path (a pod's, made with its maps by
 //! `crate::userns`); a new one without a path is refused. The init makes every mount as
