@@ -62,40 +62,33 @@ async fn main() -> std::io::Result<()> {
         Some(f) => parse(&std::fs::read_to_string(f)?).map_err(std::io::Error::other)?,
         None => Hooks::default(),
     };
-    let (_conn, mut calls) =
+    let (_conn, calls) =
         nri::plugin::connect(args.get(1).map(|s| s.as_str()), "hooks", "20").await?;
-    while let Some(call) = calls.recv().await {
-        let answer = match call.request.method.as_str() {
-            "Configure" => {
-                let req =
-                    ConfigureRequest::decode(call.request.payload.as_slice()).unwrap_or_default();
-                if !req.config.trim().is_empty() {
-                    match parse(&req.config) {
-                        Ok(h) => hooks = h,
-                        Err(e) => {
-                            eprintln!("hooks: configuration: {e}");
-                            std::process::exit(1);
-                        }
+    nri::plugin::serve(calls, |method, payload| match method {
+        "Configure" => {
+            let req = ConfigureRequest::decode(payload).unwrap_or_default();
+            if !req.config.trim().is_empty() {
+                match parse(&req.config) {
+                    Ok(h) => hooks = h,
+                    Err(e) => {
+                        eprintln!("hooks: configuration: {e}");
+                        std::process::exit(1);
                     }
                 }
-                wire::ok(&ConfigureResponse {
-                    events: Event::CreateContainer.bit(),
-                })
             }
-            "CreateContainer" => wire::ok(&CreateContainerResponse {
-                adjust: Some(ContainerAdjustment {
-                    hooks: Some(hooks.clone()),
-                    ..Default::default()
-                }),
+            Some(wire::ok(&ConfigureResponse {
+                events: Event::CreateContainer.bit(),
+            }))
+        }
+        "CreateContainer" => Some(wire::ok(&CreateContainerResponse {
+            adjust: Some(ContainerAdjustment {
+                hooks: Some(hooks.clone()),
                 ..Default::default()
             }),
-            "Shutdown" => {
-                let _ = call.reply.send(wire::ok(&Empty {}));
-                break;
-            }
-            _ => wire::ok(&Empty {}),
-        };
-        let _ = call.reply.send(answer);
-    }
+            ..Default::default()
+        })),
+        _ => None,
+    })
+    .await;
     Ok(())
 }

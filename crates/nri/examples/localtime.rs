@@ -16,48 +16,40 @@ use prost::Message;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
     let socket = std::env::args().nth(1);
-    let (_conn, mut calls) = nri::plugin::connect(socket.as_deref(), "localtime", "10").await?;
+    let (_conn, calls) = nri::plugin::connect(socket.as_deref(), "localtime", "10").await?;
     let mut zone = "/etc/localtime".to_string();
-    while let Some(call) = calls.recv().await {
-        let answer = match call.request.method.as_str() {
-            "Configure" => {
-                let req =
-                    ConfigureRequest::decode(call.request.payload.as_slice()).unwrap_or_default();
-                if !req.config.trim().is_empty() {
-                    zone = req.config.trim().to_string();
-                }
-                eprintln!(
-                    "localtime: configured by {} {}: containers get {zone}",
-                    req.runtime_name, req.runtime_version
-                );
-                wire::ok(&ConfigureResponse {
-                    events: Event::CreateContainer.bit(),
-                })
+    nri::plugin::serve(calls, |method, payload| match method {
+        "Configure" => {
+            let req = ConfigureRequest::decode(payload).unwrap_or_default();
+            if !req.config.trim().is_empty() {
+                zone = req.config.trim().to_string();
             }
-            "Synchronize" => wire::ok(&SynchronizeResponse::default()),
-            "CreateContainer" => wire::ok(&CreateContainerResponse {
-                adjust: Some(ContainerAdjustment {
-                    mounts: vec![Mount {
-                        destination: "/etc/localtime".into(),
-                        r#type: "bind".into(),
-                        source: zone.clone(),
-                        options: vec!["rbind".into(), "ro".into()],
-                    }],
-                    env: vec![KeyValue {
-                        key: "TZ".into(),
-                        value: ":/etc/localtime".into(),
-                    }],
-                    ..Default::default()
-                }),
+            eprintln!(
+                "localtime: configured by {} {}: containers get {zone}",
+                req.runtime_name, req.runtime_version
+            );
+            Some(wire::ok(&ConfigureResponse {
+                events: Event::CreateContainer.bit(),
+            }))
+        }
+        "CreateContainer" => Some(wire::ok(&CreateContainerResponse {
+            adjust: Some(ContainerAdjustment {
+                mounts: vec![Mount {
+                    destination: "/etc/localtime".into(),
+                    r#type: "bind".into(),
+                    source: zone.clone(),
+                    options: vec!["rbind".into(), "ro".into()],
+                }],
+                env: vec![KeyValue {
+                    key: "TZ".into(),
+                    value: ":/etc/localtime".into(),
+                }],
                 ..Default::default()
             }),
-            "Shutdown" => {
-                let _ = call.reply.send(wire::ok(&Empty {}));
-                break;
-            }
-            _ => wire::ok(&Empty {}),
-        };
-        let _ = call.reply.send(answer);
-    }
+            ..Default::default()
+        })),
+        _ => None,
+    })
+    .await;
     Ok(())
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::api::{Empty, RegisterPluginRequest, RUNTIME_SERVICE};
-use crate::wire::{Conn, Incoming};
+use crate::api::{Empty, RegisterPluginRequest, TtrpcResponse, RUNTIME_SERVICE};
+use crate::wire::{self, Conn, Incoming};
 
 /// Where a runtime listens for external plugins unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
@@ -60,4 +60,22 @@ pub async fn connect(
         }
     });
     Ok((conn, calls))
+}
+
+/// Answers the runtime's calls until it shuts the plugin down or goes away: `answer`
+/// gets each call's method and payload; a method it has no answer for (`None`: the
+/// events the plugin did not ask for, Synchronize with nothing to change) is answered
+/// with an empty message, which every NRI response decodes from.
+pub async fn serve(
+    mut calls: mpsc::UnboundedReceiver<Incoming>,
+    mut answer: impl FnMut(&str, &[u8]) -> Option<TtrpcResponse>,
+) {
+    while let Some(call) = calls.recv().await {
+        let method = call.request.method.as_str();
+        let reply = answer(method, &call.request.payload).unwrap_or_else(|| wire::ok(&Empty {}));
+        let _ = call.reply.send(reply);
+        if method == "Shutdown" {
+            break;
+        }
+    }
 }

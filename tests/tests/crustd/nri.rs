@@ -180,13 +180,16 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     let conf = dir.path().join("hooks.json");
     std::fs::write(&conf, hooks.to_string()).unwrap();
 
+    let spawn_plugin = || {
+        std::process::Command::new(plugin("hooks"))
+            .arg(dir.path().join("nri.sock"))
+            .arg(&conf)
+            .spawn()
+            .unwrap()
+    };
     let d = Crustd::start_with_config(Options::default(), &config(dir.path()));
     let mut e = Env::with(d).await;
-    let mut running = std::process::Command::new(plugin("hooks"))
-        .arg(dir.path().join("nri.sock"))
-        .arg(&conf)
-        .spawn()
-        .unwrap();
+    let mut running = spawn_plugin();
     registered(&e, 1).await;
     let pod = e.pod("hooks").await;
     let state = |stage: &str| -> serde_json::Value {
@@ -229,11 +232,7 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     std::fs::write(&conf, failing.to_string()).unwrap();
     running.kill().unwrap();
     running.wait().unwrap();
-    let mut running = std::process::Command::new(plugin("hooks"))
-        .arg(dir.path().join("nri.sock"))
-        .arg(&conf)
-        .spawn()
-        .unwrap();
+    let mut running = spawn_plugin();
     registered(&e, 2).await;
     let before =
         e.c.list_containers(ListContainersRequest::default())

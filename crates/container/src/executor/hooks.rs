@@ -353,18 +353,8 @@ fn run_one(h: &Prepared, state: &[u8], extra: &Extra<'_>) -> Result<(), String> 
     }
     // SAFETY: lseek on our memfd.
     unsafe { libc::lseek(stdin.as_raw_fd(), 0, libc::SEEK_SET) };
-    let argv: Vec<*const libc::c_char> = h
-        .argv
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = h
-        .env
-        .iter()
-        .map(|e| e.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let argv = super::init::c_array(&h.argv);
+    let envp = super::init::c_array(&h.env);
     let fds = [stdin.as_raw_fd(), out.as_raw_fd(), err.as_raw_fd()];
     // SAFETY: the child makes only async-signal-safe calls on memory prepared before
     // the fork (no allocation, no lock) and leaves by execve or _exit.
@@ -433,14 +423,7 @@ unsafe fn hook_child(
             libc::_exit(126);
         }
     }
-    for sig in 1..libc::SIGRTMAX() {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-    }
-    let mut set: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut set);
-    libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    super::init::default_signals();
     super::init::close_from_3();
     libc::execve(path, argv.as_ptr(), envp.as_ptr());
     libc::_exit(127)

@@ -558,29 +558,9 @@ pub(crate) fn close_from_3() {
 /// ends the process before `execve`: reported on `report` (the exec path's socket)
 /// when there is one, always on the container's stderr.
 pub(crate) fn exec(p: &Plan, exe: &CStr, report: Option<RawFd>) -> ! {
-    let argv: Vec<*const libc::c_char> = p
-        .args
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = p
-        .env
-        .iter()
-        .map(|e| e.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    // SAFETY: resetting our own signal state.
-    unsafe {
-        for sig in 1..libc::SIGRTMAX() {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-        }
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    }
+    let argv = c_array(&p.args);
+    let envp = c_array(&p.env);
+    default_signals();
     if let (Some(f), true) = (&p.seccomp, p.no_new_privileges) {
         if let Err(e) = seccomp::install(f) {
             if let Some(sock) = report {
@@ -615,6 +595,32 @@ pub(crate) fn exec(p: &Plan, exe: &CStr, report: Option<RawFd>) -> ! {
     } else {
         126
     })
+}
+
+/// `execve`'s NULL-terminated array of pointers into `strings` (which must outlive it).
+pub(crate) fn c_array(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// Every signal to its default disposition, then an empty mask: what a process is
+/// `execve`d with (an ignored SIGPIPE, or a pending signal the fork blocked, must not
+/// reach the program otherwise). Plain syscalls: safe after a fork of a threaded caller.
+pub(crate) fn default_signals() {
+    // SAFETY: resetting our own signal state.
+    unsafe {
+        for sig in 1..libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
 }
 
 /// A tty container's terminal, as runc makes it: a pty of the container's own devpts

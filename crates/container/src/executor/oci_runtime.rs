@@ -201,18 +201,9 @@ impl OciRuntime {
         ];
         let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| err(id, "pipe", bundle, e.into()))?;
-        let argv_p: Vec<*const libc::c_char> = argv
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
+        let argv_p = super::init::c_array(&argv);
         let envp_p: [*const libc::c_char; 2] = [envp[0].as_ptr(), std::ptr::null()];
-        let margv_p: Vec<*const libc::c_char> = mexec
-            .argv
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
+        let margv_p = super::init::c_array(&mexec.argv);
         let stdio_raw: [RawFd; 3] = [
             stdio[0].as_raw_fd(),
             stdio[1].as_raw_fd(),

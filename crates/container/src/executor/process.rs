@@ -516,12 +516,7 @@ fn monitor_parent(p: &Plan, fds: &ChildFds, m: &MonitorExec) -> ! {
         clone_and_report(p, fds, &own, p.clone_flags());
         close_all_but(&mut keep);
     }
-    let argv: Vec<*const libc::c_char> = m
-        .argv
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let argv = init::c_array(&m.argv);
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     // SAFETY: fd juggling on fds this process owns, then execve with NUL-terminated
     // arrays of pointers into CStrings that outlive the call.
