@@ -260,6 +260,30 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
         before.into_inner().containers.len(),
         after.into_inner().containers.len()
     );
+
+    // A poststart hook that fails fails StartContainer and stops the container.
+    let failing = serde_json::json!({"poststart": [
+        {"path": "/bin/sh", "args": ["sh", "-c", "echo not-now >&2; exit 5"]}]});
+    std::fs::write(&conf, failing.to_string()).unwrap();
+    running.kill().unwrap();
+    running.wait().unwrap();
+    let mut running = spawn_plugin();
+    registered(&e, 3).await;
+    let id = e.create(&pod, ctr("poststart", &["sleep", "3600"])).await;
+    let err =
+        e.c.start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        err.message()
+            .contains("error running poststart hook #0: exit status 5, stdout: , stderr: not-now"),
+        "{err:?}"
+    );
+    let s = e.wait_exited(&id).await;
+    assert_eq!(s.exit_code, 137, "killed: {s:?}");
+    e.remove(&id).await;
     running.kill().unwrap();
     running.wait().unwrap();
     e.remove_pod(&pod.0).await;
