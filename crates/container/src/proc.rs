@@ -166,9 +166,66 @@ pub fn signal(pid: i32, start_time: u64, signal: i32) -> io::Result<bool> {
     }
 }
 
+/// Whether a signal sent now to `pid` would be thrown away: the process is the init
+/// of a PID namespace of its own (the last `NSpid` is 1) and has no handler for
+/// `signal` (`SigCgt`). The kernel discards such a signal whoever sends it (SIGKILL and
+/// SIGSTOP excepted), even when it was blocked at the time; so a stop signal sent to a
+/// container's init before the program installed its handler (a stop right after the
+/// start) is lost, not late. `None`: the process cannot be read (gone).
+pub fn drops_signal(pid: i32, signal: i32) -> Option<bool> {
+    if signal == libc::SIGKILL || signal == libc::SIGSTOP || !(1..=64).contains(&signal) {
+        return Some(false);
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(status_drops_signal(&status, signal))
+}
+
+fn status_drops_signal(status: &str, signal: i32) -> bool {
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(str::trim)
+    };
+    let ns_init = field("NSpid:")
+        .and_then(|v| v.split_whitespace().last())
+        .is_some_and(|last| last == "1");
+    let caught = field("SigCgt:")
+        .and_then(|v| u64::from_str_radix(v, 16).ok())
+        .is_some_and(|mask| mask & (1u64 << (signal - 1)) != 0);
+    ns_init && !caught
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_init_without_a_handler_drops_the_signal() {
+        let st = |nspid: &str, cgt: &str| format!("Name:\tx\nNSpid:\t{nspid}\nSigCgt:\t{cgt}\n");
+        // SIGTERM is 15: bit 14 (0x4000).
+        assert!(status_drops_signal(
+            &st("4242\t1", "0000000000000000"),
+            libc::SIGTERM
+        ));
+        assert!(!status_drops_signal(
+            &st("4242\t1", "0000000000004000"),
+            libc::SIGTERM
+        ));
+        assert!(!status_drops_signal(
+            &st("4242\t7", "0000000000000000"),
+            libc::SIGTERM
+        ));
+        assert!(!status_drops_signal(
+            &st("4242", "0000000000000000"),
+            libc::SIGTERM
+        ));
+        assert_eq!(
+            drops_signal(std::process::id() as i32, libc::SIGKILL),
+            Some(false)
+        );
+        assert_eq!(drops_signal(1 << 23, libc::SIGTERM), None);
+    }
 
     #[test]
     fn parse_stat_counts_fields_after_the_last_paren() {

@@ -390,6 +390,43 @@ async fn a_stop_signal_before_the_exec_is_not_lost() {
     e.remove(&id).await;
 }
 
+/// A stop signal that a container's init drops (the init of its own PID namespace
+/// has no handler for it yet: critest stops a container as soon as it started) is sent
+/// again once the program installed its handler, instead of the grace period ending in
+/// SIGKILL: the trap's `exit 0` is the container's end, not 137.
+#[tokio::test]
+async fn a_stop_signal_dropped_before_the_handler_is_sent_again() {
+    if !root() {
+        return;
+    }
+    let mut e = setup().await;
+    let pod = e.pod("late-trap").await;
+    let mut c = ctr(
+        "late",
+        &[
+            "sh",
+            "-c",
+            "sleep 2; trap 'exit 0' TERM; echo trapped; while true; do sleep 0.1; done",
+        ],
+    );
+    sc(&mut c).namespace_options = Some(NamespaceOption {
+        pid: NamespaceMode::Container as i32,
+        ..Default::default()
+    });
+    let id = e.create(&pod, c).await;
+    e.start(&id).await;
+    let (pid, _) = e.pids(&id).await;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert_eq!(nspid.split_whitespace().last(), Some("1"), "{nspid}");
+    e.stop(&id, 60).await;
+    let (s, _) = e.status(&id).await;
+    let log = std::fs::read_to_string(&s.log_path).unwrap_or_default();
+    assert_eq!(s.exit_code, 0, "{s:?} {log}");
+    assert!(log.contains("trapped"), "{log}");
+    e.remove(&id).await;
+}
+
 /// Bad input: the right code, a message, and nothing left behind.
 #[tokio::test]
 async fn bad_input_leaves_nothing() {

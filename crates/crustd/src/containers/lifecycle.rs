@@ -409,6 +409,39 @@ async fn wait_monitor(crust: &Crust, rec: &ContainerRecord, timeout: Duration) -
     true
 }
 
+/// How long after the stop signal an init that would have dropped it is watched for a
+/// handler: a program installs its handlers as it starts.
+const LATE_HANDLER_WATCH: Duration = Duration::from_secs(5);
+
+/// The grace period after the stop signal: waits for the container to exit, and sends
+/// the signal once more if it was thrown away. A container's init is its PID
+/// namespace's init, and the kernel discards a signal such an init has no handler for:
+/// a stop right after the start (the CRI conformance suite's) would otherwise reach a
+/// program that was still setting up, and the whole grace period would end in SIGKILL.
+/// So while the init drops the signal, it is watched (for [`LATE_HANDLER_WATCH`]) and
+/// signalled again as soon as it has a handler: the first time it can arrive.
+async fn grace(crust: &Crust, rec: &ContainerRecord, timeout: Duration) {
+    let sig = signal_number(&rec.stop_signal);
+    let begun = Instant::now();
+    if container::proc::drops_signal(rec.pid, sig) == Some(true) {
+        let watch = timeout.min(LATE_HANDLER_WATCH);
+        while begun.elapsed() < watch {
+            if wait_monitor(crust, rec, Duration::from_millis(50)).await {
+                return;
+            }
+            match container::proc::drops_signal(rec.pid, sig) {
+                Some(true) => continue,
+                Some(false) => {
+                    signal_init(rec, sig);
+                    break;
+                }
+                None => return,
+            }
+        }
+    }
+    wait_monitor(crust, rec, timeout.saturating_sub(begun.elapsed())).await;
+}
+
 /// Ends a container under its lock: SIGKILL (the grace period, if any, is over) and the
 /// wait for its exit; `refresh` then ends what it left in a shared PID namespace.
 async fn kill_locked(crust: &Crust, rec: &mut ContainerRecord) -> Result<()> {
@@ -457,7 +490,7 @@ pub async fn stop(crust: Arc<Crust>, id: &str, timeout: i64) -> Result<()> {
             }
         };
         if let Some(snapshot) = running {
-            wait_monitor(&crust, &snapshot, Duration::from_secs(timeout as u64)).await;
+            grace(&crust, &snapshot, Duration::from_secs(timeout as u64)).await;
         }
     }
     let mut rec = c.rec.lock().await;
