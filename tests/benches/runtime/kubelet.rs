@@ -294,19 +294,21 @@ pub(crate) fn make_pod_cgroup(row: &Row, uid: &str) -> Result<(), String> {
         .create(&p)
         .map_err(|e| format!("pod cgroup: {e}"))?;
     let r = pod_resources();
-    let writes = [
-        ("cpu", "cpu.shares", r.cpu_shares),
-        ("cpu", "cpu.cfs_period_us", r.cpu_period),
-        ("cpu", "cpu.cfs_quota_us", r.cpu_quota),
-        ("memory", "memory.limit_in_bytes", r.memory_limit_in_bytes),
-    ];
-    for (ctl, file, v) in writes {
-        if let Some(d) = row.cgroups.dir(ctl, &p) {
-            std::fs::write(d.join(file), v.to_string())
-                .map_err(|e| format!("{}: {e}", d.join(file).display()))?;
-        }
-    }
-    Ok(())
+    // The v1 files as the kubelet writes them there, v2's (`cpu.weight` from the
+    // shares, `cpu.max`, `memory.max`) through the cgroups crate, as the kubelet's
+    // libcontainer converts them.
+    row.cgroups
+        .apply(
+            &p,
+            &cgroups::Resources {
+                cpu_shares: Some(r.cpu_shares as u64),
+                cpu_quota: Some(r.cpu_quota),
+                cpu_period: Some(r.cpu_period as u64),
+                memory_limit: Some(r.memory_limit_in_bytes),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| format!("pod cgroup limits: {e}"))
 }
 
 /// The kubelet removes a pod's cgroup once its sandbox is gone.
