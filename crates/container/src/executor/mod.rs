@@ -469,7 +469,14 @@ pub fn create(opts: CreateOpts) -> Result<Container> {
         monitor,
         on_init,
     } = opts;
-    let plan = spec::plan(&id, &bundle, &spec, rootfs_mount.as_ref())?;
+    let mut plan = spec::plan(&id, &bundle, &spec, rootfs_mount.as_ref())?;
+    plan.hooks =
+        hooks::Plan::new(&id, &bundle, &spec, &plan.rootfs, &plan.env).map_err(|reason| {
+            Error::InvalidSpec {
+                id: id.clone(),
+                reason,
+            }
+        })?;
     let t_plan = begun.elapsed();
     let err = |step, path: String, source| Error::Create {
         id: id.clone(),

@@ -133,7 +133,8 @@ pub(crate) struct Plan {
     /// creating process, see [`super::cgroupfs::host`]).
     pub cgroup_host: Option<std::sync::Arc<super::cgroupfs::Host>>,
     /// The spec's OCI hooks but `poststart` and `poststop` (the caller's to run at
-    /// start and delete), prepared for the fork (see `hooks.rs`).
+    /// start and delete), prepared for the fork (see `hooks.rs`): only `create` plans
+    /// them (an exec runs none, and an exec's spec is the container's, hooks and all).
     pub hooks: super::hooks::Plan,
 }
 
@@ -416,7 +417,6 @@ fn plan_inner(
     let caps = plan_caps(process)?;
     let seccomp = plan_seccomp(&linux)?;
     let command = plan_command(process)?;
-    let hooks = super::hooks::Plan::new(id, bundle, spec, &rootfs, &command.env)?;
 
     let cgroup_host = if mounts.iter().any(|m| matches!(m.kind, MountKind::Cgroup)) {
         Some(super::cgroupfs::host().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?)
@@ -456,7 +456,7 @@ fn plan_inner(
         path_env: command.path_env,
         namespaces,
         cgroup_host,
-        hooks,
+        hooks: Default::default(),
     })
 }
 

@@ -111,11 +111,7 @@ fn spec_hooks(
         return None;
     }
     let bundle = crust.containers.bundle(&rec.id);
-    let spec = match std::fs::read(bundle.join("config.json"))
-        .map_err(|e| e.to_string())
-        .and_then(|b| {
-            serde_json::from_slice::<oci_spec::runtime::Spec>(&b).map_err(|e| e.to_string())
-        }) {
+    let spec = match crust.containers.read_spec(&rec.id) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(container = %rec.id, error = %e, "reading the spec for its {} hooks", kind.name());
@@ -137,13 +133,14 @@ fn spec_hooks(
 fn poststop(crust: &Crust, rec: &ContainerRecord) {
     use executor::hooks::HookKind;
     let mark = crust.containers.bundle(&rec.id).join("poststop.done");
-    if !rec.oci_hooks || mark.exists() {
+    if mark.exists() {
         return;
     }
-    if let Some((hooks, state)) = spec_hooks(crust, rec, HookKind::Poststop, "stopped", None) {
-        if let Err(e) = executor::hooks::run(HookKind::Poststop, &hooks, &state) {
-            tracing::warn!(container = %rec.id, error = %e, "poststop hook");
-        }
+    let Some((hooks, state)) = spec_hooks(crust, rec, HookKind::Poststop, "stopped", None) else {
+        return;
+    };
+    if let Err(e) = executor::hooks::run(HookKind::Poststop, &hooks, &state) {
+        tracing::warn!(container = %rec.id, error = %e, "poststop hook");
     }
     let _ = std::fs::write(mark, b"");
 }

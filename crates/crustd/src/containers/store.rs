@@ -183,6 +183,14 @@ impl Containers {
         self.dir.join(id)
     }
 
+    /// The OCI spec of a container's bundle, as CreateContainer wrote it.
+    pub fn read_spec(&self, id: &str) -> Result<oci_spec::runtime::Spec> {
+        let bytes = std::fs::read(self.bundle(id).join("config.json"))
+            .map_err(|e| Error::Internal(format!("reading the spec of {id}: {e}")))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Internal(format!("parsing the spec of {id}: {e}")))
+    }
+
     /// The executor's state dir (volatile).
     pub fn exec_state(&self, id: &str) -> PathBuf {
         self.state_dir.join(id)

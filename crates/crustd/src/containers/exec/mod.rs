@@ -133,10 +133,7 @@ pub(crate) async fn prepare(crust: &Crust, container_id: &str, cmd: &[String]) -
             (rec.pid, rec.pid_start_time),
         )
     };
-    let spec_bytes = std::fs::read(bundle.join("config.json"))
-        .map_err(|e| Error::Internal(format!("reading the spec of {}: {e}", c.id)))?;
-    let mut spec: executor::oci_spec::runtime::Spec = serde_json::from_slice(&spec_bytes)
-        .map_err(|e| Error::Internal(format!("parsing the spec of {}: {e}", c.id)))?;
+    let mut spec = crust.containers.read_spec(&c.id)?;
     let mut process = spec.process().clone().unwrap_or_default();
     process.set_args(Some(cmd.to_vec()));
     process.set_terminal(Some(false));
