@@ -428,6 +428,29 @@ pub fn proc_cgroup(pid: &str, controller: &str) -> Option<String> {
 }
 pub mod attach;
 
+/// Writes `contents` to `path` as an executable (mode 0755) without this process ever
+/// holding a write fd of it: `sh` writes it. A write fd open here while another test
+/// thread forks lives on in that child until it execs (O_CLOEXEC only closes it then),
+/// and meanwhile `execve` of the file fails with ETXTBSY ("Text file busy"), which is
+/// how a hook or plugin test failed now and then when written with `std::fs::write`.
+pub fn write_executable(path: &Path, contents: impl AsRef<[u8]>) {
+    use std::io::Write;
+    let mut child = Command::new("sh")
+        .args(["-c", "cat >\"$0\" && chmod 755 \"$0\""])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sh to write an executable");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(contents.as_ref())
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "writing {}: {status}", path.display());
+}
+
 /// The last `n` lines of `text` (a daemon's log in a failure message).
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();

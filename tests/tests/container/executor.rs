@@ -873,13 +873,11 @@ fn failed_execs_leave_no_zombie_and_the_container_still_dies() {
 /// and PID namespace and user to `<out>/<name>`.
 fn hook_script(b: &Bundle) -> PathBuf {
     let path = b.tmp.path().join("hook.sh");
-    std::fs::write(
+    crust_e2e::write_executable(
         &path,
         "#!/bin/sh\n{ echo \"$1\"; cat; echo; pwd; readlink /proc/self/ns/net; \
          readlink /proc/self/ns/pid; id -u; echo \"$HOOK_ENV\"; } > \"$2\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     path
 }
 
@@ -904,17 +902,11 @@ fn oci_hooks_run_in_order_in_their_namespaces() {
     let s = script.to_str().unwrap();
     let out = |n: &str| b.out().join(n).display().to_string();
     // startContainer's path and files are the container's own.
-    std::fs::write(
-        b.rootfs().join("bin/hook"),
+    crust_e2e::write_executable(
+        &b.rootfs().join("bin/hook"),
         "#!/bin/sh\n{ echo \"$1\"; cat; echo; pwd; readlink /proc/self/ns/net; \
          readlink /proc/self/ns/pid; id -u; echo \"$HOOK_ENV\"; } > /out/start\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        b.rootfs().join("bin/hook"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
     #[allow(deprecated)]
     let hooks = HooksBuilder::default()
         .prestart(vec![oci_hook(

@@ -163,8 +163,7 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     std::fs::create_dir_all(&out).unwrap();
     // A host hook: its state (stdin) into <out>/<its first argument>.
     let script = dir.path().join("hook.sh");
-    std::fs::write(&script, "#!/bin/sh\ncat > \"$OUT/$1\"\n").unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    crust_e2e::write_executable(&script, "#!/bin/sh\ncat > \"$OUT/$1\"\n");
     let host = |stage: &str| {
         serde_json::json!({"path": script, "args": ["hook.sh", stage],
             "env": [format!("OUT={}", out.display())], "timeout": 10})

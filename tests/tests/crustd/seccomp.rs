@@ -155,8 +155,7 @@ async fn runtime_default_runs_an_i386_binary_and_refuses_its_unshare() {
     assert_eq!(HELLO32.len(), 169);
     let dir = TempDir::new("hello32");
     let bin = dir.path().join("hello32");
-    std::fs::write(&bin, HELLO32).unwrap();
-    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    crust_e2e::write_executable(&bin, HELLO32);
     let mut e = setup().await;
     let pod = e.pod("sc32").await;
     let mut cfg = ctr(

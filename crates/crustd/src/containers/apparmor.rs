@@ -380,21 +380,26 @@ mod tests {
         std::fs::write(sfs.join("profiles"), profiles).unwrap();
         let log = dir.path().join("parser.log");
         let parser = dir.path().join("apparmor_parser");
-        std::fs::write(
-            &parser,
-            format!(
-                "#!/bin/sh\necho \"$@\" >>{log}\ncat >>{log}\n{}\n",
-                if parser_ok {
-                    "exit 0"
-                } else {
-                    "echo 'syntax error' >&2; exit 1"
-                },
-                log = log.display()
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&parser, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Written by `sh`, never through a write fd of this process: one open here
+        // while another test thread forks lives on in that child until it execs, and
+        // running the parser meanwhile fails with ETXTBSY (seen in CI).
+        let body = format!(
+            "#!/bin/sh\necho \"$@\" >>{log}\ncat >>{log}\n{}\n",
+            if parser_ok {
+                "exit 0"
+            } else {
+                "echo 'syntax error' >&2; exit 1"
+            },
+            log = log.display()
+        );
+        let mut sh = Command::new("sh")
+            .args(["-c", "cat >\"$0\" && chmod 755 \"$0\""])
+            .arg(&parser)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        sh.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        assert!(sh.wait().unwrap().success());
         let aa = AppArmor::at(&param, &sfs, Some(parser));
         Host { _dir: dir, aa, log }
     }

@@ -183,10 +183,7 @@ fn fake_plugin(dir: &Path, name: &str, fail_add: bool) {
 
 /// Writes `script` as the executable plugin `name` of a temp CNI bin dir.
 fn write_plugin(dir: &Path, name: &str, script: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(name);
-    std::fs::write(&p, script).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    crust_e2e::write_executable(&dir.join(name), script);
 }
 
 /// A crustd that finds CNI plugins in `bin_dir` too (the test's fake ones), besides
