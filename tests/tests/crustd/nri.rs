@@ -163,7 +163,10 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     std::fs::create_dir_all(&out).unwrap();
     // A host hook: its state (stdin) into <out>/<its first argument>.
     let script = dir.path().join("hook.sh");
-    crust_e2e::write_executable(&script, "#!/bin/sh\ncat > \"$OUT/$1\"\n");
+    crust_e2e::write_executable(
+        &script,
+        "#!/bin/sh\ncat > \"$OUT/$1\"\necho >> \"$OUT/$1.count\"\n",
+    );
     let host = |stage: &str| {
         serde_json::json!({"path": script, "args": ["hook.sh", stage],
             "env": [format!("OUT={}", out.display())], "timeout": 10})
@@ -216,9 +219,19 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     let log = std::fs::read_to_string(&s.log_path).unwrap_or_default();
     assert_eq!(s.exit_code, 0, "{log}");
     assert!(log.contains("started-by-hook"), "{log}");
-    assert!(!out.join("poststop").exists(), "poststop runs at removal");
-    e.remove(&id).await;
+    // poststop once the container has exited (containerd deletes the task then), and
+    // not again at removal.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !out.join("poststop.count").exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let st = state("poststop");
+    e.remove(&id).await;
+    assert_eq!(
+        std::fs::read_to_string(out.join("poststop.count")).unwrap(),
+        "\n",
+        "poststop ran once"
+    );
     assert_eq!(
         (st["id"].as_str(), st["status"].as_str()),
         (Some(id.as_str()), Some("stopped"))

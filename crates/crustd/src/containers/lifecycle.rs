@@ -127,9 +127,9 @@ fn spec_hooks(
     Some((hooks, state))
 }
 
-/// The spec's `poststop` hooks, once the container's processes are gone and before its
-/// bundle goes, once (a mark in the bundle: teardown is retried): a failure is a
-/// warning only, as the runtime spec says.
+/// The spec's `poststop` hooks, once the container's init has exited (from [`watch`]) or
+/// at the latest when it is torn down, before its bundle goes; once (a mark in the
+/// bundle: teardown is retried): a failure is a warning only, as the runtime spec says.
 fn poststop(crust: &Crust, rec: &ContainerRecord) {
     use executor::hooks::HookKind;
     let mark = crust.containers.bundle(&rec.id).join("poststop.done");
@@ -242,6 +242,15 @@ pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
         }
         let mut rec = c.rec.lock().await;
         refresh(&crust, &mut rec);
+        // `poststop` as containerd runs it: its task is deleted (runc delete) when the
+        // container exits, not when the kubelet removes it, maybe hours later. An exit
+        // while crustd was down is caught here after a restart; the mark in the bundle
+        // keeps it to once, and RemoveContainer runs the hooks of a container whose exit
+        // no task saw. Under the record's lock: a removal waits for them.
+        if rec.state == ContainerState::Exited && rec.oci_hooks {
+            let (crust, done) = (crust.clone(), rec.clone());
+            let _ = tokio::task::spawn_blocking(move || poststop(&crust, &done)).await;
+        }
     });
 }
 
