@@ -300,3 +300,114 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     running.wait().unwrap();
     e.remove_pod(&pod.0).await;
 }
+
+/// `poststop` hooks are in the container's spec, not in crustd's memory: a crustd killed
+/// right after writing a spec rolls the cut create back at its restart with the hooks
+/// run (runc's rollback runs them too), and a container that exits while crustd is down
+/// gets them at the restart, not when it is removed.
+#[tokio::test]
+async fn poststop_hooks_run_across_a_crustd_that_died() {
+    if !require_root(&["ip", "nsenter", "busybox"]) {
+        return;
+    }
+    let dir = TempDir::new("nri-stop");
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    std::fs::create_dir_all(dir.path().join("conf.d")).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // Each run: its state (stdin) appended to <out>/states, a line each.
+    let script = dir.path().join("hook.sh");
+    crust_e2e::write_executable(
+        &script,
+        "#!/bin/sh\n{ tr -d '\\n'; echo; } >> \"$OUT/states\"\n",
+    );
+    let conf = dir.path().join("hooks.json");
+    let hooks = serde_json::json!({"poststop": [{"path": script,
+        "env": [format!("OUT={}", out.display())], "timeout": 10}]});
+    std::fs::write(&conf, hooks.to_string()).unwrap();
+    let spawn_plugin = || {
+        std::process::Command::new(plugin("hooks"))
+            .arg(dir.path().join("nri.sock"))
+            .arg(&conf)
+            .spawn()
+            .unwrap()
+    };
+    let states = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(out.join("states"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    let wait_states = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while states().len() < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        states()
+    };
+
+    let opts = Options {
+        env: vec![(
+            "CRUST_FAILPOINT".into(),
+            "create_container.after_spec".into(),
+        )],
+        ..Default::default()
+    };
+    let d = Crustd::start_with_config(opts, &config(dir.path()));
+    let mut e = Env::with(d).await;
+    let mut plugin1 = spawn_plugin();
+    registered(&e, 1).await;
+    let pod = e.pod("stop").await;
+
+    // Killed right after the spec is written.
+    let cut = e.try_create(&pod, ctr("cut", &["true"])).await;
+    assert!(cut.is_err(), "the failpoint was not reached");
+    e.d.wait_exit(Duration::from_secs(10))
+        .expect("crustd still runs after its failpoint");
+    plugin1.kill().unwrap();
+    plugin1.wait().unwrap();
+    e.d.opts.env.clear();
+    e.d.spawn();
+    e.c = e.d.client().await;
+    let seen = wait_states(1);
+    assert_eq!(
+        seen.len(),
+        1,
+        "poststop of the rolled-back create: {seen:?}"
+    );
+    assert_eq!(seen[0]["status"], "stopped", "{seen:?}");
+    let listed =
+        e.c.list_containers(ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert!(
+        listed.is_empty(),
+        "the cut create was rolled back: {listed:?}"
+    );
+
+    // Exits while crustd is down.
+    let mut plugin2 = spawn_plugin();
+    registered(&e, 2).await;
+    let id = e.create(&pod, ctr("brief", &["sleep", "2"])).await;
+    e.start(&id).await;
+    e.d.kill9();
+    plugin2.kill().unwrap();
+    plugin2.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(states().len(), 1, "no crustd, no hook");
+    e.d.spawn();
+    e.c = e.d.client().await;
+    let seen = wait_states(2);
+    assert_eq!(seen.len(), 2, "poststop after the restart: {seen:?}");
+    assert_eq!(
+        (seen[1]["id"].as_str(), seen[1]["status"].as_str()),
+        (Some(id.as_str()), Some("stopped"))
+    );
+    e.wait_exited(&id).await;
+    e.remove(&id).await;
+    assert_eq!(states().len(), 2, "not again at removal");
+    e.remove_pod(&pod.0).await;
+}

@@ -385,13 +385,7 @@ fn make(
     }
     write_spec(&bundle, &spec)?;
     failpoint!("create_container.after_spec");
-    rec.oci_hooks = external.is_none()
-        && [
-            executor::hooks::HookKind::Poststart,
-            executor::hooks::HookKind::Poststop,
-        ]
-        .into_iter()
-        .any(|k| !executor::hooks::of(&spec, k).is_empty());
+    rec.oci_hooks = external.is_none() && crustd_runs_hooks(&spec);
     rec.user = spec.process().as_ref().map(|p| {
         let u = p.user();
         crate::containers::store::RunAs {
@@ -441,6 +435,15 @@ fn make(
         },
     );
     Ok(())
+}
+
+/// Whether the spec has hooks that crustd runs itself (`poststart`, `poststop`) under
+/// crust's own executor; the others are the executor's.
+pub(crate) fn crustd_runs_hooks(spec: &oci_spec::runtime::Spec) -> bool {
+    use executor::hooks::{of, HookKind};
+    [HookKind::Poststart, HookKind::Poststop]
+        .into_iter()
+        .any(|k| !of(spec, k).is_empty())
 }
 
 /// The container's bundle directory with an empty `rootfs`, which the executor (or an

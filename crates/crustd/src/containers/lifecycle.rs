@@ -218,10 +218,7 @@ pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
     // Checked after opening: the pidfd is the monitor's, not a reused pid's.
     if start_time(pid) != Some(st) {
         drop(pidfd);
-        tokio::spawn(async move {
-            let mut rec = c.rec.lock().await;
-            refresh(&crust, &mut rec);
-        });
+        tokio::spawn(ended(crust, c));
         return;
     }
     tokio::spawn(async move {
@@ -240,18 +237,23 @@ pub fn watch(crust: Arc<Crust>, c: Arc<Container>) {
                 let _ = container::proc::pidfd_reap(afd.get_ref().as_fd(), true);
             }
         }
-        let mut rec = c.rec.lock().await;
-        refresh(&crust, &mut rec);
-        // `poststop` as containerd runs it: its task is deleted (runc delete) when the
-        // container exits, not when the kubelet removes it, maybe hours later. An exit
-        // while crustd was down is caught here after a restart; the mark in the bundle
-        // keeps it to once, and RemoveContainer runs the hooks of a container whose exit
-        // no task saw. Under the record's lock: a removal waits for them.
-        if rec.state == ContainerState::Exited && rec.oci_hooks {
-            let (crust, done) = (crust.clone(), rec.clone());
-            let _ = tokio::task::spawn_blocking(move || poststop(&crust, &done)).await;
-        }
+        ended(crust, c).await;
     });
+}
+
+/// The monitor is gone: its exit record into the container's record, then the spec's
+/// `poststop` hooks as containerd runs them: its task is deleted (runc delete) when the
+/// container exits, not when the kubelet removes it, maybe hours later. An exit while
+/// crustd was down is caught at its restart's watch; the mark in the bundle keeps it
+/// to once, and RemoveContainer runs the hooks of a container whose exit no task saw.
+/// Under the record's lock: a removal waits for them.
+async fn ended(crust: Arc<Crust>, c: Arc<Container>) {
+    let mut rec = c.rec.lock().await;
+    refresh(&crust, &mut rec);
+    if rec.state == ContainerState::Exited && rec.oci_hooks {
+        let done = rec.clone();
+        let _ = tokio::task::spawn_blocking(move || poststop(&crust, &done)).await;
+    }
 }
 
 pub async fn start(crust: Arc<Crust>, id: &str) -> Result<()> {

@@ -32,6 +32,14 @@ pub fn recover(crust: &Arc<Crust>) {
             rec.state = ContainerState::Creating;
         }
         if rec.state == ContainerState::Creating {
+            // The record on disk may predate the spec's (it is saved before the spec is
+            // written): a rollback runs the spec's poststop hooks, as runc's does.
+            if rec.runtime.is_empty() && !rec.oci_hooks {
+                rec.oci_hooks = crust
+                    .containers
+                    .read_spec(&rec.id)
+                    .is_ok_and(|s| crate::containers::create::crustd_runs_hooks(&s));
+            }
             match teardown(crust, &mut rec) {
                 Ok(()) => continue,
                 Err(e) => {
