@@ -151,16 +151,32 @@ async fn registered(e: &Env, n: usize) {
     }
 }
 
+/// A temp dir with crustd's NRI folders, and its `out` folder for what hooks write.
+fn hooks_dirs(name: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(name);
+    for d in ["plugins", "conf.d", "out"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+    }
+    let out = dir.path().join("out");
+    (dir, out)
+}
+
+/// The `hooks` example connected to the crustd of `dir` (see [`config`]), configured
+/// with the OCI hooks in `conf`.
+fn hooks_plugin(dir: &Path, conf: &Path) -> std::process::Child {
+    std::process::Command::new(plugin("hooks"))
+        .arg(dir.join("nri.sock"))
+        .arg(conf)
+        .spawn()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     if !require_root(&["ip", "nsenter", "busybox"]) {
         return;
     }
-    let dir = TempDir::new("nri-hooks");
-    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
-    std::fs::create_dir_all(dir.path().join("conf.d")).unwrap();
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
+    let (dir, out) = hooks_dirs("nri-hooks");
     // A host hook: its state (stdin) into <out>/<its first argument>.
     let script = dir.path().join("hook.sh");
     crust_e2e::write_executable(
@@ -182,13 +198,7 @@ async fn oci_hooks_from_a_plugin_run_at_each_point_of_a_containers_life() {
     let conf = dir.path().join("hooks.json");
     std::fs::write(&conf, hooks.to_string()).unwrap();
 
-    let spawn_plugin = || {
-        std::process::Command::new(plugin("hooks"))
-            .arg(dir.path().join("nri.sock"))
-            .arg(&conf)
-            .spawn()
-            .unwrap()
-    };
+    let spawn_plugin = || hooks_plugin(dir.path(), &conf);
     let d = Crustd::start_with_config(Options::default(), &config(dir.path()));
     let mut e = Env::with(d).await;
     let mut running = spawn_plugin();
@@ -310,11 +320,7 @@ async fn poststop_hooks_run_across_a_crustd_that_died() {
     if !require_root(&["ip", "nsenter", "busybox"]) {
         return;
     }
-    let dir = TempDir::new("nri-stop");
-    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
-    std::fs::create_dir_all(dir.path().join("conf.d")).unwrap();
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
+    let (dir, out) = hooks_dirs("nri-stop");
     // Each run: its state (stdin) appended to <out>/states, a line each.
     let script = dir.path().join("hook.sh");
     crust_e2e::write_executable(
@@ -325,13 +331,7 @@ async fn poststop_hooks_run_across_a_crustd_that_died() {
     let hooks = serde_json::json!({"poststop": [{"path": script,
         "env": [format!("OUT={}", out.display())], "timeout": 10}]});
     std::fs::write(&conf, hooks.to_string()).unwrap();
-    let spawn_plugin = || {
-        std::process::Command::new(plugin("hooks"))
-            .arg(dir.path().join("nri.sock"))
-            .arg(&conf)
-            .spawn()
-            .unwrap()
-    };
+    let spawn_plugin = || hooks_plugin(dir.path(), &conf);
     let states = || -> Vec<serde_json::Value> {
         std::fs::read_to_string(out.join("states"))
             .unwrap_or_default()
