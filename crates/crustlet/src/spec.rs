@@ -620,9 +620,10 @@ pub struct VolumePaths<'a> {
     pub read_only: &'a std::collections::HashSet<String>,
 }
 
-/// The pod's configMap, secret, downwardAPI and projected volumes: the kubelet mounts
-/// these read-only in every container (their files are its to update).
-pub fn api_data_volumes(pod: &Pod) -> std::collections::HashSet<String> {
+/// The pod's volumes the kubelet mounts read-only in every container: configMap,
+/// secret, downwardAPI and projected ones (their files are its to update), and claims
+/// the pod takes `readOnly`.
+pub fn read_only_volumes(pod: &Pod) -> std::collections::HashSet<String> {
     spec(pod)
         .volumes
         .iter()
@@ -632,6 +633,9 @@ pub fn api_data_volumes(pod: &Pod) -> std::collections::HashSet<String> {
                 || v.secret.is_some()
                 || v.downward_api.is_some()
                 || v.projected.is_some()
+                || v.persistent_volume_claim
+                    .as_ref()
+                    .is_some_and(|c| c.read_only == Some(true))
         })
         .map(|v| v.name.clone())
         .collect()

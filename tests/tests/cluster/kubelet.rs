@@ -538,6 +538,7 @@ fn main() {
             crustlet_grpc_probe_same_as_kubelet,
             crustlet_memory_empty_dir,
             crustlet_pod_files_as_kubelet,
+            crustlet_claimed_volumes_as_kubelet,
             crustlet_host_port_admission,
             crustlet_apparmor_admission,
             crustlet_image_change_restarts,

@@ -130,33 +130,17 @@ impl Inputs<'_> {
             return Ok(d);
         }
         if let Some(h) = &v.host_path {
-            let p = PathBuf::from(&h.path);
-            match h.type_.as_deref().unwrap_or("") {
-                "DirectoryOrCreate" => std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?,
-                "FileOrCreate" if !p.exists() => {
-                    std::fs::write(&p, b"").map_err(|e| io(&p, e))?;
-                }
-                "Directory" if !p.is_dir() => {
-                    return Err(InputError::Invalid(format!(
-                        "hostPath {}: not a directory",
-                        p.display()
-                    )))
-                }
-                "File" if !p.is_file() => {
-                    return Err(InputError::Invalid(format!(
-                        "hostPath {}: not a file",
-                        p.display()
-                    )))
-                }
-                "Socket" | "CharDevice" | "BlockDevice" if !p.exists() => {
-                    return Err(InputError::Invalid(format!(
-                        "hostPath {}: does not exist",
-                        p.display()
-                    )))
-                }
-                _ => {}
-            }
-            return Ok(p);
+            return host_path(h);
+        }
+        if let Some(c) = &v.persistent_volume_claim {
+            return self
+                .claimed(&c.claim_name, c.read_only.unwrap_or(false), false)
+                .await;
+        }
+        if v.ephemeral.is_some() {
+            // The claim the ephemeral volume controller makes from the template.
+            let name = format!("{}-{}", spec::name(self.pod), v.name);
+            return self.claimed(&name, false, true).await;
         }
         let files = if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(0o644);
@@ -182,7 +166,7 @@ impl Inputs<'_> {
             self.projected(p).await?
         } else {
             return Err(InputError::Invalid(format!(
-                "volume {:?}: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported",
+                "volume {:?}: only emptyDir, hostPath, persistentVolumeClaim and ephemeral (of hostPath and local volumes), configMap, secret, downwardAPI and projected volumes are supported",
                 v.name
             )));
         };
@@ -202,6 +186,141 @@ impl Inputs<'_> {
             .and_then(|s| s.fs_group);
         write_atomically(&d, &files, fs_group).map_err(|e| io(&d, e))?;
         Ok(d)
+    }
+
+    /// The folder of the PersistentVolume bound to a claim, found as the kubelet's volume
+    /// manager finds it (the claim bound and not being deleted, the volume bound to it)
+    /// and with its errors. Volumes the node has without a driver: `hostPath` (checked
+    /// as a hostPath volume) and `local` (a path on the node, which gets the pod's
+    /// fsGroup as the kubelet's local plugin gives it, unless mounted read-only).
+    /// Others need an attacher or a CSI driver, which crust does not have.
+    /// An `ephemeral` volume's claim must be the pod's own (its controller owner), as
+    /// the kubelet checks: a claim of that name made otherwise is not the pod's volume.
+    async fn claimed(
+        &self,
+        claim_name: &str,
+        read_only: bool,
+        ephemeral: bool,
+    ) -> Result<PathBuf, InputError> {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let client = self.client("a persistentVolumeClaim")?.clone();
+        let ns = self.ns();
+        let claim = format!("{ns}/{claim_name}");
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+            .get_opt(claim_name)
+            .await
+            .map_err(|e| {
+                InputError::Api(format!(
+                    "error processing PVC {claim}: failed to fetch PVC from API server: {e}"
+                ))
+            })?
+            .ok_or_else(|| {
+                InputError::Missing(format!(
+                    "error processing PVC {claim}: failed to fetch PVC from API server: \
+                     persistentvolumeclaims {claim_name:?} not found"
+                ))
+            })?;
+        let pod_uid = self.pod.metadata.uid.as_deref();
+        if ephemeral
+            && !pvc.metadata.owner_references.iter().flatten().any(|o| {
+                o.controller == Some(true) && o.kind == "Pod" && Some(o.uid.as_str()) == pod_uid
+            })
+        {
+            return Err(InputError::Invalid(format!(
+                "PVC {claim} was not created for pod {ns}/{} (pod is not owner)",
+                spec::name(self.pod)
+            )));
+        }
+        if pvc.metadata.deletion_timestamp.is_some() {
+            return Err(InputError::Invalid(format!(
+                "error processing PVC {claim}: can't start pod because PVC {claim} is being deleted"
+            )));
+        }
+        let phase = pvc
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let pv_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .unwrap_or_default();
+        if phase != "Bound" || pv_name.is_empty() {
+            return Err(InputError::Missing(format!(
+                "error processing PVC {claim}: PVC {claim} has non-bound phase \
+                 ({phase:?}) or empty pvc.Spec.VolumeName ({pv_name:?})"
+            )));
+        }
+        let pv = Api::<PersistentVolume>::all(client)
+            .get_opt(&pv_name)
+            .await
+            .map_err(|e| {
+                InputError::Api(format!(
+                    "error processing PVC {claim}: failed to fetch PV {pv_name:?} from API server: {e}"
+                ))
+            })?
+            .ok_or_else(|| {
+                InputError::Missing(format!(
+                    "error processing PVC {claim}: failed to fetch PV {pv_name:?} from API \
+                     server: persistentvolumes {pv_name:?} not found"
+                ))
+            })?;
+        let spec = pv.spec.unwrap_or_default();
+        let bound_to = spec.claim_ref.as_ref().and_then(|r| r.uid.as_deref());
+        if bound_to.is_none() || bound_to != pvc.metadata.uid.as_deref() {
+            return Err(InputError::Invalid(format!(
+                "error processing PVC {claim}: the PV {pv_name:?} is not bound to it \
+                 (claimRef {:?})",
+                spec.claim_ref
+                    .as_ref()
+                    .map(|r| (&r.namespace, &r.name, &r.uid))
+            )));
+        }
+        if spec.volume_mode.as_deref() == Some("Block") {
+            return Err(InputError::Invalid(format!(
+                "PV {pv_name:?}: volumeMode Block is not supported by crust; use Filesystem"
+            )));
+        }
+        if let Some(h) = &spec.host_path {
+            return host_path(&k8s_openapi::api::core::v1::HostPathVolumeSource {
+                path: h.path.clone(),
+                type_: h.type_.clone(),
+            });
+        }
+        let Some(local) = &spec.local else {
+            return Err(InputError::Invalid(format!(
+                "PV {pv_name:?}: only hostPath and local PersistentVolumes can be mounted by \
+                 crust (others need an attacher or a CSI driver)"
+            )));
+        };
+        let p = PathBuf::from(&local.path);
+        let meta = std::fs::metadata(&p).map_err(|e| {
+            InputError::Invalid(format!(
+                "MountVolume.NewMounter initialization failed for volume {pv_name:?} : path {:?} \
+                 does not exist: {e}",
+                local.path
+            ))
+        })?;
+        let fs_group = spec::spec(self.pod)
+            .security_context
+            .as_ref()
+            .and_then(|s| Some((s.fs_group?, s.fs_group_change_policy.clone())));
+        if let (Some((gid, policy)), true, false) = (fs_group, meta.is_dir(), read_only) {
+            let gid = u32::try_from(gid)
+                .map_err(|_| InputError::Invalid(format!("fsGroup {gid} out of range")))?;
+            let root_done = {
+                use std::os::unix::fs::MetadataExt;
+                meta.gid() == gid
+                    && meta.mode() & 0o7777 == group_mode(meta.mode() & 0o7777, true, true)
+            };
+            // OnRootMismatch: the walk only when the root is not as it would leave it.
+            if !(policy.as_deref() == Some("OnRootMismatch") && root_done) {
+                own_by_group(&p, gid, true)
+                    .map_err(|e| InputError::Invalid(format!("fsGroup on {}: {e}", p.display())))?;
+            }
+        }
+        Ok(p)
     }
 
     async fn projected(
@@ -744,7 +863,7 @@ pub fn write_atomically(
     // container's volume as it was (same `..data`, same generation), as the kubelet does.
     if holds_exactly(dir, files) {
         if let Some(gid) = fs_group.and_then(|g| u32::try_from(g).ok()) {
-            own_by_group(dir, gid)?;
+            own_by_group(dir, gid, false)?;
         }
         return Ok(());
     }
@@ -768,7 +887,7 @@ pub fn write_atomically(
     // Before the switch, as the kubelet's atomic writer runs its `setPerms`, so the
     // container never sees the new files with the wrong owner.
     if let Some(gid) = fs_group.and_then(|g| u32::try_from(g).ok()) {
-        own_by_group(dir, gid)?;
+        own_by_group(dir, gid, false)?;
     }
     let tmp = dir.join("..data_tmp");
     let _ = std::fs::remove_file(&tmp);
@@ -833,20 +952,22 @@ fn holds_exactly(dir: &Path, files: &[(String, Vec<u8>, i32)]) -> bool {
 }
 
 /// The mode the kubelet's `SetVolumeOwnership` gives a file or folder of a volume with
-/// an fsGroup: readable by the group (configMap, secret, downwardAPI and projected
-/// volumes are read-only, so no write bit), folders also searchable and setgid.
-fn group_mode(mode: u32, dir: bool) -> u32 {
+/// an fsGroup: readable by the group, writable too in a `writable` volume (configMap,
+/// secret, downwardAPI and projected volumes are read-only), folders also searchable
+/// and setgid.
+fn group_mode(mode: u32, dir: bool, writable: bool) -> u32 {
+    let rw = if writable { 0o660 } else { 0o440 };
     if dir {
-        mode | 0o440 | 0o110 | 0o2000
+        mode | rw | 0o110 | 0o2000
     } else {
-        mode | 0o440
+        mode | rw
     }
 }
 
 /// Gives `path` and everything under it the group `gid` with [`group_mode`], as the
 /// kubelet walks a volume; a symlink's own group only (its mode means nothing). As
 /// with the kubelet, a file it cannot change is logged, not an error.
-fn own_by_group(path: &Path, gid: u32) -> std::io::Result<()> {
+fn own_by_group(path: &Path, gid: u32, writable: bool) -> std::io::Result<()> {
     let meta = std::fs::symlink_metadata(path)?;
     if let Err(e) = std::os::unix::fs::lchown(path, None, Some(gid)) {
         tracing::warn!(path = %path.display(), "fsGroup {gid}: {e}");
@@ -854,16 +975,37 @@ fn own_by_group(path: &Path, gid: u32) -> std::io::Result<()> {
     if meta.file_type().is_symlink() {
         return Ok(());
     }
-    let mode = group_mode(meta.permissions().mode() & 0o7777, meta.is_dir());
+    let mode = group_mode(meta.permissions().mode() & 0o7777, meta.is_dir(), writable);
     if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
         tracing::warn!(path = %path.display(), "fsGroup {gid}: {e}");
     }
     if meta.is_dir() {
         for e in std::fs::read_dir(path)? {
-            own_by_group(&e?.path(), gid)?;
+            own_by_group(&e?.path(), gid, writable)?;
         }
     }
     Ok(())
+}
+
+/// A hostPath volume's path, made or checked as its `type` says (the kubelet's checks).
+fn host_path(h: &k8s_openapi::api::core::v1::HostPathVolumeSource) -> Result<PathBuf, InputError> {
+    let p = PathBuf::from(&h.path);
+    let io = |e: std::io::Error| InputError::Invalid(format!("{}: {e}", p.display()));
+    let refused = |what: &str| {
+        Err(InputError::Invalid(format!(
+            "hostPath {}: {what}",
+            p.display()
+        )))
+    };
+    match h.type_.as_deref().unwrap_or("") {
+        "DirectoryOrCreate" => std::fs::create_dir_all(&p).map_err(io)?,
+        "FileOrCreate" if !p.exists() => std::fs::write(&p, b"").map_err(io)?,
+        "Directory" if !p.is_dir() => return refused("not a directory"),
+        "File" if !p.is_file() => return refused("not a file"),
+        "Socket" | "CharDevice" | "BlockDevice" if !p.exists() => return refused("does not exist"),
+        _ => {}
+    }
+    Ok(p)
 }
 
 /// The registry host of an image reference, as Docker names it.
@@ -1197,11 +1339,15 @@ mod tests {
     #[test]
     fn an_fs_group_gets_the_files_as_the_kubelet_gives_them() {
         // The e2e's defaultMode 0440 stays -r--r-----; the group may always read.
-        assert_eq!(group_mode(0o440, false), 0o440);
-        assert_eq!(group_mode(0o400, false), 0o440);
-        assert_eq!(group_mode(0o644, false), 0o644);
-        assert_eq!(group_mode(0o755, true), 0o2755);
-        assert_eq!(group_mode(0o700, true), 0o2750);
+        assert_eq!(group_mode(0o440, false, false), 0o440);
+        assert_eq!(group_mode(0o400, false, false), 0o440);
+        assert_eq!(group_mode(0o644, false, false), 0o644);
+        assert_eq!(group_mode(0o755, true, false), 0o2755);
+        assert_eq!(group_mode(0o700, true, false), 0o2750);
+        // A writable volume's (a local PersistentVolume's): the group may write.
+        assert_eq!(group_mode(0o644, false, true), 0o664);
+        assert_eq!(group_mode(0o755, true, true), 0o2775);
+        assert_eq!(group_mode(0o700, true, true), 0o2770);
 
         // The group a folder we make gets (ours), which a test without root may give.
         use std::os::unix::fs::MetadataExt;

@@ -288,7 +288,7 @@ impl Worker {
             .as_ref()
             .map(|(d, _)| d.clone())
             .unwrap_or_default();
-        let read_only = spec::api_data_volumes(pod);
+        let read_only = spec::read_only_volumes(pod);
         let paths = VolumePaths {
             dirs: &dirs,
             read_only: &read_only,

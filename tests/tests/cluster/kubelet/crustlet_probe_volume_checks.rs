@@ -149,7 +149,7 @@ fn event_messages(c: &Cluster, ns: &str, name: &str, reason: &str) -> Vec<String
         .collect()
 }
 
-fn wait_event(c: &Crustlet, name: &str, reason: &str, message: &str) {
+pub(crate) fn wait_event(c: &Crustlet, name: &str, reason: &str, message: &str) {
     wait_for(
         &format!("a {reason} event of {name}: {message:?}"),
         T,

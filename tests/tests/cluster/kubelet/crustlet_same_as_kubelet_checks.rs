@@ -2,6 +2,7 @@
 //! events, the files and environment the node makes for them, and host port admission.
 
 use super::*;
+use crate::{pod_events, wait_event};
 
 // ---- the same pod on both nodes ------------------------------------------------------
 
@@ -530,4 +531,182 @@ pub fn crustlet_apparmor_admission(c: &Cluster) {
         "Cannot enforce AppArmor: AppArmor is not enabled on the host"
     );
     assert_eq!(seen[1].2, "Blocked");
+}
+
+/// PersistentVolumeClaims of the volumes a node mounts without a driver, on the
+/// kubelet's node and the crustlet's alike: a `hostPath` and a `local` PersistentVolume
+/// (what local-path provisioners make), bound to their claims by the controller
+/// manager; the local one gets the pod's fsGroup (group-writable, setgid), the hostPath
+/// one does not, and a claim the pod takes `readOnly` is mounted read-only; an `ephemeral`
+/// volume's claim (made for the pod by the controller manager) binds a third. Then, on the
+/// crustlet alone (the kubelet says only that it timed out, after two minutes): a pod
+/// bound past the scheduler to a claim that is not bound waits in ContainerCreating with
+/// a FailedMount event saying so, and runs once a volume is bound to the claim.
+pub fn crustlet_claimed_volumes_as_kubelet(c: &Cluster) {
+    let c = &Crustlet::on_crustd(c);
+    let script = "touch /host/h /local/l /eph/e; \
+                  for f in /host /local /host/h /local/l /local/seed /eph /eph/e; do \
+                  set -- $(ls -ldn $f); echo \"$f=$1 $4\"; done; \
+                  touch /ro/x 2>/dev/null && echo ro=writable || echo ro=refused; \
+                  echo done; exec sleep 3600";
+    let nodes = [(NODE, "k"), (CRUSTLET_NODE, "c")];
+    let pv = |name: &str, node: &str, class: &str, source: Value| {
+        let mut v = json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "labels": {"pvc-check": "1"}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": class,
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+            },
+        });
+        for (k, val) in source.as_object().unwrap() {
+            v["spec"][k] = val.clone();
+        }
+        v
+    };
+    let pvc = |name: &str, volume: Option<&str>| {
+        let mut v = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": c.ns, "labels": {"pvc-check": "1"}},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "crust-manual",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        });
+        if let Some(volume) = volume {
+            v["spec"]["volumeName"] = json!(volume);
+        }
+        v
+    };
+    for (n, tag) in nodes {
+        let base = c.path(&format!("{}-pvc-{tag}", c.ns));
+        let (host, local, eph) = (base.join("host"), base.join("local"), base.join("eph"));
+        for d in [&host, &local, &eph] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(local.join("seed"), "seed").unwrap();
+        let host_pv = format!("{}-host-{tag}", c.ns);
+        let local_pv = format!("{}-local-{tag}", c.ns);
+        let (manual, eph_class) = ("crust-manual", format!("crust-eph-{tag}"));
+        let host_source = json!({"hostPath": {"path": host, "type": "Directory"}});
+        apply(c, pv(&host_pv, n, manual, host_source));
+        apply(
+            c,
+            pv(&local_pv, n, manual, json!({"local": {"path": local}})),
+        );
+        let eph_pv = format!("{}-eph-{tag}", c.ns);
+        apply(
+            c,
+            pv(&eph_pv, n, &eph_class, json!({"local": {"path": eph}})),
+        );
+        apply(c, pvc(&format!("host-{tag}"), Some(&host_pv)));
+        apply(c, pvc(&format!("local-{tag}"), Some(&local_pv)));
+        let p = pod_on(c, n, &format!("pvc-{tag}"), script, |p| {
+            // Straight to the node: the claims bind while the pod is on its way.
+            p["spec"]["nodeName"] = json!(n);
+            p["spec"]["securityContext"] = json!({"fsGroup": 1234});
+            p["spec"]["volumes"] = json!([
+                {"name": "host", "persistentVolumeClaim": {"claimName": format!("host-{tag}")}},
+                {"name": "local", "persistentVolumeClaim": {"claimName": format!("local-{tag}")}},
+                {"name": "ro", "persistentVolumeClaim":
+                    {"claimName": format!("host-{tag}"), "readOnly": true}},
+                {"name": "eph", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": eph_class,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                }}}},
+            ]);
+            p["spec"]["containers"][0]["volumeMounts"] = json!([
+                {"name": "host", "mountPath": "/host"},
+                {"name": "local", "mountPath": "/local"},
+                {"name": "ro", "mountPath": "/ro"},
+                {"name": "eph", "mountPath": "/eph"},
+            ]);
+        });
+        apply(c, p);
+    }
+    let mut got = vec![];
+    for (_, tag) in nodes {
+        let pn = format!("pvc-{tag}");
+        wait_pod(c, &pn, "Running", Duration::from_secs(90), running);
+        got.push(wait_for(&format!("{pn}'s output"), T, |last| {
+            let o = run_timeout(&mut c.kubectl(&["-n", c.ns, "logs", &pn]), T);
+            *last = s(&o.stdout) + &s(&o.stderr) + &pod_events(c, c.ns, &pn);
+            let text = s(&o.stdout);
+            text.contains("\ndone\n").then_some(text)
+        }));
+    }
+    assert_eq!(
+        got[0], got[1],
+        "the crustlet differs from the kubelet (kubelet first)"
+    );
+    for want in [
+        "/host=drwxr-xr-x 0\n",
+        "/local=drwxrwsr-x 1234\n",
+        "/local/l=-rw-r--r-- 1234\n",
+        "/local/seed=-rw-rw-r-- 1234\n",
+        "/eph=drwxrwsr-x 1234\n",
+        "/eph/e=-rw-r--r-- 1234\n",
+        "ro=refused\n",
+    ] {
+        assert!(got[1].contains(want), "no {want:?} in:\n{}", got[1]);
+    }
+
+    // A claim not bound yet: the pod waits, and runs once it is.
+    apply(c, pvc("late", None));
+    let late_pv = format!("{}-late", c.ns);
+    let late_dir = c.path(&format!("{}-pvc-late", c.ns));
+    std::fs::create_dir_all(&late_dir).unwrap();
+    let p = pod_on(
+        c,
+        CRUSTLET_NODE,
+        "pvc-late",
+        "echo done; exec sleep 3600",
+        |p| {
+            p["spec"]["nodeName"] = json!(CRUSTLET_NODE);
+            p["spec"]["volumes"] =
+                json!([{"name": "data", "persistentVolumeClaim": {"claimName": "late"}}]);
+            p["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "data", "mountPath": "/data"}]);
+        },
+    );
+    apply(c, p);
+    wait_event(
+        c,
+        "pvc-late",
+        "FailedMount",
+        &format!(
+            "error processing PVC {ns}/late: PVC {ns}/late has non-bound phase (\"Pending\") or \
+             empty pvc.Spec.VolumeName (\"\")",
+            ns = c.ns
+        ),
+    );
+    let p = wait_pod(c, "pvc-late", "waiting", T, |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    });
+    assert_eq!(p["status"]["phase"], "Pending", "{p:#}");
+    let late_source = json!({"local": {"path": late_dir}});
+    let mut v = pv(&late_pv, CRUSTLET_NODE, "crust-manual", late_source);
+    v["spec"]["claimRef"] = json!({"namespace": c.ns, "name": "late"});
+    apply(c, v);
+    wait_pod(c, "pvc-late", "Running", Duration::from_secs(90), running);
+
+    kubectl(
+        c,
+        &[
+            "delete",
+            "pods",
+            "pvc-k",
+            "pvc-c",
+            "pvc-late",
+            "--wait=true",
+        ],
+    );
+    kubectl(c, &["delete", "pvc", "-l", "pvc-check=1", "--wait=false"]);
+    kubectl(c, &["delete", "pv", "-l", "pvc-check=1", "--wait=false"]);
 }
