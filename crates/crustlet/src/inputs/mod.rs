@@ -90,11 +90,22 @@ impl Inputs<'_> {
     }
 
     /// Makes or refreshes every volume of the pod; returns each volume's folder (or file,
-    /// for a hostPath file).
-    pub async fn volumes(&self) -> Result<HashMap<String, PathBuf>, InputError> {
+    /// for a hostPath file). A claimed volume already found (in `before`, the last
+    /// result) is kept as it is: the kubelet mounts a claim's volume once, and neither
+    /// asks for the claim again nor walks the volume for the fsGroup again while the
+    /// pod runs.
+    pub async fn volumes(
+        &self,
+        before: Option<&HashMap<String, PathBuf>>,
+    ) -> Result<HashMap<String, PathBuf>, InputError> {
         let mut dirs = HashMap::new();
         for v in spec::spec(self.pod).volumes.iter().flatten() {
-            dirs.insert(v.name.clone(), self.volume(v).await?);
+            let claimed = v.persistent_volume_claim.is_some() || v.ephemeral.is_some();
+            let dir = match before.and_then(|b| b.get(&v.name)) {
+                Some(d) if claimed => d.clone(),
+                _ => self.volume(v).await?,
+            };
+            dirs.insert(v.name.clone(), dir);
         }
         Ok(dirs)
     }

@@ -260,7 +260,7 @@ impl Worker {
             return true;
         }
         let inputs = self.inputs(pod);
-        match inputs.volumes().await {
+        match inputs.volumes(self.volumes.as_ref().map(|(v, _)| v)).await {
             Ok(v) => {
                 self.volumes = Some((v, Instant::now()));
                 self.volume_retry = None;
