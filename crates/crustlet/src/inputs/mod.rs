@@ -244,7 +244,7 @@ impl Inputs<'_> {
         }
         if pvc.metadata.deletion_timestamp.is_some() {
             return Err(InputError::Invalid(format!(
-                "error processing PVC {claim}: can't start pod because PVC {claim} is being deleted"
+                "error processing PVC {claim}: PVC is being deleted"
             )));
         }
         let phase = pvc
@@ -257,10 +257,14 @@ impl Inputs<'_> {
             .as_ref()
             .and_then(|s| s.volume_name.clone())
             .unwrap_or_default();
-        if phase != "Bound" || pv_name.is_empty() {
+        if phase != "Bound" {
             return Err(InputError::Missing(format!(
-                "error processing PVC {claim}: PVC {claim} has non-bound phase \
-                 ({phase:?}) or empty pvc.Spec.VolumeName ({pv_name:?})"
+                "error processing PVC {claim}: PVC is not bound"
+            )));
+        }
+        if pv_name.is_empty() {
+            return Err(InputError::Missing(format!(
+                "error processing PVC {claim}: PVC has empty pvc.Spec.VolumeName"
             )));
         }
         let pv = Api::<PersistentVolume>::all(client)
@@ -268,25 +272,35 @@ impl Inputs<'_> {
             .await
             .map_err(|e| {
                 InputError::Api(format!(
-                    "error processing PVC {claim}: failed to fetch PV {pv_name:?} from API server: {e}"
+                    "error processing PVC {claim}: failed to fetch PV {pv_name} from API server: {e}"
                 ))
             })?
             .ok_or_else(|| {
                 InputError::Missing(format!(
-                    "error processing PVC {claim}: failed to fetch PV {pv_name:?} from API \
+                    "error processing PVC {claim}: failed to fetch PV {pv_name} from API \
                      server: persistentvolumes {pv_name:?} not found"
                 ))
             })?;
         let spec = pv.spec.unwrap_or_default();
-        let bound_to = spec.claim_ref.as_ref().and_then(|r| r.uid.as_deref());
-        if bound_to.is_none() || bound_to != pvc.metadata.uid.as_deref() {
-            return Err(InputError::Invalid(format!(
-                "error processing PVC {claim}: the PV {pv_name:?} is not bound to it \
-                 (claimRef {:?})",
-                spec.claim_ref
-                    .as_ref()
-                    .map(|r| (&r.namespace, &r.name, &r.uid))
-            )));
+        match spec
+            .claim_ref
+            .as_ref()
+            .map(|r| r.uid.as_deref().unwrap_or(""))
+        {
+            None => {
+                return Err(InputError::Invalid(format!(
+                    "error processing PVC {claim}: found PV object {pv_name} but it has a nil \
+                     pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+                )))
+            }
+            Some(uid) if Some(uid) != pvc.metadata.uid.as_deref() => {
+                return Err(InputError::Invalid(format!(
+                    "error processing PVC {claim}: found PV object {pv_name} but its \
+                     pv.Spec.ClaimRef.UID ({uid}) does not point to claim.UID ({})",
+                    pvc.metadata.uid.as_deref().unwrap_or("")
+                )))
+            }
+            Some(_) => {}
         }
         if spec.volume_mode.as_deref() == Some("Block") {
             return Err(InputError::Invalid(format!(

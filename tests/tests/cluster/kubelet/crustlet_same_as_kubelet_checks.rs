@@ -585,41 +585,60 @@ pub fn crustlet_claimed_volumes_as_kubelet(c: &Cluster) {
     };
     for (n, tag) in nodes {
         let base = c.path(&format!("{}-pvc-{tag}", c.ns));
-        let (host, local, eph) = (base.join("host"), base.join("local"), base.join("eph"));
-        for d in [&host, &local, &eph] {
-            std::fs::create_dir_all(d).unwrap();
+        let manual = "crust-manual";
+        for (kind, source) in [
+            (
+                "host",
+                json!({"hostPath": {"path": base.join("host"), "type": "Directory"}}),
+            ),
+            ("local", json!({"local": {"path": base.join("local")}})),
+            // A claim of its own: the kubelet never starts a pod naming one claim twice.
+            ("ro", json!({"hostPath": {"path": base.join("ro")}})),
+        ] {
+            std::fs::create_dir_all(base.join(kind)).unwrap();
+            let name = format!("{}-{kind}-{tag}", c.ns);
+            apply(c, pv(&name, n, manual, source));
+            apply(c, pvc(&format!("{kind}-{tag}"), Some(&name)));
         }
-        std::fs::write(local.join("seed"), "seed").unwrap();
-        let host_pv = format!("{}-host-{tag}", c.ns);
-        let local_pv = format!("{}-local-{tag}", c.ns);
-        let (manual, eph_class) = ("crust-manual", format!("crust-eph-{tag}"));
-        let host_source = json!({"hostPath": {"path": host, "type": "Directory"}});
-        apply(c, pv(&host_pv, n, manual, host_source));
-        apply(
-            c,
-            pv(&local_pv, n, manual, json!({"local": {"path": local}})),
-        );
+        std::fs::write(base.join("local/seed"), "seed").unwrap();
+        // For the ephemeral volume's claim, made with the pod.
+        std::fs::create_dir_all(base.join("eph")).unwrap();
         let eph_pv = format!("{}-eph-{tag}", c.ns);
-        apply(
-            c,
-            pv(&eph_pv, n, &eph_class, json!({"local": {"path": eph}})),
-        );
-        apply(c, pvc(&format!("host-{tag}"), Some(&host_pv)));
-        apply(c, pvc(&format!("local-{tag}"), Some(&local_pv)));
+        let eph_source = json!({"local": {"path": base.join("eph")}});
+        apply(c, pv(&eph_pv, n, &format!("crust-eph-{tag}"), eph_source));
+    }
+    // Bound by the controller manager before the pods come: the kubelet's first look at
+    // an unbound claim costs it minutes.
+    let bound = |want: usize| {
+        wait_for(&format!("{want} claims bound"), T, |last| {
+            let o = run_timeout(
+                &mut c.kubectl(&["-n", c.ns, "get", "pv,pvc", "-l", "pvc-check=1"]),
+                T,
+            );
+            *last = s(&o.stdout) + &s(&o.stderr);
+            let n = last.lines().filter(|l| l.contains(" Bound ")).count();
+            // Each claim and its volume.
+            (n >= 2 * want).then_some(())
+        })
+    };
+    bound(6);
+    for (n, tag) in nodes {
         let p = pod_on(c, n, &format!("pvc-{tag}"), script, |p| {
-            // Straight to the node: the claims bind while the pod is on its way.
             p["spec"]["nodeName"] = json!(n);
             p["spec"]["securityContext"] = json!({"fsGroup": 1234});
             p["spec"]["volumes"] = json!([
                 {"name": "host", "persistentVolumeClaim": {"claimName": format!("host-{tag}")}},
                 {"name": "local", "persistentVolumeClaim": {"claimName": format!("local-{tag}")}},
                 {"name": "ro", "persistentVolumeClaim":
-                    {"claimName": format!("host-{tag}"), "readOnly": true}},
-                {"name": "eph", "ephemeral": {"volumeClaimTemplate": {"spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": eph_class,
-                    "resources": {"requests": {"storage": "1Gi"}},
-                }}}},
+                    {"claimName": format!("ro-{tag}"), "readOnly": true}},
+                {"name": "eph", "ephemeral": {"volumeClaimTemplate": {
+                    "metadata": {"labels": {"pvc-check": "1"}},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": format!("crust-eph-{tag}"),
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }}},
             ]);
             p["spec"]["containers"][0]["volumeMounts"] = json!([
                 {"name": "host", "mountPath": "/host"},
@@ -680,11 +699,7 @@ pub fn crustlet_claimed_volumes_as_kubelet(c: &Cluster) {
         c,
         "pvc-late",
         "FailedMount",
-        &format!(
-            "error processing PVC {ns}/late: PVC {ns}/late has non-bound phase (\"Pending\") or \
-             empty pvc.Spec.VolumeName (\"\")",
-            ns = c.ns
-        ),
+        &format!("error processing PVC {}/late: PVC is not bound", c.ns),
     );
     let p = wait_pod(c, "pvc-late", "waiting", T, |p| {
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
