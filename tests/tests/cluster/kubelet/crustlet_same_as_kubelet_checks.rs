@@ -711,6 +711,31 @@ pub fn crustlet_claimed_volumes_as_kubelet(c: &Cluster) {
     apply(c, v);
     wait_pod(c, "pvc-late", "Running", Duration::from_secs(90), running);
 
+    // A volume that needs a driver the node lacks (NFS): refused by name, not mounted.
+    let nfs_pv = format!("{}-nfs", c.ns);
+    let nfs_source = json!({"nfs": {"server": "127.0.0.1", "path": "/nowhere"}});
+    apply(c, pv(&nfs_pv, CRUSTLET_NODE, "crust-manual", nfs_source));
+    apply(c, pvc("nfs", Some(&nfs_pv)));
+    // Every claim so far: three per node, two ephemeral, the late one and this.
+    bound(10);
+    let p = pod_on(c, CRUSTLET_NODE, "pvc-nfs", "exec sleep 3600", |p| {
+        p["spec"]["nodeName"] = json!(CRUSTLET_NODE);
+        p["spec"]["volumes"] =
+            json!([{"name": "data", "persistentVolumeClaim": {"claimName": "nfs"}}]);
+        p["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "data", "mountPath": "/data"}]);
+    });
+    apply(c, p);
+    wait_event(
+        c,
+        "pvc-nfs",
+        "FailedMount",
+        &format!(
+            "PV \"{nfs_pv}\": only hostPath and local PersistentVolumes can be mounted by \
+             crust (others need an attacher or a CSI driver)"
+        ),
+    );
+
     kubectl(
         c,
         &[
@@ -719,6 +744,7 @@ pub fn crustlet_claimed_volumes_as_kubelet(c: &Cluster) {
             "pvc-k",
             "pvc-c",
             "pvc-late",
+            "pvc-nfs",
             "--wait=true",
         ],
     );
