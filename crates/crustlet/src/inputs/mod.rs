@@ -47,6 +47,28 @@ fn api_err(e: kube::Error) -> InputError {
     InputError::Api(e.to_string())
 }
 
+/// The pod's volumes as made: each one's folder (or file, for a hostPath file), by name.
+#[derive(Clone, Debug, Default)]
+pub struct Volumes {
+    pub dirs: HashMap<String, PathBuf>,
+    /// The claimed volumes the kubelet measures for `/stats/summary` and its
+    /// `kubelet_volume_stats_*` metrics: those of local PersistentVolumes (its local
+    /// plugin reports the statfs of the volume's path; a hostPath one reports nothing).
+    pub measured: Vec<Measured>,
+}
+
+/// A claimed volume whose use is reported under its claim's name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// The pod's namespace, the claim's.
+    pub namespace: String,
+    /// The pod's name for the volume.
+    pub volume: String,
+    /// The claim, in the pod's namespace (an ephemeral volume's is `<pod>-<volume>`).
+    pub claim: String,
+    pub path: PathBuf,
+}
+
 pub struct Inputs<'a> {
     pub client: Option<&'a kube::Client>,
     pub services: Option<&'a crate::services::Services>,
@@ -89,27 +111,58 @@ impl Inputs<'_> {
         }
     }
 
-    /// Makes or refreshes every volume of the pod; returns each volume's folder (or file,
-    /// for a hostPath file). A claimed volume already found (in `before`, the last
-    /// result) is kept as it is: the kubelet mounts a claim's volume once, and neither
-    /// asks for the claim again nor walks the volume for the fsGroup again while the
-    /// pod runs.
-    pub async fn volumes(
-        &self,
-        before: Option<&HashMap<String, PathBuf>>,
-    ) -> Result<HashMap<String, PathBuf>, InputError> {
-        let mut dirs = HashMap::new();
+    /// Makes or refreshes every volume of the pod. A claimed volume already found (in
+    /// `before`, the last result) is kept as it is: the kubelet mounts a claim's volume
+    /// once, and neither asks for the claim again nor walks the volume for the fsGroup
+    /// again while the pod runs.
+    pub async fn volumes(&self, before: Option<&Volumes>) -> Result<Volumes, InputError> {
+        let mut out = Volumes::default();
         for v in spec::spec(self.pod).volumes.iter().flatten() {
-            let claimed = v.persistent_volume_claim.is_some() || v.ephemeral.is_some();
-            let dir = match before.and_then(|b| b.get(&v.name)) {
-                Some(d) if claimed => d.clone(),
-                _ => self.volume(v).await?,
+            let claim = v
+                .persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.clone())
+                .or_else(|| {
+                    // The claim the ephemeral volume controller makes from the template.
+                    v.ephemeral
+                        .as_ref()
+                        .map(|_| format!("{}-{}", spec::name(self.pod), v.name))
+                });
+            let kept = claim.is_some().then(|| before?.dirs.get(&v.name)).flatten();
+            let dir = match kept {
+                Some(d) => {
+                    let measured = before.into_iter().flat_map(|b| &b.measured);
+                    out.measured
+                        .extend(measured.filter(|m| m.volume == v.name).cloned());
+                    d.clone()
+                }
+                None => match (&claim, v.ephemeral.is_some()) {
+                    (Some(claim), ephemeral) => {
+                        let read_only = v
+                            .persistent_volume_claim
+                            .as_ref()
+                            .and_then(|c| c.read_only)
+                            .unwrap_or(false);
+                        let (dir, local) = self.claimed(claim, read_only, ephemeral).await?;
+                        if local {
+                            out.measured.push(Measured {
+                                namespace: self.ns().to_string(),
+                                volume: v.name.clone(),
+                                claim: claim.clone(),
+                                path: dir.clone(),
+                            });
+                        }
+                        dir
+                    }
+                    (None, _) => self.volume(v).await?,
+                },
             };
-            dirs.insert(v.name.clone(), dir);
+            out.dirs.insert(v.name.clone(), dir);
         }
-        Ok(dirs)
+        Ok(out)
     }
 
+    /// A volume that no claim names.
     async fn volume(&self, v: &Volume) -> Result<PathBuf, InputError> {
         let dir = |plugin: &str| self.pod_dir.join("volumes").join(plugin).join(&v.name);
         let io = |p: &Path, e: std::io::Error| InputError::Invalid(format!("{}: {e}", p.display()));
@@ -142,16 +195,6 @@ impl Inputs<'_> {
         }
         if let Some(h) = &v.host_path {
             return host_path(h);
-        }
-        if let Some(c) = &v.persistent_volume_claim {
-            return self
-                .claimed(&c.claim_name, c.read_only.unwrap_or(false), false)
-                .await;
-        }
-        if v.ephemeral.is_some() {
-            // The claim the ephemeral volume controller makes from the template.
-            let name = format!("{}-{}", spec::name(self.pod), v.name);
-            return self.claimed(&name, false, true).await;
         }
         let files = if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(0o644);
@@ -207,12 +250,13 @@ impl Inputs<'_> {
     /// Others need an attacher or a CSI driver, which crust does not have.
     /// An `ephemeral` volume's claim must be the pod's own (its controller owner), as
     /// the kubelet checks: a claim of that name made otherwise is not the pod's volume.
+    /// The flag: the volume is `local` (which the kubelet measures; not a hostPath one).
     async fn claimed(
         &self,
         claim_name: &str,
         read_only: bool,
         ephemeral: bool,
-    ) -> Result<PathBuf, InputError> {
+    ) -> Result<(PathBuf, bool), InputError> {
         use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
         let client = self.client("a persistentVolumeClaim")?.clone();
         let ns = self.ns();
@@ -308,10 +352,11 @@ impl Inputs<'_> {
             )));
         }
         if let Some(h) = &spec.host_path {
-            return host_path(&k8s_openapi::api::core::v1::HostPathVolumeSource {
+            let source = k8s_openapi::api::core::v1::HostPathVolumeSource {
                 path: h.path.clone(),
                 type_: h.type_.clone(),
-            });
+            };
+            return Ok((host_path(&source)?, false));
         }
         let Some(local) = &spec.local else {
             return Err(InputError::Invalid(format!(
@@ -345,7 +390,7 @@ impl Inputs<'_> {
                     .map_err(|e| InputError::Invalid(format!("fsGroup on {}: {e}", p.display())))?;
             }
         }
-        Ok(p)
+        Ok((p, true))
     }
 
     async fn projected(

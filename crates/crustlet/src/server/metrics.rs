@@ -334,8 +334,9 @@ impl Own {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// The text, with the pod and container counts of the moment.
-    pub fn render(&self, pods: usize, containers: &[(String, usize)]) -> String {
+    /// The text, with the pod and container counts of the moment and the summary's
+    /// entries of the claimed volumes mounted.
+    pub fn render(&self, pods: usize, containers: &[(String, usize)], volumes: &[Value]) -> String {
         let mut out = String::new();
         process_start(&mut out);
         head(
@@ -360,6 +361,7 @@ impl Own {
                 None,
             );
         }
+        volume_stats(&mut out, volumes);
         head(
             &mut out,
             "crustlet_pod_sync_duration_seconds",
@@ -396,6 +398,64 @@ impl Own {
             );
         }
         out
+    }
+}
+
+/// The kubelet's `kubelet_volume_stats_*` gauges, one series per claim (a claim two
+/// pods mount is counted once), from the claimed volumes' Summary entries.
+fn volume_stats(out: &mut String, volumes: &[Value]) {
+    let mut by_claim = std::collections::BTreeMap::new();
+    for v in volumes {
+        let (Some(ns), Some(claim)) = (
+            v["pvcRef"]["namespace"].as_str(),
+            v["pvcRef"]["name"].as_str(),
+        ) else {
+            continue;
+        };
+        by_claim.entry((ns, claim)).or_insert(v);
+    }
+    if by_claim.is_empty() {
+        return;
+    }
+    for (suffix, field, help) in [
+        (
+            "available_bytes",
+            "availableBytes",
+            "Number of available bytes in the volume",
+        ),
+        (
+            "capacity_bytes",
+            "capacityBytes",
+            "Capacity in bytes of the volume",
+        ),
+        ("inodes", "inodes", "Maximum number of inodes in the volume"),
+        (
+            "inodes_free",
+            "inodesFree",
+            "Number of free inodes in the volume",
+        ),
+        (
+            "inodes_used",
+            "inodesUsed",
+            "Number of used inodes in the volume",
+        ),
+        (
+            "used_bytes",
+            "usedBytes",
+            "Number of used bytes in the volume",
+        ),
+    ] {
+        let name = format!("kubelet_volume_stats_{suffix}");
+        head(out, &name, "gauge", &format!("[ALPHA] {help}"));
+        for ((ns, claim), v) in &by_claim {
+            let labels = format!(
+                "namespace=\"{}\",persistentvolumeclaim=\"{}\"",
+                esc(ns),
+                esc(claim)
+            );
+            let n = v[field].as_u64().unwrap_or(0);
+            sample(out, &name, &labels, n as f64, None);
+        }
     }
 }
 
@@ -621,7 +681,11 @@ mod tests {
         o.request("/stats/summary", 200);
         o.request("/nope", 404);
         o.sync(std::time::Duration::from_millis(1500));
-        let t = o.render(3, &[("running".into(), 4)]);
+        let t = o.render(3, &[("running".into(), 4)], &[]);
+        assert!(
+            !t.contains("kubelet_volume_stats"),
+            "no claim, no family: {t}"
+        );
         assert!(t.contains("kubelet_running_pods 3\n"), "{t}");
         assert!(
             t.contains("kubelet_running_containers{container_state=\"running\"} 4\n"),
@@ -643,5 +707,44 @@ mod tests {
             t.contains("crustlet_pod_sync_duration_seconds_count 1\n"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn claimed_volumes_once_per_claim() {
+        let v = |pod_volume: &str, claim: &str, used: u64| {
+            serde_json::json!({
+                "name": pod_volume, "capacityBytes": 100, "availableBytes": 100 - used,
+                "usedBytes": used, "inodes": 10, "inodesFree": 7, "inodesUsed": 3,
+                "pvcRef": {"name": claim, "namespace": "ns"},
+            })
+        };
+        // Two pods mounting claim "a", one claim "b"; an entry without a claim is not one.
+        let mut plain = v("cache", "x", 1);
+        plain.as_object_mut().unwrap().remove("pvcRef");
+        let vols = [
+            v("data", "a", 40),
+            v("other", "a", 40),
+            v("d", "b", 5),
+            plain,
+        ];
+        let t = Own::default().render(0, &[], &vols);
+        for line in [
+            "# TYPE kubelet_volume_stats_used_bytes gauge",
+            "kubelet_volume_stats_used_bytes{namespace=\"ns\",persistentvolumeclaim=\"a\"} 40",
+            "kubelet_volume_stats_used_bytes{namespace=\"ns\",persistentvolumeclaim=\"b\"} 5",
+            "kubelet_volume_stats_available_bytes{namespace=\"ns\",persistentvolumeclaim=\"b\"} 95",
+            "kubelet_volume_stats_capacity_bytes{namespace=\"ns\",persistentvolumeclaim=\"a\"} 100",
+            "kubelet_volume_stats_inodes{namespace=\"ns\",persistentvolumeclaim=\"a\"} 10",
+            "kubelet_volume_stats_inodes_free{namespace=\"ns\",persistentvolumeclaim=\"a\"} 7",
+            "kubelet_volume_stats_inodes_used{namespace=\"ns\",persistentvolumeclaim=\"b\"} 3",
+        ] {
+            assert!(t.lines().any(|l| l == line), "{line:?} missing in\n{t}");
+        }
+        let series = t
+            .lines()
+            .filter(|l| l.starts_with("kubelet_volume_stats_used_bytes{"))
+            .count();
+        assert_eq!(series, 2, "one series per claim:\n{t}");
+        assert!(!t.contains("persistentvolumeclaim=\"x\""), "{t}");
     }
 }

@@ -42,6 +42,8 @@ pub struct Seen {
     /// The worker's own pod (shared, not copied) and its status, put together only
     /// when `/pods` is asked for: workers report every second, `/pods` is read seldom.
     pods: Mutex<BTreeMap<String, (Arc<Pod>, k8s_openapi::api::core::v1::PodStatus)>>,
+    /// The claimed volumes each pod's worker mounted that are measured (by pod uid).
+    measured: Mutex<BTreeMap<String, Vec<crate::inputs::Measured>>>,
     pub metrics: metrics::Own,
 }
 
@@ -73,7 +75,23 @@ impl Seen {
     }
 
     /// The pod's worker is done with it.
+    /// The pod's measured claimed volumes, as its worker last made its volumes.
+    pub fn measured(&self, uid: &str, measured: &[crate::inputs::Measured]) {
+        let mut all = self.measured.lock();
+        if measured.is_empty() {
+            all.remove(uid);
+        } else if all.get(uid).is_none_or(|m| m != measured) {
+            all.insert(uid.to_string(), measured.to_vec());
+        }
+    }
+
+    /// Every pod's measured claimed volumes, by pod uid.
+    pub fn all_measured(&self) -> BTreeMap<String, Vec<crate::inputs::Measured>> {
+        self.measured.lock().clone()
+    }
+
     pub fn gone(&self, uid: &str) {
+        self.measured.lock().remove(uid);
         self.pods.lock().remove(uid);
         self.metrics.forget_pod(uid);
     }
@@ -662,10 +680,20 @@ impl Server {
             Route::ResourceMetrics => self.resource_metrics().await,
             Route::Metrics => {
                 let pods = self.running_pods().await;
+                let measured = self.ctx.seen.all_measured();
+                // statfs of each claimed volume, off the runtime's threads.
+                let volumes = tokio::task::spawn_blocking(move || {
+                    let t = stats::now();
+                    let all = measured.values().flatten();
+                    all.filter_map(|m| stats::claimed_volume_stats(m, &t))
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or_default();
                 full(
                     200,
                     "text/plain; version=0.0.4; charset=utf-8",
-                    self.ctx.seen.metrics.render(pods.0, &pods.1),
+                    self.ctx.seen.metrics.render(pods.0, &pods.1, &volumes),
                 )
             }
             Route::ProbeMetrics => full(

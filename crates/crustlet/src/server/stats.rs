@@ -8,7 +8,7 @@ use crate::Ctx;
 use cri_api as cri;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
 
@@ -110,7 +110,7 @@ fn time_ns(ns: i64) -> String {
     time(ns.div_euclid(1_000_000_000))
 }
 
-fn now() -> String {
+pub fn now() -> String {
     time(k8s_openapi::jiff::Timestamp::now().as_second())
 }
 
@@ -449,6 +449,7 @@ pub async fn summary(
     // of their volumes and logs, as long as they are big: both off the runtime's thread,
     // which every pod's worker shares.
     let cfg = ctx.cfg.clone();
+    let measured = ctx.seen.all_measured();
     let (node, pods) = tokio::task::spawn_blocking(move || {
         let node_fs = fs_stats(&cfg.root_dir, &t);
         let logs_fs = fs_stats(&cfg.pod_logs_dir, &t);
@@ -464,6 +465,7 @@ pub async fn summary(
             node_fs: node_fs.as_ref(),
             logs_fs: logs_fs.as_ref(),
             only_cpu_and_memory,
+            measured: &measured,
         };
         let mut pods: Vec<Value> = readings.iter().filter_map(|p| pod_json(&view, p)).collect();
         pods.sort_by(|a, b| {
@@ -621,6 +623,8 @@ struct PodView<'a> {
     node_fs: Option<&'a Value>,
     logs_fs: Option<&'a Value>,
     only_cpu_and_memory: bool,
+    /// The measured claimed volumes of each pod, by uid.
+    measured: &'a BTreeMap<String, Vec<crate::inputs::Measured>>,
 }
 
 /// What a pod's containers add up to: swap, and the ephemeral storage of their
@@ -769,10 +773,12 @@ fn pod_storage(
             eph_inodes += v.0["inodesUsed"].as_u64().unwrap_or(0);
         }
     }
-    pod.insert(
-        "volume".into(),
-        json!(volumes.into_iter().map(|v| v.0).collect::<Vec<_>>()),
-    );
+    let mut volumes: Vec<Value> = volumes.into_iter().map(|v| v.0).collect();
+    // After the pod's own volumes, as the kubelet lists its persistent ones.
+    for m in view.measured.get(uid).into_iter().flatten() {
+        volumes.extend(claimed_volume_stats(m, view.t));
+    }
+    pod.insert("volume".into(), json!(volumes));
     pod.insert(
         "ephemeral-storage".into(),
         fs_with_use(view.node_fs, eph_bytes, eph_inodes),
@@ -805,6 +811,16 @@ async fn image_fs(ctx: &Ctx, t: &str) -> Option<Value> {
         v["inodesUsed"] = json!(i);
     }
     Some(v)
+}
+
+/// A claimed volume's entry: the statfs of its path, as the kubelet's local plugin
+/// measures it (the whole filesystem's use, not a walk), under the pod's name for the
+/// volume, with the claim it came from.
+pub fn claimed_volume_stats(m: &crate::inputs::Measured, t: &str) -> Option<Value> {
+    let mut s = fs_stats(&m.path, t)?;
+    s["name"] = json!(m.volume);
+    s["pvcRef"] = json!({"name": m.claim, "namespace": m.namespace});
+    Some(s)
 }
 
 /// The pod's volumes under `<pod dir>/volumes/<plugin>/<name>`: (stats, on the node's
@@ -913,5 +929,30 @@ mod tests {
         assert_eq!(s[0].0["inodesUsed"], 1);
         assert!(s[0].1, "an emptyDir on the node's disk");
         std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_claimed_volume_is_its_filesystem_under_its_claim() {
+        let m = crate::inputs::Measured {
+            namespace: "ns".into(),
+            volume: "data".into(),
+            claim: "pod-data".into(),
+            path: std::env::temp_dir(),
+        };
+        let v = claimed_volume_stats(&m, "t").unwrap();
+        assert_eq!(v["name"], "data");
+        assert_eq!(v["pvcRef"], json!({"name": "pod-data", "namespace": "ns"}));
+        let fs = fs_stats(&m.path, "t").unwrap();
+        assert_eq!(v["capacityBytes"], fs["capacityBytes"]);
+        assert_eq!(v["inodes"], fs["inodes"]);
+        assert!(v["usedBytes"].as_u64().is_some() && v["availableBytes"].as_u64().is_some());
+        let gone = crate::inputs::Measured {
+            path: "/nonexistent/crust".into(),
+            ..m
+        };
+        assert!(
+            claimed_volume_stats(&gone, "t").is_none(),
+            "no path, no entry"
+        );
     }
 }

@@ -63,7 +63,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use prober::Probes;
 use sandbox::Sandbox;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -110,7 +109,7 @@ impl Instance {
 pub struct Worker {
     ctx: Arc<Ctx>,
     sandbox: Option<Sandbox>,
-    volumes: Option<(HashMap<String, PathBuf>, Instant)>,
+    volumes: Option<(crate::inputs::Volumes, Instant)>,
     /// The wait before the next try after a periodic refresh of the volumes failed
     /// (the apiserver gone: no token, no ConfigMap), doubling to the refresh period.
     volume_retry: Option<Duration>,
@@ -652,6 +651,7 @@ impl Worker {
             // otherwise keep the node under the disk pressure it was evicted for.
             let volumes = self.ctx.cfg.pod_dir(spec::uid(pod)).join("volumes");
             self.volumes = None;
+            self.ctx.seen.measured(spec::uid(pod), &[]);
             let _ =
                 tokio::task::spawn_blocking(move || crate::inputs::tmpfs::remove_pod_dir(&volumes))
                     .await;

@@ -262,6 +262,7 @@ impl Worker {
         let inputs = self.inputs(pod);
         match inputs.volumes(self.volumes.as_ref().map(|(v, _)| v)).await {
             Ok(v) => {
+                self.ctx.seen.measured(spec::uid(pod), &v.measured);
                 self.volumes = Some((v, Instant::now()));
                 self.volume_retry = None;
                 self.clear_creating();

@@ -286,7 +286,7 @@ impl Worker {
         let dirs = self
             .volumes
             .as_ref()
-            .map(|(d, _)| d.clone())
+            .map(|(v, _)| v.dirs.clone())
             .unwrap_or_default();
         let read_only = spec::read_only_volumes(pod);
         let paths = VolumePaths {

@@ -676,6 +676,82 @@ pub fn crustlet_claimed_volumes_as_kubelet(c: &Cluster) {
         assert!(got[1].contains(want), "no {want:?} in:\n{}", got[1]);
     }
 
+    // What each agent reports of the claimed volumes: the local ones (the kubelet's
+    // local plugin measures the volume's filesystem; a hostPath one reports nothing),
+    // under the pod's volume name and the claim, in /stats/summary and /metrics. The
+    // kubelet measures a new pod's volumes within its minute-long stats period.
+    let raw = |node: &str, path: &str| {
+        let o = run_timeout(
+            &mut c.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy{path}")]),
+            T,
+        );
+        s(&o.stdout) + &s(&o.stderr)
+    };
+    let claims_seen = |node: &str, tag: &str| {
+        let pod = format!("pvc-{tag}");
+        let plain = |claim: &str| claim.replace(&format!("-{tag}"), "-X");
+        wait_for(
+            &format!("{node}'s claimed volumes in its summary and metrics"),
+            Duration::from_secs(150),
+            |last| {
+                let summary = raw(node, "/stats/summary");
+                let metrics = raw(node, "/metrics");
+                *last = summary.clone();
+                let v: Value = serde_json::from_str(&summary).ok()?;
+                let p = v["pods"]
+                    .as_array()?
+                    .iter()
+                    .find(|p| p["podRef"]["name"] == pod.as_str())?;
+                let mut vols: Vec<String> = p["volume"]
+                    .as_array()?
+                    .iter()
+                    .filter(|v| v["pvcRef"].is_object())
+                    .map(|v| {
+                        let fields = ["capacityBytes", "availableBytes", "usedBytes", "inodes"]
+                            .iter()
+                            .filter(|f| v[**f].as_u64().is_some_and(|n| n > 0))
+                            .count();
+                        format!(
+                            "{} claim={} ns={} fields={fields}",
+                            v["name"].as_str().unwrap_or(""),
+                            plain(v["pvcRef"]["name"].as_str().unwrap_or("")),
+                            v["pvcRef"]["namespace"] == c.ns,
+                        )
+                    })
+                    .collect();
+                vols.sort();
+                let mut series: Vec<String> = metrics
+                    .lines()
+                    .filter(|l| l.starts_with("kubelet_volume_stats_"))
+                    .filter(|l| l.contains(&format!("namespace=\"{}\"", c.ns)))
+                    .filter_map(|l| {
+                        let (family, rest) = l.split_once('{')?;
+                        let claim = rest.split("persistentvolumeclaim=\"").nth(1)?;
+                        Some(format!("{family} {}", plain(claim.split('"').next()?)))
+                    })
+                    .collect();
+                series.sort();
+                // Both claims' series (the kubelet's collector reads the same cache).
+                (vols.len() >= 2 && series.iter().filter(|l| l.contains("used_bytes")).count() >= 2)
+                    .then_some((vols, series))
+            },
+        )
+    };
+    let k = claims_seen(NODE, "k");
+    let cl = claims_seen(CRUSTLET_NODE, "c");
+    assert_eq!(
+        k, cl,
+        "the crustlet's claimed volume stats differ (kubelet first)"
+    );
+    assert_eq!(
+        cl.0,
+        [
+            "eph claim=pvc-X-eph ns=true fields=4",
+            "local claim=local-X ns=true fields=4"
+        ],
+        "{cl:?}"
+    );
+
     // A claim not bound yet: the pod waits, and runs once it is.
     apply(c, pvc("late", None));
     let late_pv = format!("{}-late", c.ns);
