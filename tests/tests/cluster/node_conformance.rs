@@ -22,6 +22,9 @@
 //! - `CRUST_CONFORMANCE_SUITE`: `node-conformance` (default: focus `[NodeConformance]`)
 //!   or `conformance` (focus `[Conformance]` on the one node, with kube-proxy in the
 //!   node's namespace for Services; hack/conformance runs it, too long for every CI run).
+//!   `node-extended`: upstream's `[sig-node]` specs in neither, local PersistentVolumes
+//!   and the in-tree volume specs of local, hostPath and emptyDir volumes ([`EXTENDED`];
+//!   `hack/conformance extended`).
 //! - `CRUST_CONFORMANCE_FOCUS`: a further regular expression the specs must match (to
 //!   run a few while working on them; the expected-failure check then covers those).
 //! - `CRUST_CONFORMANCE_PROCS`: ginkgo's parallel processes (default 12: most specs wait).
@@ -50,6 +53,13 @@ use std::time::{Duration, Instant};
 /// What a run leaves out, as upstream's node conformance instructions say (the same
 /// for `[Conformance]`: its serial and slow specs want a cluster to themselves).
 const SKIP: &str = r"\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:";
+
+/// The `node-extended` suite: upstream's node specs that neither conformance suite
+/// runs (probes, security contexts, termination, leases, RuntimeClass...), the local
+/// PersistentVolume specs and the in-tree volume specs of the drivers a node serves
+/// without a storage driver (local directories, hostPath, emptyDir).
+const EXTENDED: &str =
+    r"\[sig-node\]|PersistentVolumes-local|\[Driver: (local|hostPath|hostPathSymlink|emptydir)\]";
 
 /// A node under test: who drives which runtime.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -156,14 +166,20 @@ fn run_ginkgo(
     let report = workspace().join("target/conformance").join(report);
     let _ = std::fs::remove_dir_all(&report);
     std::fs::create_dir_all(&report).map_err(|e| e.to_string())?;
-    let mut focus = if suite == "conformance" {
-        r"\[Conformance\]".to_string()
-    } else {
-        r"\[NodeConformance\]".to_string()
+    let mut focus = match suite {
+        "conformance" => r"\[Conformance\]".to_string(),
+        "node-extended" => EXTENDED.to_string(),
+        _ => r"\[NodeConformance\]".to_string(),
     };
     if let Ok(f) = std::env::var("CRUST_CONFORMANCE_FOCUS") {
-        focus = format!("{focus}.*({f})|({f}).*{focus}");
+        focus = format!("({focus}).*({f})|({f}).*({focus})");
     }
+    // What the other two suites run is not run again.
+    let beyond = if suite == "node-extended" {
+        r"|\[Conformance\]|\[NodeConformance\]"
+    } else {
+        ""
+    };
     let procs = std::env::var("CRUST_CONFORMANCE_PROCS").unwrap_or_else(|_| "12".into());
     let mut cmd = c.net_cmd("unshare");
     cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
@@ -176,7 +192,7 @@ fn run_ginkgo(
     cmd.arg(format!("--procs={procs}"))
         .arg(format!("--focus={focus}"))
         .arg(format!(
-            "--skip={SKIP}{}",
+            "--skip={SKIP}{beyond}{}",
             not_run.map(|r| format!("|{r}")).unwrap_or_default()
         ))
         .args(["--timeout=2h", "--no-color"])
@@ -277,8 +293,10 @@ fn main() {
     let skip = |why: String| -> ! { crust_e2e::cluster::skip_suite("node conformance", why) };
     let suite =
         std::env::var("CRUST_CONFORMANCE_SUITE").unwrap_or_else(|_| "node-conformance".into());
-    if suite != "node-conformance" && suite != "conformance" {
-        eprintln!("CRUST_CONFORMANCE_SUITE: {suite:?} is neither node-conformance nor conformance");
+    if !["node-conformance", "conformance", "node-extended"].contains(&suite.as_str()) {
+        eprintln!(
+            "CRUST_CONFORMANCE_SUITE: {suite:?} is none of node-conformance, conformance, node-extended"
+        );
         std::process::exit(2);
     }
     let nodes =
@@ -366,8 +384,9 @@ fn main() {
         containerd: targets
             .contains(&Target::Containerd)
             .then_some(ContainerdFor::Kubelet),
-        // Services are what most of [Conformance] beyond the node's own specs uses.
-        kube_proxy: suite == "conformance",
+        // Services: what most of [Conformance] beyond the node's own specs uses (and a few
+        // of node-extended's).
+        kube_proxy: suite != "node-conformance",
         ..Options::default()
     };
     let cluster = std::panic::catch_unwind(|| {
