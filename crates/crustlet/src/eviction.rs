@@ -28,6 +28,11 @@ use std::time::Duration;
 /// The kubelet's reason and the start of its message.
 pub const REASON: &str = "Evicted";
 
+/// How the message of an eviction for node pressure starts; only those evictions give
+/// the pod a `DisruptionTarget` condition (the kubelet's local storage evictions and
+/// its admission refusals do not).
+pub const PRESSURE: &str = "The node was low on resource: ";
+
 /// Pods the manager has chosen, by uid, with the message their status gets; taken by
 /// their workers.
 #[derive(Default)]
@@ -106,7 +111,7 @@ pub fn message(
     requests: &[(String, u64)],
 ) -> String {
     let mut m = format!(
-        "The node was low on resource: {resource}. Threshold quantity: {}, available: {}. ",
+        "{PRESSURE}{resource}. Threshold quantity: {}, available: {}. ",
         binary_si(threshold),
         binary_si(available)
     );
@@ -182,10 +187,28 @@ pub async fn run(ctx: Arc<Ctx>) {
     }
 }
 
+/// A pod's use of the node's disk, as `/stats/summary` reports it.
+#[derive(Debug, Default, Clone)]
+pub struct PodDisk {
+    /// Each running container's (name, writable layer + logs).
+    pub containers: Vec<(String, u64)>,
+    /// Each volume the summary lists: (the pod's name for it, bytes used).
+    pub volumes: Vec<(String, u64)>,
+    /// The pod's ephemeral storage: its containers' and its volumes on the node's disk.
+    pub total: u64,
+}
+
+impl PodDisk {
+    /// What the pod itself uses beyond its containers (its volumes on the node's disk).
+    fn beyond_containers(&self) -> u64 {
+        self.total
+            .saturating_sub(self.containers.iter().map(|(_, b)| b).sum())
+    }
+}
+
 /// The ephemeral storage pods use, from the summary's figures (what `/stats/summary`
-/// reports): by pod uid, the containers' (name, writable layer + logs) and the pod's
-/// volumes on the node's disk.
-async fn disk_usage(ctx: &Ctx) -> anyhow::Result<HashMap<String, (Vec<(String, u64)>, u64)>> {
+/// reports), by pod uid.
+async fn disk_usage(ctx: &Ctx) -> anyhow::Result<HashMap<String, PodDisk>> {
     let sampler = crate::server::stats::CpuSampler::default();
     let summary = crate::server::stats::summary(ctx, &sampler, false).await?;
     let mut out = HashMap::new();
@@ -193,26 +216,182 @@ async fn disk_usage(ctx: &Ctx) -> anyhow::Result<HashMap<String, (Vec<(String, u
         let Some(uid) = p["podRef"]["uid"].as_str() else {
             continue;
         };
-        let containers: Vec<(String, u64)> = p["containers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let b = |k: &str| c[k]["usedBytes"].as_u64().unwrap_or(0);
-                (
-                    c["name"].as_str().unwrap_or_default().to_string(),
-                    b("rootfs") + b("logs"),
-                )
-            })
-            .collect();
-        let total = p["ephemeral-storage"]["usedBytes"].as_u64().unwrap_or(0);
-        let volumes = total.saturating_sub(containers.iter().map(|(_, b)| b).sum());
-        out.insert(uid.to_string(), (containers, volumes));
+        let list = |k: &str, bytes: &dyn Fn(&serde_json::Value) -> u64| {
+            p[k].as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| (v["name"].as_str().unwrap_or_default().to_string(), bytes(v)))
+                .collect::<Vec<_>>()
+        };
+        let used = |v: &serde_json::Value| v["usedBytes"].as_u64().unwrap_or(0);
+        let d = PodDisk {
+            containers: list("containers", &|c| used(&c["rootfs"]) + used(&c["logs"])),
+            volumes: list("volume", &used),
+            total: used(&p["ephemeral-storage"]),
+        };
+        out.insert(uid.to_string(), d);
     }
     Ok(out)
 }
 
+/// Whether the pod sets a local storage limit the kubelet enforces: an emptyDir's
+/// `sizeLimit` or an `ephemeral-storage` limit of a container.
+fn has_local_limits(pod: &Pod) -> bool {
+    let s = spec::spec(pod);
+    let volumes = s.volumes.iter().flatten();
+    volumes
+        .into_iter()
+        .any(|v| v.empty_dir.as_ref().is_some_and(|e| e.size_limit.is_some()))
+        || s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .any(|c| ephemeral_limit(c).is_some())
+}
+
+/// A container's `ephemeral-storage` limit.
+fn ephemeral_limit(c: &k8s_openapi::api::core::v1::Container) -> Option<Bytes> {
+    let q = c
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("ephemeral-storage")?;
+    Bytes::of(q)
+}
+
+/// A quantity of bytes and the form it was written in.
+#[derive(Debug, Clone, Copy)]
+struct Bytes {
+    n: u64,
+    /// Written with a binary suffix (Ki, Mi...): Kubernetes prints it in binary SI,
+    /// else in decimal SI.
+    binary: bool,
+}
+
+impl Bytes {
+    fn of(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Option<Bytes> {
+        let n = u64::try_from(crate::quantity::value(q).ok()?).ok()?;
+        let binary = q.0.trim_end().ends_with('i');
+        Some(Bytes { n, binary })
+    }
+
+    /// `n` in this form (a Quantity's canonical `String()`).
+    fn show(self, n: u64) -> String {
+        if self.binary {
+            binary_si(n)
+        } else {
+            decimal_si(n)
+        }
+    }
+}
+
+/// `n` with the largest of k, M, G, T, P, E that divides it.
+fn decimal_si(n: u64) -> String {
+    if n == 0 {
+        return "0".into();
+    }
+    let (mut v, mut unit) = (n, 0);
+    while v % 1000 == 0 && unit < 6 {
+        v /= 1000;
+        unit += 1;
+    }
+    format!("{v}{}", ["", "k", "M", "G", "T", "P", "E"][unit])
+}
+
+/// The kubelet's local storage eviction of one pod (LocalStorageCapacityIsolation, on
+/// by default), in its order: an emptyDir beyond its `sizeLimit`, the pod's ephemeral
+/// storage beyond the sum of its containers' limits, a container's writable layer and
+/// logs beyond its own limit. The message, if the pod is to go.
+pub fn local_limit_exceeded(pod: &Pod, d: &PodDisk) -> Option<String> {
+    let s = spec::spec(pod);
+    for v in s.volumes.iter().flatten() {
+        let size = v.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref());
+        let Some(limit) = size.and_then(Bytes::of) else {
+            continue;
+        };
+        let used = d
+            .volumes
+            .iter()
+            .find(|(n, _)| *n == v.name)
+            .map(|(_, b)| *b);
+        if limit.n > 0 && used.is_some_and(|u| u > limit.n) {
+            return Some(format!(
+                "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
+                v.name,
+                limit.show(limit.n)
+            ));
+        }
+    }
+    // The pod's limit: its containers' together, or its largest init container's if
+    // more (the kubelet's PodLimits), printed in the first limit's form.
+    let limits: Vec<Bytes> = s.containers.iter().filter_map(ephemeral_limit).collect();
+    let inits: Vec<Bytes> = s
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(ephemeral_limit)
+        .collect();
+    if let Some(first) = limits.iter().chain(&inits).next() {
+        let sum: u64 = limits.iter().map(|b| b.n).sum();
+        let limit = sum.max(inits.iter().map(|b| b.n).max().unwrap_or(0));
+        if d.total > limit {
+            return Some(format!(
+                "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                first.show(limit)
+            ));
+        }
+    }
+    for (name, used) in &d.containers {
+        let c = s.containers.iter().find(|c| c.name == *name);
+        if let Some(limit) = c.and_then(ephemeral_limit).filter(|l| l.n > 0) {
+            if *used > limit.n {
+                return Some(format!(
+                    "Container {name} exceeded its local ephemeral storage limit {:?}. ",
+                    limit.show(limit.n)
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Every running pod with a local storage limit it went beyond is told to end, as the
+/// kubelet looks at every pass whatever the node's pressure. The summary (a walk of
+/// every pod's disk use) is made only when some pod sets such a limit. True when a pod
+/// was told to go: the kubelet's pass ends there.
+async fn local_storage(ctx: &Ctx) -> anyhow::Result<bool> {
+    let pods: Vec<Arc<Pod>> = ctx
+        .seen
+        .running()
+        .into_iter()
+        .filter(|p| {
+            has_local_limits(p) && !crate::worker::admit::critical(p, ctx.source(p) == "file")
+        })
+        .collect();
+    if pods.is_empty() {
+        return Ok(false);
+    }
+    let usage = disk_usage(ctx).await?;
+    let mut evicted = false;
+    for p in pods {
+        let Some(msg) = usage
+            .get(spec::uid(&p))
+            .and_then(|d| local_limit_exceeded(&p, d))
+        else {
+            continue;
+        };
+        tracing::warn!(pod = %spec::key(&p), "local storage limit: evicting: {msg}");
+        ctx.evictions.ask(spec::uid(&p), msg);
+        ctx.wakers.wake(spec::uid(&p));
+        evicted = true;
+    }
+    Ok(evicted)
+}
+
 async fn look(ctx: &Ctx) -> anyhow::Result<()> {
+    if local_storage(ctx).await? {
+        return Ok(());
+    }
     let root = ctx.cfg.root_dir.clone();
     let r = tokio::task::spawn_blocking(move || host::readings(&root)).await?;
     if status::memory_pressure(&r) {
@@ -250,7 +429,9 @@ async fn look(ctx: &Ctx) -> anyhow::Result<()> {
         };
     let usage = disk_usage(ctx).await?;
     evict_one(ctx, "ephemeral-storage", threshold, available, |uid| {
-        usage.get(uid).cloned().unwrap_or_default()
+        let d = usage.get(uid).cloned().unwrap_or_default();
+        let beyond = d.beyond_containers();
+        (d.containers, beyond)
     })
 }
 
@@ -367,6 +548,91 @@ mod tests {
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 90Mi. \
              Container hog was using 400Mi, request is 0, has larger consumption of memory. "
         );
+    }
+
+    /// The kubelet's local storage limits, in its order and words.
+    #[test]
+    fn local_storage_limits_as_the_kubelet() {
+        let pod = |containers: serde_json::Value, volumes: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "uid": "u"},
+                "spec": {"containers": containers, "volumes": volumes},
+            }))
+            .unwrap()
+        };
+        let limited = |name: &str, limit: &str| serde_json::json!({"name": name, "resources": {"limits": {"ephemeral-storage": limit}}});
+        let disk = |containers: &[(&str, u64)], volumes: &[(&str, u64)], total: u64| PodDisk {
+            containers: containers
+                .iter()
+                .map(|(n, b)| (n.to_string(), *b))
+                .collect(),
+            volumes: volumes.iter().map(|(n, b)| (n.to_string(), *b)).collect(),
+            total,
+        };
+        // upstream's "evicted pods should be terminal": one container, 5Mi, 10 MiB written.
+        let p = pod(
+            serde_json::json!([limited("bar", "5Mi")]),
+            serde_json::json!([]),
+        );
+        assert!(has_local_limits(&p));
+        let over = disk(&[("bar", 10 << 20)], &[], 10 << 20);
+        assert_eq!(
+            local_limit_exceeded(&p, &over).as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 5Mi. ")
+        );
+        assert_eq!(
+            local_limit_exceeded(&p, &disk(&[("bar", 5 << 20)], &[], 5 << 20)),
+            None
+        );
+        // Two containers: the pod's limit is their sum, in the first one's form.
+        let p = pod(
+            serde_json::json!([limited("a", "2M"), limited("b", "3000k")]),
+            serde_json::json!([]),
+        );
+        assert_eq!(
+            local_limit_exceeded(
+                &p,
+                &disk(&[("a", 4_000_000), ("b", 1_000_001)], &[], 5_000_001)
+            )
+            .as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 5M. ")
+        );
+        // A container beyond its own limit while the pod is within its own: an init
+        // container's larger limit raises the pod's.
+        let mut p = pod(
+            serde_json::json!([limited("main", "1Mi")]),
+            serde_json::json!([]),
+        );
+        p.spec.as_mut().unwrap().init_containers =
+            Some(vec![
+                serde_json::from_value(limited("init", "100Mi")).unwrap()
+            ]);
+        assert_eq!(
+            local_limit_exceeded(&p, &disk(&[("main", 2 << 20)], &[], 2 << 20)).as_deref(),
+            Some("Container main exceeded its local ephemeral storage limit \"1Mi\". ")
+        );
+        // An emptyDir beyond its sizeLimit comes first, named; a pod without limits is
+        // never looked at.
+        let p = pod(
+            serde_json::json!([limited("main", "1Gi")]),
+            serde_json::json!([{"name": "cache", "emptyDir": {"sizeLimit": "1Mi"}}]),
+        );
+        assert_eq!(
+            local_limit_exceeded(&p, &disk(&[("main", 0)], &[("cache", 3 << 20)], 3 << 20))
+                .as_deref(),
+            Some("Usage of EmptyDir volume \"cache\" exceeds the limit \"1Mi\". ")
+        );
+        assert_eq!(
+            local_limit_exceeded(&p, &disk(&[("main", 0)], &[("cache", 1 << 20)], 1 << 20)),
+            None
+        );
+        let free = pod(
+            serde_json::json!([{"name": "main"}]),
+            serde_json::json!([{"name": "d", "emptyDir": {}}]),
+        );
+        assert!(!has_local_limits(&free));
+        assert_eq!(decimal_si(5_000_000), "5M");
+        assert_eq!(decimal_si(1500), "1500");
     }
 
     /// Quantities as Kubernetes prints them in binary SI.

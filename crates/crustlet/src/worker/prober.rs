@@ -93,8 +93,8 @@ impl Worker {
                 }
             }
         }
-        for e in events {
-            self.event(pod, true, "Unhealthy", e);
+        for (reason, e) in events {
+            self.event(pod, true, reason, e);
         }
         if let Some((why, failed)) = kill {
             self.event(
@@ -122,22 +122,29 @@ impl Target<'_> {
     /// One run of a due probe, counted where the kubelet counts it: in the prober's
     /// duration metric and against the probe's thresholds. Startup, liveness and
     /// readiness differ only in what their verdict brings, so that stays with the
-    /// caller, who gets the Unhealthy event's message (a failed run) and the verdict
-    /// (when it changed).
+    /// caller, who gets the event the run asks for (reason and message: `Unhealthy`
+    /// for a failed run, `ProbeWarning` for a success with a warning, as the kubelet's
+    /// prober) and the verdict (when it changed).
     async fn once(
         &self,
         which: &'static str,
         p: &Probe,
         st: &mut probe::State,
-    ) -> (Option<String>, Option<probe::Outcome>) {
+    ) -> (Option<(&'static str, String)>, Option<probe::Outcome>) {
         let took = Instant::now();
-        let (r, m) = probe::run(&self.ctx.cri, p, self.c, self.id, self.ip).await;
+        let (r, m, warning) = probe::run(&self.ctx.cri, p, self.c, self.id, self.ip).await;
         let ok = r == probe::Outcome::Success;
         self.ctx
             .seen
             .metrics
             .probe(self.pod, &self.c.name, which, ok, took.elapsed());
-        let failed = (r == probe::Outcome::Failure).then(|| format!("{which} probe failed: {m}"));
-        (failed, st.record(p, r, m))
+        let event = if !ok {
+            Some(("Unhealthy", format!("{which} probe failed: {m}")))
+        } else if warning {
+            Some(("ProbeWarning", format!("{which} probe warning: {m}")))
+        } else {
+            None
+        };
+        (event, st.record(p, r, m))
     }
 }

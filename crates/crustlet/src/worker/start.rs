@@ -228,6 +228,10 @@ impl Worker {
             Some(i) => i,
             None => return,
         };
+        if let Err(msg) = self.verify_run_as_non_root(pod, c, &image).await {
+            self.failed(pod, &c.name, "CreateContainerConfigError", msg);
+            return;
+        }
         let inputs = self.inputs(pod);
         let envs = match inputs.env(c, &pod_ip).await {
             Ok(e) => e,
@@ -465,6 +469,37 @@ impl Worker {
 
     /// A container that could not be made or started: the kubelet's `Failed` event
     /// ("Error: ...") and the waiting reason its status shows until the next try.
+    /// `runAsNonRoot`, which no runtime checks (the CRI has no such field): the
+    /// kubelet's verifyRunAsNonRoot before each create, with the image's user from
+    /// ImageStatus when the pod names none.
+    async fn verify_run_as_non_root(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        image: &str,
+    ) -> Result<(), String> {
+        let (non_root, run_as_user) = effective_non_root(pod, c);
+        if !non_root || run_as_user.is_some() {
+            return run_as_non_root(pod, c, run_as_user, None);
+        }
+        let status = self
+            .cri()
+            .images
+            .image_status(cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .map_err(|e| format!("ImageStatus failed: {}", e.message()))?
+            .into_inner()
+            .image;
+        let user = status.map(|i| (i.uid.map(|u| u.value), i.username));
+        run_as_non_root(pod, c, None, Some(user.unwrap_or_default()))
+    }
+
     fn failed(&mut self, pod: &Pod, name: &str, reason: &str, msg: String) {
         self.event(pod, true, "Failed", format!("Error: {msg}"));
         self.waiting
@@ -478,5 +513,143 @@ impl Worker {
             .join("containers")
             .join(name)
             .join(format!("{attempt}-termination-log"))
+    }
+}
+
+/// The container's `runAsNonRoot` and `runAsUser`, each its own or else the pod's.
+fn effective_non_root(pod: &Pod, c: &Container) -> (bool, Option<i64>) {
+    let csc = c.security_context.as_ref();
+    let psc = spec::spec(pod).security_context.as_ref();
+    let non_root = csc
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| psc.and_then(|s| s.run_as_non_root))
+        .unwrap_or(false);
+    let user = csc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|s| s.run_as_user));
+    (non_root, user)
+}
+
+/// The kubelet's verifyRunAsNonRoot, in its words: with `runAsNonRoot`, a `runAsUser`
+/// of 0 is refused; without a `runAsUser`, the image's user (`image_user`: ImageStatus's
+/// uid and username) must be a numeric uid other than 0 (an image naming no user runs
+/// as root).
+fn run_as_non_root(
+    pod: &Pod,
+    c: &Container,
+    run_as_user: Option<i64>,
+    image_user: Option<(Option<i64>, String)>,
+) -> Result<(), String> {
+    if !effective_non_root(pod, c).0 {
+        return Ok(());
+    }
+    let who = format!(
+        "(pod: \"{}_{}({})\", container: {})",
+        spec::name(pod),
+        spec::namespace(pod),
+        spec::uid(pod),
+        c.name
+    );
+    if let Some(u) = run_as_user {
+        return match u {
+            0 => Err(format!(
+                "container's runAsUser breaks non-root policy {who}"
+            )),
+            _ => Ok(()),
+        };
+    }
+    match image_user.unwrap_or_default() {
+        (Some(0), _) => Err(format!(
+            "container has runAsNonRoot and image will run as root {who}"
+        )),
+        (None, name) if !name.is_empty() => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({name}), cannot verify user is non-root {who}"
+        )),
+        (None, _) => Err(format!(
+            "container has runAsNonRoot and image will run as root {who}"
+        )),
+        (Some(_), _) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(pod_sc: serde_json::Value, container_sc: serde_json::Value) -> (Pod, Container) {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"securityContext": pod_sc, "containers": [
+                {"name": "c", "image": "i", "securityContext": container_sc}]},
+        }))
+        .unwrap();
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        (p, c)
+    }
+
+    /// The kubelet's verifyRunAsNonRoot: upstream's runAsNonRoot specs wait for its
+    /// `Failed` event instead of a started container.
+    #[test]
+    fn run_as_non_root_as_the_kubelet() {
+        let who = "(pod: \"p_ns(u1)\", container: c)";
+        let check = |pod_sc, c_sc, image_user: Option<(Option<i64>, &str)>| {
+            let (p, c) = pod(pod_sc, c_sc);
+            let (_, user) = effective_non_root(&p, &c);
+            let image_user = image_user.map(|(u, n)| (u, n.to_string()));
+            run_as_non_root(&p, &c, user, image_user)
+        };
+        // Not asked: anything goes.
+        assert_eq!(check(json!({}), json!({"runAsUser": 0}), None), Ok(()));
+        // An explicit root uid, the container's or the pod's.
+        let breaks = Err(format!(
+            "container's runAsUser breaks non-root policy {who}"
+        ));
+        assert_eq!(
+            check(
+                json!({}),
+                json!({"runAsNonRoot": true, "runAsUser": 0}),
+                None
+            ),
+            breaks
+        );
+        assert_eq!(
+            check(json!({"runAsUser": 0}), json!({"runAsNonRoot": true}), None),
+            breaks
+        );
+        assert_eq!(
+            check(
+                json!({"runAsNonRoot": true}),
+                json!({"runAsUser": 1000}),
+                None
+            ),
+            Ok(())
+        );
+        // The container's false wins over the pod's true.
+        assert_eq!(
+            check(
+                json!({"runAsNonRoot": true}),
+                json!({"runAsNonRoot": false, "runAsUser": 0}),
+                None
+            ),
+            Ok(())
+        );
+        // The image's user decides when no uid is given.
+        let root = Err(format!(
+            "container has runAsNonRoot and image will run as root {who}"
+        ));
+        let asked = json!({"runAsNonRoot": true});
+        assert_eq!(check(json!({}), asked.clone(), Some((None, ""))), root);
+        assert_eq!(check(json!({}), asked.clone(), Some((Some(0), ""))), root);
+        assert_eq!(
+            check(json!({}), asked.clone(), Some((Some(1234), ""))),
+            Ok(())
+        );
+        assert_eq!(
+            check(json!({}), asked, Some((None, "nobody"))),
+            Err(format!(
+                "container has runAsNonRoot and image has non-numeric user (nobody), cannot verify user is non-root {who}"
+            ))
+        );
     }
 }

@@ -329,6 +329,7 @@ fn readiness(f: &Facts) -> (bool, bool) {
 }
 
 /// What the worker knows of the pod as a whole, for its status.
+#[derive(Clone)]
 pub(super) struct PodFacts<'a> {
     pub(super) pod: &'a Pod,
     /// Whether the pod's init containers are done (see the worker's `init_containers`).
@@ -392,8 +393,13 @@ pub(super) fn pod_status(
         gates,
         &p.now,
     );
-    // An evicted pod says so as the kubelet's (PodDisruptionConditions, on in v1.28).
-    if let Some((_, message)) = p.verdict.filter(|v| v.0 == crate::eviction::REASON) {
+    // A pod evicted for node pressure says so as the kubelet's (PodDisruptionConditions,
+    // on in v1.28); one evicted for its local storage limits or refused at admission
+    // does not.
+    let pressure = |v: &&(String, String)| {
+        v.0 == crate::eviction::REASON && v.1.starts_with(crate::eviction::PRESSURE)
+    };
+    if let Some((_, message)) = p.verdict.filter(pressure) {
         conditions.push(condition(
             &old,
             &p.now,
@@ -1702,7 +1708,7 @@ mod tests {
         let st = pod_status(
             &PodFacts {
                 verdict: Some(&evicted),
-                ..ended
+                ..ended.clone()
             },
             vec![],
             vec![ready("a")],
@@ -1717,5 +1723,20 @@ mod tests {
                 Some(evicted.1.clone())
             ))
         );
+        // Evicted for a local storage limit, or refused at admission under pressure:
+        // Failed and Evicted, but no condition (the kubelet's evictPod without one).
+        for message in [
+            "Pod ephemeral local storage usage exceeds the total limit of containers 5Mi. ",
+            "The node had condition: [DiskPressure]. ",
+        ] {
+            let v = (crate::eviction::REASON.to_string(), message.to_string());
+            let facts = PodFacts {
+                verdict: Some(&v),
+                ..ended.clone()
+            };
+            let st = pod_status(&facts, vec![], vec![ready("a")], vec![]);
+            assert_eq!(st.reason.as_deref(), Some("Evicted"));
+            assert_eq!(disruption(&st), None, "{message}");
+        }
     }
 }

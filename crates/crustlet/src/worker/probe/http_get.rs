@@ -50,14 +50,19 @@ pub struct Get {
     pub purpose: Purpose,
 }
 
-/// What answered: the final status, and whether it is a redirect not followed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What answered: the final status, and whether it is a redirect not followed (then
+/// with its body, which the kubelet's warning quotes).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     pub status: u16,
     pub redirect_not_followed: bool,
+    pub body: String,
 }
 
 const MAX_REDIRECTS: usize = 10;
+
+/// How much of an answer's body is read, as the kubelet's prober reads it (10 KiB).
+const MAX_BODY: usize = 10 << 10;
 
 impl Get {
     /// The request for `action`, its port resolved to `port`; the pod's IP when the
@@ -199,7 +204,7 @@ impl Get {
 pub async fn send(g: &Get) -> Result<Reply, String> {
     let mut cur = g.clone();
     for _ in 0..=MAX_REDIRECTS {
-        let (status, location) = match once(&cur).await {
+        let (status, location, body) = match once(&cur).await {
             Err(Failure::HttpResponseToHttps(e))
                 if cur.https && cur.purpose == Purpose::Lifecycle =>
             {
@@ -215,6 +220,7 @@ pub async fn send(g: &Get) -> Result<Reply, String> {
             return Ok(Reply {
                 status,
                 redirect_not_followed: false,
+                body: String::new(),
             });
         };
         match cur.redirect(&location) {
@@ -223,6 +229,7 @@ pub async fn send(g: &Get) -> Result<Reply, String> {
                 return Ok(Reply {
                     status,
                     redirect_not_followed: true,
+                    body,
                 })
             }
         }
@@ -246,8 +253,9 @@ impl Failure {
     }
 }
 
-/// One request on one connection: the status and `Location` of the answer.
-async fn once(g: &Get) -> Result<(u16, Option<String>), Failure> {
+/// One request on one connection: the status and `Location` of the answer, and the
+/// start of a redirect's body.
+async fn once(g: &Get) -> Result<(u16, Option<String>, String), Failure> {
     let url = g.url();
     let fail = |e: &dyn std::fmt::Display| Failure::Other(format!("Get {url:?}: {e}"));
     let req = g.request().map_err(Failure::Other)?;
@@ -285,7 +293,7 @@ async fn once(g: &Get) -> Result<(u16, Option<String>), Failure> {
 async fn exchange<S>(
     io: S,
     req: hyper::Request<Empty<Bytes>>,
-) -> Result<(u16, Option<String>), hyper::Error>
+) -> Result<(u16, Option<String>, String), hyper::Error>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -306,7 +314,42 @@ where
         .get(hyper::header::LOCATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    Ok((resp.status().as_u16(), location))
+    let status = resp.status().as_u16();
+    if !(300..400).contains(&status) {
+        return Ok((status, location, String::new()));
+    }
+    // A redirect's body, read while the connection is driven (it carries the body).
+    let mut body = std::pin::pin!(read_at_most(resp.into_body()));
+    let mut conn_done = false;
+    let body = loop {
+        tokio::select! {
+            b = &mut body => break b,
+            r = &mut conn, if !conn_done => {
+                r?;
+                conn_done = true;
+            }
+        }
+    };
+    Ok((status, location, body))
+}
+
+/// The first [`MAX_BODY`] bytes of a body, as text; what a failed read left out is
+/// left out (the body only goes into a message).
+async fn read_at_most(mut b: hyper::body::Incoming) -> String {
+    use http_body_util::BodyExt;
+    let mut out = Vec::new();
+    while out.len() < MAX_BODY {
+        match b.frame().await {
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    out.extend_from_slice(&data);
+                }
+            }
+            _ => break,
+        }
+    }
+    out.truncate(MAX_BODY);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The client's TLS: any server certificate (see the module doc), rustls' defaults else.
@@ -465,9 +508,11 @@ mod tests {
                     }
                 }
                 let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
-                let _ = s
-                    .write_all(format!("HTTP/1.1 {answer}\r\nContent-Length: 0\r\n\r\n").as_bytes())
-                    .await;
+                // An answer's body follows its head's blank line.
+                let (answer, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+                let len = body.len();
+                let reply = format!("HTTP/1.1 {answer}\r\nContent-Length: {len}\r\n\r\n{body}");
+                let _ = s.write_all(reply.as_bytes()).await;
                 let _ = s.shutdown().await;
             }
         });
@@ -524,12 +569,13 @@ mod tests {
             serde_json::json!({"httpGet": {"scheme": "HTTPS", "port": port}}),
         )
         .unwrap();
-        let (r, m) = crate::worker::probe::run(&cri, &p, &c, "", "127.0.0.1").await;
+        let (r, m, warning) = crate::worker::probe::run(&cri, &p, &c, "", "127.0.0.1").await;
         assert_eq!(
-            (r, m.as_str()),
+            (r, m.as_str(), warning),
             (
                 crate::worker::probe::Outcome::Failure,
-                "HTTP probe failed with statuscode: 500"
+                "HTTP probe failed with statuscode: 500",
+                false
             )
         );
     }
@@ -568,7 +614,7 @@ mod tests {
             vec![
                 "302 Found\r\nLocation: /fail",
                 "500 Internal Server Error",
-                "302 Found\r\nLocation: http://elsewhere.invalid/",
+                "302 Found\r\nLocation: http://elsewhere.invalid/\r\n\r\n<a href=\"http://elsewhere.invalid/\">Found</a>.\n\n",
             ],
         )
         .await;
@@ -578,7 +624,8 @@ mod tests {
             send(&g).await,
             Ok(Reply {
                 status: 500,
-                redirect_not_followed: false
+                redirect_not_followed: false,
+                body: String::new(),
             })
         );
         assert!(heads.recv().await.unwrap().starts_with("GET /redirect "));
@@ -587,8 +634,31 @@ mod tests {
             send(&g).await,
             Ok(Reply {
                 status: 302,
-                redirect_not_followed: true
+                redirect_not_followed: true,
+                body: "<a href=\"http://elsewhere.invalid/\">Found</a>.\n\n".into(),
             })
+        );
+    }
+
+    /// A redirect to another host is a success with the kubelet's warning, which quotes
+    /// the answer's body (upstream's "non-local redirect" probe spec waits for it).
+    #[tokio::test]
+    async fn a_redirect_elsewhere_is_a_success_with_a_warning() {
+        let body = "<a href=\"http://0.0.0.0/\">Found</a>.\n\n";
+        let answer = "302 Found\r\nLocation: http://0.0.0.0/\r\n\r\n<a href=\"http://0.0.0.0/\">Found</a>.\n\n";
+        let (port, _heads) = serve(false, vec![answer]).await;
+        let p: k8s_openapi::api::core::v1::Probe = serde_json::from_value(
+            serde_json::json!({"httpGet": {"port": port, "path": "/redirect"}}),
+        )
+        .unwrap();
+        let cri = crate::cri::Cri::lazy(std::path::Path::new("/nonexistent/cri.sock"));
+        let c = k8s_openapi::api::core::v1::Container::default();
+        let (r, m, warning) = crate::worker::probe::run(&cri, &p, &c, "", "127.0.0.1").await;
+        assert_eq!(r, crate::worker::probe::Outcome::Success);
+        assert!(warning);
+        assert_eq!(
+            m,
+            format!("Probe terminated redirects, Response body: {body}")
         );
     }
 }

@@ -86,8 +86,17 @@ fn port(c: &Container, p: &IntOrString) -> Result<u16, String> {
     }
 }
 
-/// Runs `p` once against the container `id` of `c`, reachable at `ip`.
-pub async fn run(cri: &Cri, p: &Probe, c: &Container, id: &str, ip: &str) -> (Outcome, String) {
+/// Runs `p` once against the container `id` of `c`, reachable at `ip`: the outcome, its
+/// message, and whether the success comes with the kubelet's warning (an HTTP
+/// redirect to another host, not followed).
+pub async fn run(
+    cri: &Cri,
+    p: &Probe,
+    c: &Container,
+    id: &str,
+    ip: &str,
+) -> (Outcome, String, bool) {
+    let mut warning = false;
     let timeout = Duration::from_secs(p.timeout_seconds.unwrap_or(1).max(1) as u64);
     let r = if let Some(e) = &p.exec {
         exec(cri, id, e.command.clone().unwrap_or_default(), timeout).await
@@ -102,6 +111,10 @@ pub async fn run(cri: &Cri, p: &Probe, c: &Container, id: &str, ip: &str) -> (Ou
                             "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
                             g.url()
                         ))
+                    })
+                    .map(|(m, w)| {
+                        warning = w;
+                        m
                     })
             }
             Err(e) => Err(e),
@@ -136,8 +149,8 @@ pub async fn run(cri: &Cri, p: &Probe, c: &Container, id: &str, ip: &str) -> (Ou
         Err("probe has no handler (exec, httpGet, tcpSocket or grpc)".into())
     };
     match r {
-        Ok(m) => (Outcome::Success, m),
-        Err(m) => (Outcome::Failure, m),
+        Ok(m) => (Outcome::Success, m, warning),
+        Err(m) => (Outcome::Failure, m, false),
     }
 }
 
@@ -210,12 +223,15 @@ async fn exec(cri: &Cri, id: &str, cmd: Vec<String>, timeout: Duration) -> Resul
 }
 
 /// An HTTP(S) probe: 200–399 is a success, as the kubelet counts it (a redirect to
-/// another host is not followed, and a success with a warning).
-async fn http_probe(g: &http_get::Get) -> Result<String, String> {
+/// another host is not followed, and a success with a warning quoting its body).
+async fn http_probe(g: &http_get::Get) -> Result<(String, bool), String> {
     let r = http_get::send(g).await?;
     match r.status {
-        200..=399 if r.redirect_not_followed => Ok("Probe terminated redirects".into()),
-        200..=399 => Ok(String::new()),
+        200..=399 if r.redirect_not_followed => Ok((
+            format!("Probe terminated redirects, Response body: {}", r.body),
+            true,
+        )),
+        200..=399 => Ok((String::new(), false)),
         code => Err(format!("HTTP probe failed with statuscode: {code}")),
     }
 }
@@ -417,7 +433,10 @@ mod tests {
             };
             http_get::Get::new(&a, port_no, "127.0.0.1", http_get::Purpose::Probe)
         };
-        assert!(http_probe(&get("/healthz")).await.is_ok());
+        assert_eq!(
+            http_probe(&get("/healthz")).await,
+            Ok((String::new(), false))
+        );
         let e = http_probe(&get("/")).await.unwrap_err();
         assert_eq!(e, "HTTP probe failed with statuscode: 500");
         let c: Container = serde_json::from_value(
@@ -564,7 +583,7 @@ mod tests {
         let c = Container::default();
         let probe = |v: serde_json::Value| serde_json::from_value::<Probe>(v).unwrap();
         let p = probe(serde_json::json!({"grpc": {"port": port, "service": "db"}}));
-        let (r, m) = run(&cri, &p, &c, "", "127.0.0.1").await;
+        let (r, m, _) = run(&cri, &p, &c, "", "127.0.0.1").await;
         assert_eq!(r, Outcome::Failure, "{m}");
         let p = probe(serde_json::json!({"grpc": {"port": port}}));
         assert_eq!(run(&cri, &p, &c, "", "127.0.0.1").await.0, Outcome::Success);
