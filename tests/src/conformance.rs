@@ -86,12 +86,23 @@ fn unescape(s: &str) -> String {
 /// [`skip_regex`], not of the returned set.
 pub fn parse_expected(text: &str) -> BTreeSet<String> {
     lines(text)
-        .filter(|l| !l.starts_with(NOT_RUN))
+        .filter(|l| !l.starts_with(NOT_RUN) && !l.starts_with(KUBELET_ONLY))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The names after `kubelet only: `: specs the real kubelet fails here (the
+/// environment's doing, for it) that the crustlet must pass; expected failures of the
+/// real kubelet's runs only.
+pub fn parse_kubelet_only(text: &str) -> BTreeSet<String> {
+    lines(text)
+        .filter_map(|l| l.strip_prefix(KUBELET_ONLY))
         .map(str::to_string)
         .collect()
 }
 
 const NOT_RUN: &str = "not run: ";
+const KUBELET_ONLY: &str = "kubelet only: ";
 
 fn lines(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
@@ -207,5 +218,13 @@ mod tests {
             &parse_expected(&format!("{failing}\n[sig-node] Something [Slow]\n")),
         );
         assert!(u.is_empty() && n.is_empty());
+        // `kubelet only:` is not in the crustlet's list, and is in the kubelet's.
+        let list = format!("kubelet only: {failing}\n");
+        assert!(parse_expected(&list).is_empty());
+        assert_eq!(
+            parse_kubelet_only(&list).into_iter().collect::<Vec<_>>(),
+            vec![failing.to_string()]
+        );
+        assert_eq!(skip_regex(&list), None);
     }
 }
