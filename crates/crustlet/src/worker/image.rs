@@ -7,6 +7,25 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Instant;
 
 impl Worker {
+    /// The runtime's ImageStatus of `image` (None: it does not have it).
+    pub(super) async fn image_status(
+        &self,
+        image: &str,
+    ) -> Result<Option<cri::Image>, tonic::Status> {
+        let r = self
+            .cri()
+            .images
+            .image_status(cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await?;
+        Ok(r.into_inner().image)
+    }
+
     /// The image reference to create the container from, after a pull if the policy
     /// asks; None while it cannot be had (ErrImagePull, then ImagePullBackOff).
     pub(super) async fn ensure_image(&mut self, pod: &Pod, c: &Container) -> Option<String> {
@@ -30,18 +49,7 @@ impl Worker {
             }
         });
         let mut images = self.cri().images;
-        let present = images
-            .image_status(cri::ImageStatusRequest {
-                image: Some(cri::ImageSpec {
-                    image: image.clone(),
-                    ..Default::default()
-                }),
-                verbose: false,
-            })
-            .await
-            .ok()
-            .and_then(|r| r.into_inner().image)
-            .is_some();
+        let present = self.image_status(&image).await.ok().flatten().is_some();
         if present && policy != "Always" {
             // The kubelet says so every time it creates a container from it.
             self.event(

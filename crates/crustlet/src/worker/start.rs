@@ -483,19 +483,9 @@ impl Worker {
             return run_as_non_root(pod, c, run_as_user, None);
         }
         let status = self
-            .cri()
-            .images
-            .image_status(cri::ImageStatusRequest {
-                image: Some(cri::ImageSpec {
-                    image: image.to_string(),
-                    ..Default::default()
-                }),
-                verbose: false,
-            })
+            .image_status(image)
             .await
-            .map_err(|e| format!("ImageStatus failed: {}", e.message()))?
-            .into_inner()
-            .image;
+            .map_err(|e| format!("ImageStatus failed: {}", e.message()))?;
         let user = status.map(|i| (i.uid.map(|u| u.value), i.username));
         run_as_non_root(pod, c, None, Some(user.unwrap_or_default()))
     }
