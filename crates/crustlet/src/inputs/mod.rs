@@ -128,35 +128,33 @@ impl Inputs<'_> {
                         .as_ref()
                         .map(|_| format!("{}-{}", spec::name(self.pod), v.name))
                 });
-            let kept = claim.is_some().then(|| before?.dirs.get(&v.name)).flatten();
-            let dir = match kept {
-                Some(d) => {
-                    let measured = before.into_iter().flat_map(|b| &b.measured);
-                    out.measured
-                        .extend(measured.filter(|m| m.volume == v.name).cloned());
-                    d.clone()
-                }
-                None => match (&claim, v.ephemeral.is_some()) {
-                    (Some(claim), ephemeral) => {
-                        let read_only = v
-                            .persistent_volume_claim
-                            .as_ref()
-                            .and_then(|c| c.read_only)
-                            .unwrap_or(false);
-                        let (dir, local) = self.claimed(claim, read_only, ephemeral).await?;
-                        if local {
-                            out.measured.push(Measured {
-                                namespace: self.ns().to_string(),
-                                volume: v.name.clone(),
-                                claim: claim.clone(),
-                                path: dir.clone(),
-                            });
-                        }
-                        dir
-                    }
-                    (None, _) => self.volume(v).await?,
-                },
+            let Some(claim) = claim else {
+                out.dirs.insert(v.name.clone(), self.volume(v).await?);
+                continue;
             };
+            if let Some(d) = before.and_then(|b| b.dirs.get(&v.name)) {
+                let measured = before.into_iter().flat_map(|b| &b.measured);
+                out.measured
+                    .extend(measured.filter(|m| m.volume == v.name).cloned());
+                out.dirs.insert(v.name.clone(), d.clone());
+                continue;
+            }
+            let read_only = v
+                .persistent_volume_claim
+                .as_ref()
+                .and_then(|c| c.read_only)
+                .unwrap_or(false);
+            let (dir, local) = self
+                .claimed(&claim, read_only, v.ephemeral.is_some())
+                .await?;
+            if local {
+                out.measured.push(Measured {
+                    namespace: self.ns().to_string(),
+                    volume: v.name.clone(),
+                    claim,
+                    path: dir.clone(),
+                });
+            }
             out.dirs.insert(v.name.clone(), dir);
         }
         Ok(out)

@@ -480,14 +480,14 @@ impl Worker {
     ) -> Result<(), String> {
         let (non_root, run_as_user) = effective_non_root(pod, c);
         if !non_root || run_as_user.is_some() {
-            return run_as_non_root(pod, c, run_as_user, None);
+            return run_as_non_root(pod, c, None);
         }
         let status = self
             .image_status(image)
             .await
             .map_err(|e| format!("ImageStatus failed: {}", e.message()))?;
         let user = status.map(|i| (i.uid.map(|u| u.value), i.username));
-        run_as_non_root(pod, c, None, Some(user.unwrap_or_default()))
+        run_as_non_root(pod, c, Some(user.unwrap_or_default()))
     }
 
     fn failed(&mut self, pod: &Pod, name: &str, reason: &str, msg: String) {
@@ -527,10 +527,10 @@ fn effective_non_root(pod: &Pod, c: &Container) -> (bool, Option<i64>) {
 fn run_as_non_root(
     pod: &Pod,
     c: &Container,
-    run_as_user: Option<i64>,
     image_user: Option<(Option<i64>, String)>,
 ) -> Result<(), String> {
-    if !effective_non_root(pod, c).0 {
+    let (non_root, run_as_user) = effective_non_root(pod, c);
+    if !non_root {
         return Ok(());
     }
     let who = format!(
@@ -585,9 +585,8 @@ mod tests {
         let who = "(pod: \"p_ns(u1)\", container: c)";
         let check = |pod_sc, c_sc, image_user: Option<(Option<i64>, &str)>| {
             let (p, c) = pod(pod_sc, c_sc);
-            let (_, user) = effective_non_root(&p, &c);
             let image_user = image_user.map(|(u, n)| (u, n.to_string()));
-            run_as_non_root(&p, &c, user, image_user)
+            run_as_non_root(&p, &c, image_user)
         };
         // Not asked: anything goes.
         assert_eq!(check(json!({}), json!({"runAsUser": 0}), None), Ok(()));
